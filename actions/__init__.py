@@ -1,0 +1,1 @@
+"""actions: see DESIGN.md (filled in by its issue)."""

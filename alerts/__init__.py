@@ -1,0 +1,1 @@
+"""alerts: see DESIGN.md (filled in by its issue)."""

@@ -1,0 +1,1 @@
+"""analytics: see DESIGN.md (filled in by its issue)."""

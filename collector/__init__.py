@@ -1,0 +1,1 @@
+"""collector: see DESIGN.md (filled in by its issue)."""

@@ -1,0 +1,175 @@
+"""Settings: one model, filled from defaults < config file < environment < flags.
+
+Every component reads its part of :class:`Settings`. The precedence is the same
+everywhere: a flag beats an environment variable (``GPUSCOPE_<SECTION>__<KEY>``), which beats
+the YAML config file, which beats the default. A value that does not validate raises
+:class:`~gpuscope.errors.ConfigError` with one line naming the key and where it came from.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from gpuscope.errors import ConfigError
+
+ENV_PREFIX = "GPUSCOPE_"
+#: Environment variable that names the config file when no ``--config`` flag is given.
+CONFIG_ENV = "GPUSCOPE_CONFIG"
+
+
+def parse_listen(value: str) -> tuple[str, int]:
+    """Split ``HOST:PORT`` (``[::1]:9835`` for IPv6) into host and port."""
+    host, sep, port_text = value.rpartition(":")
+    if not sep or not port_text.isdigit():
+        raise ValueError(f"expected HOST:PORT, got {value!r}")
+    port = int(port_text)
+    if not 0 <= port <= 65535:
+        raise ValueError(f"port {port} is out of range 0..65535")
+    host = host.strip("[]") or "0.0.0.0"  # noqa: S104 - ":9835" means all interfaces
+    return host, port
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class WorkloadRule(_Section):
+    """A site rule: pods whose labels match ``match`` are of ``kind``."""
+
+    match: dict[str, str]
+    kind: Literal["interactive", "training", "batch", "inference"]
+
+
+class WorkloadSettings(_Section):
+    """How pods are classified (DESIGN.md, Workloads, projects and quotas)."""
+
+    rules: list[WorkloadRule] = Field(default_factory=list)
+    #: Pods with a priority below this may be moved by consolidation.
+    preemptible_priority_below: int = 0
+    protected_namespaces: list[str] = Field(
+        default_factory=lambda: ["kube-system", "kube-public", "gpu-operator", "gpuscope"]
+    )
+
+
+class AgentSettings(_Section):
+    listen: str = "0.0.0.0:9835"
+    node: str = Field(default_factory=socket.gethostname)
+    gpu_source: Literal["auto", "nvml", "dcgm", "sim"] = "auto"
+    sysfs_root: Path = Path("/sys")
+    procfs_root: Path = Path("/proc")
+    #: The kubelet's pod-resources socket (gRPC, ``v1`` List).
+    pod_resources_socket: Path = Path("/var/lib/kubelet/pod-resources/kubelet.sock")
+    #: A local dcgm-exporter to read instead of DCGM's bindings, e.g. http://localhost:9400/metrics.
+    dcgm_exporter_url: str = ""
+    dcgm_bindings_path: Path = Path("/usr/local/dcgm/bindings/python3")
+    #: Where pod metadata (labels, owner) comes from: the API server, or nowhere.
+    pod_metadata: Literal["apiserver", "none"] = "apiserver"
+    pod_metadata_ttl_seconds: float = Field(default=30.0, gt=0)
+    #: The most a scrape waits for any one source before reporting it down.
+    source_timeout_seconds: float = Field(default=2.0, gt=0, le=60)
+    #: Scenario file for ``--gpu-source sim`` (the embedded default when empty).
+    sim_scenario: Path | None = None
+    sim_seed: int = 42
+
+    @field_validator("listen")
+    @classmethod
+    def _check_listen(cls, value: str) -> str:
+        parse_listen(value)
+        return value
+
+
+class Settings(_Section):
+    agent: AgentSettings = Field(default_factory=AgentSettings)
+    workloads: WorkloadSettings = Field(default_factory=WorkloadSettings)
+
+
+def _read_file(path: Path) -> dict[str, Any]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"config file {path} does not exist") from None
+    except OSError as exc:
+        raise ConfigError(f"config file {path} cannot be read: {exc.strerror}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark is not None else ""
+        raise ConfigError(f"config file {path} is not valid YAML{where}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file {path} must hold a mapping of sections")
+    return data
+
+
+def _env_overrides(env: Mapping[str, str]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in env.items():
+        if not key.startswith(ENV_PREFIX) or key == CONFIG_ENV or "__" not in key:
+            continue
+        section, _, name = key[len(ENV_PREFIX) :].lower().partition("__")
+        out.setdefault(section, {})[name] = value
+    return out
+
+
+def _merge(base: dict[str, Any], top: Mapping[str, Any]) -> dict[str, Any]:
+    merged = dict(base)
+    for key, value in top.items():
+        if isinstance(value, Mapping) and isinstance(merged.get(key), Mapping):
+            merged[key] = _merge(dict(merged[key]), value)
+        else:
+            merged[key] = value
+    return merged
+
+
+def load_settings(
+    config_file: Path | None = None,
+    *,
+    env: Mapping[str, str] | None = None,
+    overrides: Mapping[str, Mapping[str, Any]] | None = None,
+) -> Settings:
+    """Build settings from the file, the environment and flag overrides, in that order.
+
+    ``overrides`` holds flag values as ``{"agent": {"listen": ...}}``; a ``None`` value
+    means the flag was not given and is skipped.
+    """
+    env = os.environ if env is None else env
+    if config_file is None and env.get(CONFIG_ENV):
+        config_file = Path(env[CONFIG_ENV])
+    layers: list[tuple[str, Mapping[str, Any]]] = []
+    if config_file is not None:
+        layers.append((f"config file {config_file}", _read_file(config_file)))
+    layers.append(("environment", _env_overrides(env)))
+    flags = {
+        section: {k: v for k, v in values.items() if v is not None}
+        for section, values in (overrides or {}).items()
+    }
+    layers.append(("flags", flags))
+    merged: dict[str, Any] = {}
+    origin: dict[tuple[str, str], str] = {}
+    for name, layer in layers:
+        merged = _merge(merged, layer)
+        for section, values in layer.items():
+            if isinstance(values, Mapping):
+                for key in values:
+                    origin[(section, key)] = name
+            else:
+                origin[(section, "")] = name
+    try:
+        return Settings.model_validate(merged)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        loc = [str(p) for p in err["loc"]]
+        where = origin.get((loc[0], loc[1] if len(loc) > 1 else ""), "defaults")
+        dotted = ".".join(loc)
+        if err["type"] == "extra_forbidden":
+            raise ConfigError(f"unknown setting {dotted} (from {where})") from None
+        raise ConfigError(f"invalid setting {dotted} (from {where}): {err['msg']}") from None
