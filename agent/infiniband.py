@@ -1,8 +1,20 @@
 """InfiniBand (and RoCE) port counters and state, read from sysfs.
 
 Reads ``<sysfs>/class/infiniband/<device>/ports/<port>/`` on every scrape, so the hot path
-uses only ``os.scandir`` and raw ``os.open``/``os.read`` (no pathlib, no regex, no text
-layer); counter files are parsed straight from bytes with ``int()``.
+uses only ``os.scandir`` and raw file descriptors (no pathlib, no regex, no text layer), and
+counter files are parsed straight from bytes with ``int()``. Opening, closing and listing
+~45 files per port costs more than reading them, so between scrapes the source keeps
+
+* each file open, and re-reads it with ``pread(fd, 4096, 0)``: a sysfs attribute regenerates
+  its value on every read at offset 0 (the documented way to re-read one), and kernfs does
+  not pin a device for its open files (a read of a removed one fails with ``ENODEV``, and
+  the file is then reopened, or dropped if it is gone);
+* the listing of each counter directory, for as long as the directory keeps its inode: the
+  kernel creates a port's counter files once, with the port, and a re-created port has new
+  inodes. A listed file that has gone makes the directory be listed again.
+
+The device, ``ports/`` and port directories are listed afresh every scrape, and a file or
+listing the scrape did not use is dropped.
 
 Why the unit and width handling:
 
@@ -25,6 +37,8 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
+from collections.abc import Callable
 from pathlib import Path
 
 from gpuscope.errors import SourceError
@@ -35,6 +49,8 @@ logger = logging.getLogger(__name__)
 _U32_MAX = 0xFFFFFFFF
 #: Largest sysfs attribute (one page); a single read returns the whole value.
 _READ_SIZE = 4096
+#: Files kept open between scrapes at most (8 ports need ~360); more are opened per read.
+_MAX_OPEN_FILES = 1024
 
 #: Error counters in ``counters/``, in the order they appear in a reading's ``errors``.
 _ERROR_COUNTERS: tuple[tuple[str, str], ...] = tuple(
@@ -71,79 +87,23 @@ _EXT_WANTED = frozenset(
 )
 #: Files of ``hw_counters/`` that are settings, not counters.
 _HW_NOT_COUNTERS = frozenset({"lifespan"})
+#: The files of a counter directory worth reading, as (name, path).
+_Listing = tuple[tuple[str, str], ...]
+#: Counter values by file name; ``None`` when the directory vanished while being read.
+_Counters = dict[str, int] | None
 
 
-def _read(path: str) -> bytes | None:
-    """The raw content of one sysfs file, or ``None`` (logged) if it cannot be read."""
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError as exc:
-        logger.debug("ib file skipped path=%s reason=%s", path, exc.strerror or exc)
-        return None
-    try:
-        return os.read(fd, _READ_SIZE)
-    except OSError as exc:  # EINVAL from some drivers, EIO, EISDIR...
-        logger.debug("ib file skipped path=%s reason=%s", path, exc.strerror or exc)
-        return None
-    finally:
-        os.close(fd)
+def _is_hw_counter(name: str) -> bool:
+    return name not in _HW_NOT_COUNTERS
 
 
-def _read_int(path: str) -> int | None:
-    """A counter file as an integer, or ``None`` if unreadable or not a number."""
-    raw = _read(path)
-    if raw is None:
-        return None
-    try:
-        return int(raw)  # int() takes bytes and ignores surrounding whitespace
-    except ValueError:
-        logger.debug("ib file skipped path=%s reason=not_an_integer content=%r", path, raw[:40])
-        return None
-
-
-def _read_text(path: str) -> str | None:
-    """A text attribute stripped of whitespace, or ``None`` if unreadable or empty."""
-    raw = _read(path)
-    if raw is None:
-        return None
-    text = raw.decode("utf-8", "replace").strip()
-    return text or None
-
-
-def _read_counter_dir(
-    path: str, wanted: frozenset[str] | None, skip: frozenset[str] = frozenset()
-) -> dict[str, int] | None:
-    """Integer files of one counter directory: those in ``wanted`` (all if ``None``).
-
-    ``None`` means the directory vanished after its parent was listed (the port is gone);
-    an unreadable directory gives ``{}``.
-    """
-    values: dict[str, int] = {}
-    try:
-        with os.scandir(path) as entries:
-            for entry in entries:
-                name = entry.name
-                if (name in wanted) if wanted is not None else (name not in skip):
-                    value = _read_int(entry.path)
-                    if value is not None:
-                        values[name] = value
-    except FileNotFoundError:
-        logger.debug("ib directory vanished path=%s", path)
-        return None
-    except OSError as exc:
-        logger.debug("ib directory skipped path=%s reason=%s", path, exc.strerror or exc)
-    return values
-
-
-def _after_colon(text: str | None) -> str:
+def _after_colon(text: str) -> str:
     """``"4: ACTIVE"`` -> ``"ACTIVE"``; text without a colon is kept whole."""
-    if text is None:
-        return ""
     head, sep, tail = text.partition(":")
     return tail.strip() if sep else head
 
 
-def parse_rate(text: str | None) -> float | None:
+def parse_rate(text: str) -> float | None:
     """``"40 Gb/sec (4X QDR)"`` or ``"2.5 Gb/sec"`` -> bytes per second (``None`` if unknown)."""
     if not text:
         return None
@@ -176,18 +136,46 @@ def _port_sort_key(reading: IbPortReading) -> tuple[str, int, str]:
 
 
 class SysfsIbSource:
-    """Reads every InfiniBand port of this node from sysfs (an :class:`IbSource`)."""
+    """Reads every InfiniBand port of this node from sysfs (an :class:`IbSource`).
+
+    Holds counter files open between calls to :meth:`read`; :meth:`close` releases them.
+    """
 
     def __init__(self, sysfs_root: Path, name: str = "infiniband") -> None:
         self.name = name
         self.sysfs_root = sysfs_root
         self._class_dir = os.path.join(os.fspath(sysfs_root), "class", "infiniband")
+        self._lock = threading.Lock()
+        # What the last scrape kept (open files by path; listings by directory path, with
+        # the directory's inode), and what the scrape under way is keeping.
+        self._fds: dict[str, int] = {}
+        self._next_fds: dict[str, int] = {}
+        self._listings: dict[str, tuple[int, _Listing]] = {}
+        self._next_listings: dict[str, tuple[int, _Listing]] = {}
+
+    def close(self) -> None:
+        """Closes the files held open; a later :meth:`read` opens them again."""
+        with self._lock:
+            for fd in self._fds.values():
+                os.close(fd)
+            self._fds, self._listings = {}, {}
 
     def read(self) -> list[IbPortReading]:
         """One reading per port, sorted by device then port number; ``[]`` without IB.
 
         Raises :class:`SourceError` only when ``class/infiniband`` exists but cannot be listed.
         """
+        with self._lock:
+            self._next_fds, self._next_listings = {}, {}
+            try:
+                return self._read_all()
+            finally:  # drop what this scrape did not use: its port or counter is gone
+                for fd in self._fds.values():
+                    os.close(fd)
+                self._fds, self._next_fds = self._next_fds, {}
+                self._listings, self._next_listings = self._next_listings, {}
+
+    def _read_all(self) -> list[IbPortReading]:
         try:
             with os.scandir(self._class_dir) as it:
                 devices = [(entry.name, entry.path) for entry in it]
@@ -197,9 +185,8 @@ class SysfsIbSource:
             raise SourceError(f"cannot list {self._class_dir}: {exc.strerror or exc}") from exc
         readings: list[IbPortReading] = []
         for device, device_path in devices:
-            ports_path = device_path + "/ports"
             try:
-                with os.scandir(ports_path) as it:
+                with os.scandir(device_path + "/ports") as it:
                     ports = [(entry.name, entry.path) for entry in it]
             except OSError as exc:  # device removed since listing, or no ports/ at all
                 logger.debug("ib device skipped device=%s reason=%s", device, exc.strerror or exc)
@@ -211,49 +198,129 @@ class SysfsIbSource:
         readings.sort(key=_port_sort_key)
         return readings
 
+    def _read(self, path: str) -> bytes:
+        """The content of one file, kept open for the next scrape; raises ``OSError``."""
+        fd = self._fds.pop(path, None)
+        if fd is not None:  # the hot path: re-read a file held open since the last scrape
+            try:
+                raw = os.pread(fd, _READ_SIZE, 0)
+            except OSError:  # ENODEV: the file was removed (maybe replaced): reopen it
+                os.close(fd)
+            else:
+                self._next_fds[path] = fd
+                return raw
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            raw = os.pread(fd, _READ_SIZE, 0)
+        except OSError:  # EINVAL from some drivers, EIO, EISDIR...
+            os.close(fd)
+            raise
+        if len(self._next_fds) < _MAX_OPEN_FILES:
+            self._next_fds[path] = fd
+        else:
+            os.close(fd)
+        return raw
+
+    def _read_text(self, path: str) -> str:
+        """A text attribute stripped of whitespace; ``""`` if unreadable or empty."""
+        try:
+            return self._read(path).decode("utf-8", "replace").strip()
+        except OSError as exc:
+            logger.debug("ib file skipped path=%s reason=%s", path, exc.strerror or exc)
+            return ""
+
+    def _read_counters(self, path: str, inode: int, keep: Callable[[str], bool]) -> _Counters:
+        """The integer files of one counter directory whose name ``keep`` accepts.
+
+        ``None`` means the directory vanished after its port was listed (the port is gone);
+        an unreadable directory gives ``{}``.
+        """
+        cached = self._listings.pop(path, None)
+        listing = cached[1] if cached is not None and cached[0] == inode else None
+        if listing is not None:
+            self._next_listings[path] = (inode, listing)
+            values = self._read_ints(listing, from_cache=True)
+            if values is not None:
+                return values
+        try:  # not listed yet, or a file of the cached listing has gone: list it (again)
+            with os.scandir(path) as it:
+                listing = tuple((entry.name, entry.path) for entry in it if keep(entry.name))
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            logger.debug("ib directory skipped path=%s reason=%s", path, exc.strerror or exc)
+            return {}
+        self._next_listings[path] = (inode, listing)
+        return self._read_ints(listing, from_cache=False)
+
+    def _read_ints(self, listing: _Listing, from_cache: bool) -> _Counters:
+        """The integer value of each listed file that has one; ``None`` if a cached file is gone."""
+        read = self._read
+        values: dict[str, int] = {}
+        for name, path in listing:
+            try:
+                raw = read(path)
+            except OSError as exc:
+                if from_cache and isinstance(exc, FileNotFoundError):
+                    return None
+                logger.debug("ib file skipped path=%s reason=%s", path, exc.strerror or exc)
+                continue
+            try:
+                values[name] = int(raw)  # int() takes bytes and ignores surrounding whitespace
+            except ValueError:
+                logger.debug(
+                    "ib file skipped path=%s reason=not_an_integer content=%r", path, raw[:40]
+                )
+        return values
+
     def _read_port(self, device: str, port: str, path: str) -> IbPortReading | None:
         """One port, or ``None`` if it vanished (or cannot be listed) while being read."""
         try:
             with os.scandir(path) as it:
-                present = {entry.name for entry in it}
+                present = {entry.name: entry.inode() for entry in it}
         except OSError as exc:
             logger.debug(
                 "ib port skipped device=%s port=%s reason=%s", device, port, exc.strerror or exc
             )
             return None
-        counters: dict[str, int] | None = {}
-        ext: dict[str, int] | None = {}
-        hw: dict[str, int] | None = {}
+        counters: _Counters = {}
+        ext: _Counters = {}
+        hw: _Counters = {}
         if "counters" in present:
-            counters = _read_counter_dir(path + "/counters", _COUNTERS_WANTED)
+            counters = self._read_counters(
+                path + "/counters", present["counters"], _COUNTERS_WANTED.__contains__
+            )
         if "counters_ext" in present and counters is not None:
-            ext = _read_counter_dir(path + "/counters_ext", _EXT_WANTED)
+            ext = self._read_counters(
+                path + "/counters_ext", present["counters_ext"], _EXT_WANTED.__contains__
+            )
         if "hw_counters" in present and counters is not None and ext is not None:
-            hw = _read_counter_dir(path + "/hw_counters", None, _HW_NOT_COUNTERS)
+            hw = self._read_counters(path + "/hw_counters", present["hw_counters"], _is_hw_counter)
         if counters is None or ext is None or hw is None:
             logger.debug("ib port skipped device=%s port=%s reason=vanished", device, port)
             return None
 
-        state = _after_colon(_read_text(path + "/state") if "state" in present else None)
-        phys = _after_colon(_read_text(path + "/phys_state") if "phys_state" in present else None)
-        rate = _read_text(path + "/rate") if "rate" in present else None
-        link_layer = _read_text(path + "/link_layer") if "link_layer" in present else None
+        text = self._read_text
+        state = _after_colon(text(path + "/state")) if "state" in present else ""
+        phys = _after_colon(text(path + "/phys_state")) if "phys_state" in present else ""
+        rate = parse_rate(text(path + "/rate")) if "rate" in present else None
+        link_layer = text(path + "/link_layer") if "link_layer" in present else ""
         tx_bytes, tx_saturated = _words_to_bytes(ext, counters, "port_xmit_data")
         rx_bytes, rx_saturated = _words_to_bytes(ext, counters, "port_rcv_data")
-        tx_packets = ext.get("port_xmit_packets_64", counters.get("port_xmit_packets"))
-        rx_packets = ext.get("port_rcv_packets_64", counters.get("port_rcv_packets"))
         return IbPortReading(
             device=device,
             port=port,
-            link_layer=link_layer or "",
+            link_layer=link_layer,
             state=state,
             phys_state=phys,
             up=(state == "ACTIVE") if state else None,
-            rate_bytes_per_second=parse_rate(rate),
+            rate_bytes_per_second=rate,
             transmit_bytes_total=tx_bytes,
             receive_bytes_total=rx_bytes,
-            transmit_packets_total=tx_packets,
-            receive_packets_total=rx_packets,
+            transmit_packets_total=ext.get(
+                "port_xmit_packets_64", counters.get("port_xmit_packets")
+            ),
+            receive_packets_total=ext.get("port_rcv_packets_64", counters.get("port_rcv_packets")),
             transmit_wait_total=counters.get("port_xmit_wait"),
             data_counter_saturated=tx_saturated or rx_saturated,
             errors=tuple(

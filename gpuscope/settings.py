@@ -9,7 +9,6 @@ the YAML config file, which beats the default. A value that does not validate ra
 from __future__ import annotations
 
 import os
-import socket
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
@@ -60,10 +59,13 @@ class WorkloadSettings(_Section):
 
 class AgentSettings(_Section):
     listen: str = "0.0.0.0:9835"
-    node: str = Field(default_factory=socket.gethostname)
+    #: Node name on every series; the host name when empty (the first node under sim).
+    node: str = ""
     gpu_source: Literal["auto", "nvml", "dcgm", "sim"] = "auto"
-    sysfs_root: Path = Path("/sys")
-    procfs_root: Path = Path("/proc")
+    #: Root of sysfs (IB counters); /sys when empty, and simulated ports under sim.
+    sysfs_root: Path | None = None
+    #: Root of procfs (GPU processes' cgroups); /proc when empty.
+    procfs_root: Path | None = None
     #: The kubelet's pod-resources socket (gRPC, ``v1`` List).
     pod_resources_socket: Path = Path("/var/lib/kubelet/pod-resources/kubelet.sock")
     #: A local dcgm-exporter to read instead of DCGM's bindings, e.g. http://localhost:9400/metrics.

@@ -58,7 +58,7 @@ def workload_kind(pod: PodFacts, rules: Sequence[WorkloadRule] = ()) -> Workload
     if explicit in {k.value for k in WorkloadKind if k is not WorkloadKind.UNKNOWN}:
         return WorkloadKind(explicit)
     owner = pod.owner_kind
-    if owner in _INTERACTIVE_OWNERS or _is_jupyterhub_singleuser(pod.labels):
+    if owner in _INTERACTIVE_OWNERS or _is_notebook_pod(pod.labels):
         return WorkloadKind.INTERACTIVE
     if owner in _TRAINING_OWNERS:
         return WorkloadKind.TRAINING
@@ -72,10 +72,10 @@ def workload_kind(pod: PodFacts, rules: Sequence[WorkloadRule] = ()) -> Workload
     return WorkloadKind.UNKNOWN
 
 
-def _is_jupyterhub_singleuser(labels: Mapping[str, str]) -> bool:
-    return labels.get("component") == "singleuser-server" or (
-        labels.get("app") == "jupyterhub" and labels.get("component") == "singleuser-server"
-    )
+def _is_notebook_pod(labels: Mapping[str, str]) -> bool:
+    """A Kubeflow notebook's pod (owned by a StatefulSet, labelled ``notebook-name``) or a
+    JupyterHub single-user server (``component=singleuser-server``)."""
+    return "notebook-name" in labels or labels.get("component") == "singleuser-server"
 
 
 def project_of(pod: PodFacts) -> str:

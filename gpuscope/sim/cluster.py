@@ -180,7 +180,7 @@ class SimulatedCluster:
     def remove_pod(self, namespace: str, name: str, t: float) -> bool:
         """End a pod at time t (deleted, evicted or stopped); False if there is none."""
         for pod in self.pods:
-            if pod.namespace == namespace and pod.name == name and pod.alive(t):
+            if pod.namespace == namespace and pod.name == name and self._alive(pod, t):
                 self._removed[pod.uid] = t
                 return True
         return False

@@ -279,7 +279,8 @@ def default_scenario(nodes: int = 32, seed: int = 42) -> Scenario:
                 labels={"app.kubernetes.io/owner": f"user{j:02d}"},
             )
         )
-    # serving: fractional inference pods spread one per GPU: slivers stranded everywhere
+    # serving: fractional inference pods spread over six GPUs a node, two GPUs shared by
+    # two pods: slivers of GPU stranded everywhere
     for j in range(16):
         workloads.append(
             WorkloadSpec(
@@ -288,7 +289,7 @@ def default_scenario(nodes: int = 32, seed: int = 42) -> Scenario:
                 kind="inference",
                 gpu_fraction=0.5 if j % 4 else 0.25,
                 nodes=(serve_nodes[j % 2],),
-                gpu_indices=((j // 2) % 8,),
+                gpu_indices=((j // 2) % 6,),
                 start=-5 * DAY,
                 utilization=0.45,
                 memory_fraction=0.8,

@@ -1,0 +1,73 @@
+"""The agent's HTTP endpoint: ``/metrics`` (Prometheus or OpenMetrics) and ``/healthz``.
+
+The standard library's threading server is enough for one scraper or two and keeps the
+agent image free of a web framework.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from prometheus_client.exposition import choose_encoder
+from prometheus_client.registry import CollectorRegistry
+
+from agent.exposition import AgentCollector
+
+log = logging.getLogger(__name__)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: AgentHttpServer
+    protocol_version = "HTTP/1.1"
+
+    def do_GET(self) -> None:
+        path = self.path.split("?", 1)[0]
+        if path == "/metrics":
+            encoder, content_type = choose_encoder(self.headers.get("Accept", ""))
+            try:
+                body = encoder(self.server.registry)
+            except Exception as exc:  # a scrape must answer even if exposition broke
+                log.exception("exposition failed error=%s", exc)
+                self._send(500, b"exposition failed\n", "text/plain; charset=utf-8")
+                return
+            self._send(200, body, content_type)
+        elif path == "/healthz":
+            results = [
+                {"source": r.source, "up": r.ok, "seconds": round(r.seconds, 6), "error": r.error}
+                for r in self.server.collector.last_results
+            ]
+            body = json.dumps(
+                {"status": "ok", "node": self.server.collector.node, "sources": results}
+            ).encode()
+            self._send(200, body, "application/json")
+        else:
+            self._send(404, b"not found; try /metrics or /healthz\n", "text/plain; charset=utf-8")
+
+    def _send(self, status: int, body: bytes, content_type: str) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - stdlib name
+        log.debug("http %s", format % args)
+
+
+class AgentHttpServer(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(
+        self, address: tuple[str, int], registry: CollectorRegistry, collector: AgentCollector
+    ) -> None:
+        self.registry = registry
+        self.collector = collector
+        super().__init__(address, _Handler)
+
+    def start_in_thread(self) -> threading.Thread:
+        thread = threading.Thread(target=self.serve_forever, name="agent-http", daemon=True)
+        thread.start()
+        return thread

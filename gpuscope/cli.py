@@ -1,0 +1,144 @@
+"""The ``gpuscope`` command line: a thin layer over the components' libraries.
+
+Every user mistake ends as one line on stderr and a non-zero exit code, never a traceback
+(set ``GPUSCOPE_DEBUG=1`` to see one for an internal error).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import NoReturn
+
+from gpuscope import __version__
+from gpuscope.errors import UserError
+from gpuscope.settings import load_settings
+
+log = logging.getLogger("gpuscope")
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that reports a usage mistake as one line, exit code 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+
+def _add_logging(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--log-level",
+        default=os.environ.get("GPUSCOPE_LOG_LEVEL", "INFO"),
+        choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+        help="log verbosity (default INFO)",
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="gpuscope", description="Find where GPUs are wasted, and why.")
+    parser.add_argument("--version", action="version", version=f"gpuscope {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    agent = sub.add_parser("agent", help="node agent: GPU, workload and IB metrics on /metrics")
+    agent.add_argument("--config", type=Path, help="YAML settings file (also $GPUSCOPE_CONFIG)")
+    agent.add_argument(
+        "--listen", metavar="HOST:PORT", help="where to serve (default 0.0.0.0:9835)"
+    )
+    agent.add_argument(
+        "--node", metavar="NAME", help="node name on every series (default host name)"
+    )
+    agent.add_argument(
+        "--gpu-source",
+        choices=["auto", "nvml", "dcgm", "sim"],
+        help="GPU source (default auto: DCGM, then NVML)",
+    )
+    agent.add_argument(
+        "--sysfs-root", type=Path, metavar="DIR", help="root of sysfs (default /sys)"
+    )
+    agent.add_argument(
+        "--procfs-root", type=Path, metavar="DIR", help="root of procfs (default /proc)"
+    )
+    agent.add_argument(
+        "--pod-resources-socket", type=Path, metavar="PATH", help="kubelet pod-resources socket"
+    )
+    agent.add_argument(
+        "--dcgm-exporter-url",
+        metavar="URL",
+        help="read a local dcgm-exporter instead of DCGM's bindings",
+    )
+    agent.add_argument(
+        "--scenario",
+        type=Path,
+        metavar="FILE",
+        help="scenario file for --gpu-source sim (default: the built-in one)",
+    )
+    agent.add_argument("--once", action="store_true", help="print one exposition and exit")
+    _add_logging(agent)
+
+    demo = sub.add_parser("demo", help="run the whole pipeline on a simulated cluster")
+    demo.add_argument("--out", type=Path, metavar="DIR", help="output folder (default: a new one)")
+    demo.add_argument("--nodes", type=int, default=32, help="simulated nodes (default 32)")
+    demo.add_argument("--serve", action="store_true", help="keep the agents running")
+    _add_logging(demo)
+    return parser
+
+
+def _cmd_agent(args: argparse.Namespace) -> int:
+    from agent.main import run_agent
+
+    flags = {
+        "listen": args.listen,
+        "node": args.node,
+        "gpu_source": args.gpu_source,
+        "sysfs_root": args.sysfs_root,
+        "procfs_root": args.procfs_root,
+        "pod_resources_socket": args.pod_resources_socket,
+        "dcgm_exporter_url": args.dcgm_exporter_url,
+        "sim_scenario": args.scenario,
+    }
+    settings = load_settings(args.config, overrides={"agent": flags})
+    return run_agent(settings, once=args.once)
+
+
+def _cmd_demo(args: argparse.Namespace) -> int:
+    from gpuscope.demo import run_demo
+
+    return run_demo(out=args.out, nodes=args.nodes, serve=args.serve)
+
+
+_COMMANDS = {"agent": _cmd_agent, "demo": _cmd_demo}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=getattr(args, "log_level", "INFO"),
+        format="%(asctime)s %(levelname)s %(name)s %(message)s",
+        stream=sys.stderr,
+    )
+    # Libraries log every request at INFO; gpuscope stays quiet at INFO.
+    for noisy in ("httpx", "httpcore", "kubernetes", "urllib3", "apscheduler"):
+        logging.getLogger(noisy).setLevel(max(logging.WARNING, logging.getLogger().level))
+    try:
+        return _COMMANDS[args.command](args)
+    except UserError as exc:
+        print(f"gpuscope {args.command}: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        return 130
+    except Exception as exc:
+        if os.environ.get("GPUSCOPE_DEBUG"):
+            raise
+        print(
+            f"gpuscope {args.command}: internal error: {exc!r} "
+            "(set GPUSCOPE_DEBUG=1 for a traceback)",
+            file=sys.stderr,
+        )
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
