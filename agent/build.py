@@ -65,13 +65,13 @@ def _dcgm_source(settings: AgentSettings) -> GpuSource:
     from agent.dcgm import DcgmSource, load_dcgm_bindings
     from agent.nvml import NvmlSource
 
-    bindings = load_dcgm_bindings(settings.dcgm_bindings_path)
+    load_dcgm_bindings(settings.dcgm_bindings_path)  # fail fast, before touching NVML
     try:
         base: GpuSource | None = NvmlSource()
     except SourceError as exc:
         log.warning("NVML unavailable beside DCGM; no process list error=%s", exc)
         base = None
-    return DcgmSource.from_bindings(bindings, base=base)
+    return DcgmSource.from_bindings(settings.dcgm_bindings_path, base=base)
 
 
 def _gpu_source(settings: AgentSettings) -> GpuSource:

@@ -201,6 +201,8 @@ class SysfsIbSource:
     def _read(self, path: str) -> bytes:
         """The content of one file, kept open for the next scrape; raises ``OSError``."""
         fd = self._fds.pop(path, None)
+        if fd is None:  # maybe read already this scrape, before its directory was re-listed
+            fd = self._next_fds.pop(path, None)
         if fd is not None:  # the hot path: re-read a file held open since the last scrape
             try:
                 raw = os.pread(fd, _READ_SIZE, 0)

@@ -104,7 +104,7 @@ class NvmlSource:
     ) -> None:
         if nvml is None:
             try:
-                import pynvml  # noqa: PLC0415 - only nodes with a GPU need it
+                import pynvml
             except ImportError as exc:  # pragma: no cover - it is a dependency
                 raise SourceError("NVML is not available: nvidia-ml-py is not installed") from exc
             nvml = pynvml

@@ -113,7 +113,7 @@ def pod_meta_from_api(pod: Any) -> PodMeta | None:
 
 def _default_api() -> Any:
     """A ``CoreV1Api`` on the in-cluster service account (loaded only when first needed)."""
-    from kubernetes import client, config  # noqa: PLC0415 - heavy, and only in a cluster
+    from kubernetes import client, config
 
     config.load_incluster_config()
     return client.CoreV1Api()

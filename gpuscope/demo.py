@@ -100,7 +100,7 @@ def summarize(first: list[Scrape], second: list[Scrape]) -> list[str]:
                 share = (v - before[key]) / seconds / rates[key]
                 if share > 0.9:
                     hot.append(f"{lbl['node']}/{lbl['device']} at {share:.0%} of link rate")
-    lines = [
+    return [
         f"GPUs reporting: {int(gpus)}, mean utilization {util_sum / max(gpus, 1):.0%}",
         f"pods holding GPUs: {len(held)}; GPUs shared by several pods: "
         f"{sum(1 for n in shared.values() if n > 1)}",
@@ -109,7 +109,6 @@ def summarize(first: list[Scrape], second: list[Scrape]) -> list[str]:
         f"InfiniBand ports above 90 % of link rate: {len(hot)}",
         *[f"  {h}" for h in hot[:10]],
     ]
-    return lines
 
 
 def run_demo(out: Path | None = None, nodes: int = 32, serve: bool = False) -> int:

@@ -51,9 +51,22 @@ def test_listen_serves_the_same_over_http(shared_data: Path) -> None:
     port = free_port()
     sysfs = shared_data / "infiniband-procfs" / "sys"
     proc = subprocess.Popen(
-        [*GPUSCOPE, "agent", "--gpu-source", "sim", "--sysfs-root", str(sysfs),
-         "--listen", f"127.0.0.1:{port}", "--node", "gpu-node-10"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV,
+        [
+            *GPUSCOPE,
+            "agent",
+            "--gpu-source",
+            "sim",
+            "--sysfs-root",
+            str(sysfs),
+            "--listen",
+            f"127.0.0.1:{port}",
+            "--node",
+            "gpu-node-10",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=ENV,
     )
     try:
         deadline = time.monotonic() + 30
@@ -67,14 +80,25 @@ def test_listen_serves_the_same_over_http(shared_data: Path) -> None:
                 time.sleep(0.1)
         assert r.status_code == 200
         assert r.headers["content-type"].startswith("text/plain")
-        once = run("agent", "--gpu-source", "sim", "--sysfs-root", str(sysfs), "--once",
-                   "--node", "gpu-node-10")
+        once = run(
+            "agent",
+            "--gpu-source",
+            "sim",
+            "--sysfs-root",
+            str(sysfs),
+            "--once",
+            "--node",
+            "gpu-node-10",
+        )
         assert names_in(r.text) == names_in(once.stdout)
         health = httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=5).json()
         assert health["status"] == "ok" and health["node"] == "gpu-node-10"
         assert {s["source"] for s in health["sources"]} == {"sim", "attribution", "infiniband"}
-        om = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5,
-                       headers={"Accept": "application/openmetrics-text; version=1.0.0"})
+        om = httpx.get(
+            f"http://127.0.0.1:{port}/metrics",
+            timeout=5,
+            headers={"Accept": "application/openmetrics-text; version=1.0.0"},
+        )
         assert om.text.rstrip().endswith("# EOF")
         assert httpx.get(f"http://127.0.0.1:{port}/nope", timeout=5).status_code == 404
     finally:
@@ -86,10 +110,22 @@ def test_listen_serves_the_same_over_http(shared_data: Path) -> None:
     ("args", "message"),
     [
         (["--gpu-source", "magic"], "argument --gpu-source: invalid choice: 'magic'"),
-        (["--gpu-source", "sim", "--sysfs-root", "/does/not/exist"], "--sysfs-root /does/not/exist does not exist"),
-        (["--gpu-source", "sim", "--procfs-root", "/does/not/exist"], "--procfs-root /does/not/exist does not exist"),
-        (["--gpu-source", "sim", "--listen", "nowhere"], "invalid setting agent.listen (from flags)"),
-        (["--gpu-source", "sim", "--node", "not-a-node"], "--node not-a-node is not a node of scenario"),
+        (
+            ["--gpu-source", "sim", "--sysfs-root", "/does/not/exist"],
+            "--sysfs-root /does/not/exist does not exist",
+        ),
+        (
+            ["--gpu-source", "sim", "--procfs-root", "/does/not/exist"],
+            "--procfs-root /does/not/exist does not exist",
+        ),
+        (
+            ["--gpu-source", "sim", "--listen", "nowhere"],
+            "invalid setting agent.listen (from flags)",
+        ),
+        (
+            ["--gpu-source", "sim", "--node", "not-a-node"],
+            "--node not-a-node is not a node of scenario",
+        ),
         (["--bogus"], "unrecognized arguments: --bogus"),
     ],
 )

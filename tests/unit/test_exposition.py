@@ -13,29 +13,61 @@ from gpuscope.catalogue import AGENT_METRICS
 from gpuscope.records import GpuProcess, GpuReading, GpuWorkload, IbPortReading, WorkloadKind
 
 FULL = GpuReading(
-    index=0, uuid="GPU-a", model="NVIDIA H100 80GB HBM3", driver_version="550.90.07",
-    pci_bus_id="00000000:18:00.0", mig_mode="disabled", utilization_ratio=0.5,
-    memory_utilization_ratio=0.2, memory_used_bytes=10, memory_total_bytes=100, power_watts=300.0,
-    temperature_celsius=60.0, energy_joules_total=1e6, sm_clock_hz=1.9e9, memory_clock_hz=2.6e9,
-    sm_active_ratio=0.4, tensor_active_ratio=0.3, dram_active_ratio=0.2, ecc_corrected_total=1,
-    ecc_uncorrected_total=0, nvlink_tx_bytes_total=5.0, nvlink_rx_bytes_total=6.0,
-    pcie_tx_bytes_total=7.0, pcie_rx_bytes_total=8.0, processes=(GpuProcess(1, 10, 0.5),),
+    index=0,
+    uuid="GPU-a",
+    model="NVIDIA H100 80GB HBM3",
+    driver_version="550.90.07",
+    pci_bus_id="00000000:18:00.0",
+    mig_mode="disabled",
+    utilization_ratio=0.5,
+    memory_utilization_ratio=0.2,
+    memory_used_bytes=10,
+    memory_total_bytes=100,
+    power_watts=300.0,
+    temperature_celsius=60.0,
+    energy_joules_total=1e6,
+    sm_clock_hz=1.9e9,
+    memory_clock_hz=2.6e9,
+    sm_active_ratio=0.4,
+    tensor_active_ratio=0.3,
+    dram_active_ratio=0.2,
+    ecc_corrected_total=1,
+    ecc_uncorrected_total=0,
+    nvlink_tx_bytes_total=5.0,
+    nvlink_rx_bytes_total=6.0,
+    pcie_tx_bytes_total=7.0,
+    pcie_rx_bytes_total=8.0,
+    processes=(GpuProcess(1, 10, 0.5),),
 )
 SPARSE = GpuReading(index=1, uuid="GPU-b", model="Tesla T4", utilization_ratio=0.0)
 LOST = GpuReading(index=2, uuid="GPU-c", model="Tesla T4", up=False, error="GPU is lost")
 PORT = IbPortReading(
-    device="mlx5_0", port="1", link_layer="InfiniBand", state="ACTIVE", phys_state="LinkUp",
-    up=True, rate_bytes_per_second=5e10, transmit_bytes_total=4.0, receive_bytes_total=8.0,
-    transmit_packets_total=1.0, receive_packets_total=2.0, transmit_wait_total=3.0,
-    errors=(("symbol_error", 2),), hw_counters=(("out_of_buffer", 9),),
+    device="mlx5_0",
+    port="1",
+    link_layer="InfiniBand",
+    state="ACTIVE",
+    phys_state="LinkUp",
+    up=True,
+    rate_bytes_per_second=5e10,
+    transmit_bytes_total=4.0,
+    receive_bytes_total=8.0,
+    transmit_packets_total=1.0,
+    receive_packets_total=2.0,
+    transmit_wait_total=3.0,
+    errors=(("symbol_error", 2),),
+    hw_counters=(("out_of_buffer", 9),),
 )
-WORK = GpuWorkload("GPU-a", "research", "nb-0", "notebook", WorkloadKind.INTERACTIVE, "research", 10, 0.5)
+WORK = GpuWorkload(
+    "GPU-a", "research", "nb-0", "notebook", WorkloadKind.INTERACTIVE, "research", 10, 0.5
+)
 
 
 class Gpus:
     name = "fake"
 
-    def __init__(self, readings: Sequence[GpuReading], delay: threading.Event | None = None) -> None:
+    def __init__(
+        self, readings: Sequence[GpuReading], delay: threading.Event | None = None
+    ) -> None:
         self.readings = readings
         self.block = delay
 
@@ -90,7 +122,11 @@ def test_unavailable_fields_are_absent_not_zero() -> None:
     assert ({"node": "n1", "gpu": "1", "uuid": "GPU-b", "mig_instance": ""}, 0.0) in got[
         "gpuscope_gpu_utilization_ratio"
     ]
-    for name in ("gpuscope_gpu_power_watts", "gpuscope_gpu_sm_active_ratio", "gpuscope_gpu_ecc_errors_total"):
+    for name in (
+        "gpuscope_gpu_power_watts",
+        "gpuscope_gpu_sm_active_ratio",
+        "gpuscope_gpu_ecc_errors_total",
+    ):
         assert name not in got
 
 
@@ -168,23 +204,53 @@ def test_catalogue_follows_prometheus_conventions(spec: object) -> None:
         assert {"gpu", "uuid"} <= set(spec.labels)
     if spec.name.startswith("gpuscope_ib_"):
         assert {"device", "port"} <= set(spec.labels)
-    units = ("_ratio", "_bytes", "_seconds", "_watts", "_celsius", "_joules", "_hertz", "_info",
-             "_up", "_second", "_saturated")
+    units = (
+        "_ratio",
+        "_bytes",
+        "_seconds",
+        "_watts",
+        "_celsius",
+        "_joules",
+        "_hertz",
+        "_info",
+        "_up",
+        "_second",
+        "_saturated",
+    )
     if spec.type == "gauge":
         assert spec.name.endswith(units), spec.name
 
 
 def test_design_required_metrics_are_catalogued() -> None:
     """Every metric DESIGN.md's catalogue requires exists under that exact name."""
-    required = """gpuscope_gpu_info gpuscope_gpu_utilization_ratio gpuscope_gpu_memory_utilization_ratio
-    gpuscope_gpu_memory_used_bytes gpuscope_gpu_memory_total_bytes gpuscope_gpu_power_watts
-    gpuscope_gpu_temperature_celsius gpuscope_gpu_energy_joules_total gpuscope_gpu_sm_active_ratio
-    gpuscope_gpu_tensor_active_ratio gpuscope_gpu_dram_active_ratio gpuscope_gpu_ecc_errors_total
-    gpuscope_gpu_nvlink_bytes_total gpuscope_gpu_pcie_bytes_total gpuscope_gpu_workload_info
-    gpuscope_gpu_workload_memory_used_bytes gpuscope_gpu_workload_utilization_ratio
-    gpuscope_ib_transmit_bytes_total gpuscope_ib_receive_bytes_total gpuscope_ib_transmit_packets_total
-    gpuscope_ib_receive_packets_total gpuscope_ib_transmit_wait_total gpuscope_ib_errors_total
-    gpuscope_ib_port_rate_bytes_per_second gpuscope_ib_port_up gpuscope_agent_source_up
-    gpuscope_agent_collect_seconds""".split()
+    required = [
+        "gpuscope_gpu_info",
+        "gpuscope_gpu_utilization_ratio",
+        "gpuscope_gpu_memory_utilization_ratio",
+        "gpuscope_gpu_memory_used_bytes",
+        "gpuscope_gpu_memory_total_bytes",
+        "gpuscope_gpu_power_watts",
+        "gpuscope_gpu_temperature_celsius",
+        "gpuscope_gpu_energy_joules_total",
+        "gpuscope_gpu_sm_active_ratio",
+        "gpuscope_gpu_tensor_active_ratio",
+        "gpuscope_gpu_dram_active_ratio",
+        "gpuscope_gpu_ecc_errors_total",
+        "gpuscope_gpu_nvlink_bytes_total",
+        "gpuscope_gpu_pcie_bytes_total",
+        "gpuscope_gpu_workload_info",
+        "gpuscope_gpu_workload_memory_used_bytes",
+        "gpuscope_gpu_workload_utilization_ratio",
+        "gpuscope_ib_transmit_bytes_total",
+        "gpuscope_ib_receive_bytes_total",
+        "gpuscope_ib_transmit_packets_total",
+        "gpuscope_ib_receive_packets_total",
+        "gpuscope_ib_transmit_wait_total",
+        "gpuscope_ib_errors_total",
+        "gpuscope_ib_port_rate_bytes_per_second",
+        "gpuscope_ib_port_up",
+        "gpuscope_agent_source_up",
+        "gpuscope_agent_collect_seconds",
+    ]
     names = {m.sample_name for m in AGENT_METRICS}
     assert set(required) <= names

@@ -31,14 +31,20 @@ def test_config_file_named_by_environment(tmp_path: Path) -> None:
     ("text", "env", "message"),
     [
         ("agent:\n  gpu_source: magic\n", {}, "invalid setting agent.gpu_source (from config file"),
-        ("", {"GPUSCOPE_AGENT__LISTEN": "nowhere"}, "invalid setting agent.listen (from environment)"),
+        (
+            "",
+            {"GPUSCOPE_AGENT__LISTEN": "nowhere"},
+            "invalid setting agent.listen (from environment)",
+        ),
         ("agent:\n  colour: blue\n", {}, "unknown setting agent.colour"),
         ("agent: [1, 2\n", {}, "is not valid YAML at line"),
         ("- a list\n", {}, "must hold a mapping of sections"),
         ("agent:\n  source_timeout_seconds: -1\n", {}, "agent.source_timeout_seconds"),
     ],
 )
-def test_bad_values_give_one_line(tmp_path: Path, text: str, env: dict[str, str], message: str) -> None:
+def test_bad_values_give_one_line(
+    tmp_path: Path, text: str, env: dict[str, str], message: str
+) -> None:
     """A bad value names the key and where it came from, in one line."""
     cfg = tmp_path / "c.yaml"
     cfg.write_text(text)
@@ -67,5 +73,5 @@ def test_parse_listen(text: str, expected: tuple[str, int]) -> None:
 @pytest.mark.parametrize("text", ["9835", "host:", "host:99999", "host:http"])
 def test_parse_listen_rejects(text: str) -> None:
     """Forms without a valid port are refused."""
-    with pytest.raises(ValueError):  # noqa: PT011
+    with pytest.raises(ValueError):
         parse_listen(text)

@@ -43,7 +43,9 @@ def test_energy_rate_matches_mean_power(cluster: SimulatedCluster) -> None:
     r0 = cluster.gpu_readings("gpu-node-00", 0.0)[0]
     r1 = cluster.gpu_readings("gpu-node-00", HOUR)[0]
     rate = ((r1.energy_joules_total or 0) - (r0.energy_joules_total or 0)) / HOUR
-    powers = [cluster.gpu_readings("gpu-node-00", t)[0].power_watts or 0 for t in range(0, 3600, 60)]
+    powers = [
+        cluster.gpu_readings("gpu-node-00", t)[0].power_watts or 0 for t in range(0, 3600, 60)
+    ]
     assert rate == pytest.approx(sum(powers) / len(powers), rel=0.05)
 
 
@@ -92,7 +94,11 @@ def test_hot_rail_and_erroring_port(cluster: SimulatedCluster) -> None:
     """The fine-tune job's rail runs at 97 % of line rate; the planted port counts errors."""
     a = cluster.ib_readings("gpu-node-08", 0.0)[0]
     b = cluster.ib_readings("gpu-node-08", 60.0)[0]
-    share = ((b.transmit_bytes_total or 0) - (a.transmit_bytes_total or 0)) / 60 / (a.rate_bytes_per_second or 1)
+    share = (
+        ((b.transmit_bytes_total or 0) - (a.transmit_bytes_total or 0))
+        / 60
+        / (a.rate_bytes_per_second or 1)
+    )
     assert share == pytest.approx(0.97, abs=0.01)
     assert (b.transmit_wait_total or 0) > (a.transmit_wait_total or 0)
     port = cluster.ib_readings("gpu-node-31", 2 * HOUR)[2]
@@ -129,8 +135,10 @@ def test_mig_node_reports_instances() -> None:
 def test_lost_gpu_fault() -> None:
     """A gpu_lost fault makes that GPU report up=False from its time on."""
     s = Scenario.model_validate(
-        {"nodes": [{"name": "n", "gpus": 2}],
-         "faults": [{"kind": "gpu_lost", "node": "n", "device_index": 1, "at": 100}]}
+        {
+            "nodes": [{"name": "n", "gpus": 2}],
+            "faults": [{"kind": "gpu_lost", "node": "n", "device_index": 1, "at": 100}],
+        }
     )
     c = SimulatedCluster(s)
     assert all(r.up for r in c.gpu_readings("n", 50.0))
@@ -152,6 +160,8 @@ def test_scenario_file_round_trip_and_errors(tmp_path: Path) -> None:
         load_scenario(bad)
     assert "\n" not in str(err.value)
     unknown = tmp_path / "u.yaml"
-    unknown.write_text("nodes:\n  - {name: a}\nworkloads:\n  - {name: w, namespace: n, kind: batch, nodes: [zz]}\n")
+    unknown.write_text(
+        "nodes:\n  - {name: a}\nworkloads:\n  - {name: w, namespace: n, kind: batch, nodes: [zz]}\n"
+    )
     with pytest.raises(ConfigError, match="unknown node zz"):
         load_scenario(unknown)

@@ -7,13 +7,18 @@ from gpuscope.settings import WorkloadRule
 from gpuscope.workload import PodFacts, classify, project_of, workload_kind
 
 
-def pod(labels: dict[str, str] | None = None, owner: str = "", ns: str = "team-a", **kw: object) -> PodFacts:
+def pod(
+    labels: dict[str, str] | None = None, owner: str = "", ns: str = "team-a", **kw: object
+) -> PodFacts:
     return PodFacts(namespace=ns, labels=labels or {}, annotations={}, owner_kind=owner, **kw)  # type: ignore[arg-type]
 
 
 def test_explicit_label_beats_owner() -> None:
     """gpuscope.io/workload-type wins over what the owner would say."""
-    assert workload_kind(pod({"gpuscope.io/workload-type": "interactive"}, "Job")) is WorkloadKind.INTERACTIVE
+    assert (
+        workload_kind(pod({"gpuscope.io/workload-type": "interactive"}, "Job"))
+        is WorkloadKind.INTERACTIVE
+    )
 
 
 @pytest.mark.parametrize(
