@@ -2,31 +2,27 @@
 
 Reads ``<sysfs>/class/infiniband/<device>/ports/<port>/`` on every scrape, so the hot path
 uses only ``os.scandir`` and raw file descriptors (no pathlib, no regex, no text layer), and
-counter files are parsed straight from bytes with ``int()``. Opening, closing and listing
-~45 files per port costs more than reading them, so between scrapes the source keeps
+parses counters straight from bytes with ``int()``. Opening and listing ~45 files per port
+costs more than reading them, so between scrapes the source keeps
 
-* each file open, and re-reads it with ``pread(fd, 4096, 0)``: a sysfs attribute regenerates
-  its value on every read at offset 0 (the documented way to re-read one), and kernfs does
-  not pin a device for its open files (a read of a removed one fails with ``ENODEV``, and
-  the file is then reopened, or dropped if it is gone);
-* the listing of each counter directory, for as long as the directory keeps its inode: the
-  kernel creates a port's counter files once, with the port, and a re-created port has new
-  inodes. A listed file that has gone makes the directory be listed again.
+* each file open and re-reads it with ``pread(fd, 4096, 0)``: sysfs regenerates an
+  attribute on every read at offset 0, and kernfs does not pin a device for its open files
+  (a read of a removed one fails with ``ENODEV``; the file is then reopened or dropped);
+* each counter directory's listing while the directory keeps its inode (the kernel creates
+  a port's counter files once, with the port); a listed file that is gone forces a relist.
 
-The device, ``ports/`` and port directories are listed afresh every scrape, and a file or
-listing the scrape did not use is dropped.
+Devices, ``ports/`` and port directories are listed afresh on every scrape, and whatever a
+scrape did not use is closed.
 
 Why the unit and width handling:
 
 * ``port_xmit_data`` / ``port_rcv_data`` (and their ``_64`` twins) count 4-octet words, as
   the IB PortCounters attribute defines them; they are multiplied by 4 to give bytes.
-* A 32-bit PMA data counter saturates (it sticks at 0xFFFFFFFF rather than wrapping) after
-  well under a second of traffic at 400 Gb/s, so the 64-bit ``counters_ext/*_64`` files
-  (mlx4 and other older drivers) are preferred wherever the device has them. Modern drivers
-  (mlx5) already put 64-bit values in ``counters/``; a value above 2**32-1 proves that.
-  A data counter that has only its ``counters/`` file and reads exactly 0xFFFFFFFF is
-  reported as it is, with ``data_counter_saturated=True``, so dashboards can tell a stuck
-  counter from an idle link.
+* A 32-bit PMA data counter saturates (sticks at 0xFFFFFFFF, no wrap) in under a second at
+  400 Gb/s, so the 64-bit ``counters_ext/*_64`` files (mlx4-style) are preferred wherever
+  the device has them; mlx5 already puts 64-bit values in ``counters/`` (a value above
+  2**32-1 proves it). A data counter with only its ``counters/`` file reading exactly
+  0xFFFFFFFF is reported as it is, with ``data_counter_saturated=True``.
 
 A counter that is missing, unreadable (permission, ``EINVAL`` from the driver, ``EIO``) or
 not an integer (``N/A (no PMA)`` on iWARP devices, an empty file) gives no value at all,
@@ -37,6 +33,7 @@ from __future__ import annotations
 
 import logging
 import os
+import resource
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -49,7 +46,8 @@ logger = logging.getLogger(__name__)
 _U32_MAX = 0xFFFFFFFF
 #: Largest sysfs attribute (one page); a single read returns the whole value.
 _READ_SIZE = 4096
-#: Files kept open between scrapes at most (8 ports need ~360); more are opened per read.
+#: Files kept open between scrapes at most (8 ports need ~360; never over a quarter of the
+#: process's file limit); more are opened and closed on each read.
 _MAX_OPEN_FILES = 1024
 
 #: Error counters in ``counters/``, in the order they appear in a reading's ``errors``.
@@ -87,14 +85,16 @@ _EXT_WANTED = frozenset(
 )
 #: Files of ``hw_counters/`` that are settings, not counters.
 _HW_NOT_COUNTERS = frozenset({"lifespan"})
+#: The counter directories of a port, and which of their files to read.
+_COUNTER_DIRS: tuple[tuple[str, Callable[[str], bool]], ...] = (
+    ("counters", _COUNTERS_WANTED.__contains__),
+    ("counters_ext", _EXT_WANTED.__contains__),
+    ("hw_counters", lambda name: name not in _HW_NOT_COUNTERS),
+)
 #: The files of a counter directory worth reading, as (name, path).
 _Listing = tuple[tuple[str, str], ...]
 #: Counter values by file name; ``None`` when the directory vanished while being read.
 _Counters = dict[str, int] | None
-
-
-def _is_hw_counter(name: str) -> bool:
-    return name not in _HW_NOT_COUNTERS
 
 
 def _after_colon(text: str) -> str:
@@ -138,7 +138,9 @@ def _port_sort_key(reading: IbPortReading) -> tuple[str, int, str]:
 class SysfsIbSource:
     """Reads every InfiniBand port of this node from sysfs (an :class:`IbSource`).
 
-    Holds counter files open between calls to :meth:`read`; :meth:`close` releases them.
+    Holds files open between calls to :meth:`read`; :meth:`close` releases them. Made for
+    sysfs: on a plain file system (tests), a counter file added to a directory already
+    listed is not seen, and a deleted file that is still held open keeps its last value.
     """
 
     def __init__(self, sysfs_root: Path, name: str = "infiniband") -> None:
@@ -146,12 +148,18 @@ class SysfsIbSource:
         self.sysfs_root = sysfs_root
         self._class_dir = os.path.join(os.fspath(sysfs_root), "class", "infiniband")
         self._lock = threading.Lock()
+        soft_limit = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        self._max_open = (
+            _MAX_OPEN_FILES if soft_limit < 0 else min(_MAX_OPEN_FILES, soft_limit // 4)
+        )
         # What the last scrape kept (open files by path; listings by directory path, with
         # the directory's inode), and what the scrape under way is keeping.
         self._fds: dict[str, int] = {}
         self._next_fds: dict[str, int] = {}
         self._listings: dict[str, tuple[int, _Listing]] = {}
         self._next_listings: dict[str, tuple[int, _Listing]] = {}
+        #: Files listed but gone by the time they were opened (a port going away).
+        self._files_gone = 0
 
     def close(self) -> None:
         """Closes the files held open; a later :meth:`read` opens them again."""
@@ -211,13 +219,17 @@ class SysfsIbSource:
             else:
                 self._next_fds[path] = fd
                 return raw
-        fd = os.open(path, os.O_RDONLY)
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except FileNotFoundError:
+            self._files_gone += 1
+            raise
         try:
             raw = os.pread(fd, _READ_SIZE, 0)
         except OSError:  # EINVAL from some drivers, EIO, EISDIR...
             os.close(fd)
             raise
-        if len(self._next_fds) < _MAX_OPEN_FILES:
+        if len(self._next_fds) < self._max_open:
             self._next_fds[path] = fd
         else:
             os.close(fd)
@@ -285,28 +297,27 @@ class SysfsIbSource:
                 "ib port skipped device=%s port=%s reason=%s", device, port, exc.strerror or exc
             )
             return None
-        counters: _Counters = {}
-        ext: _Counters = {}
-        hw: _Counters = {}
-        if "counters" in present:
-            counters = self._read_counters(
-                path + "/counters", present["counters"], _COUNTERS_WANTED.__contains__
-            )
-        if "counters_ext" in present and counters is not None:
-            ext = self._read_counters(
-                path + "/counters_ext", present["counters_ext"], _EXT_WANTED.__contains__
-            )
-        if "hw_counters" in present and counters is not None and ext is not None:
-            hw = self._read_counters(path + "/hw_counters", present["hw_counters"], _is_hw_counter)
-        if counters is None or ext is None or hw is None:
-            logger.debug("ib port skipped device=%s port=%s reason=vanished", device, port)
+        if not present:  # emptied while being listed
             return None
+        files_gone = self._files_gone
+        found: dict[str, dict[str, int]] = {}
+        for subdir, keep in _COUNTER_DIRS:
+            if subdir in present:
+                values = self._read_counters(f"{path}/{subdir}", present[subdir], keep)
+                if values is None:  # vanished after the port was listed
+                    logger.debug("ib port skipped device=%s port=%s reason=vanished", device, port)
+                    return None
+                found[subdir] = values
+        counters, ext, hw = (found.get(subdir, {}) for subdir, _ in _COUNTER_DIRS)
 
         text = self._read_text
         state = _after_colon(text(path + "/state")) if "state" in present else ""
         phys = _after_colon(text(path + "/phys_state")) if "phys_state" in present else ""
         rate = parse_rate(text(path + "/rate")) if "rate" in present else None
         link_layer = text(path + "/link_layer") if "link_layer" in present else ""
+        if self._files_gone != files_gone and not os.path.isdir(path):
+            logger.debug("ib port skipped device=%s port=%s reason=vanished", device, port)
+            return None
         tx_bytes, tx_saturated = _words_to_bytes(ext, counters, "port_xmit_data")
         rx_bytes, rx_saturated = _words_to_bytes(ext, counters, "port_rcv_data")
         return IbPortReading(

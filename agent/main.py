@@ -8,10 +8,10 @@ import sys
 import threading
 from typing import TextIO
 
-from prometheus_client.exposition import generate_latest
 
 from agent.build import build_agent
 from agent.server import AgentHttpServer
+from agent.textformat import generate_text
 from gpuscope.errors import UserError
 from gpuscope.settings import Settings, parse_listen
 
@@ -22,7 +22,7 @@ def run_agent(settings: Settings, *, once: bool = False, out: TextIO = sys.stdou
     collector, registry = build_agent(settings)
     try:
         if once:
-            out.write(generate_latest(registry).decode())
+            out.write(generate_text(registry).decode())
             out.flush()
             return 0
         host, port = parse_listen(settings.agent.listen)

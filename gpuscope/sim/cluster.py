@@ -8,6 +8,7 @@ simulated backend calls). Readings are pure functions of the placement and the t
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from gpuscope.records import (
@@ -329,9 +330,16 @@ class SimulatedCluster:
             **ident,  # type: ignore[arg-type]
         )
 
-    def gpu_workloads(self, node_name: str, t: float) -> list[GpuWorkload]:
-        """Which pod uses which GPU on a node at time t, with what each really uses."""
-        readings = {(r.index, r.mig_instance): r for r in self.gpu_readings(node_name, t)}
+    def gpu_workloads(
+        self, node_name: str, t: float, readings_now: Sequence[GpuReading] | None = None
+    ) -> list[GpuWorkload]:
+        """Which pod uses which GPU on a node at time t, with what each really uses.
+
+        ``readings_now`` are this node's readings at t if the caller has them already.
+        """
+        if readings_now is None:
+            readings_now = self.gpu_readings(node_name, t)
+        readings = {(r.index, r.mig_instance): r for r in readings_now}
         out: list[GpuWorkload] = []
         for pod in self.pods_on(node_name, t):
             for a in pod.assignments:
