@@ -8,7 +8,6 @@ import sys
 import threading
 from typing import TextIO
 
-
 from agent.build import build_agent
 from agent.server import AgentHttpServer
 from agent.textformat import generate_text

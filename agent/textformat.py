@@ -9,11 +9,11 @@ same families (a test holds it to that); OpenMetrics requests still use promethe
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
+from prometheus_client import utils as _pc_utils
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
-from prometheus_client.utils import floatToGoString
 
 _TYPES = {
     "counter": "counter",
@@ -25,6 +25,10 @@ _TYPES = {
     "stateset": "gauge",
     "gaugehistogram": "histogram",
 }
+
+
+#: Go-style float formatting, exactly as prometheus_client writes values.
+_go_float: Callable[[float], str] = _pc_utils.floatToGoString
 
 
 def _esc(value: str) -> str:
@@ -54,9 +58,9 @@ def encode_families(families: Iterable[Metric]) -> bytes:
             if labels:
                 order = keys if labels.keys() == key_set else sorted(labels)
                 body = ",".join([f'{k}="{_esc(labels[k])}"' for k in order])
-                line = f"{s.name}{{{body}}} {floatToGoString(s.value)}"
+                line = f"{s.name}{{{body}}} {_go_float(s.value)}"
             else:
-                line = f"{s.name} {floatToGoString(s.value)}"
+                line = f"{s.name} {_go_float(s.value)}"
             if s.timestamp is not None:
                 line += f" {int(float(s.timestamp) * 1000):d}"
             if s.name == fam.name + "_created":

@@ -24,16 +24,17 @@ import time
 from pathlib import Path
 
 import httpx
-from agent.textformat import generate_text as generate_latest
 from prometheus_client.registry import CollectorRegistry
+
+from agent.textformat import generate_text as generate_latest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from agent.exposition import AgentCollector  # noqa: E402
-from agent.infiniband import SysfsIbSource  # noqa: E402
-from agent.sim import SimAttributor, SimGpuSource, scenario_clock  # noqa: E402
-from bench.sysfs_tree import write_tree  # noqa: E402
-from gpuscope.sim import SimulatedCluster, default_scenario  # noqa: E402
+from agent.exposition import AgentCollector
+from agent.infiniband import SysfsIbSource
+from agent.sim import SimAttributor, SimGpuSource, scenario_clock
+from bench.sysfs_tree import write_tree
+from gpuscope.sim import SimulatedCluster, default_scenario
 
 TICK = os.sysconf("SC_CLK_TCK")
 NODE = "gpu-node-30"  # busy node: 8 GPUs, fractional pods sharing some

@@ -8,7 +8,8 @@ COUNTERS = (
     "excessive_buffer_overrun_errors link_downed link_error_recovery local_link_integrity_errors "
     "multicast_rcv_packets multicast_xmit_packets port_rcv_constraint_errors port_rcv_data "
     "port_rcv_errors port_rcv_packets port_rcv_remote_physical_errors port_rcv_switch_relay_errors "
-    "port_xmit_constraint_errors port_xmit_data port_xmit_discards port_xmit_packets port_xmit_wait "
+    "port_xmit_constraint_errors port_xmit_data port_xmit_discards port_xmit_packets "
+    "port_xmit_wait "
     "symbol_error unicast_rcv_packets unicast_xmit_packets VL15_dropped"
 ).split()
 HW_COUNTERS = (
