@@ -262,11 +262,14 @@ class AgentCollector(Collector):
     def close(self) -> None:
         for guard in self._guards.values():
             guard.shutdown()
-        if self.gpu_source is not None:
+        for source in (self.gpu_source, self.ib_source):
+            close = getattr(source, "close", None)
+            if close is None:
+                continue
             try:
-                self.gpu_source.close()
+                close()
             except Exception as exc:  # closing must not mask the reason we stop
-                log.debug("closing gpu source failed error=%s", exc)
+                log.debug("closing source failed source=%s error=%s", source, exc)
 
 
 def _renamed(res: SourceResult, name: str) -> SourceResult:

@@ -117,12 +117,26 @@ def parse_rate(text: str) -> float | None:
     return gbits * 1e9 / 8
 
 
+def _prefer_64(ext: dict[str, int], counters: dict[str, int], name: str) -> int | None:
+    """The 64-bit counter where the device has a working one, else the ``counters/`` value.
+
+    Some mlx4 firmware creates ``counters_ext`` but never updates it: a 64-bit file reading 0
+    while its 32-bit twin has counted is unsupported, not silence (seen in node_exporter's
+    fixture: packets_64 = 0 beside 6,235,865 packets).
+    """
+    wide = ext.get(name + "_64")
+    narrow = counters.get(name)
+    if wide is None or (wide == 0 and narrow):
+        return narrow
+    return wide
+
+
 def _words_to_bytes(
     ext: dict[str, int], counters: dict[str, int], name: str
 ) -> tuple[int | None, bool]:
     """Bytes of one data counter, preferring the 64-bit file; and whether it is saturated."""
-    words = ext.get(name + "_64")
-    if words is not None:
+    words = _prefer_64(ext, counters, name)
+    if words is not None and name + "_64" in ext and words == ext[name + "_64"]:
         return words * 4, False
     words = counters.get(name)
     if words is None:
@@ -330,10 +344,8 @@ class SysfsIbSource:
             rate_bytes_per_second=rate,
             transmit_bytes_total=tx_bytes,
             receive_bytes_total=rx_bytes,
-            transmit_packets_total=ext.get(
-                "port_xmit_packets_64", counters.get("port_xmit_packets")
-            ),
-            receive_packets_total=ext.get("port_rcv_packets_64", counters.get("port_rcv_packets")),
+            transmit_packets_total=_prefer_64(ext, counters, "port_xmit_packets"),
+            receive_packets_total=_prefer_64(ext, counters, "port_rcv_packets"),
             transmit_wait_total=counters.get("port_xmit_wait"),
             data_counter_saturated=tx_saturated or rx_saturated,
             errors=tuple(

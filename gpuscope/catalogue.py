@@ -198,3 +198,27 @@ def agent_sample_names() -> frozenset[str]:
 def spec(name: str) -> MetricSpec:
     """The spec of a family by name; a ``KeyError`` names a metric that is not catalogued."""
     return AGENT_METRICS_BY_NAME[name]
+
+
+def render_markdown() -> str:
+    """The catalogue as the Markdown table in docs/metrics.md (kept current by a test)."""
+    lines = [
+        "# Metric catalogue (agent)",
+        "",
+        "Generated from `gpuscope/catalogue.py` by `python -m gpuscope.catalogue`; a test fails",
+        "when this file and the catalogue disagree. Every GPU series carries `node`, `gpu`",
+        "(index of the physical GPU), `uuid` and `mig_instance` (empty for a whole GPU; the GPU",
+        "instance id for a MIG device, whose `uuid` is the MIG device's). A value the device",
+        "does not support is absent, never 0.",
+        "",
+        "| metric | type | labels | source | meaning |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    for m in AGENT_METRICS:
+        labels = ", ".join(f"`{lbl}`" for lbl in m.labels)
+        lines.append(f"| `{m.sample_name}` | {m.type} | {labels} | {m.source} | {m.help} |")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    print(render_markdown(), end="")

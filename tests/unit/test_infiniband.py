@@ -106,9 +106,10 @@ def test_node_exporter_mlx4_port1_prefers_64bit_counters(make_source: MakeSource
     assert r.rate_bytes_per_second == 5e9  # "40 Gb/sec (4X QDR)"
     assert r.transmit_bytes_total == 3733440 * 4  # counters_ext/port_xmit_data_64
     assert r.receive_bytes_total == 4631917 * 4  # counters_ext/port_rcv_data_64
-    # The 64-bit packet counters read 0 although counters/ has 6235865 and 6825908347.
-    assert r.transmit_packets_total == 0
-    assert r.receive_packets_total == 0
+    # The 64-bit packet counters read 0 although counters/ has 6235865 and 6825908347: a
+    # 64-bit file that never counted is unsupported, so the 32-bit values are reported.
+    assert r.transmit_packets_total == 6235865
+    assert r.receive_packets_total == 6825908347
     # port_xmit_wait is a saturated 32-bit counter; it is reported as it is, and it is not
     # a data counter, so the saturation flag stays down.
     assert r.transmit_wait_total == 4294967295
@@ -134,7 +135,8 @@ def test_node_exporter_mlx4_port2_missing_counters(make_source: MakeSource) -> N
     assert r.rate_bytes_per_second == 5e9
     assert r.transmit_bytes_total == 3733440 * 4
     assert r.receive_bytes_total == 4631917 * 4  # not 0 from counters/port_rcv_data
-    assert r.transmit_packets_total == 0  # counters_ext/port_xmit_packets_64
+    # counters_ext/port_xmit_packets_64 reads 0 and there is no 32-bit twin: 0 is the value
+    assert r.transmit_packets_total == 0
     assert r.receive_packets_total == 0
     assert r.transmit_wait_total is None  # no counters/port_xmit_wait
     assert dict(r.errors) == {"link_error_recovery": 0, "link_downed": 0}
@@ -552,3 +554,19 @@ def test_satisfies_ib_source_protocol(tmp_path: Path) -> None:
     source: IbSource = SysfsIbSource(tmp_path)
     assert source.name == "infiniband"
     assert SysfsIbSource(tmp_path, name="ib").name == "ib"
+
+
+def test_dead_64bit_counter_falls_back_but_live_one_wins(tmp_path: Path) -> None:
+    """A 64-bit file stuck at 0 beside a counting 32-bit one is ignored; a counting one wins."""
+    from agent.infiniband import SysfsIbSource
+
+    port = tmp_path / "class" / "infiniband" / "mlx4_9" / "ports" / "1"
+    (port / "counters").mkdir(parents=True)
+    (port / "counters_ext").mkdir()
+    (port / "counters" / "port_xmit_packets").write_text("500\n")
+    (port / "counters_ext" / "port_xmit_packets_64").write_text("0\n")
+    (port / "counters" / "port_rcv_packets").write_text("4294967295\n")
+    (port / "counters_ext" / "port_rcv_packets_64").write_text("9000000000\n")
+    (r,) = SysfsIbSource(tmp_path).read()
+    assert r.transmit_packets_total == 500
+    assert r.receive_packets_total == 9000000000

@@ -1,0 +1,85 @@
+"""Contracts that keep the parts honest: docs match the code, manifests match Kubernetes."""
+
+import argparse
+from pathlib import Path
+
+import kubernetes_validate
+import pytest
+import yaml
+from pydantic import BaseModel
+
+from gpuscope.catalogue import render_markdown
+from gpuscope.cli import build_parser
+from gpuscope.settings import Settings
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_metric_doc_is_generated_from_the_catalogue() -> None:
+    """docs/metrics.md is what `python -m gpuscope.catalogue` prints (regenerate it if not)."""
+    assert (REPO / "docs" / "metrics.md").read_text() == render_markdown()
+
+
+def _options(parser: argparse.ArgumentParser) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                out[name] = [
+                    opt
+                    for a in sub._actions
+                    for opt in a.option_strings
+                    if opt.startswith("--") and opt != "--help"
+                ]
+    return out
+
+
+def test_every_cli_command_and_flag_is_documented() -> None:
+    """Each subcommand has a section in docs/cli.md listing every one of its flags."""
+    doc = (REPO / "docs" / "cli.md").read_text()
+    for command, flags in _options(build_parser()).items():
+        assert f"## `gpuscope {command}`" in doc, command
+        section = doc.split(f"## `gpuscope {command}`", 1)[1].split("\n## ", 1)[0]
+        for flag in flags:
+            assert f"`{flag}" in section, f"{command} {flag}"
+
+
+def _keys(model: type[BaseModel], prefix: str = "") -> list[str]:
+    keys = []
+    for name, field in model.model_fields.items():
+        ann = field.annotation
+        if isinstance(ann, type) and issubclass(ann, BaseModel):
+            keys += _keys(ann, f"{prefix}{name}.")
+        else:
+            keys.append(prefix + name)
+    return keys
+
+
+def test_every_setting_is_documented() -> None:
+    """Every settings key appears in docs/configuration.md."""
+    doc = (REPO / "docs" / "configuration.md").read_text()
+    missing = [k for k in _keys(Settings) if f"`{k}`" not in doc]
+    assert missing == []
+
+
+@pytest.mark.parametrize(
+    "path", sorted((REPO / "deploy").rglob("*.yaml")), ids=lambda p: str(p.relative_to(REPO))
+)
+def test_manifests_validate_against_kubernetes_schemas(path: Path) -> None:
+    """Every manifest in deploy/ is valid for Kubernetes 1.30 in strict mode (no unknown fields)."""
+    docs = [d for d in yaml.safe_load_all(path.read_text()) if d]
+    assert docs
+    for doc in docs:
+        kubernetes_validate.validate(doc, "1.30", strict=True)
+
+
+def test_readme_opens_with_the_two_commands() -> None:
+    """The README's first commands set up and run the demo, and set up and run every test; CI runs the latter."""
+    readme = (REPO / "README.md").read_text()
+    block = readme.split("```", 2)[1]
+    commands = [
+        line for line in block.splitlines()[1:] if line.strip() and not line.startswith("#")
+    ]
+    assert commands[0].startswith("./scripts/demo")
+    assert commands[1].startswith("./scripts/test")
+    assert (REPO / ".ci" / "run").read_text().strip().splitlines()[-1] == "./scripts/test"
