@@ -28,41 +28,10 @@ from agent.sources import GpuSource, IbSource, WorkloadAttributor
 from gpuscope import __version__
 from gpuscope.catalogue import AGENT_METRICS, MetricSpec
 from gpuscope.records import GpuReading, GpuWorkload, IbPortReading
+from gpuscope.series import node_series
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
-
-#: (metric name, GpuReading attribute) for the plain per-GPU series.
-_GPU_VALUES: tuple[tuple[str, str], ...] = (
-    ("gpuscope_gpu_utilization_ratio", "utilization_ratio"),
-    ("gpuscope_gpu_memory_utilization_ratio", "memory_utilization_ratio"),
-    ("gpuscope_gpu_memory_used_bytes", "memory_used_bytes"),
-    ("gpuscope_gpu_memory_total_bytes", "memory_total_bytes"),
-    ("gpuscope_gpu_power_watts", "power_watts"),
-    ("gpuscope_gpu_temperature_celsius", "temperature_celsius"),
-    ("gpuscope_gpu_energy_joules", "energy_joules_total"),
-    ("gpuscope_gpu_sm_clock_hertz", "sm_clock_hz"),
-    ("gpuscope_gpu_memory_clock_hertz", "memory_clock_hz"),
-    ("gpuscope_gpu_sm_active_ratio", "sm_active_ratio"),
-    ("gpuscope_gpu_tensor_active_ratio", "tensor_active_ratio"),
-    ("gpuscope_gpu_dram_active_ratio", "dram_active_ratio"),
-)
-_GPU_LABELLED: tuple[tuple[str, str, str], ...] = (
-    ("gpuscope_gpu_ecc_errors", "corrected", "ecc_corrected_total"),
-    ("gpuscope_gpu_ecc_errors", "uncorrected", "ecc_uncorrected_total"),
-    ("gpuscope_gpu_nvlink_bytes", "tx", "nvlink_tx_bytes_total"),
-    ("gpuscope_gpu_nvlink_bytes", "rx", "nvlink_rx_bytes_total"),
-    ("gpuscope_gpu_pcie_bytes", "tx", "pcie_tx_bytes_total"),
-    ("gpuscope_gpu_pcie_bytes", "rx", "pcie_rx_bytes_total"),
-)
-_IB_VALUES: tuple[tuple[str, str], ...] = (
-    ("gpuscope_ib_transmit_bytes", "transmit_bytes_total"),
-    ("gpuscope_ib_receive_bytes", "receive_bytes_total"),
-    ("gpuscope_ib_transmit_packets", "transmit_packets_total"),
-    ("gpuscope_ib_receive_packets", "receive_packets_total"),
-    ("gpuscope_ib_transmit_wait", "transmit_wait_total"),
-    ("gpuscope_ib_port_rate_bytes_per_second", "rate_bytes_per_second"),
-)
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,12 +146,8 @@ class AgentCollector(Collector):
         self.last_results = tuple(results)
         fams = {spec.name: _family(spec) for spec in AGENT_METRICS}
         node = self.node
-        for g in gpus:
-            self._add_gpu(fams, node, g)
-        for w in workloads:
-            self._add_workload(fams, node, w, gpus)
-        for p in ports:
-            self._add_port(fams, node, p)
+        for name, labels, value in node_series(node, gpus, workloads, ports):
+            fams[name].add_metric(labels, value)
         up = fams["gpuscope_agent_source_up"]
         took = fams["gpuscope_agent_collect_seconds"]
         for r in results:
@@ -193,71 +158,6 @@ class AgentCollector(Collector):
         for fam in fams.values():
             if fam.samples:
                 yield fam
-
-    @staticmethod
-    def _add_gpu(fams: dict[str, _Fam], node: str, g: GpuReading) -> None:
-        labels = [node, str(g.index), g.uuid, g.mig_instance]
-        fams["gpuscope_gpu_info"].add_metric(
-            [
-                *labels,
-                g.model,
-                g.driver_version,
-                g.pci_bus_id,
-                g.mig_mode,
-                g.mig_profile,
-                g.parent_uuid,
-            ],
-            1.0,
-        )
-        fams["gpuscope_gpu_up"].add_metric(labels, 1.0 if g.up else 0.0)
-        if not g.up:
-            return
-        for name, attr in _GPU_VALUES:
-            value = getattr(g, attr)
-            if value is not None:
-                fams[name].add_metric(labels, float(value))
-        for name, label, attr in _GPU_LABELLED:
-            value = getattr(g, attr)
-            if value is not None:
-                fams[name].add_metric([*labels, label], float(value))
-
-    @staticmethod
-    def _add_workload(
-        fams: dict[str, _Fam], node: str, w: GpuWorkload, gpus: Sequence[GpuReading]
-    ) -> None:
-        gpu = next((g for g in gpus if g.uuid == w.gpu_uuid), None)
-        if gpu is None:
-            return
-        labels = [node, str(gpu.index), gpu.uuid, gpu.mig_instance, w.namespace, w.pod, w.container]
-        fams["gpuscope_gpu_workload_info"].add_metric(
-            [*labels, w.workload_kind.value, "true" if w.interactive else "false", w.project], 1.0
-        )
-        if w.memory_used_bytes is not None:
-            fams["gpuscope_gpu_workload_memory_used_bytes"].add_metric(
-                labels, float(w.memory_used_bytes)
-            )
-        if w.utilization_ratio is not None:
-            fams["gpuscope_gpu_workload_utilization_ratio"].add_metric(labels, w.utilization_ratio)
-
-    @staticmethod
-    def _add_port(fams: dict[str, _Fam], node: str, p: IbPortReading) -> None:
-        labels = [node, p.device, p.port]
-        fams["gpuscope_ib_port_info"].add_metric(
-            [*labels, p.link_layer, p.state, p.phys_state], 1.0
-        )
-        for name, attr in _IB_VALUES:
-            value = getattr(p, attr)
-            if value is not None:
-                fams[name].add_metric(labels, float(value))
-        if p.up is not None:
-            fams["gpuscope_ib_port_up"].add_metric(labels, 1.0 if p.up else 0.0)
-        fams["gpuscope_ib_data_counter_saturated"].add_metric(
-            labels, 1.0 if p.data_counter_saturated else 0.0
-        )
-        for kind, value in p.errors:
-            fams["gpuscope_ib_errors"].add_metric([*labels, kind], float(value))
-        for counter, value in p.hw_counters:
-            fams["gpuscope_ib_hw_counter"].add_metric([*labels, counter], float(value))
 
     def close(self) -> None:
         for guard in self._guards.values():
