@@ -78,6 +78,41 @@ def build_parser() -> argparse.ArgumentParser:
     agent.add_argument("--once", action="store_true", help="print one exposition and exit")
     _add_logging(agent)
 
+    col = sub.add_parser(
+        "collector", help="scrape agents into DuckDB, sync inventory, serve the API"
+    )
+    col.add_argument("--config", type=Path, help="YAML settings file (also $GPUSCOPE_CONFIG)")
+    col.add_argument(
+        "--db", type=Path, metavar="PATH", help="DuckDB file (default gpuscope.duckdb)"
+    )
+    col.add_argument("--listen", metavar="HOST:PORT", help="API address (default 127.0.0.1:8080)")
+    col.add_argument(
+        "--target", action="append", metavar="URL", help="agent /metrics URL to scrape (repeatable)"
+    )
+    col.add_argument(
+        "--dcgm-exporter",
+        action="append",
+        metavar="URL",
+        help="dcgm-exporter /metrics URL to scrape and translate (repeatable)",
+    )
+    col.add_argument(
+        "--prometheus-url",
+        metavar="URL",
+        help="ingest from this Prometheus-compatible query API instead of scraping",
+    )
+    col.add_argument(
+        "--scrape-interval",
+        type=float,
+        metavar="SECONDS",
+        help="seconds between scrapes (default 15)",
+    )
+    col.add_argument(
+        "--kubernetes",
+        metavar="auto|none|URL",
+        help="Kubernetes API for inventory and discovery (default auto)",
+    )
+    _add_logging(col)
+
     demo = sub.add_parser("demo", help="run the whole pipeline on a simulated cluster")
     demo.add_argument("--out", type=Path, metavar="DIR", help="output folder (default: a new one)")
     demo.add_argument("--nodes", type=int, default=32, help="simulated nodes (default 32)")
@@ -103,13 +138,30 @@ def _cmd_agent(args: argparse.Namespace) -> int:
     return run_agent(settings, once=args.once)
 
 
+def _cmd_collector(args: argparse.Namespace) -> int:
+    from collector.service import run_collector
+
+    targets = [{"url": u, "kind": "agent"} for u in args.target or []]
+    targets += [{"url": u, "kind": "dcgm-exporter"} for u in args.dcgm_exporter or []]
+    flags = {
+        "db": args.db,
+        "listen": args.listen,
+        "targets": targets or None,
+        "prometheus_url": args.prometheus_url,
+        "scrape_interval_seconds": args.scrape_interval,
+        "kubernetes": args.kubernetes,
+    }
+    settings = load_settings(args.config, overrides={"collector": flags})
+    return run_collector(settings)
+
+
 def _cmd_demo(args: argparse.Namespace) -> int:
     from gpuscope.demo import run_demo
 
     return run_demo(out=args.out, nodes=args.nodes, serve=args.serve)
 
 
-_COMMANDS = {"agent": _cmd_agent, "demo": _cmd_demo}
+_COMMANDS = {"agent": _cmd_agent, "collector": _cmd_collector, "demo": _cmd_demo}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

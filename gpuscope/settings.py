@@ -87,8 +87,97 @@ class AgentSettings(_Section):
         return value
 
 
+class TargetSettings(_Section):
+    """One static scrape target."""
+
+    url: str
+    kind: Literal["agent", "dcgm-exporter"] = "agent"
+    #: For a dcgm-exporter whose series carry no Hostname label: the node it runs on.
+    node: str = ""
+
+    @field_validator("url")
+    @classmethod
+    def _check_url(cls, value: str) -> str:
+        if not value.startswith(("http://", "https://")):
+            raise ValueError(f"expected an http(s) URL, got {value!r}")
+        return value
+
+
+class DiscoverySettings(_Section):
+    """Find agent pods through the Kubernetes API: a Service's endpoints, or pods by label."""
+
+    enabled: bool = False
+    namespace: str = "gpuscope"
+    service: str = "gpuscope-agent"
+    #: Used instead of the Service when set, e.g. ``app.kubernetes.io/component=agent``.
+    pod_label_selector: str = ""
+    port: int = Field(default=9835, ge=1, le=65535)
+    path: str = "/metrics"
+
+
+class ProjectSettings(_Section):
+    """A project's guaranteed GPUs, as the site's config states them."""
+
+    name: str
+    guaranteed_gpus: float = Field(ge=0)
+    namespaces: list[str] = Field(default_factory=list)
+
+
+class CollectorSettings(_Section):
+    db: Path = Path("gpuscope.duckdb")
+    listen: str = "127.0.0.1:8080"
+    targets: list[TargetSettings] = Field(default_factory=list)
+    discovery: DiscoverySettings = Field(default_factory=DiscoverySettings)
+    scrape_interval_seconds: float = Field(default=15.0, gt=0)
+    scrape_timeout_seconds: float = Field(default=10.0, gt=0)
+    #: A target exporting more series than this is cut off there (and the cut reported).
+    max_series_per_target: int = Field(default=200_000, gt=0)
+    max_label_value_bytes: int = Field(default=4096, gt=0)
+    #: Ingest from this Prometheus-compatible query API instead of scraping (DESIGN.md, Scale).
+    prometheus_url: str = ""
+    #: Kubernetes API access: ``auto`` (in-cluster, else kubeconfig, else none), ``none``,
+    #: or an explicit API server URL (tests, proxies).
+    kubernetes: str = "auto"
+    inventory_interval_seconds: float = Field(default=60.0, gt=0)
+    raw_retention_days: float = Field(default=14.0, gt=0)
+    rollup_5m_retention_days: float = Field(default=90.0, gt=0)
+    rollup_1h_retention_days: float = Field(default=730.0, gt=0)
+    #: Closed days are exported here as day-partitioned Parquet when set.
+    parquet_dir: Path | None = None
+    #: Bearer token for endpoints that change anything: given here, or read from a file or
+    #: an environment variable (preferred: a secret never sits in the config file).
+    api_token: str = ""
+    api_token_file: Path | None = None
+    api_token_env: str = ""
+    #: Whether read endpoints need the token too.
+    read_requires_token: bool = False
+    projects: list[ProjectSettings] = Field(default_factory=list)
+
+    @field_validator("listen")
+    @classmethod
+    def _check_listen(cls, value: str) -> str:
+        parse_listen(value)
+        return value
+
+    def resolve_api_token(self, env: Mapping[str, str] | None = None) -> str:
+        """The token from the setting, the file or the environment variable, in that order."""
+        if self.api_token:
+            return self.api_token
+        if self.api_token_file is not None:
+            try:
+                return self.api_token_file.read_text(encoding="utf-8").strip()
+            except OSError as exc:
+                raise ConfigError(
+                    f"collector.api_token_file {self.api_token_file}: {exc.strerror}"
+                ) from None
+        if self.api_token_env:
+            return (os.environ if env is None else env).get(self.api_token_env, "")
+        return ""
+
+
 class Settings(_Section):
     agent: AgentSettings = Field(default_factory=AgentSettings)
+    collector: CollectorSettings = Field(default_factory=CollectorSettings)
     workloads: WorkloadSettings = Field(default_factory=WorkloadSettings)
 
 

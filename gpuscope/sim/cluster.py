@@ -181,15 +181,16 @@ class SimulatedCluster:
     def remove_pod(self, namespace: str, name: str, t: float) -> bool:
         """End a pod at time t (deleted, evicted or stopped); False if there is none."""
         for pod in self.pods:
-            if pod.namespace == namespace and pod.name == name and self._alive(pod, t):
+            if pod.namespace == namespace and pod.name == name and self.is_alive(pod, t):
                 self._removed[pod.uid] = t
                 return True
         return False
 
     def pods_on(self, node: str, t: float) -> list[SimPod]:
-        return [p for p in self._by_node.get(node, ()) if self._alive(p, t)]
+        return [p for p in self._by_node.get(node, ()) if self.is_alive(p, t)]
 
-    def _alive(self, pod: SimPod, t: float) -> bool:
+    def is_alive(self, pod: SimPod, t: float) -> bool:
+        """Whether the pod runs at t: started, not ended, not removed by an action."""
         removed = self._removed.get(pod.uid)
         return pod.alive(t) and (removed is None or t < removed)
 

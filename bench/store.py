@@ -1,0 +1,202 @@
+"""Benchmark: the collector store's ingest throughput and bytes on disk per sample.
+
+Generates realistic per-GPU series (12 metrics a GPU: five ratios with 4 decimals of noise,
+memory bytes mostly constant, clocks that step, temperature in whole degrees, power in mW,
+an energy counter that grows by power x interval) and appends them through
+:meth:`collector.store.Store.append_scrape` exactly as the collector does: one columnar batch
+per scrape tick, one transaction per batch.
+
+Measures
+- ingest: samples/s from columnar batches to committed rows, at 1,000 and 10,000 GPUs'
+  worth of series per batch (steady state: every series already known);
+- bytes per sample: a run of ``--gpus`` GPUs over ``--hours`` at a 15 s interval, file size
+  after CHECKPOINT divided by samples; then the same rows copied to fresh files in
+  insertion order and sorted by (series_id, ts) (what a compaction of closed hours would
+  give), to compare the layouts.
+
+Run: .venv/bin/python bench/store.py [--gpus 1000] [--hours 24] [--jitter-ms 40]
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import random
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import duckdb
+
+from collector.batch import Batch
+from collector.store import Store
+
+INTERVAL_MS = 15_000
+GIB = 1 << 30
+MIB = 1 << 20
+METRICS = (
+    "gpuscope_gpu_utilization_ratio",
+    "gpuscope_gpu_memory_utilization_ratio",
+    "gpuscope_gpu_sm_active_ratio",
+    "gpuscope_gpu_tensor_active_ratio",
+    "gpuscope_gpu_dram_active_ratio",
+    "gpuscope_gpu_memory_used_bytes",
+    "gpuscope_gpu_memory_total_bytes",
+    "gpuscope_gpu_power_watts",
+    "gpuscope_gpu_temperature_celsius",
+    "gpuscope_gpu_energy_joules_total",
+    "gpuscope_gpu_sm_clock_hertz",
+    "gpuscope_gpu_memory_clock_hertz",
+)
+TYPES = {m: "gauge" for m in METRICS} | {"gpuscope_gpu_energy_joules": "counter"}
+
+
+class Cluster:
+    """``gpus`` GPUs, 8 a node; 60 % busy (noisy ratios near a slowly drifting level)."""
+
+    def __init__(self, gpus: int, seed: int = 7) -> None:
+        self.rng = random.Random(seed)
+        self.n = gpus
+        self.busy = [self.rng.random() < 0.6 for _ in range(gpus)]
+        self.level = [self.rng.uniform(0.4, 0.95) if b else 0.0 for b in self.busy]
+        self.mem = [self.rng.randint(20, 75) * GIB + self.rng.randint(0, 1023) * MIB if b
+                    else 512 * MIB for b in self.busy]  # fmt: skip
+        self.energy = [self.rng.uniform(1e6, 1e9) for _ in range(gpus)]
+        labels = []
+        for g in range(gpus):
+            node, index = f"gpu-node-{g // 8:04d}", str(g % 8)
+            labels.append((("gpu", index), ("mig_instance", ""), ("node", node),
+                           ("uuid", f"GPU-{g:08x}-0000-0000-0000-000000000000")))  # fmt: skip
+        # Metric-major, as an exposition groups a family's series together.
+        self.names = [m for m in METRICS for _ in range(gpus)]
+        self.labels = [lab for _ in METRICS for lab in labels]
+
+    def tick(self) -> list[float]:
+        rng, n = self.rng, self.n
+        ratios: list[list[float]] = [[] for _ in range(5)]
+        mem, power, temp, energy, clock = [], [], [], [], []
+        for g in range(n):
+            if self.busy[g]:
+                if rng.random() < 0.01:
+                    self.level[g] = min(0.99, max(0.2, self.level[g] + rng.gauss(0, 0.1)))
+                lv = self.level[g]
+                for k, scale in enumerate((1.0, 0.6, 0.9, 0.5, 0.55)):
+                    ratios[k].append(round(min(1.0, max(0.0, lv * scale + rng.gauss(0, 0.02))), 4))
+                if rng.random() < 0.002:
+                    self.mem[g] = rng.randint(20, 75) * GIB + rng.randint(0, 1023) * MIB
+                p = round(250 + 400 * lv + rng.gauss(0, 15), 3)
+                t = float(round(45 + 35 * lv + rng.gauss(0, 1)))
+                c = 1755e6 if rng.random() < 0.05 else 1980e6
+            else:
+                for k in range(5):
+                    ratios[k].append(0.0)
+                p, t, c = (
+                    round(68 + rng.gauss(0, 1.5), 3),
+                    float(round(33 + rng.gauss(0, 0.7))),
+                    345e6,
+                )
+            mem.append(float(self.mem[g]))
+            power.append(p)
+            temp.append(t)
+            self.energy[g] = round(self.energy[g] + p * 15 + rng.gauss(0, 5), 3)
+            energy.append(self.energy[g])
+            clock.append(c)
+        total = [80.0 * GIB] * n
+        memclock = [2619e6] * n
+        return [*ratios[0], *ratios[1], *ratios[2], *ratios[3], *ratios[4], *mem, *total,
+                *power, *temp, *energy, *clock, *memclock]  # fmt: skip
+
+
+def throughput(gpus: int, batches: int, workdir: Path) -> float:
+    """Samples/s of steady-state append_scrape calls (values pre-generated, not timed)."""
+    cluster = Cluster(gpus)
+    ticks = [cluster.tick() for _ in range(min(batches, 4))]
+    path = workdir / f"tp-{gpus}.duckdb"
+    with Store.open(path) as store:
+        t0 = 1_750_000_000_000
+        store.append_scrape(Batch("bench", t0, cluster.names, cluster.labels, ticks[0], TYPES))
+        start = time.perf_counter()
+        for i in range(1, batches + 1):
+            batch = Batch("bench", t0 + i * INTERVAL_MS, cluster.names, cluster.labels,
+                          ticks[i % len(ticks)], TYPES)  # fmt: skip
+            store.append_scrape(batch)
+        elapsed = time.perf_counter() - start
+    return batches * len(cluster.names) / elapsed
+
+
+def copy_size(src: Path, dst: Path, order: str) -> int:
+    """File size of the store's tables copied to a fresh file with samples in ``order``."""
+    con = duckdb.connect(str(dst))
+    con.execute("ATTACH ? AS src (READ_ONLY)", [str(src)])
+    con.execute("CREATE TABLE series AS SELECT * FROM src.series")
+    con.execute(f"CREATE TABLE samples AS SELECT * FROM src.samples ORDER BY {order}")
+    con.execute("DETACH src")
+    con.execute("CHECKPOINT")
+    con.close()
+    return dst.stat().st_size
+
+
+def density(gpus: int, hours: float, jitter_ms: int, workdir: Path) -> dict[str, float]:
+    cluster = Cluster(gpus)
+    rng = random.Random(1)
+    ticks = int(hours * 3600_000 / INTERVAL_MS)
+    path = workdir / "density.duckdb"
+    t0 = 1_750_032_000_000
+    gen = ingest = 0.0
+    with Store.open(path) as store:
+        for i in range(ticks):
+            a = time.perf_counter()
+            values = cluster.tick()
+            ts = t0 + i * INTERVAL_MS + rng.randint(-jitter_ms, jitter_ms)
+            b = time.perf_counter()
+            store.append_scrape(Batch("bench", ts, cluster.names, cluster.labels, values, TYPES))
+            ingest += time.perf_counter() - b
+            gen += b - a
+            if i % 240 == 239:
+                print(f"  {(i + 1) / 240:.0f} h ingested", file=sys.stderr)
+        store.checkpoint()
+        samples = store.samples_stored()
+    size = path.stat().st_size
+    insertion = copy_size(path, workdir / "copy-insertion.duckdb", "rowid")
+    by_series = copy_size(path, workdir / "copy-sorted.duckdb", "series_id, ts")
+    return {
+        "samples": samples,
+        "ingest_samples_per_s": samples / ingest,
+        "generate_s": gen,
+        "bytes_per_sample_live_file": size / samples,
+        "bytes_per_sample_copy_insertion_order": insertion / samples,
+        "bytes_per_sample_copy_sorted_series_ts": by_series / samples,
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--gpus", type=int, default=1000, help="GPUs for the bytes/sample run")
+    ap.add_argument("--hours", type=float, default=24.0)
+    ap.add_argument("--jitter-ms", type=int, default=40, help="scrape timestamp jitter")
+    ap.add_argument("--batches", type=int, default=40, help="batches per throughput run")
+    ap.add_argument("--skip-density", action="store_true")
+    args = ap.parse_args()
+    print(f"duckdb {duckdb.__version__}, {os.cpu_count()} CPUs")
+    with tempfile.TemporaryDirectory(prefix="gpuscope-bench-") as tmp:
+        work = Path(tmp)
+        for gpus in (1000, 10_000):
+            rate = throughput(gpus, max(4, args.batches * 1000 // gpus), work)
+            print(f"ingest, {gpus} GPUs ({gpus * 12} samples) per batch: {rate:,.0f} samples/s")
+        if not args.skip_density:
+            res = density(args.gpus, args.hours, args.jitter_ms, work)
+            print(f"density, {args.gpus} GPUs x 12 metrics x {args.hours:g} h at 15 s:")
+            for key, value in res.items():
+                print(f"  {key}: {value:,.3f}" if not math.isclose(value, round(value))
+                      else f"  {key}: {value:,.0f}")  # fmt: skip
+            ref = 3.2
+            live = res["bytes_per_sample_live_file"]
+            print(f"  vs Prometheus TSDB ~{ref} B/sample: {live / ref:.2f}x (goal <= 0.85x)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,113 @@
+"""Named SQL of the HTTP API. Parameters are bound ($name); only fixed fragments chosen from
+the tables below (never user input) complete a template."""
+
+from __future__ import annotations
+
+GPU_UTIL = "gpuscope_gpu_utilization_ratio"
+WORKLOAD_UTIL = "gpuscope_gpu_workload_utilization_ratio"
+
+#: level -> (metric, key expression over `series AS s`, extra CTE for the key, filter)
+_LEVELS: dict[str, tuple[str, str]] = {
+    "cluster": (GPU_UTIL, "'cluster'"),
+    "node": (GPU_UTIL, "s.node"),
+    "gpu": (
+        GPU_UTIL,
+        "s.node || '/' || s.gpu || CASE WHEN s.mig_instance <> '' "
+        "THEN '/mig' || s.mig_instance ELSE '' END",
+    ),
+    "namespace": (WORKLOAD_UTIL, "s.namespace"),
+    "project": (WORKLOAD_UTIL, "coalesce(p.project, s.namespace)"),
+    "workload": (WORKLOAD_UTIL, "s.namespace || '/' || s.pod"),
+}
+
+_UTILIZATION = """
+WITH projects AS (
+    SELECT DISTINCT namespace, pod, labels['project'] AS project
+    FROM series WHERE metric = 'gpuscope_gpu_workload_info'
+),
+picked AS (
+    SELECT s.series_id, {key} AS key
+    FROM series AS s LEFT JOIN projects AS p USING (namespace, pod)
+    WHERE s.metric = '{metric}'
+      AND ($node IS NULL OR s.node = $node)
+      AND ($namespace IS NULL OR s.namespace = $namespace)
+      AND ($project IS NULL OR coalesce(p.project, s.namespace) = $project)
+      AND s.last_seen >= $start
+),
+page AS (
+    SELECT DISTINCT key FROM picked ORDER BY key LIMIT $limit OFFSET $offset
+),
+binned AS (
+    SELECT pk.key,
+           time_bucket(to_seconds($step), x.ts, TIMESTAMP '1970-01-01') AS bucket,
+           avg(x.value) AS value,
+           count(DISTINCT x.series_id) AS series
+    FROM samples AS x
+    JOIN picked AS pk USING (series_id)
+    JOIN page USING (key)
+    WHERE x.ts >= $start AND x.ts < $end
+    GROUP BY ALL
+)
+SELECT key, bucket, value, series FROM binned ORDER BY key, bucket
+"""
+
+_UTILIZATION_KEYS = """
+WITH projects AS (
+    SELECT DISTINCT namespace, pod, labels['project'] AS project
+    FROM series WHERE metric = 'gpuscope_gpu_workload_info'
+)
+SELECT count(DISTINCT {key})
+FROM series AS s LEFT JOIN projects AS p USING (namespace, pod)
+WHERE s.metric = '{metric}'
+  AND ($node IS NULL OR s.node = $node)
+  AND ($namespace IS NULL OR s.namespace = $namespace)
+  AND ($project IS NULL OR coalesce(p.project, s.namespace) = $project)
+  AND s.last_seen >= $start
+"""
+
+UTILIZATION: dict[str, str] = {
+    level: _UTILIZATION.format(key=key, metric=metric) for level, (metric, key) in _LEVELS.items()
+}
+UTILIZATION_KEYS: dict[str, str] = {
+    level: _UTILIZATION_KEYS.format(key=key, metric=metric)
+    for level, (metric, key) in _LEVELS.items()
+}
+
+INVENTORY = {
+    "nodes": "SELECT key, record, valid_from FROM inventory_nodes WHERE valid_to IS NULL "
+    "ORDER BY key LIMIT $limit OFFSET $offset",
+    "pods": "SELECT key, record, valid_from FROM inventory_pods WHERE valid_to IS NULL "
+    "ORDER BY key LIMIT $limit OFFSET $offset",
+    "quotas": "SELECT key, record, valid_from FROM quotas WHERE valid_to IS NULL "
+    "ORDER BY key LIMIT $limit OFFSET $offset",
+}
+INVENTORY_COUNT = {
+    "nodes": "SELECT count(*) FROM inventory_nodes WHERE valid_to IS NULL",
+    "pods": "SELECT count(*) FROM inventory_pods WHERE valid_to IS NULL",
+    "quotas": "SELECT count(*) FROM quotas WHERE valid_to IS NULL",
+}
+
+FINDINGS = """
+SELECT id, kind, severity, subject, since, observed_at, evidence, recommendation, resolved_at
+FROM findings
+WHERE ($kind IS NULL OR kind = $kind)
+  AND ($severity IS NULL OR severity = $severity)
+  AND ($open_only = false OR resolved_at IS NULL)
+  AND ($with_recommendation = false OR recommendation IS NOT NULL)
+ORDER BY observed_at DESC, id
+LIMIT $limit OFFSET $offset
+"""
+FINDINGS_COUNT = """
+SELECT count(*) FROM findings
+WHERE ($kind IS NULL OR kind = $kind)
+  AND ($severity IS NULL OR severity = $severity)
+  AND ($open_only = false OR resolved_at IS NULL)
+  AND ($with_recommendation = false OR recommendation IS NOT NULL)
+"""
+ACTIONS = """
+SELECT id, ts, kind, finding_id, dry_run, result, record FROM actions
+WHERE ($kind IS NULL OR kind = $kind)
+ORDER BY ts DESC, id LIMIT $limit OFFSET $offset
+"""
+ACTIONS_COUNT = "SELECT count(*) FROM actions WHERE ($kind IS NULL OR kind = $kind)"
+SERIES_COUNT = "SELECT count(*) FROM series"

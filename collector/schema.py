@@ -1,0 +1,114 @@
+"""The store's schema as numbered migrations; docs/storage.md explains each table.
+
+A migration is a list of SQL statements. The store runs the pending ones at start-up in one
+transaction and records the version reached in ``meta``; a database whose version is newer
+than :data:`LATEST_VERSION` is refused. Never edit a released migration: add the next one.
+
+Times are ``TIMESTAMP`` in UTC. JSON columns hold records of the shapes in DESIGN.md.
+"""
+
+from __future__ import annotations
+
+#: v1: every table the collector writes and the analytics read.
+MIGRATION_1_TABLES: tuple[str, ...] = (
+    # Key/value facts about the database: schema_version, samples_stored, roll-up watermarks.
+    "CREATE TABLE meta (key VARCHAR PRIMARY KEY, value VARCHAR NOT NULL)",
+    # One row per series (metric + label set); samples refer to it by a 4-byte id.
+    # The labels the analytics join on are columns (NULL: the series has no such label);
+    # every other label is in `labels`. `last_raw` is the last value as scraped, which the
+    # store needs to turn the next counter sample into an increase (and a cheap "now" value).
+    """CREATE TABLE series (
+        series_id UINTEGER PRIMARY KEY,
+        metric VARCHAR NOT NULL,
+        kind VARCHAR NOT NULL,
+        node VARCHAR, gpu VARCHAR, uuid VARCHAR, mig_instance VARCHAR,
+        device VARCHAR, port VARCHAR,
+        namespace VARCHAR, pod VARCHAR, container VARCHAR,
+        labels MAP(VARCHAR, VARCHAR) NOT NULL,
+        first_seen TIMESTAMP NOT NULL,
+        last_seen TIMESTAMP NOT NULL,
+        last_raw DOUBLE
+    )""",
+    # Raw samples, narrow and index-free: a gauge's value, or a counter's increase since
+    # the previous sample of its series (never negative; a reset counts the new value).
+    """CREATE TABLE samples (
+        series_id UINTEGER NOT NULL,
+        ts TIMESTAMP NOT NULL,
+        value DOUBLE NOT NULL
+    )""",
+    # Target health: one row per scrape attempt.
+    """CREATE TABLE scrapes (
+        target VARCHAR NOT NULL,
+        ts TIMESTAMP NOT NULL,
+        up BOOLEAN NOT NULL,
+        duration_s DOUBLE,
+        samples UINTEGER NOT NULL,
+        error VARCHAR
+    )""",
+    # Who held which GPU when, from gpuscope_gpu_workload_info presence; end_ts is NULL
+    # while open, else the first scrape of the same target that no longer showed it.
+    """CREATE TABLE workload_intervals (
+        namespace VARCHAR NOT NULL, pod VARCHAR NOT NULL, container VARCHAR NOT NULL,
+        node VARCHAR NOT NULL, gpu VARCHAR NOT NULL, gpu_uuid VARCHAR NOT NULL,
+        kind VARCHAR, project VARCHAR, interactive BOOLEAN,
+        target VARCHAR NOT NULL,
+        start_ts TIMESTAMP NOT NULL, last_seen TIMESTAMP NOT NULL, end_ts TIMESTAMP
+    )""",
+    # Kubernetes inventory as history: one row per version of an object, valid_to NULL
+    # for the current one. `key` is the node name, namespace/pod, or project.
+    """CREATE TABLE inventory_nodes (
+        key VARCHAR NOT NULL, record JSON NOT NULL,
+        valid_from TIMESTAMP NOT NULL, valid_to TIMESTAMP
+    )""",
+    """CREATE TABLE inventory_pods (
+        key VARCHAR NOT NULL, record JSON NOT NULL,
+        valid_from TIMESTAMP NOT NULL, valid_to TIMESTAMP
+    )""",
+    """CREATE TABLE quotas (
+        key VARCHAR NOT NULL, record JSON NOT NULL,
+        valid_from TIMESTAMP NOT NULL, valid_to TIMESTAMP
+    )""",
+    # Findings (DESIGN.md shape): one row per occurrence; resolved_at NULL while open.
+    """CREATE TABLE findings (
+        id VARCHAR NOT NULL, kind VARCHAR NOT NULL, severity VARCHAR NOT NULL,
+        subject JSON NOT NULL, since TIMESTAMP, observed_at TIMESTAMP NOT NULL,
+        evidence JSON, recommendation JSON, resolved_at TIMESTAMP
+    )""",
+    # The audit log of actions, planned (dry run) or carried out; append-only.
+    """CREATE TABLE actions (
+        id VARCHAR NOT NULL, ts TIMESTAMP NOT NULL, kind VARCHAR NOT NULL,
+        finding_id VARCHAR, dry_run BOOLEAN NOT NULL, result VARCHAR, record JSON NOT NULL
+    )""",
+    # Alert state per alert (fingerprint): pending/firing/resolved and what was notified.
+    """CREATE TABLE alert_state (
+        alert_id VARCHAR PRIMARY KEY, state VARCHAR NOT NULL, since TIMESTAMP NOT NULL,
+        updated_at TIMESTAMP NOT NULL, last_notified_at TIMESTAMP, record JSON NOT NULL
+    )""",
+)
+
+#: v2: roll-ups of samples (5 minutes, 1 hour) that outlive the raw samples.
+MIGRATION_2_ROLLUPS: tuple[str, ...] = (
+    """CREATE TABLE samples_5m (
+        series_id UINTEGER NOT NULL, bucket TIMESTAMP NOT NULL,
+        min DOUBLE NOT NULL, max DOUBLE NOT NULL, sum DOUBLE NOT NULL,
+        count UINTEGER NOT NULL, last DOUBLE NOT NULL
+    )""",
+    """CREATE TABLE samples_1h (
+        series_id UINTEGER NOT NULL, bucket TIMESTAMP NOT NULL,
+        min DOUBLE NOT NULL, max DOUBLE NOT NULL, sum DOUBLE NOT NULL,
+        count UINTEGER NOT NULL, last DOUBLE NOT NULL
+    )""",
+)
+
+#: Version -> statements that bring a database at version - 1 to it.
+MIGRATIONS: dict[int, tuple[str, ...]] = {1: MIGRATION_1_TABLES, 2: MIGRATION_2_ROLLUPS}
+LATEST_VERSION: int = max(MIGRATIONS)
+
+READ_VERSION = "SELECT value FROM meta WHERE key = 'schema_version'"
+HAS_TABLES = "SELECT count(*) FROM duckdb_tables() WHERE database_name = current_database()"
+HAS_META = (
+    "SELECT count(*) FROM duckdb_tables() "
+    "WHERE database_name = current_database() AND table_name = 'meta'"
+)
+SET_META = "INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)"
+GET_META = "SELECT value FROM meta WHERE key = ?"

@@ -1,0 +1,170 @@
+-- Named queries of collector/store.py. Each query follows its own name line.
+-- Parameters are bound ($name); arrow tables registered by the store are named in
+-- the comments. {table} is filled in from a fixed list when the module loads.
+
+-- name: load_series
+SELECT series_id, metric, node, gpu, uuid, mig_instance, device, port,
+       namespace, pod, container, labels
+FROM series;
+
+-- name: insert_series
+-- new_series: series_id, metric, kind, node..container, labels (map)
+INSERT INTO series
+SELECT series_id, metric, kind, node, gpu, uuid, mig_instance, device, port,
+       namespace, pod, container, labels, $ts, $ts, NULL
+FROM new_series;
+
+-- name: append_samples
+-- batch: series_id, ts, value (one row per series). A counter sample becomes its
+-- increase since the previous sample of its series: a decrease is a reset, so the increase
+-- is the new value; the first sample of a series is its baseline (increase 0).
+INSERT INTO samples
+SELECT b.series_id, b.ts,
+       CASE WHEN s.kind <> 'counter' THEN b.value
+            WHEN s.last_raw IS NULL THEN 0
+            WHEN b.value >= s.last_raw THEN b.value - s.last_raw
+            ELSE b.value END
+FROM batch AS b JOIN series AS s ON s.series_id = b.series_id
+ORDER BY b.series_id;
+
+-- name: update_series
+UPDATE series SET last_seen = b.ts, last_raw = b.value
+FROM batch AS b WHERE series.series_id = b.series_id;
+
+-- name: add_samples_stored
+UPDATE meta SET value = CAST(CAST(value AS HUGEINT) + $n AS VARCHAR)
+WHERE key = 'samples_stored';
+
+-- name: insert_scrape
+-- target, ts, up, duration_s, samples, error
+INSERT INTO scrapes VALUES (?, ?, ?, ?, ?, ?);
+
+-- name: load_open_intervals
+SELECT target, namespace, pod, container, node, gpu_uuid
+FROM workload_intervals WHERE end_ts IS NULL;
+
+-- name: close_intervals
+-- gone: record (JSON: namespace, pod, container, node, uuid)
+UPDATE workload_intervals AS w SET end_ts = $ts
+FROM (SELECT CAST(record AS JSON) AS r FROM gone) AS g
+WHERE w.target = $target AND w.end_ts IS NULL
+  AND w.namespace = g.r->>'namespace' AND w.pod = g.r->>'pod'
+  AND w.container = g.r->>'container' AND w.node = g.r->>'node'
+  AND w.gpu_uuid = g.r->>'uuid';
+
+-- name: touch_intervals
+UPDATE workload_intervals SET last_seen = $ts WHERE target = $target AND end_ts IS NULL;
+
+-- name: open_intervals
+-- opened: record (JSON: the labels of a gpuscope_gpu_workload_info sample)
+INSERT INTO workload_intervals
+SELECT coalesce(r->>'namespace', ''), coalesce(r->>'pod', ''), coalesce(r->>'container', ''),
+       coalesce(r->>'node', ''), coalesce(r->>'gpu', ''), coalesce(r->>'uuid', ''),
+       r->>'workload_kind', r->>'project', TRY_CAST(r->>'interactive' AS BOOLEAN),
+       $target, $ts, $ts, NULL
+FROM (SELECT CAST(record AS JSON) AS r FROM opened);
+
+-- name: rollup_5m
+INSERT INTO samples_5m
+SELECT series_id, time_bucket(INTERVAL 5 MINUTE, ts) AS bucket,
+       min(value), max(value), sum(value), count(*), arg_max(value, ts)
+FROM samples WHERE ts >= $lo AND ts < $hi
+GROUP BY series_id, bucket;
+
+-- name: rollup_1h
+INSERT INTO samples_1h
+SELECT series_id, time_bucket(INTERVAL 1 HOUR, bucket) AS hour,
+       min(min), max(max), sum(sum), sum(count), arg_max(last, bucket)
+FROM samples_5m WHERE bucket >= $lo AND bucket < $hi
+GROUP BY series_id, hour;
+
+-- name: delete_samples
+DELETE FROM samples WHERE ts < $cut;
+
+-- name: delete_scrapes
+DELETE FROM scrapes WHERE ts < $cut;
+
+-- name: delete_5m
+DELETE FROM samples_5m WHERE bucket < $cut;
+
+-- name: delete_1h
+DELETE FROM samples_1h WHERE bucket < $cut;
+
+-- name: export_day
+-- One day of raw samples with their series' labels, for day=YYYY-MM-DD/samples.parquet.
+SELECT s.ts, r.metric, r.kind, r.node, r.gpu, r.uuid, r.mig_instance, r.device, r.port,
+       r.namespace, r.pod, r.container, r.labels, s.value
+FROM samples AS s JOIN series AS r ON r.series_id = s.series_id
+WHERE s.ts >= $lo AND s.ts < $hi
+ORDER BY s.series_id, s.ts;
+
+-- name: scd_close
+-- snap: key, record (canonical JSON text). Close the current version of every object
+-- that is gone or changed.
+UPDATE {table} SET valid_to = $now
+WHERE valid_to IS NULL AND NOT EXISTS (
+    SELECT 1 FROM snap
+    WHERE snap.key = {table}.key AND snap.record = CAST({table}.record AS VARCHAR));
+
+-- name: scd_open
+INSERT INTO {table}
+SELECT key, record, $now, NULL FROM snap
+WHERE NOT EXISTS (
+    SELECT 1 FROM {table} AS t WHERE t.valid_to IS NULL AND t.key = snap.key);
+
+-- name: update_findings
+-- incoming: record (JSON, the DESIGN.md finding shape, times as naive UTC ISO text)
+UPDATE findings AS f
+SET severity = n.r->>'severity', subject = n.r->'subject',
+    since = coalesce(CAST(n.r->>'since' AS TIMESTAMP), f.since),
+    observed_at = coalesce(CAST(n.r->>'observed_at' AS TIMESTAMP), $now),
+    evidence = n.r->'evidence', recommendation = n.r->'recommendation'
+FROM (SELECT CAST(record AS JSON) AS r FROM incoming) AS n
+WHERE f.id = n.r->>'id' AND f.resolved_at IS NULL;
+
+-- name: insert_findings
+INSERT INTO findings
+SELECT r->>'id', r->>'kind', r->>'severity', coalesce(r->'subject', '{}'),
+       coalesce(CAST(r->>'since' AS TIMESTAMP), CAST(r->>'observed_at' AS TIMESTAMP), $now),
+       coalesce(CAST(r->>'observed_at' AS TIMESTAMP), $now),
+       r->'evidence', r->'recommendation', NULL
+FROM (SELECT CAST(record AS JSON) AS r FROM incoming) AS n
+WHERE NOT EXISTS (
+    SELECT 1 FROM findings AS f WHERE f.id = n.r->>'id' AND f.resolved_at IS NULL);
+
+-- name: resolve_findings
+UPDATE findings SET resolved_at = $now
+WHERE resolved_at IS NULL AND list_contains($kinds, kind)
+  AND id NOT IN (SELECT CAST(record AS JSON)->>'id' FROM incoming);
+
+-- name: select_findings
+SELECT CAST(json_object('id', id, 'kind', kind, 'severity', severity, 'subject', subject,
+                        'evidence', evidence, 'recommendation', recommendation) AS VARCHAR),
+       since, observed_at, resolved_at
+FROM findings
+WHERE resolved_at IS NULL OR NOT ?
+ORDER BY observed_at, id;
+
+-- name: insert_actions
+-- incoming: record (JSON: id, kind, at, finding_id, dry_run, result, ...)
+INSERT INTO actions
+SELECT r->>'id', coalesce(CAST(r->>'at' AS TIMESTAMP), $now), r->>'kind', r->>'finding_id',
+       coalesce(TRY_CAST(r->>'dry_run' AS BOOLEAN), true), r->>'result', r
+FROM (SELECT CAST(record AS JSON) AS r FROM incoming);
+
+-- name: upsert_alert_state
+-- incoming: record (JSON: alert_id, state, since, last_notified_at, ...). A state that
+-- does not change keeps its since unless one is given; last_notified_at is kept if absent.
+INSERT INTO alert_state
+SELECT r->>'alert_id', r->>'state', coalesce(CAST(r->>'since' AS TIMESTAMP), $now), $now,
+       CAST(r->>'last_notified_at' AS TIMESTAMP), r
+FROM (SELECT CAST(record AS JSON) AS r FROM incoming)
+ON CONFLICT (alert_id) DO UPDATE SET
+    since = CASE WHEN EXCLUDED.record->>'since' IS NULL AND alert_state.state = EXCLUDED.state
+                 THEN alert_state.since ELSE EXCLUDED.since END,
+    state = EXCLUDED.state, updated_at = EXCLUDED.updated_at,
+    last_notified_at = coalesce(EXCLUDED.last_notified_at, alert_state.last_notified_at),
+    record = EXCLUDED.record;
+
+-- name: select_alert_state
+SELECT alert_id, CAST(record AS VARCHAR), updated_at FROM alert_state ORDER BY alert_id;

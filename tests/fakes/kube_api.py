@@ -1,0 +1,353 @@
+"""A small stateful fake Kubernetes API server over real HTTP on loopback.
+
+It serves what gpuscope's inventory and actuator use, with the API server's semantics:
+lists with label and field selectors, a resourceVersion that grows on every change, watches
+as newline-delimited JSON (``ADDED``/``MODIFIED``/``DELETED``, ``BOOKMARK`` before the
+timeout, an ``ERROR`` event with a 410 ``Expired`` Status once history was compacted), get,
+JSON-merge PATCH, DELETE (404 when missing), create (409 when the name is taken), evictions
+(429 while a PodDisruptionBudget forbids them, 201 and the pod deleted otherwise),
+``dryRun=All``, and 404 for API groups not installed. Tests change the state through
+:attr:`FakeKubeApi.store` (changes reach open watches), count requests and plant failures.
+
+Simplified: no authentication, no namespace existence checks, no json-patch, no
+pagination (``limit``/``continue`` are ignored), PUT is not served, and both merge-patch and
+strategic-merge-patch are applied as a JSON merge.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+from tests.fakes.kube_store import (
+    DEFAULT_INSTALLED,
+    ApiError,
+    KubeStore,
+    Obj,
+    Resource,
+    WatchEvent,
+    not_found,
+)
+
+_MERGE_TYPES = ("application/merge-patch+json", "application/strategic-merge-patch+json")
+
+
+@dataclass(frozen=True)
+class RecordedRequest:
+    method: str
+    path: str
+    query: dict[str, str]
+
+    @property
+    def watch(self) -> bool:
+        return self.query.get("watch") in ("true", "1")
+
+
+@dataclass
+class _Fault:
+    status: int
+    times: int
+    method: str
+    path: str
+
+
+@dataclass(frozen=True)
+class _Route:
+    res: Resource
+    namespace: str | None
+    name: str | None
+    sub: str | None
+
+
+def _route(store: KubeStore, path: str) -> _Route:
+    parts = [p for p in path.split("/") if p]
+    if len(parts) >= 2 and parts[0] == "api":
+        group_version, rest = parts[1], parts[2:]
+    elif len(parts) >= 3 and parts[0] == "apis":
+        group_version, rest = f"{parts[1]}/{parts[2]}", parts[3:]
+    else:
+        raise not_found()
+    namespace = None
+    if len(rest) >= 3 and rest[0] == "namespaces":
+        namespace, rest = rest[1], rest[2:]
+    if not rest or len(rest) > 3:
+        raise not_found()
+    res = store.resource(rest[0], group_version)
+    if namespace is not None and not res.namespaced:
+        raise not_found()
+    return _Route(res, namespace, *[*rest[1:], None, None][:2])
+
+
+class FakeKubeApi:
+    """The fake API server; use as a context manager, or ``start()`` and ``stop()``."""
+
+    def __init__(self, installed: set[str] | frozenset[str] = DEFAULT_INSTALLED) -> None:
+        self.store = KubeStore(installed)
+        self.requests: list[RecordedRequest] = []
+        self._faults: list[_Fault] = []
+        self._lock = threading.Lock()
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    @property
+    def url(self) -> str:
+        host, port = self._server.server_address[:2]
+        return f"http://{host!s}:{port}"
+
+    def start(self) -> FakeKubeApi:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self.store.close()
+        self._server.shutdown()
+        self._server.server_close()
+
+    def __enter__(self) -> FakeKubeApi:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # -- test-side API ----------------------------------------------------------------------
+    def count(self, method: str = "GET", path: str | None = None, watch: bool | None = None) -> int:
+        """Requests seen with this method (and path, and watch or not, when given)."""
+        with self._lock:
+            return sum(
+                r.method == method
+                and (path is None or r.path == path)
+                and (watch is None or r.watch == watch)
+                for r in self.requests
+            )
+
+    def fail_next(
+        self, status: int, *, times: int = 1, method: str = "GET", path: str = ""
+    ) -> None:
+        """Answer the next ``times`` matching requests (path prefix) with ``status``."""
+        with self._lock:
+            self._faults.append(_Fault(status, times, method, path))
+
+    def _record(self, method: str, path: str, query: dict[str, str]) -> ApiError | None:
+        with self._lock:
+            self.requests.append(RecordedRequest(method, path, query))
+            for fault in self._faults:
+                if fault.times > 0 and fault.method == method and path.startswith(fault.path):
+                    fault.times -= 1
+                    reason = "TooManyRequests" if fault.status == 429 else "InternalError"
+                    return ApiError(fault.status, reason, f"planted failure {fault.status}")
+        return None
+
+
+def _handler(api: FakeKubeApi) -> type[BaseHTTPRequestHandler]:
+    store = api.store
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, format: str, *args: Any) -> None:
+            return None
+
+        def do_GET(self) -> None:
+            self._serve("GET")
+
+        def do_POST(self) -> None:
+            self._serve("POST")
+
+        def do_PATCH(self) -> None:
+            self._serve("PATCH")
+
+        def do_DELETE(self) -> None:
+            self._serve("DELETE")
+
+        def do_PUT(self) -> None:
+            self._serve("PUT")
+
+        # -- plumbing -----------------------------------------------------------------------
+        def _serve(self, method: str) -> None:
+            url = urlsplit(self.path)
+            query = {k: v[-1] for k, v in parse_qs(url.query).items()}
+            body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            try:
+                planted = api._record(method, url.path, query)
+                if planted is not None:
+                    raise planted
+                route = _route(store, url.path)
+                self._dispatch(method, route, query, body)
+            except ApiError as err:
+                self._send(err.code, err.status())
+
+        def _send(self, code: int, body: Obj) -> None:
+            data = json.dumps(body).encode()
+            self.send_response(code)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def _json_body(self, body: bytes) -> Obj:
+            try:
+                obj = json.loads(body or b"{}")
+            except ValueError:
+                raise ApiError(400, "BadRequest", "the request body is not valid JSON") from None
+            if not isinstance(obj, dict):
+                raise ApiError(400, "BadRequest", "the request body must be a JSON object")
+            return obj
+
+        # -- verbs --------------------------------------------------------------------------
+        def _dispatch(self, method: str, r: _Route, query: dict[str, str], body: bytes) -> None:
+            dry = query.get("dryRun") == "All"
+            if method == "GET" and r.name is None:
+                if query.get("watch") in ("true", "1"):
+                    return self._watch(r, query)
+                items, rv = store.list(
+                    r.res,
+                    r.namespace,
+                    query.get("labelSelector", ""),
+                    query.get("fieldSelector", ""),
+                )
+                if r.res.builtin:
+                    items = [
+                        {k: v for k, v in i.items() if k not in ("kind", "apiVersion")}
+                        for i in items
+                    ]
+                return self._send(
+                    200,
+                    {
+                        "kind": f"{r.res.kind}List",
+                        "apiVersion": r.res.group_version,
+                        "metadata": {"resourceVersion": str(rv)},
+                        "items": items,
+                    },
+                )
+            if method == "GET" and r.sub is None:
+                return self._send(200, store.get(r.res, r.namespace, r.name or ""))
+            if method == "POST" and r.name is None:
+                obj = self._json_body(body)
+                obj.setdefault("kind", r.res.kind)
+                return self._send(201, store.create(obj, r.namespace, dry_run=dry))
+            if method == "POST" and r.res.plural == "pods" and r.sub == "eviction":
+                return self._evict(r, self._json_body(body), dry)
+            if method == "PATCH" and r.name and r.sub is None:
+                ctype = (self.headers.get("Content-Type") or "").split(";")[0].strip()
+                if ctype not in _MERGE_TYPES:
+                    raise ApiError(
+                        415,
+                        "UnsupportedMediaType",
+                        f"the body of the request was in an unknown format - accepted media types include: {', '.join(_MERGE_TYPES)}",
+                    )
+                patched = store.patch(
+                    r.res, r.namespace, r.name, self._json_body(body), dry_run=dry
+                )
+                return self._send(200, patched)
+            if method == "DELETE" and r.name and r.sub is None:
+                return self._send(200, store.delete(r.res, r.namespace, r.name, dry_run=dry))
+            raise ApiError(
+                405,
+                "MethodNotAllowed",
+                "the server does not allow this method on the requested resource",
+            )
+
+        def _evict(self, r: _Route, body: Obj, dry: bool) -> None:
+            if body.get("kind", "Eviction") != "Eviction":  # kind defaults from the URL
+                raise ApiError(400, "BadRequest", "the body must be a policy/v1 Eviction")
+            if body.get("metadata", {}).get("name", r.name) != r.name:
+                raise ApiError(
+                    400, "BadRequest", "name in URL does not match name in Eviction object"
+                )
+            pod = store.get(r.res, r.namespace, r.name or "")
+            blocked = store.disruption_blocker(pod)
+            if blocked is not None:
+                raise blocked
+            store.delete(r.res, r.namespace, r.name or "", dry_run=dry)
+            self._send(
+                201,
+                {
+                    "kind": "Status",
+                    "apiVersion": "v1",
+                    "metadata": {},
+                    "status": "Success",
+                    "code": 201,
+                },
+            )
+
+        # -- watch --------------------------------------------------------------------------
+        def _watch(self, r: _Route, query: dict[str, str]) -> None:
+            labels, fields = query.get("labelSelector", ""), query.get("fieldSelector", "")
+            deadline = time.monotonic() + float(query.get("timeoutSeconds") or 1800)
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            try:
+                for event in self._events(r, query, labels, fields, deadline):
+                    line = json.dumps(event).encode() + b"\n"
+                    self.wfile.write(b"%x\r\n%s\r\n" % (len(line), line))
+                    self.wfile.flush()
+                self.wfile.write(b"0\r\n\r\n")
+            except (BrokenPipeError, ConnectionResetError):
+                self.close_connection = True
+
+        def _events(
+            self, r: _Route, query: dict[str, str], labels: str, fields: str, deadline: float
+        ) -> Iterator[Obj]:
+            rv = int(query.get("resourceVersion") or 0)
+            if rv == 0:  # "any version": the current state first, as synthetic ADDED events
+                items, rv = store.list(r.res, r.namespace, labels, fields)
+                yield from ({"type": "ADDED", "object": o} for o in items)
+            while time.monotonic() < deadline and not store.closed:
+                try:
+                    events = store.events_after(rv)
+                except ApiError as err:
+                    yield {"type": "ERROR", "object": err.status()}
+                    return
+                for e in events:
+                    rv = e.rv
+                    out = _visible(e, r, labels, fields)
+                    if out is not None:
+                        yield out
+                if not events:
+                    with store.cond:
+                        if store.rv <= rv:
+                            store.cond.wait(max(0.0, min(0.5, deadline - time.monotonic())))
+            if query.get("allowWatchBookmarks") in ("true", "1") and not store.closed:
+                meta = {"resourceVersion": str(rv)}
+                yield {
+                    "type": "BOOKMARK",
+                    "object": {
+                        "kind": r.res.kind,
+                        "apiVersion": r.res.group_version,
+                        "metadata": meta,
+                    },
+                }
+
+    return Handler
+
+
+def _visible(e: WatchEvent, r: _Route, labels: str, fields: str) -> Obj | None:
+    """The event a watcher with these selectors sees: objects moving out of the selection
+    are DELETED for it, and moving in are ADDED."""
+    if e.resource != r.res:
+        return None
+    if r.namespace is not None and e.obj["metadata"].get("namespace") != r.namespace:
+        return None
+    now = e.type != "DELETED" and store_selected(e.obj, labels, fields)
+    before = e.old is not None and store_selected(e.old, labels, fields)
+    if e.type == "DELETED":
+        return {"type": "DELETED", "object": e.obj} if before else None
+    if now and before:
+        return {"type": "MODIFIED", "object": e.obj}
+    if now:
+        return {"type": "ADDED", "object": e.obj}
+    if before:
+        return {"type": "DELETED", "object": e.obj}
+    return None
+
+
+store_selected = KubeStore.selected

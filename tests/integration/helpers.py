@@ -1,0 +1,96 @@
+"""Processes and servers the integration tests start on loopback."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import httpx
+
+from tests.conftest import free_port
+
+ENV = {**os.environ, "PYTHONUNBUFFERED": "1"}
+
+
+def wait_http(url: str, proc: subprocess.Popen[str] | None = None, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            httpx.get(url, timeout=2)
+            return
+        except httpx.HTTPError:
+            if proc is not None and proc.poll() is not None:
+                raise RuntimeError(f"process exited: {proc.communicate()[1]}") from None
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
+
+
+@contextmanager
+def agent_process(node: str, *extra: str) -> Iterator[str]:
+    """A real `gpuscope agent --gpu-source sim` on a free loopback port; yields its URL."""
+    port = free_port()
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "gpuscope.cli",
+            "agent",
+            "--gpu-source",
+            "sim",
+            "--node",
+            node,
+            "--listen",
+            f"127.0.0.1:{port}",
+            *extra,
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=ENV,
+    )
+    url = f"http://127.0.0.1:{port}/metrics"
+    try:
+        wait_http(url, proc)
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+Responder = Callable[[BaseHTTPRequestHandler], None]
+
+
+@contextmanager
+def http_server(respond: Responder) -> Iterator[str]:
+    """A loopback HTTP server answering every GET with ``respond``; yields its base URL."""
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            respond(self)
+
+        def log_message(self, *args: object) -> None:
+            return None
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def send(handler: BaseHTTPRequestHandler, body: bytes, ctype: str, status: int = 200) -> None:
+    handler.send_response(status)
+    handler.send_header("Content-Type", ctype)
+    handler.send_header("Content-Length", str(len(body)))
+    handler.end_headers()
+    handler.wfile.write(body)
