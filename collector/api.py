@@ -73,6 +73,7 @@ class UtilizationSeries(BaseModel):
 
 class Utilization(BaseModel):
     by: str
+    resolution: str
     start: datetime
     end: datetime
     step_seconds: float
@@ -191,7 +192,8 @@ def create_app(state: ApiState) -> FastAPI:
         }
         cur = state.store.cursor()
         try:
-            rows = cur.execute(Q.UTILIZATION[by], params).fetchall()
+            resolution = Q.resolution_for(step)
+            rows = cur.execute(Q.UTILIZATION[(by, resolution)], params).fetchall()
             count_params = {k: params[k] for k in ("start", "node", "namespace", "project")}
             total_row = cur.execute(Q.UTILIZATION_KEYS[by], count_params).fetchone()
         finally:
@@ -203,6 +205,7 @@ def create_app(state: ApiState) -> FastAPI:
             )
         return Utilization(
             by=by,
+            resolution=resolution,
             start=t_start,
             end=t_end,
             step_seconds=step,

@@ -40,12 +40,11 @@ page AS (
 binned AS (
     SELECT pk.key,
            time_bucket(to_seconds($step), x.ts, TIMESTAMP '1970-01-01') AS bucket,
-           avg(x.value) AS value,
+           sum(x.vsum) / sum(x.n) AS value,
            count(DISTINCT x.series_id) AS series
-    FROM samples AS x
+    FROM ({source}) AS x
     JOIN picked AS pk USING (series_id)
     JOIN page USING (key)
-    WHERE x.ts >= $start AND x.ts < $end
     GROUP BY ALL
 )
 SELECT key, bucket, value, series FROM binned ORDER BY key, bucket
@@ -65,9 +64,46 @@ WHERE s.metric = '{metric}'
   AND s.last_seen >= $start
 """
 
-UTILIZATION: dict[str, str] = {
-    level: _UTILIZATION.format(key=key, metric=metric) for level, (metric, key) in _LEVELS.items()
+#: Raw samples, each its own weight.
+_RAW = """
+    SELECT series_id, ts, value AS vsum, 1 AS n FROM samples
+    WHERE ts >= $start AND ts < $end
+"""
+#: Roll-ups up to their frontier (meta), raw samples after it: week-long views read a few
+#: rows per series instead of thousands, and the newest minutes are still exact.
+_ROLLED = """
+    WITH frontier AS (
+        SELECT coalesce(max(CAST(value AS TIMESTAMP)), TIMESTAMP '1970-01-01') AS t
+        FROM meta WHERE key = '{frontier}'
+    )
+    SELECT series_id, bucket AS ts, sum AS vsum, count AS n FROM {table}
+    WHERE bucket >= $start AND bucket < $end AND bucket < (SELECT t FROM frontier)
+    UNION ALL
+    SELECT series_id, ts, value, 1 FROM samples
+    WHERE ts >= $start AND ts < $end AND ts >= (SELECT t FROM frontier)
+"""
+#: Which samples a step reads: the coarsest resolution that divides it.
+RESOLUTIONS: tuple[tuple[str, int, str], ...] = (
+    ("1h", 3600, _ROLLED.format(table="samples_1h", frontier="rollup_1h_until")),
+    ("5m", 300, _ROLLED.format(table="samples_5m", frontier="rollup_5m_until")),
+    ("raw", 0, _RAW),
+)
+
+UTILIZATION: dict[tuple[str, str], str] = {
+    (level, res): _UTILIZATION.format(key=key, metric=metric, source=source)
+    for level, (metric, key) in _LEVELS.items()
+    for res, _, source in RESOLUTIONS
 }
+
+
+def resolution_for(step_seconds: float) -> str:
+    """The coarsest stored resolution whose buckets divide ``step_seconds`` exactly."""
+    for name, seconds, _ in RESOLUTIONS:
+        if seconds and step_seconds >= seconds and step_seconds % seconds == 0:
+            return name
+    return "raw"
+
+
 UTILIZATION_KEYS: dict[str, str] = {
     level: _UTILIZATION_KEYS.format(key=key, metric=metric)
     for level, (metric, key) in _LEVELS.items()

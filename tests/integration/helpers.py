@@ -94,3 +94,46 @@ def send(handler: BaseHTTPRequestHandler, body: bytes, ctype: str, status: int =
     handler.send_header("Content-Length", str(len(body)))
     handler.end_headers()
     handler.wfile.write(body)
+
+
+@contextmanager
+def prometheus_server(tmp: os.PathLike[str], scrape_urls: list[str]) -> Iterator[str]:
+    """A real Prometheus (Debian package) scraping ``scrape_urls`` every second."""
+    import shutil
+    from pathlib import Path
+
+    import pytest
+
+    binary = shutil.which("prometheus")
+    if binary is None:
+        pytest.skip("prometheus is not installed (scripts/install-test-servers installs it)")
+    root = Path(tmp)
+    targets = [httpx.URL(u) for u in scrape_urls]
+    cfg = root / "prometheus.yml"
+    jobs = "\n".join(
+        f"  - job_name: agent{i}\n    scrape_interval: 1s\n    metrics_path: {t.path}\n"
+        f"    static_configs: [{{targets: ['{t.host}:{t.port}']}}]"
+        for i, t in enumerate(targets)
+    )
+    cfg.write_text(
+        f"global: {{scrape_interval: 1s, evaluation_interval: 1s}}\nscrape_configs:\n{jobs}\n"
+    )
+    port = free_port()
+    proc = subprocess.Popen(
+        [
+            binary,
+            f"--config.file={cfg}",
+            f"--storage.tsdb.path={root / 'data'}",
+            f"--web.listen-address=127.0.0.1:{port}",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        wait_http(base + "/-/ready", proc)
+        yield base
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)

@@ -410,6 +410,9 @@ def test_max_series_cap() -> None:
     assert not parse_exposition(page).truncated
     plain = parse_exposition("a 1\nb 2\nc 3\n", max_series=2)
     assert plain.truncated and plain.samples.names == ["a", "b"]
+    for cap in (0, -1):  # nothing allowed: nothing kept
+        none = parse_exposition(page, max_series=cap)
+        assert none.truncated and len(none.samples) == 0
 
 
 def test_oversized_label_value_drops_the_sample() -> None:
