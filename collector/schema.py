@@ -1,13 +1,22 @@
 """The store's schema as numbered migrations; docs/storage.md explains each table.
 
-A migration is a list of SQL statements. The store runs the pending ones at start-up in one
-transaction and records the version reached in ``meta``; a database whose version is newer
-than :data:`LATEST_VERSION` is refused. Never edit a released migration: add the next one.
+A migration is a list of SQL statements. :func:`migrate` runs the pending ones (the store
+calls it at start-up) in one transaction and records the version reached in ``meta``; the
+store refuses a database whose version is newer than :data:`LATEST_VERSION`. Never edit a
+released migration: add the next one.
 
 Times are ``TIMESTAMP`` in UTC. JSON columns hold records of the shapes in DESIGN.md.
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import duckdb
+
+from gpuscope.errors import UserError
 
 #: v1: every table the collector writes and the analytics read.
 MIGRATION_1_TABLES: tuple[str, ...] = (
@@ -31,9 +40,11 @@ MIGRATION_1_TABLES: tuple[str, ...] = (
     )""",
     # Raw samples, narrow and index-free: a gauge's value, or a counter's increase since
     # the previous sample of its series (never negative; a reset counts the new value).
+    # Whole seconds: closed days are rewritten sorted by (series_id, ts), where a timestamp
+    # in seconds delta-encodes in a few bits and one in ms or us does not.
     """CREATE TABLE samples (
         series_id UINTEGER NOT NULL,
-        ts TIMESTAMP NOT NULL,
+        ts TIMESTAMP_S NOT NULL,
         value DOUBLE NOT NULL
     )""",
     # Target health: one row per scrape attempt.
@@ -86,8 +97,12 @@ MIGRATION_1_TABLES: tuple[str, ...] = (
     )""",
 )
 
-#: v2: roll-ups of samples (5 minutes, 1 hour) that outlive the raw samples.
+#: v2: roll-ups of samples (5 minutes, 1 hour) that outlive the raw samples, and the
+#: days whose samples have been compacted (rewritten sorted by series and time).
 MIGRATION_2_ROLLUPS: tuple[str, ...] = (
+    """CREATE TABLE compactions (
+        day DATE PRIMARY KEY, done_at TIMESTAMP NOT NULL, rows BIGINT NOT NULL
+    )""",
     """CREATE TABLE samples_5m (
         series_id UINTEGER NOT NULL, bucket TIMESTAMP NOT NULL,
         min DOUBLE NOT NULL, max DOUBLE NOT NULL, sum DOUBLE NOT NULL,
@@ -112,3 +127,42 @@ HAS_META = (
 )
 SET_META = "INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)"
 GET_META = "SELECT value FROM meta WHERE key = ?"
+
+
+@contextmanager
+def begin(con: duckdb.DuckDBPyConnection) -> Iterator[duckdb.DuckDBPyConnection]:
+    """A transaction: committed if the block ends, rolled back if it raises."""
+    con.execute("BEGIN TRANSACTION")
+    try:
+        yield con
+    except BaseException:
+        con.execute("ROLLBACK")
+        raise
+    con.execute("COMMIT")
+
+
+def scalar(con: duckdb.DuckDBPyConnection, sql: str, params: Any = None) -> Any:
+    row = con.execute(sql, params).fetchone()
+    return None if row is None else row[0]
+
+
+def schema_version(con: duckdb.DuckDBPyConnection) -> int:
+    """The schema version of the database on ``con``: 0 for an empty database."""
+    if scalar(con, HAS_META):
+        return int(scalar(con, READ_VERSION))
+    if scalar(con, HAS_TABLES):
+        raise UserError("the database has tables but no gpuscope schema; is it another app's?")
+    return 0
+
+
+def migrate(con: duckdb.DuckDBPyConnection, target: int = LATEST_VERSION) -> int:
+    """Bring the database on ``con`` up to schema ``target`` in one transaction."""
+    current = schema_version(con)
+    with begin(con):
+        for version in range(current + 1, target + 1):
+            for statement in MIGRATIONS[version]:
+                con.execute(statement)
+            if version == 1:
+                con.execute(SET_META, ["samples_stored", "0"])
+            con.execute(SET_META, ["schema_version", str(version)])
+    return max(current, target)

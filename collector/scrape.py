@@ -18,7 +18,7 @@ from typing import Literal
 
 import httpx
 
-from collector.batch import Batch
+from collector.batch import Batch, Labels
 from collector.dcgm_ingest import dcgm_batch
 from collector.parse import parse_exposition
 
@@ -181,6 +181,20 @@ class Scraper:
     @staticmethod
     def _down(target: Target, started: float, error: str) -> ScrapeOutcome:
         return ScrapeOutcome(target, started, 0.0, False, error)
+
+
+def _with_instance(labels: list[Labels], url: str) -> list[Labels]:
+    """Give series without a ``node`` label an ``instance`` label (host:port), as Prometheus
+    does: the agents' own process metrics would otherwise be one series for all of them."""
+    u = httpx.URL(url)
+    instance = ("instance", f"{u.host}:{u.port}" if u.port else u.host)
+    out = labels
+    for i, lbl in enumerate(labels):
+        if not any(k == "node" for k, _ in lbl):
+            if out is labels:
+                out = list(labels)
+            out[i] = tuple(sorted((*lbl, instance)))
+    return out
 
 
 def _host(url: str) -> str:

@@ -89,15 +89,26 @@ class CollectorService:
 
     # -- jobs -------------------------------------------------------------------------------
     def scrape_cycle(self) -> int:
-        """Scrape every target once and store what came back; returns samples stored."""
+        """Scrape every target once and store the whole cycle in one transaction."""
         with self._lock, self.metrics.cycle_seconds.time():
-            stored = 0
-            for outcome in self.scraper.scrape(self.targets.targets()):
-                stored += self._store_outcome(outcome)
+            outcomes = self.scraper.scrape(self.targets.targets())
+            up = [o for o in outcomes if o.up and o.batch is not None]
+            down = [
+                (o.target.url, o.started_at, o.duration_seconds, o.error)
+                for o in outcomes
+                if not (o.up and o.batch is not None)
+            ]
+            counts = self.store.append_cycle(
+                [(o.batch, o.duration_seconds) for o in up if o.batch is not None], down
+            )
+            for o in outcomes:
+                self._account(o)
+            stored = sum(counts)
+            self.metrics.samples_ingested.inc(stored)
             self._cycles += 1
             return stored
 
-    def _store_outcome(self, o: ScrapeOutcome) -> int:
+    def _account(self, o: ScrapeOutcome) -> None:
         self.targets.record(o)
         url = o.target.url
         self.metrics.scrapes.labels("up" if o.up else "down").inc()
@@ -106,14 +117,6 @@ class CollectorService:
         self.metrics.target_samples.labels(url).set(o.samples)
         if o.parse_errors:
             self.metrics.parse_errors.labels(url).inc(o.parse_errors)
-        if o.up and o.batch is not None:
-            n = self.store.append_scrape(o.batch, duration_s=o.duration_seconds)
-            self.metrics.samples_ingested.inc(n)
-            return n
-        self.store.record_scrape(
-            url, o.started_at, up=False, duration_s=o.duration_seconds, error=o.error
-        )
-        return 0
 
     def query_cycle(self) -> int:
         """Pull new samples from the Prometheus-compatible query API."""

@@ -1,5 +1,5 @@
 -- Named queries of collector/store.py. Each query follows its own name line.
--- Parameters are bound ($name); arrow tables registered by the store are named in
+-- Parameters are bound ($name or ?); arrow tables registered by the store are named in
 -- the comments. {table} is filled in from a fixed list when the module loads.
 
 -- name: load_series
@@ -52,6 +52,15 @@ WHERE w.target = $target AND w.end_ts IS NULL
   AND w.container = g.r->>'container' AND w.node = g.r->>'node'
   AND w.gpu_uuid = g.r->>'uuid';
 
+-- name: insert_scrapes
+-- cycle_scrapes: target, ts, up, duration_s, samples, error (one row per target)
+INSERT INTO scrapes SELECT target, ts, up, duration_s, samples, error FROM cycle_scrapes;
+
+-- name: touch_intervals_many
+-- cycle_touch: target, ts (targets whose open intervals are still open)
+UPDATE workload_intervals AS w SET last_seen = t.ts
+FROM cycle_touch AS t WHERE w.target = t.target AND w.end_ts IS NULL;
+
 -- name: touch_intervals
 UPDATE workload_intervals SET last_seen = $ts WHERE target = $target AND end_ts IS NULL;
 
@@ -89,6 +98,26 @@ DELETE FROM samples_5m WHERE bucket < $cut;
 
 -- name: delete_1h
 DELETE FROM samples_1h WHERE bucket < $cut;
+
+-- name: first_uncompacted_day
+SELECT coalesce(max(day) + 1, (SELECT CAST(min(ts) AS DATE) FROM samples)) FROM compactions;
+
+-- name: max_rowid
+SELECT coalesce(max(rowid), -1) FROM samples;
+
+-- name: compact_copy
+-- Append a day's rows again, sorted by series then time: per-series runs compress
+-- (constant gauges to nothing, timestamps to their deltas) where scrape order does not.
+INSERT INTO samples
+SELECT series_id, ts, value FROM samples WHERE ts >= $lo AND ts < $hi
+ORDER BY series_id, ts;
+
+-- name: compact_delete
+-- The day's rows as they were; the sorted copy, local to this transaction, has higher rowids.
+DELETE FROM samples WHERE ts >= $lo AND ts < $hi AND rowid <= $max_rowid;
+
+-- name: compact_done
+INSERT INTO compactions VALUES ($day, $now, $rows);
 
 -- name: export_day
 -- One day of raw samples with their series' labels, for day=YYYY-MM-DD/samples.parquet.

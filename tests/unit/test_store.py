@@ -4,6 +4,7 @@ import os
 import threading
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import duckdb
 import polars as pl
@@ -11,7 +12,8 @@ import pytest
 
 from collector import schema
 from collector.batch import Batch
-from collector.store import Q, Retention, Store, migrate, series_kind
+from collector.schema import migrate
+from collector.store import Q, Retention, Store, series_kind
 from gpuscope.errors import UserError
 
 T0 = datetime(2025, 3, 3, 10, 0, 0)  # a Monday, 10:00 UTC
@@ -40,7 +42,7 @@ def batch(
     return Batch(target, ms(at), list(names), list(labs), list(values), TYPES)
 
 
-def rows(store: Store, sql: str, *params: object) -> list[tuple[object, ...]]:
+def rows(store: Store, sql: str, *params: object) -> list[tuple[Any, ...]]:
     return store.cursor().execute(sql, list(params) or None).fetchall()
 
 
@@ -48,7 +50,7 @@ def values_of(store: Store, metric: str, lab: tuple[tuple[str, str], ...]) -> li
     sid = store.series_id(metric, lab)
     return [
         r[0] for r in rows(store, "SELECT value FROM samples WHERE series_id = ? ORDER BY ts", sid)
-    ]  # type: ignore[misc]
+    ]
 
 
 @pytest.fixture
@@ -113,6 +115,18 @@ def test_refuses_a_database_from_a_newer_version_without_changing_it(db: Path) -
     assert "newer" in message and "99" in message and str(schema.LATEST_VERSION) in message
     assert "\n" not in message
     assert db.read_bytes() == before
+
+
+def test_refuses_another_applications_database(db: Path) -> None:
+    """A DuckDB file with tables but no gpuscope schema is not adopted."""
+    con = duckdb.connect(str(db))
+    con.execute("CREATE TABLE invoices (id INTEGER)")
+    con.close()
+    with pytest.raises(UserError, match="no gpuscope schema"):
+        Store.open(db)
+    con = duckdb.connect(str(db), read_only=True)
+    assert con.execute("SELECT table_name FROM duckdb_tables()").fetchall() == [("invoices",)]
+    con.close()
 
 
 @pytest.mark.parametrize("read_only", [False, True])
@@ -279,8 +293,18 @@ def test_cursor_reads_committed_rows_from_another_thread(db: Path) -> None:
 def test_workload_intervals_follow_workload_info_presence(db: Path) -> None:
     """An interval opens when a pod's workload_info appears, closes at the first scrape of
     the same target without it, survives a reopen, and other targets do not close it."""
-    pod = labels(node="n1", gpu="0", uuid="GPU-0", mig_instance="", namespace="ml", pod="nb-1", container="main",
-                 workload_kind="interactive", interactive="true", project="vision")  # fmt: skip
+    pod = labels(
+        node="n1",
+        gpu="0",
+        uuid="GPU-0",
+        mig_instance="",
+        namespace="ml",
+        pod="nb-1",
+        container="main",
+        workload_kind="interactive",
+        interactive="true",
+        project="vision",
+    )
     t = [T0 + timedelta(seconds=15 * i) for i in range(5)]
     with Store.open(db) as store:
         store.append_scrape(batch(t[0], (INFO, pod, 1.0), (UTIL, GPU0, 0.1)))
@@ -290,8 +314,11 @@ def test_workload_intervals_follow_workload_info_presence(db: Path) -> None:
         store.append_scrape(batch(t[2], (INFO, pod, 1.0), (UTIL, GPU0, 0.1)))
         store.append_scrape(batch(t[3], (UTIL, GPU0, 0.1)))
         store.append_scrape(batch(t[4], (INFO, pod, 1.0)))
-        got = rows(store, "SELECT namespace, pod, container, node, gpu, gpu_uuid, kind, project, interactive, start_ts, last_seen, end_ts "
-                          "FROM workload_intervals ORDER BY start_ts")  # fmt: skip
+        got = rows(
+            store,
+            "SELECT namespace, pod, container, node, gpu, gpu_uuid, kind, project, interactive, start_ts, last_seen, end_ts "
+            "FROM workload_intervals ORDER BY start_ts",
+        )
     assert got == [
         ("ml", "nb-1", "main", "n1", "0", "GPU-0", "interactive", "vision", True, t[0], t[2], t[3]),
         ("ml", "nb-1", "main", "n1", "0", "GPU-0", "interactive", "vision", True, t[4], t[4], None),
@@ -302,8 +329,17 @@ def test_retention_rolls_up_then_deletes(db: Path) -> None:
     """5-minute and hour roll-ups match hand-computed min/max/sum/count/last; raw samples go
     once past raw retention and rolled up; a second run rolls nothing twice."""
     day = datetime(2025, 3, 3)
-    points = [(day + timedelta(hours=10, minutes=m, seconds=s), v) for m, s, v in
-              [(0, 0, 0.2), (1, 0, 0.8), (4, 59, 0.5), (5, 0, 0.1), (59, 45, 0.3), (60, 0, 0.9)]]  # fmt: skip
+    points = [
+        (day + timedelta(hours=10, minutes=m, seconds=s), v)
+        for m, s, v in [
+            (0, 0, 0.2),
+            (1, 0, 0.8),
+            (4, 59, 0.5),
+            (5, 0, 0.1),
+            (59, 45, 0.3),
+            (60, 0, 0.9),
+        ]
+    ]
     retention = Retention(raw_days=2, rollup_5m_days=5, rollup_1h_days=30)
     with Store.open(db, retention=retention) as store:
         for at, v in points:
@@ -346,6 +382,114 @@ def test_retention_rolls_up_then_deletes(db: Path) -> None:
         assert store.samples_stored() == 6  # acknowledged rows, not rows present
 
 
+def test_compaction_sorts_closed_days_by_series_and_keeps_every_row(db: Path) -> None:
+    """Closed days are rewritten sorted by (series_id, ts) once; the open day is left as
+    scraped; the rows (and the acknowledged count) are exactly the same afterwards."""
+    start = datetime(2025, 3, 3, 23, 58)
+    with Store.open(db) as store:
+        for i in range(16):  # 23:58 .. 00:01:45, two series interleaved in each batch
+            store.append_scrape(
+                batch(
+                    start + timedelta(seconds=15 * i),
+                    (ENERGY, GPU0, 10.0 * i),
+                    (UTIL, GPU1, i / 16),
+                )
+            )
+        before = sorted(rows(store, "SELECT series_id, ts, value FROM samples"))
+        assert store.compact(datetime(2025, 3, 4, 0, 0, 30)) == 0  # within the 1-minute delay
+        assert store.compact(datetime(2025, 3, 4, 1, 0)) == 16
+        assert store.compact(datetime(2025, 3, 4, 2, 0)) == 0
+        assert sorted(rows(store, "SELECT series_id, ts, value FROM samples")) == before
+        closed = rows(
+            store,
+            "SELECT series_id, ts FROM samples WHERE ts < ? ORDER BY rowid",
+            datetime(2025, 3, 4),
+        )
+        assert closed == sorted(closed) and len(closed) == 16
+        still_open = rows(
+            store,
+            "SELECT series_id FROM samples WHERE ts >= ? ORDER BY rowid",
+            datetime(2025, 3, 4),
+        )
+        assert [r[0] for r in still_open] == [0, 1] * 8
+        assert rows(store, "SELECT day, rows FROM compactions") == [(date(2025, 3, 3), 16)]
+        assert store.samples_stored() == 32
+
+
+def test_concurrent_appends_of_new_series_give_each_series_one_id(db: Path) -> None:
+    """Scrape threads appending at once: every new series gets exactly one id."""
+    with Store.open(db) as store:
+        errors: list[BaseException] = []
+
+        def scrape(target: str) -> None:
+            try:
+                for i in range(30):
+                    at = T0 + timedelta(seconds=15 * i)
+                    labs = [labels(node="n1", gpu=str(g), uuid=f"GPU-{g}") for g in range(i + 1)]
+                    store.append_scrape(
+                        batch(at, *((UTIL, lab, 0.5) for lab in labs), target=target)
+                    )
+            except BaseException as exc:
+                errors.append(exc)
+
+        threads = [threading.Thread(target=scrape, args=(f"t{k}",)) for k in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert errors == []
+        assert rows(store, "SELECT count(*), count(DISTINCT uuid), max(series_id) FROM series") == [
+            (30, 30, 29)
+        ]
+
+
+def test_appends_go_on_while_a_day_is_compacted(db: Path) -> None:
+    """Compaction runs on its own cursor: a writer thread appending meanwhile loses nothing."""
+    series = [labels(node=f"n{i // 8}", gpu=str(i % 8), uuid=f"GPU-{i}") for i in range(200)]
+    day = datetime(2025, 3, 3)
+    with Store.open(db) as store:
+        for i in range(200):  # 200 ticks x 200 series on 2025-03-03
+            at = day + timedelta(minutes=5 * i)
+            store.append_scrape(batch(at, *((UTIL, lab, 0.5) for lab in series)))
+        errors: list[BaseException] = []
+
+        def write() -> None:
+            try:
+                for i in range(50):
+                    at = day + timedelta(days=1, seconds=15 * i)
+                    store.append_scrape(batch(at, *((UTIL, lab, 0.25) for lab in series)))
+            except BaseException as exc:
+                errors.append(exc)
+
+        writer = threading.Thread(target=write)
+        writer.start()
+        assert store.compact(day + timedelta(days=1, hours=1)) == 40_000
+        writer.join()
+        assert errors == []
+        assert rows(store, "SELECT count(*) FROM samples") == [(50_000,)]
+        assert store.samples_stored() == 50_000
+
+
+def test_sample_times_are_whole_seconds(db: Path) -> None:
+    """ts is stored in seconds (truncated); per-sample timestamps override the scrape time."""
+    with Store.open(db) as store:
+        store.append_scrape(
+            Batch(
+                "t1",
+                ms(T0) + 999,
+                [UTIL, ENERGY],
+                [GPU0, GPU0],
+                [0.5, 1.0],
+                TYPES,
+                [None, ms(T0) - 15_000],
+            )
+        )
+        assert rows(store, "SELECT series_id, ts FROM samples ORDER BY series_id") == [
+            (0, T0),
+            (1, T0 - timedelta(seconds=15)),
+        ]
+
+
 def test_export_day_writes_a_parquet_partition_polars_reads(db: Path, tmp_path: Path) -> None:
     """Closed days only; rows of that UTC day alone, with their series' labels."""
     out = tmp_path / "export"
@@ -364,7 +508,7 @@ def test_export_day_writes_a_parquet_partition_polars_reads(db: Path, tmp_path: 
     assert df["value"].to_list() == [0.0, 10.0, 0.5, 0.5]
     assert df["uuid"].to_list() == ["GPU-0", "GPU-0", "GPU-1", "GPU-1"]
     assert df["kind"].to_list() == ["counter", "counter", "gauge", "gauge"]
-    assert df["ts"].max() < datetime(2025, 3, 4)
+    assert df["ts"].max() == datetime(2025, 3, 3, 23, 59, 45)
 
 
 def test_inventory_is_kept_as_history(db: Path) -> None:
@@ -391,8 +535,16 @@ def test_inventory_is_kept_as_history(db: Path) -> None:
 
 def test_findings_open_update_and_resolve(db: Path) -> None:
     """A detector run upserts its findings by id and resolves the ones it no longer sees."""
-    f = {"id": "idle:ml/nb-1", "kind": "idle_session", "severity": "warning", "subject": {"namespace": "ml", "pod": "nb-1"},
-         "since": T0, "observed_at": T0 + timedelta(hours=1), "evidence": {"util": 0.0}, "recommendation": {"action": "stop"}}  # fmt: skip
+    f = {
+        "id": "idle:ml/nb-1",
+        "kind": "idle_session",
+        "severity": "warning",
+        "subject": {"namespace": "ml", "pod": "nb-1"},
+        "since": T0,
+        "observed_at": T0 + timedelta(hours=1),
+        "evidence": {"util": 0.0},
+        "recommendation": {"action": "stop"},
+    }
     with Store.open(db) as store:
         store.record_findings([f], T0 + timedelta(hours=1), kinds=["idle_session"])
         store.record_findings(
@@ -450,3 +602,95 @@ def test_named_queries_load_from_package_data() -> None:
     """collector/sql/queries.sql ships with the package and every query the store uses is in it."""
     assert {"append_samples", "update_series", "rollup_5m", "export_day", "scd_close"} <= Q.keys()
     assert all(q.strip() for q in Q.values())
+
+
+def test_a_cycle_is_one_transaction_with_the_same_results_as_single_appends(
+    tmp_path: Path,
+) -> None:
+    """append_cycle stores several targets (and the down ones) exactly as append_scrape does
+    one by one: same samples, counter increases, scrapes rows and workload intervals."""
+    pod = labels(
+        node="n1",
+        gpu="0",
+        uuid="GPU-0",
+        mig_instance="",
+        namespace="ml",
+        pod="nb",
+        container="main",
+        workload_kind="interactive",
+        interactive="true",
+        project="p",
+    )
+    other = labels(node="n2", gpu="0", uuid="GPU-9", mig_instance="")
+    t = [T0 + timedelta(seconds=15 * i) for i in range(4)]
+
+    def scrapes(i: int) -> list[Batch]:
+        first = [(INFO, pod, 1.0)] if i < 2 else []  # the pod leaves after two scrapes
+        return [
+            batch(t[i], *first, (UTIL, GPU0, 0.1 * i), (ENERGY, GPU0, 100.0 + i), target="t1"),
+            batch(t[i], (UTIL, other, 0.5), (ENERGY, other, 50.0 - i), target="t2"),
+        ]
+
+    one, many = tmp_path / "one.duckdb", tmp_path / "many.duckdb"
+    with Store.open(one) as store:
+        for i in range(4):
+            for b in scrapes(i):
+                store.append_scrape(b, duration_s=0.01)
+            store.record_scrape("t3", t[i], up=False, duration_s=1.0, error="timeout")
+    with Store.open(many) as store:
+        for i in range(4):
+            counts = store.append_cycle(
+                [(b, 0.01) for b in scrapes(i)],
+                [("t3", t[i].replace(tzinfo=UTC).timestamp(), 1.0, "timeout")],
+            )
+            assert counts == [3 if i < 2 else 2, 2]  # t1 loses its workload series at i=2
+    queries = (
+        "SELECT s.metric, s.node, x.ts, x.value FROM samples x JOIN series s USING (series_id) "
+        "ORDER BY ALL",
+        "SELECT target, ts, up, samples, error FROM scrapes ORDER BY ALL",
+        "SELECT namespace, pod, start_ts, last_seen, end_ts FROM workload_intervals ORDER BY ALL",
+        "SELECT value FROM meta WHERE key = 'samples_stored'",
+    )
+    with Store.open(one, read_only=True) as a, Store.open(many, read_only=True) as b:
+        for sql in queries:
+            assert rows(a, sql) == rows(b, sql), sql
+        energy = [r[3] for r in rows(b, queries[0]) if r[0] == ENERGY and r[1] == "n2"]
+    assert energy == [0.0, 49.0, 48.0, 47.0]  # a falling counter is a reset each time
+
+
+def test_a_failed_cycle_leaves_nothing_behind(db: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An error after the samples of a cycle went in rolls back every target of it."""
+    pod = labels(
+        node="n1",
+        gpu="0",
+        uuid="GPU-0",
+        mig_instance="",
+        namespace="ml",
+        pod="nb",
+        container="main",
+        workload_kind="batch",
+        interactive="false",
+        project="p",
+    )
+    with Store.open(db) as store:
+        store.append_cycle([(batch(T0, (UTIL, GPU0, 0.5)), 0.0)])
+
+        def explode(*args: object, **kwargs: object) -> set[tuple[str, ...]]:
+            raise RuntimeError("disk on fire")
+
+        monkeypatch.setattr(store, "_update_intervals", explode)
+        later = T0 + timedelta(seconds=15)
+        with pytest.raises(RuntimeError):
+            store.append_cycle(
+                [
+                    (batch(later, (UTIL, GPU0, 0.6), target="t1"), 0.0),
+                    (batch(later, (INFO, pod, 1.0), (UTIL, GPU1, 0.7), target="t2"), 0.0),
+                ]
+            )
+        monkeypatch.undo()
+        assert store.samples_stored() == 1
+        assert rows(store, "SELECT count(*) FROM samples") == [(1,)]
+        assert rows(store, "SELECT count(*) FROM series") == [(1,)]
+        assert rows(store, "SELECT count(*) FROM scrapes") == [(1,)]
+        store.append_cycle([(batch(later, (UTIL, GPU1, 0.7), target="t2"), 0.0)])
+        assert store.series_id(UTIL, GPU1) == 1
