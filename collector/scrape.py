@@ -141,46 +141,64 @@ class Scraper:
             return b"".join(chunks)
 
     def _ingest(self, target: Target, body: bytes, started: float) -> ScrapeOutcome:
-        if body.lstrip()[:1] == b"<":
-            raise ScrapeError("answered HTML, not a Prometheus exposition")
-        parsed = parse_exposition(
-            body, max_series=self.max_series, max_label_value_bytes=self.max_label_value_bytes
-        )
-        cols = parsed.samples
-        if not cols.names:
-            first = parsed.errors[0] if parsed.errors else "empty page"
-            raise ScrapeError(f"no samples ({first})")
-        ts_ms = int(started * 1000)
-        if target.kind == "dcgm-exporter":
-            series = [
-                (n, dict(lbl), v)
-                for n, lbl, v in zip(cols.names, cols.labels, cols.values, strict=True)
-            ]
-            batch = dcgm_batch(target.url, ts_ms, series, target.node or _host(target.url))
-        else:
-            batch = Batch(
-                target.url,
-                ts_ms,
-                parsed.names,
-                parsed.labels,
-                parsed.values,
-                dict(parsed.types),
-                parsed.timestamps_ms,
-            )
-        error = ""
-        if parsed.truncated:
-            error = f"more than {self.max_series} series; the rest were dropped"
-        elif parsed.errors:
-            error = f"{parsed.error_count} malformed lines, first: {parsed.errors[0]}"
-        if error:
-            log.debug("target page problems url=%s error=%s", target.url, error)
-        return ScrapeOutcome(
-            target, started, 0.0, True, error, parsed.error_count, parsed.truncated, batch
+        return page_to_outcome(
+            target,
+            body,
+            started,
+            max_series=self.max_series,
+            max_label_value_bytes=self.max_label_value_bytes,
         )
 
     @staticmethod
     def _down(target: Target, started: float, error: str) -> ScrapeOutcome:
         return ScrapeOutcome(target, started, 0.0, False, error)
+
+
+def page_to_outcome(
+    target: Target,
+    body: bytes,
+    started: float,
+    *,
+    max_series: int = 200_000,
+    max_label_value_bytes: int = 4096,
+) -> ScrapeOutcome:
+    """Parse one fetched page into a batch (raises ScrapeError when it holds no samples)."""
+    if body.lstrip()[:1] == b"<":
+        raise ScrapeError("answered HTML, not a Prometheus exposition")
+    parsed = parse_exposition(
+        body, max_series=max_series, max_label_value_bytes=max_label_value_bytes
+    )
+    cols = parsed.samples
+    if not cols.names:
+        first = parsed.errors[0] if parsed.errors else "empty page"
+        raise ScrapeError(f"no samples ({first})")
+    ts_ms = int(started * 1000)
+    if target.kind == "dcgm-exporter":
+        series = [
+            (n, dict(lbl), v)
+            for n, lbl, v in zip(cols.names, cols.labels, cols.values, strict=True)
+        ]
+        batch = dcgm_batch(target.url, ts_ms, series, target.node or _host(target.url))
+    else:
+        batch = Batch(
+            target.url,
+            ts_ms,
+            cols.names,
+            _with_instance(cols.labels, target.url),
+            cols.values,
+            dict(parsed.types),
+            cols.timestamps_ms,
+        )
+    error = ""
+    if parsed.truncated:
+        error = f"more than {max_series} series; the rest were dropped"
+    elif parsed.errors:
+        error = f"{parsed.error_count} malformed lines, first: {parsed.errors[0]}"
+    if error:
+        log.debug("target page problems url=%s error=%s", target.url, error)
+    return ScrapeOutcome(
+        target, started, 0.0, True, error, parsed.error_count, parsed.truncated, batch
+    )
 
 
 def _with_instance(labels: list[Labels], url: str) -> list[Labels]:

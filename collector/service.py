@@ -156,13 +156,17 @@ class CollectorService:
         self.store.record_inventory(now, nodes=snap.nodes, pods=snap.pods, quotas=quotas)
 
     def retention_cycle(self) -> dict[str, int]:
+        """Hourly: roll closed buckets up, then delete what is past retention."""
+        return self.store.apply_retention(datetime.fromtimestamp(self.clock(), UTC))
+
+    def daily_cycle(self) -> None:
+        """Once a day: rewrite closed days sorted by series (the compact form on disk), and
+        export yesterday to day-partitioned Parquet when a folder is configured."""
         now = datetime.fromtimestamp(self.clock(), UTC)
-        counts = self.store.apply_retention(now)
+        self.store.compact(now)
         parquet = self.settings.collector.parquet_dir
         if parquet is not None:
-            yesterday = (now - timedelta(days=1)).date()
-            self.store.export_day(yesterday, parquet, now=now)
-        return counts
+            self.store.export_day((now - timedelta(days=1)).date(), parquet, now=now)
 
     def _guarded(self, name: str, job: Callable[[], object]) -> Callable[[], None]:
         def run() -> None:

@@ -33,29 +33,20 @@ def wait_http(url: str, proc: subprocess.Popen[str] | None = None, timeout: floa
 
 
 @contextmanager
-def agent_process(node: str, *extra: str) -> Iterator[str]:
-    """A real `gpuscope agent --gpu-source sim` on a free loopback port; yields its URL."""
-    port = free_port()
+def agent_process(
+    node: str, *extra: str, host: str = "127.0.0.1", port: int | None = None
+) -> Iterator[str]:
+    """A real `gpuscope agent --gpu-source sim` on a loopback address; yields its URL."""
+    port = port or free_port()
+    args = ["agent", "--gpu-source", "sim", "--node", node, "--listen", f"{host}:{port}"]
     proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "gpuscope.cli",
-            "agent",
-            "--gpu-source",
-            "sim",
-            "--node",
-            node,
-            "--listen",
-            f"127.0.0.1:{port}",
-            *extra,
-        ],
+        [sys.executable, "-m", "gpuscope.cli", *args, *extra],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
         env=ENV,
     )
-    url = f"http://127.0.0.1:{port}/metrics"
+    url = f"http://{host}:{port}/metrics"
     try:
         wait_http(url, proc)
         yield url
