@@ -24,7 +24,7 @@ from prometheus_client.registry import CollectorRegistry
 from agent.exposition import AgentCollector
 from agent.sim import SimAttributor, SimGpuSource, SimIbSource
 from agent.textformat import generate_text
-from collector.scrape import Target, page_to_outcome
+from collector.scrape import Target, TargetCache, page_to_outcome
 from collector.store import Store
 from gpuscope.sim import SimulatedCluster, default_scenario
 
@@ -64,12 +64,16 @@ def run(gpus: int, cycles: int, workdir: Path) -> dict[str, float]:
     t0 = 1_800_000_000.0
     with Store.open(workdir / f"ingest-{gpus}.duckdb") as store:
         # one warm-up cycle creates the series, as a running collector has long done
-        warm = [page_to_outcome(t, p, t0) for t, p in page_sets[0]]
+        caches = {t.url: TargetCache() for t, _ in page_sets[0]}  # the scraper keeps one each
+        warm = [page_to_outcome(t, p, t0, cache=caches[t.url]) for t, p in page_sets[0]]
         store.append_cycle([(o.batch, 0.0) for o in warm if o.batch is not None])
         for c in range(1, cycles + 1):
             started = t0 + 15 * c
             a = time.perf_counter()
-            outcomes = [page_to_outcome(t, p, started) for t, p in page_sets[c % VARIANTS]]
+            outcomes = [
+                page_to_outcome(t, p, started, cache=caches[t.url])
+                for t, p in page_sets[c % VARIANTS]
+            ]
             b = time.perf_counter()
             counts = store.append_cycle([(o.batch, 0.0) for o in outcomes if o.batch is not None])
             d = time.perf_counter()

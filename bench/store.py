@@ -331,7 +331,7 @@ def main() -> None:
             )
             for key, value in prom.items():
                 print(f"  {key}: {value:,.3f}" if value < 1000 else f"  {key}: {value:,.0f}")
-            ref = prom.get("prometheus B/sample (blocks)", 3.2)
+            ref = prom.get("prometheus B/sample (chunks only)", 3.2)
             where = "measured" if prom else "reference"
             print(
                 f"  compacted vs Prometheus TSDB {ref:.2f} B/sample ({where}): "

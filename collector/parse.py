@@ -20,7 +20,7 @@ after OpenMetrics `# EOF` only blank lines may follow; exemplars (` # {...} v [t
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 __all__ = ["MAX_ERRORS", "ParseResult", "Samples", "parse_exposition"]
@@ -88,6 +88,69 @@ class ParseResult:
     @property
     def timestamps_ms(self) -> list[int | None]:
         return self.samples.timestamps_ms
+
+
+@dataclass
+class SeriesCache:
+    """What earlier pages of one target parsed to, so that an unchanged page parses by lookup.
+
+    A target exports the same series scrape after scrape. ``series`` maps the text of a
+    plain sample line before its value (``name{labels}``) to what the full parser made of
+    it, and only lines the full parser accepted without a timestamp or exemplar get in; so
+    a cached parse is always the parse the full parser would give. Pass one cache per
+    target, and clear it when it grows past a bound (series churn).
+    """
+
+    series: dict[str, tuple[str, Labels]] = field(default_factory=dict)
+    labels: dict[str, Labels] = field(default_factory=dict)
+    comments: set[str] = field(default_factory=set)
+
+    def __len__(self) -> int:
+        return len(self.series) + len(self.labels)
+
+    def clear(self) -> None:
+        self.series.clear()
+        self.labels.clear()
+        self.comments.clear()
+
+
+def _parse_known(lines: list[str], cache: SeriesCache, limit: int) -> ParseResult | None:
+    """A page every line of which an earlier page had: lookups only. None on anything else."""
+    get, comments = cache.series.get, cache.comments
+    names: list[str] = []
+    labels: list[Labels] = []
+    values: list[float] = []
+    add_name, add_labels, add_value = names.append, labels.append, values.append
+    seen_comments: list[str] = []
+    for line in lines:
+        if not line:
+            continue
+        if line[0] == "#":
+            if line not in comments:
+                return None
+            seen_comments.append(line)
+            continue
+        key, _, v = line.rpartition(" ")
+        hit = get(key)
+        if hit is None:
+            return None
+        try:
+            value = float(v)
+        except ValueError:
+            return None
+        if "_" in v or not v.isascii():
+            return None
+        add_name(hit[0])
+        add_labels(hit[1])
+        add_value(value)
+    if 0 <= limit < len(names):
+        return None
+    types: dict[str, str] = {}
+    helps: dict[str, str] = {}
+    for line in seen_comments:
+        _comment(line, types, helps)
+    return ParseResult(Samples(names, labels, values, [None] * len(names)), types, helps, [],
+                       False, 0)  # fmt: skip
 
 
 class _LineError(Exception):
@@ -214,9 +277,17 @@ def _comment(line: str, types: dict[str, str], helps: dict[str, str]) -> bool:
 
 
 def parse_exposition(
-    text: str | bytes, *, max_series: int | None = None, max_label_value_bytes: int = 4096
+    text: str | bytes,
+    *,
+    max_series: int | None = None,
+    max_label_value_bytes: int = 4096,
+    cache: SeriesCache | None = None,
 ) -> ParseResult:
-    """Parse one scraped page. Stops after `max_series` samples (`truncated`) or `# EOF`."""
+    """Parse one scraped page. Stops after `max_series` samples (`truncated`) or `# EOF`.
+
+    ``cache``: the same :class:`SeriesCache` for every scrape of one target makes a
+    steady-state page a matter of lookups; it never changes what a page parses to.
+    """
     problems = _Problems()
     if isinstance(text, bytes | bytearray | memoryview):
         text = _decode(bytes(text), problems)
@@ -234,13 +305,19 @@ def parse_exposition(
     if "\r" in text:
         text = text.replace("\r\n", "\n")
     lines = text.split("\n")
+    limit = -1 if max_series is None else max(max_series, 0)
+    if cache is not None and cache.series and not problems.count:
+        known = _parse_known(lines, cache, limit)
+        if known is not None:
+            return known
     add_name, add_labels, add_value = names.append, labels_col.append, values.append
-    lcache: dict[str, Labels] = {}  # raw label string -> labels, only well-formed ones
+    # raw label string -> labels, only well-formed ones
+    lcache: dict[str, Labels] = {} if cache is None else cache.labels
+    remember = None if cache is None else cache.series
     ncache: dict[str, str] = {}  # raw text before '{' (or first token) -> metric name
     shapes: dict[tuple[str, ...], Any] = {}  # label-name skeletons seen by _quick
     stamps: dict[int, int] = {}  # sample index -> timestamp, for the few that have one
     prefix, plen, pname = "\n", 1, ""  # `name{` of the last labelled sample, its name
-    limit = -1 if max_series is None else max(max_series, 0)
     count = eof = 0
     name: str | None
     labels: Labels | None
@@ -268,10 +345,13 @@ def parse_exposition(
                         add_name(pname)
                         add_labels(labels)
                         add_value(value)
+                        if remember is not None and v[:1] == " " and " " not in v[1:]:
+                            remember[line[: e + 1]] = (pname, labels)
                         continue
         if not line:
             continue
         c = line[0]
+        raw = line
         if c in {" ", "\t"}:
             line = line.strip(" \t")  # noqa: PLW2901
             if not line:
@@ -282,6 +362,8 @@ def parse_exposition(
                 if _comment(line, types, helps):
                     eof = lineno
                     break
+                if cache is not None and raw is line:
+                    cache.comments.add(line)
                 continue
             b = line.find("{")
             if b < 0:
@@ -338,6 +420,10 @@ def parse_exposition(
         add_value(value)
         if ts is not None:
             stamps[count - 1] = ts
+        elif remember is not None and n == 1 and raw is line:
+            key = line.rpartition(" ")[0]
+            if key and f"{key} {v}" == line:  # what the lookup path will split it into
+                remember[key] = (name, labels)
     if eof:  # only blank lines may follow `# EOF`
         rest = lines[eof:]
         bad = next((i for i, ln in enumerate(rest) if ln.strip()), -1)

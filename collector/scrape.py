@@ -13,14 +13,14 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 import httpx
 
 from collector.batch import Batch, Labels
 from collector.dcgm_ingest import dcgm_batch
-from collector.parse import parse_exposition
+from collector.parse import SeriesCache, parse_exposition
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +77,7 @@ class Scraper:
         self.concurrency = concurrency
         self.clock = clock
         self._transport = transport
+        self._caches: dict[str, TargetCache] = {}
 
     def scrape(self, targets: Sequence[Target]) -> list[ScrapeOutcome]:
         """Scrape all targets once (blocking; for scheduler threads)."""
@@ -154,6 +155,25 @@ class Scraper:
         return ScrapeOutcome(target, started, 0.0, False, error)
 
 
+@dataclass
+class TargetCache:
+    """What a target's previous scrapes taught: parsed label sets, and their relabelled form.
+
+    A target exports the same series scrape after scrape, so the steady state parses labels
+    by lookup. Cleared when it grows past ``limit`` entries (series churn).
+    """
+
+    limit: int = 400_000
+    series: SeriesCache = field(default_factory=SeriesCache)
+    #: id(parsed labels) -> (those labels, with an instance label where no node label is)
+    relabelled: dict[int, tuple[Labels, Labels]] = field(default_factory=dict)
+
+    def trim(self) -> None:
+        if len(self.series) > self.limit or len(self.relabelled) > self.limit:
+            self.series.clear()
+            self.relabelled.clear()
+
+
 def page_to_outcome(
     target: Target,
     body: bytes,
@@ -161,12 +181,18 @@ def page_to_outcome(
     *,
     max_series: int = 200_000,
     max_label_value_bytes: int = 4096,
+    cache: TargetCache | None = None,
 ) -> ScrapeOutcome:
     """Parse one fetched page into a batch (raises ScrapeError when it holds no samples)."""
     if body.lstrip()[:1] == b"<":
         raise ScrapeError("answered HTML, not a Prometheus exposition")
+    if cache is not None:
+        cache.trim()
     parsed = parse_exposition(
-        body, max_series=max_series, max_label_value_bytes=max_label_value_bytes
+        body,
+        max_series=max_series,
+        max_label_value_bytes=max_label_value_bytes,
+        cache=None if cache is None else cache.series,
     )
     cols = parsed.samples
     if not cols.names:
@@ -184,7 +210,7 @@ def page_to_outcome(
             target.url,
             ts_ms,
             cols.names,
-            _with_instance(cols.labels, target.url),
+            _with_instance(cols.labels, target.url, {} if cache is None else cache.relabelled),
             cols.values,
             dict(parsed.types),
             cols.timestamps_ms,
@@ -201,17 +227,31 @@ def page_to_outcome(
     )
 
 
-def _with_instance(labels: list[Labels], url: str) -> list[Labels]:
+def _with_instance(
+    labels: list[Labels], url: str, memo: dict[int, tuple[Labels, Labels]]
+) -> list[Labels]:
     """Give series without a ``node`` label an ``instance`` label (host:port), as Prometheus
-    does: the agents' own process metrics would otherwise be one series for all of them."""
-    u = httpx.URL(url)
-    instance = ("instance", f"{u.host}:{u.port}" if u.port else u.host)
-    out = labels
-    for i, lbl in enumerate(labels):
+    does: the agents' own process metrics would otherwise be one series for all of them.
+
+    ``memo`` remembers each label set's answer by identity (the parser's cache hands the
+    same tuples back every scrape); it holds the tuple too, so an id is never reused.
+    """
+    instance: tuple[str, str] | None = None
+    out: list[Labels] = []
+    append = out.append
+    for lbl in labels:
+        hit = memo.get(id(lbl))
+        if hit is not None and hit[0] is lbl:
+            append(hit[1])
+            continue
+        new = lbl
         if not any(k == "node" for k, _ in lbl):
-            if out is labels:
-                out = list(labels)
-            out[i] = tuple(sorted((*lbl, instance)))
+            if instance is None:
+                u = httpx.URL(url)
+                instance = ("instance", f"{u.host}:{u.port}" if u.port else u.host)
+            new = tuple(sorted((*lbl, instance)))
+        memo[id(lbl)] = (lbl, new)
+        append(new)
     return out
 
 

@@ -316,26 +316,39 @@ class Store:
         down: Sequence[tuple[str, float, float, str]],
     ) -> list[int]:
         ids, new, next_id = self._ids, dict[SeriesKey, int](), self._next_id
-        rows: dict[int, tuple[int, float]] = {}  # series id -> (seconds, value); last wins
+        all_sids: list[int] = []
+        all_secs: list[int] = []
+        all_values: list[float] = []
         counts: list[int] = []
         types: dict[str, str] = {}
+        get = ids.get
         for batch, _ in batches:
             types.update(batch.types)
+            keys = list(zip(batch.names, batch.labels, strict=True))
+            sids = [get(k) for k in keys]
+            if None in sids:  # new series: ids in order of first appearance
+                for i, sid in enumerate(sids):
+                    if sid is None:
+                        sids[i] = new.setdefault(keys[i], next_id + len(new))
             secs = batch.ts_ms // 1000
             times = batch.timestamps_ms
-            seen: set[int] = set()
-            for i, key in enumerate(zip(batch.names, batch.labels, strict=True)):
-                sid = ids.get(key)
-                if sid is None:
-                    sid = new.setdefault(key, next_id + len(new))
-                t = secs if times is None or times[i] is None else times[i] // 1000  # type: ignore[operator]
-                rows[sid] = (t, batch.values[i])
-                seen.add(sid)
-            counts.append(len(seen))
+            if times is not None and any(t is not None for t in times):
+                all_secs += [secs if t is None else t // 1000 for t in times]
+            else:
+                all_secs += [secs] * len(sids)
+            all_sids += sids  # type: ignore[arg-type]
+            all_values += batch.values
+            counts.append(len(set(sids)))
+        if len(set(all_sids)) != len(all_sids):  # a series twice: its last sample wins
+            last = {sid: i for i, sid in enumerate(all_sids)}
+            keep = sorted(last.values())
+            all_sids = [all_sids[i] for i in keep]
+            all_secs = [all_secs[i] for i in keep]
+            all_values = [all_values[i] for i in keep]
+        rows = all_sids
         sample_table = pa.table(
-            [pa.array(list(rows), pa.uint32()),
-             pa.array([t for t, _ in rows.values()], pa.timestamp("s")),
-             pa.array([v for _, v in rows.values()], pa.float64())],
+            [pa.array(all_sids, pa.uint32()), pa.array(all_secs, pa.timestamp("s")),
+             pa.array(all_values, pa.float64())],
             names=["series_id", "ts", "value"],
         )  # fmt: skip
         scrape_rows: list[tuple[str, datetime, bool, float, int, str | None]] = []
