@@ -490,3 +490,75 @@ def test_result_columns_are_reachable_from_the_result() -> None:
     result = parse_exposition('m{a="b"} 1 5\n')
     assert result.names is result.samples.names and result.labels == [(("a", "b"),)]
     assert result.values == [1.0] and result.timestamps_ms == [5]
+
+
+def _same(a: ParseResult, b: ParseResult) -> bool:
+    return (
+        a.samples.names == b.samples.names
+        and a.samples.labels == b.samples.labels
+        and [repr(v) for v in a.samples.values] == [repr(v) for v in b.samples.values]
+        and a.samples.timestamps_ms == b.samples.timestamps_ms
+        and a.types == b.types
+        and a.helps == b.helps
+        and a.errors == b.errors
+        and a.truncated == b.truncated
+    )
+
+
+def test_series_cache_never_changes_the_result() -> None:
+    """With a per-target cache, each page parses exactly as it would without one: new
+    series, values, a timestamp, an escape, changed HELP, a bad line, a tab and a cut."""
+    from collector.parse import SeriesCache
+
+    base = (
+        "# HELP m_ratio a ratio\n# TYPE m_ratio gauge\n"
+        'm_ratio{a="1",b="x y"} 0.5\nm_ratio{a="2",b="q\\"uote"} 1\n'
+        "# TYPE c counter\nc_total 10\n"
+    )
+    pages = [
+        base,
+        base.replace("0.5", "0.75").replace("c_total 10", "c_total 11"),
+        base + 'm_ratio{a="3",b=""} 2\n',
+        base.replace("c_total 10", "c_total 12 1700000000000"),
+        base.replace("a ratio", "another ratio"),
+        base + "not a valid line {\n",
+        base.replace("c_total 10", "c_total\t13"),
+        base.replace("c_total 10", "c_total  14"),
+        base.replace("0.5", "NaN"),
+        base.replace("0.5", "1_000"),
+        "  " + base,
+        base,
+    ]
+    cache = SeriesCache()
+    for page in pages:
+        assert _same(parse_exposition(page, cache=cache), parse_exposition(page)), page
+    capped = parse_exposition(base, cache=cache, max_series=2)
+    assert _same(capped, parse_exposition(base, max_series=2))
+
+
+def test_series_cache_makes_an_unchanged_page_a_lookup() -> None:
+    """The second scrape of an unchanged page goes through the lookup path only."""
+    from collector import parse as parse_module
+    from collector.parse import SeriesCache
+
+    page = "# TYPE m_ratio gauge\n" + "".join(f'm_ratio{{i="{i}"}} 0.{i}\n' for i in range(100))
+    cache = SeriesCache()
+    parse_exposition(page, cache=cache)
+    assert len(cache.series) == 100
+    calls = []
+    real = parse_module._parse_known
+
+    def spy(*args: object) -> object:
+        result = real(*args)  # type: ignore[arg-type]
+        calls.append(result is not None)
+        return result
+
+    parse_module._parse_known = spy  # type: ignore[assignment]
+    try:
+        again = parse_exposition(page.replace("0.5\n", "0.55\n"), cache=cache)
+        changed = parse_exposition(page + 'm_ratio{i="new"} 1\n', cache=cache)
+    finally:
+        parse_module._parse_known = real
+    assert calls == [True, False]  # hit, then a new series falls back to the full parser
+    assert again.samples.values[5] == 0.55
+    assert len(changed.samples.names) == 101
