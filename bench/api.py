@@ -75,7 +75,7 @@ def register_series(store: Store, gpus: int) -> None:
 
 def fill(store: Store, days: int) -> int:
     con = store._con  # bench shortcut: bulk insert, see the module docstring
-    n_series = con.execute("SELECT count(*) FROM series").fetchone()[0]  # type: ignore[index]
+    n_series = con.execute("SELECT count(*) FROM series").fetchall()[0][0]
     per_day = DAY // STEP_S
     total = 0
     for d in range(days):
@@ -102,17 +102,29 @@ def fill(store: Store, days: int) -> int:
         con.unregister("day_rows")
         total += frame.height
         print(f"  day {d + 1}: {frame.height:,} samples", file=sys.stderr)
+    # what ingestion would have kept current: when each series was last seen
+    end = (T0 + timedelta(days=days)).replace(tzinfo=None)
+    con.execute("UPDATE series SET last_seen = ?", [end])
     return total
 
 
-def timed(client: TestClient, path: str, params: dict[str, object], repeat: int) -> float:
+def timed(
+    client: TestClient, path: str, params: dict[str, object], repeat: int
+) -> tuple[float, str]:
+    """Median milliseconds of ``repeat`` calls, and the answer's shape (to see it is real)."""
     times = []
     for _ in range(repeat):
         a = time.perf_counter()
         r = client.get(path, params=params)
         times.append(time.perf_counter() - a)
         assert r.status_code == 200, r.text
-    return statistics.median(times) * 1000
+    body = r.json()
+    series = body.get("series")
+    if isinstance(series, list) and series:
+        shape = f"{len(series)} series x {len(series[0]['points'])} points"
+    else:
+        shape = "no series" if isinstance(series, list) else f"{len(body)} fields"
+    return statistics.median(times) * 1000, shape
 
 
 def main() -> None:
@@ -173,7 +185,8 @@ def main() -> None:
             ("status", "/api/v1/status", {}),
         ]
         for name, path, params in cases:
-            print(f"  {name:45s} {timed(client, path, params, args.repeat):8.1f} ms")
+            ms, shape = timed(client, path, params, args.repeat)
+            print(f"  {name:42s} {ms:8.1f} ms   ({shape})")
         store.close()
 
 

@@ -47,7 +47,9 @@ binned AS (
     JOIN page USING (key)
     GROUP BY ALL
 )
-SELECT key, bucket, value, series FROM binned ORDER BY key, bucket
+SELECT key,
+       to_json(list([epoch(bucket), value, CAST(series AS DOUBLE)] ORDER BY bucket)) AS points
+FROM binned GROUP BY key ORDER BY key
 """
 
 _UTILIZATION_KEYS = """
@@ -72,20 +74,20 @@ _RAW = """
 #: Roll-ups up to their frontier (meta), raw samples after it: week-long views read a few
 #: rows per series instead of thousands, and the newest minutes are still exact.
 _ROLLED = """
-    WITH frontier AS (
-        SELECT coalesce(max(CAST(value AS TIMESTAMP)), TIMESTAMP '1970-01-01') AS t
-        FROM meta WHERE key = '{frontier}'
-    )
     SELECT series_id, bucket AS ts, sum AS vsum, count AS n FROM {table}
-    WHERE bucket >= $start AND bucket < $end AND bucket < (SELECT t FROM frontier)
+    WHERE bucket >= $start AND bucket < $end AND bucket < $frontier
     UNION ALL
     SELECT series_id, ts, value, 1 FROM samples
-    WHERE ts >= $start AND ts < $end AND ts >= (SELECT t FROM frontier)
+    WHERE ts >= $start AND ts < $end AND ts >= $frontier
 """
+#: How far each roll-up is complete (read first and bound as a constant, so that DuckDB
+#: can skip the raw row groups before it by their min/max statistics).
+FRONTIER = "SELECT value FROM meta WHERE key = $key"
+FRONTIER_KEYS = {"1h": "rollup_1h_until", "5m": "rollup_5m_until"}
 #: Which samples a step reads: the coarsest resolution that divides it.
 RESOLUTIONS: tuple[tuple[str, int, str], ...] = (
-    ("1h", 3600, _ROLLED.format(table="samples_1h", frontier="rollup_1h_until")),
-    ("5m", 300, _ROLLED.format(table="samples_5m", frontier="rollup_5m_until")),
+    ("1h", 3600, _ROLLED.format(table="samples_1h")),
+    ("5m", 300, _ROLLED.format(table="samples_5m")),
     ("raw", 0, _RAW),
 )
 

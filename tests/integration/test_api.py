@@ -82,7 +82,7 @@ def util(client: TestClient, **params: object) -> dict[str, list[float]]:
         params={"start": T0.isoformat(), "end": (T0 + timedelta(hours=2)).isoformat(), **params},
     )
     assert r.status_code == 200, r.text
-    return {s["key"]: [round(p["value"], 6) for p in s["points"]] for s in r.json()["series"]}
+    return {s["key"]: [round(p[1], 6) for p in s["points"]] for s in r.json()["series"]}
 
 
 def test_hourly_values_by_hand(client: TestClient) -> None:

@@ -93,7 +93,7 @@ def test_scrapes_agents_serves_data_and_reports_html_target_down(
             base + "/api/v1/utilization", params={"by": "node", "step": 1}, timeout=10
         ).json()
         assert {s["key"] for s in util["series"]} == {"gpu-node-08", "gpu-node-30"}
-        busy = {s["key"]: s["points"][-1]["value"] for s in util["series"]}
+        busy = {s["key"]: s["points"][-1][1] for s in util["series"]}
         assert busy["gpu-node-08"] > 0.8  # the fine-tune job's node trains flat out
         resp = httpx.get(base + "/api/v1/utilization", params={"by": "project"}, timeout=10)
         assert resp.status_code == 200, resp.text + proc.stderr.read1().decode()
