@@ -156,14 +156,13 @@ class CollectorService:
         self.store.record_inventory(now, nodes=snap.nodes, pods=snap.pods, quotas=quotas)
 
     def retention_cycle(self) -> dict[str, int]:
-        """Hourly: roll closed buckets up, then delete what is past retention."""
+        """Hourly: roll closed buckets up, delete what is past retention, compact closed
+        days (each once)."""
         return self.store.apply_retention(datetime.fromtimestamp(self.clock(), UTC))
 
     def daily_cycle(self) -> None:
-        """Once a day: rewrite closed days sorted by series (the compact form on disk), and
-        export yesterday to day-partitioned Parquet when a folder is configured."""
+        """Once a day: export yesterday to day-partitioned Parquet, when a folder is set."""
         now = datetime.fromtimestamp(self.clock(), UTC)
-        self.store.compact(now)
         parquet = self.settings.collector.parquet_dir
         if parquet is not None:
             self.store.export_day((now - timedelta(days=1)).date(), parquet, now=now)
