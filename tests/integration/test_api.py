@@ -124,3 +124,24 @@ def test_status_and_auth(client: TestClient) -> None:
     assert client.post("/api/v1/retention").status_code == 401
     ok = client.post("/api/v1/retention", headers={"Authorization": "Bearer tok"})
     assert ok.status_code == 200
+
+
+def test_reads_can_require_the_token(tmp_path: Path) -> None:
+    """With read_requires_token, reads need the bearer token too; health stays open."""
+    store = Store.open(tmp_path / "r.duckdb")
+    state = ApiState(
+        store=store,
+        targets=TargetRegistry(),
+        metrics=CollectorMetrics(),
+        token="tok",
+        read_requires_token=True,
+    )
+    client = TestClient(create_app(state))
+    try:
+        assert client.get("/api/v1/status").status_code == 401
+        assert client.get("/api/v1/findings").status_code == 401
+        ok = client.get("/api/v1/status", headers={"Authorization": "Bearer tok"})
+        assert ok.status_code == 200
+        assert client.get("/healthz").status_code == 200
+    finally:
+        store.close()

@@ -203,3 +203,30 @@ def test_bad_collector_input_is_one_line(args: list[str], message: str) -> None:
     assert res.returncode == 2, res.stderr
     assert len(res.stderr.strip().splitlines()) == 1
     assert message in res.stderr
+
+
+def test_a_target_that_stops_answering_is_stale_not_repeated(tmp_path: Path) -> None:
+    """When an agent goes away its target turns down with the reason, and no sample of its
+    series is written after that: the last values are not repeated as if fresh."""
+    db = tmp_path / "s.duckdb"
+    with agent_process("gpu-node-30") as url:
+        proc, base = start_collector(db, [url])
+        wait_for(lambda: status(base)["targets"][0]["scrapes"] >= 2)
+    # the agent has stopped; wait for the collector to notice
+    try:
+        wait_for(lambda: status(base)["targets"][0]["up"] is False)
+        first = status(base)
+        target = first["targets"][0]
+        assert target["consecutive_failures"] >= 1
+        assert "connect" in target["last_error"]
+        stored = first["samples_stored"]
+        wait_for(lambda: status(base)["targets"][0]["consecutive_failures"] >= 3)
+        assert status(base)["samples_stored"] == stored
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=30)
+    with duckdb.connect(str(db), read_only=True) as con:
+        downs = con.execute(
+            "SELECT count(*) FROM scrapes WHERE NOT up AND error LIKE '%connect%'"
+        ).fetchone()[0]
+    assert downs >= 3
