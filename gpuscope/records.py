@@ -7,8 +7,12 @@ could not read it); it is never a stand-in for zero, so exposition leaves such s
 
 from __future__ import annotations
 
+import hashlib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from enum import StrEnum
+from typing import Any, Literal
 
 
 class WorkloadKind(StrEnum):
@@ -132,3 +136,34 @@ class IbPortReading:
     data_counter_saturated: bool = False
     errors: tuple[tuple[str, int], ...] = field(default_factory=tuple)
     hw_counters: tuple[tuple[str, int], ...] = field(default_factory=tuple)
+
+
+Severity = Literal["info", "warning", "critical"]
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    """One thing a detector found, in the shape DESIGN.md fixes (stored and served as JSON).
+
+    ``id`` is stable for the same kind and subject (see :func:`finding_id`), so a finding
+    that persists across runs updates one row, and one that stops is resolved.
+    """
+
+    id: str
+    kind: str
+    severity: Severity
+    #: What it is about: cluster, node, gpu, namespace, pod, project, device/port...
+    subject: dict[str, str]
+    #: Since when the condition holds (None when not known).
+    since: datetime | None
+    observed_at: datetime
+    #: The numbers that justify it.
+    evidence: dict[str, Any] = field(default_factory=dict)
+    #: ``{"action": ..., "target": {...}}``, or None.
+    recommendation: dict[str, Any] | None = None
+
+
+def finding_id(kind: str, subject: Mapping[str, str]) -> str:
+    """A stable id for a kind and subject: the same inputs give the same id in any run."""
+    text = kind + "|" + "|".join(f"{k}={subject[k]}" for k in sorted(subject))
+    return f"{kind}:{hashlib.sha256(text.encode()).hexdigest()[:16]}"

@@ -175,9 +175,33 @@ class CollectorSettings(_Section):
         return ""
 
 
+class AnalyticsSettings(_Section):
+    """Thresholds of the detectors; the defaults follow common practice."""
+
+    #: A workload is idle when each of its GPUs stays under this for the whole window.
+    idle_utilization_below: float = Field(default=0.05, ge=0, le=1)
+    idle_window_minutes: float = Field(default=30, gt=0)
+    #: Also require GPU memory traffic under the threshold (catches data-loading loops).
+    idle_include_memory_activity: bool = False
+    #: No workload is called idle in its first minutes.
+    startup_grace_minutes: float = Field(default=10, ge=0)
+    #: Interactive sessions older than this get a session_time_limit finding (0: off).
+    max_session_age_hours: float = Field(default=72, ge=0)
+    #: A port is hot when its throughput stays over this share of link rate for the window.
+    ib_hot_ratio: float = Field(default=0.8, gt=0, le=1)
+    ib_hot_window_minutes: float = Field(default=5, gt=0)
+    #: Job sizes (GPUs on one node) that node fragmentation checks, besides pending ones.
+    job_sizes: list[int] = Field(default_factory=lambda: [1, 2, 4, 8])
+    #: Share of tasks the FGD task mix keeps (most frequent groups first).
+    fgd_task_coverage: float = Field(default=0.95, gt=0, le=1)
+    #: Minutes between scheduled runs of the detectors in the collector.
+    interval_minutes: float = Field(default=5, gt=0)
+
+
 class Settings(_Section):
     agent: AgentSettings = Field(default_factory=AgentSettings)
     collector: CollectorSettings = Field(default_factory=CollectorSettings)
+    analytics: AnalyticsSettings = Field(default_factory=AnalyticsSettings)
     workloads: WorkloadSettings = Field(default_factory=WorkloadSettings)
 
 
