@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from collector.analytics_gauges import AnalyticsGauges
+
 
 class CollectorMetrics:
     def __init__(self) -> None:
@@ -67,3 +69,11 @@ class CollectorMetrics:
             ["job"],
             registry=r,
         )
+        self.analytics_seconds = Gauge(
+            "gpuscope_collector_analytics_seconds",
+            "Duration of the last run of each detector.",
+            ["detector"],
+            registry=r,
+        )
+        self.analytics = AnalyticsGauges()
+        r.register(self.analytics)

@@ -115,8 +115,26 @@ MIGRATION_2_ROLLUPS: tuple[str, ...] = (
     )""",
 )
 
+#: v3: what idle detection carries between runs (analytics/idle.py), so a scheduled run
+#: reads only the samples since its watermark (``meta.idle_state_until``) instead of the
+#: whole window: per GPU (or MIG device) uuid, the last sample at or over the idle
+#: threshold and its value, the last sample, and since when samples have come without a
+#: gap (``covered_since``: unknown is not idle).
+MIGRATION_3_IDLE_STATE: tuple[str, ...] = (
+    """CREATE TABLE gpu_activity_state (
+        uuid VARCHAR PRIMARY KEY,
+        last_busy_ts TIMESTAMP, last_busy_value DOUBLE,
+        last_sample_ts TIMESTAMP, covered_since TIMESTAMP,
+        signal VARCHAR
+    )""",
+)
+
 #: Version -> statements that bring a database at version - 1 to it.
-MIGRATIONS: dict[int, tuple[str, ...]] = {1: MIGRATION_1_TABLES, 2: MIGRATION_2_ROLLUPS}
+MIGRATIONS: dict[int, tuple[str, ...]] = {
+    1: MIGRATION_1_TABLES,
+    2: MIGRATION_2_ROLLUPS,
+    3: MIGRATION_3_IDLE_STATE,
+}
 LATEST_VERSION: int = max(MIGRATIONS)
 
 READ_VERSION = "SELECT value FROM meta WHERE key = 'schema_version'"

@@ -222,12 +222,20 @@ class CollectorService:
         self.store.close()
 
 
-def run_collector(settings: Settings) -> int:
-    """Serve until SIGTERM/SIGINT (uvicorn handles the signals), then stop cleanly."""
+def run_collector(
+    settings: Settings, extend: Callable[[CollectorService], None] | None = None
+) -> int:
+    """Serve until SIGTERM/SIGINT (uvicorn handles the signals), then stop cleanly.
+
+    ``extend`` adds jobs to the service before it starts (the top-level service adds
+    analytics this way, so the collector imports none of the layers above it).
+    """
     import uvicorn
 
     host, port = parse_listen(settings.collector.listen)
     service = CollectorService(settings)
+    if extend is not None:
+        extend(service)
     try:
         app = create_app(service.api_state())
         server = uvicorn.Server(

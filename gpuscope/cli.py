@@ -11,8 +11,9 @@ import logging
 import os
 import sys
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from gpuscope import __version__
 from gpuscope.errors import UserError
@@ -113,6 +114,30 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_logging(col)
 
+    an = sub.add_parser("analyze", help="run detectors over a database or a cluster snapshot")
+    an.add_argument(
+        "what",
+        choices=["idle", "fragmentation", "quota", "bandwidth", "all"],
+        help="which analysis (all: every one that the input allows)",
+    )
+    an.add_argument("--db", type=Path, metavar="PATH", help="a gpuscope DuckDB file (read-only)")
+    an.add_argument(
+        "--nodes",
+        type=Path,
+        metavar="FILE",
+        help="kubectl get nodes -o json, or the Alibaba trace's node CSV",
+    )
+    an.add_argument(
+        "--pods",
+        type=Path,
+        metavar="FILE",
+        help="kubectl get pods -A -o json, or the Alibaba trace's pod CSV",
+    )
+    an.add_argument("--at", metavar="TIME", help="analyse as of this time (RFC 3339; default now)")
+    an.add_argument("--json", action="store_true", help="print one JSON object")
+    an.add_argument("--config", type=Path, help="YAML settings file (thresholds: analytics)")
+    _add_logging(an)
+
     demo = sub.add_parser("demo", help="run the whole pipeline on a simulated cluster")
     demo.add_argument("--out", type=Path, metavar="DIR", help="output folder (default: a new one)")
     demo.add_argument("--nodes", type=int, default=32, help="simulated nodes (default 32)")
@@ -139,7 +164,7 @@ def _cmd_agent(args: argparse.Namespace) -> int:
 
 
 def _cmd_collector(args: argparse.Namespace) -> int:
-    from collector.service import run_collector
+    from gpuscope.service import run_service
 
     targets = [{"url": u, "kind": "agent"} for u in args.target or []]
     targets += [{"url": u, "kind": "dcgm-exporter"} for u in args.dcgm_exporter or []]
@@ -152,7 +177,59 @@ def _cmd_collector(args: argparse.Namespace) -> int:
         "kubernetes": args.kubernetes,
     }
     settings = load_settings(args.config, overrides={"collector": flags})
-    return run_collector(settings)
+    return run_service(settings)
+
+
+def _parse_at(text: str | None) -> datetime:
+    if not text:
+        return datetime.now(UTC)
+    try:
+        at = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise UserError(f"--at {text!r}: expected a time like 2026-11-16T09:00:00Z") from None
+    return at if at.tzinfo else at.replace(tzinfo=UTC)
+
+
+def _cmd_analyze(args: argparse.Namespace) -> int:
+    import json
+
+    from analytics.runner import DETECTORS, as_json, render_text, run_on_snapshot, run_on_store
+
+    settings = load_settings(args.config)
+    at = _parse_at(args.at)
+    if (args.nodes is None) != (args.pods is None):
+        raise UserError("--nodes and --pods go together")
+    if args.nodes is not None:
+        if args.what not in ("fragmentation", "all"):
+            raise UserError(f"{args.what} needs --db: a snapshot only holds placement")
+        analyses = {"fragmentation": run_on_snapshot(args.nodes, args.pods, at, settings)}
+    else:
+        if args.db is None:
+            raise UserError("give --db PATH (or --nodes FILE --pods FILE for fragmentation)")
+        from collector.store import Store
+
+        which = list(DETECTORS) if args.what == "all" else [args.what]
+        with _open_read_only(Store, args.db) as store:
+            analyses = run_on_store(store, at, settings, which, persist=False)
+    if args.json:
+        print(json.dumps(as_json(analyses), indent=2, default=str))
+    else:
+        print(render_text(analyses), end="")
+    return 0
+
+
+def _open_read_only(store_cls: Any, path: Path) -> Any:
+    import duckdb
+
+    try:
+        return store_cls.open(path, read_only=True)
+    except duckdb.IOException as exc:
+        if "lock" in str(exc).lower():
+            raise UserError(
+                f"{path} is in use by another process (a running collector?): analyse a "
+                "copy of it, or use the collector's API"
+            ) from None
+        raise UserError(f"cannot open {path}: {str(exc).splitlines()[0]}") from None
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
@@ -161,7 +238,12 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     return run_demo(out=args.out, nodes=args.nodes, serve=args.serve)
 
 
-_COMMANDS = {"agent": _cmd_agent, "collector": _cmd_collector, "demo": _cmd_demo}
+_COMMANDS = {
+    "agent": _cmd_agent,
+    "collector": _cmd_collector,
+    "analyze": _cmd_analyze,
+    "demo": _cmd_demo,
+}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

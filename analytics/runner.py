@@ -1,0 +1,155 @@
+"""Run detectors: load their inputs from the store (or snapshot files), collect analyses.
+
+The only place in analytics that touches I/O; the detectors themselves are pure functions
+of what this module hands them. Used by ``gpuscope analyze`` and the collector's schedule.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Sequence
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from analytics.base import Analysis
+from collector.store import Store
+from gpuscope.errors import UserError
+from gpuscope.settings import Settings
+
+log = logging.getLogger(__name__)
+
+DETECTORS: tuple[str, ...] = ("idle", "fragmentation", "quota", "bandwidth")
+
+
+def run_on_store(
+    store: Store, at: datetime, settings: Settings, which: Sequence[str], *, persist: bool
+) -> dict[str, Analysis]:
+    """Run the named detectors over the store as of ``at``.
+
+    ``persist`` lets incremental detectors keep their state in the store (the collector);
+    the CLI passes False and so never writes to a database it analyses.
+    """
+    from analytics.allocation import state_from_inventory
+    from analytics.bandwidth import run_bandwidth
+    from analytics.fragmentation import analyze_fragmentation
+    from analytics.idle import run_idle
+    from analytics.quota import run_quota
+
+    out: dict[str, Analysis] = {}
+    a = settings.analytics
+    for name in which:
+        cur = store.cursor()
+        try:
+            if name == "idle":
+                out[name] = run_idle(store, at, a, settings.workloads, persist=persist)
+            elif name == "fragmentation":
+                state = state_from_inventory(cur, gpu_indices=gpu_indices_of(cur))
+                out[name] = analyze_fragmentation(state, at=at, settings=a)
+            elif name == "quota":
+                out[name] = run_quota(cur, at, a)
+            elif name == "bandwidth":
+                out[name] = run_bandwidth(cur, at, a)
+            else:
+                raise UserError(f"unknown analysis {name!r}")
+        finally:
+            cur.close()
+    return out
+
+
+#: Which GPUs (indices on their node) each pod holds now, as the agents report it: the
+#: inventory knows a fractional pod's share but not which GPU it landed on.
+GPU_INDICES = """
+SELECT namespace || '/' || pod AS key, list(DISTINCT CAST(gpu AS INTEGER)) AS gpus
+FROM workload_intervals
+WHERE end_ts IS NULL AND TRY_CAST(gpu AS INTEGER) IS NOT NULL
+GROUP BY ALL
+"""
+
+
+def gpu_indices_of(con: Any) -> dict[str, list[int]]:
+    return {key: sorted(gpus) for key, gpus in con.execute(GPU_INDICES).fetchall()}
+
+
+def run_on_snapshot(nodes: Path, pods: Path, at: datetime, settings: Settings) -> Analysis:
+    """Fragmentation from files: kubectl JSON (``get nodes/pods -o json``) or the Alibaba
+    trace's CSVs (the pods are then the workload on an empty cluster)."""
+    from analytics.allocation import state_from_kubectl
+    from analytics.fragmentation import analyze_fragmentation, learn_task_mix
+    from analytics.trace import read_trace
+
+    for path in (nodes, pods):
+        if not path.is_file():
+            raise UserError(f"{path} does not exist")
+    if nodes.suffix.lower() == ".csv" or pods.suffix.lower() == ".csv":
+        state, tasks = read_trace(nodes, pods)
+        mix = learn_task_mix(tasks, settings.analytics.fgd_task_coverage)
+        return analyze_fragmentation(state, at=at, settings=settings.analytics, mix=mix)
+    docs = []
+    for path in (nodes, pods):
+        try:
+            doc = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise UserError(f"{path} is not kubectl JSON: {exc}") from None
+        if not isinstance(doc, dict) or not isinstance(doc.get("items"), list):
+            raise UserError(f"{path} is not a kubectl List (no 'items')")
+        docs.append(doc)
+    state = state_from_kubectl(docs[0], docs[1], settings.workloads)
+    return analyze_fragmentation(state, at=at, settings=settings.analytics)
+
+
+def as_json(analyses: dict[str, Analysis]) -> dict[str, Any]:
+    """DESIGN.md's analysis output: ``{"findings": [...], "summary": {...}}``; with several
+    detectors the summary is keyed by detector."""
+    findings = [_finding_json(f) for a in analyses.values() for f in a.findings]
+    if len(analyses) == 1:
+        (summary,) = (a.summary for a in analyses.values())
+    else:
+        summary = {name: a.summary for name, a in analyses.items()}
+    return {"findings": findings, "summary": summary}
+
+
+def _finding_json(f: Any) -> dict[str, Any]:
+    return {
+        "id": f.id,
+        "kind": f.kind,
+        "severity": f.severity,
+        "subject": f.subject,
+        "since": f.since.isoformat() if f.since else None,
+        "observed_at": f.observed_at.isoformat(),
+        "evidence": f.evidence,
+        "recommendation": f.recommendation,
+    }
+
+
+def render_text(analyses: dict[str, Analysis]) -> str:
+    """A readable report: findings as a table, then each detector's headline numbers."""
+    lines: list[str] = []
+    findings = [f for a in analyses.values() for f in a.findings]
+    order = {"critical": 0, "warning": 1, "info": 2}
+    findings.sort(key=lambda f: (order.get(f.severity, 3), f.kind, sorted(f.subject.items())))
+    if findings:
+        rows = [("SEVERITY", "KIND", "SUBJECT", "SINCE", "RECOMMENDATION")]
+        for f in findings:
+            subject = " ".join(f"{k}={v}" for k, v in sorted(f.subject.items()))
+            since = f.since.strftime("%Y-%m-%d %H:%M") if f.since else "-"
+            rec = f.recommendation.get("action", "-") if f.recommendation else "-"
+            rows.append((f.severity, f.kind, subject, since, str(rec)))
+        widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+        lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()
+                  for r in rows]  # fmt: skip
+    else:
+        lines.append("no findings")
+    for name, a in analyses.items():
+        flat = {k: v for k, v in a.summary.items() if isinstance(v, int | float | str)}
+        if flat:
+            lines.append("")
+            lines.append(f"{name}: " + ", ".join(f"{k}={_fmt(v)}" for k, v in flat.items()))
+    return "\n".join(lines) + "\n"
+
+
+def _fmt(v: object) -> str:
+    if isinstance(v, float):
+        return str(int(v)) if v.is_integer() else f"{v:.3f}".rstrip("0")
+    return str(v)

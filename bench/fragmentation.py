@@ -1,0 +1,116 @@
+"""Benchmark: fragmentation analysis over the public Alibaba GPU trace and a large cluster.
+
+Times, best of --runs, ``read_trace`` + ``learn_task_mix`` + ``analyze_fragmentation`` on
+the trace's 1213 GPU nodes (6212 GPUs, empty as in the FGD paper) with the default,
+gpushare100 and multigpu50 task lists; then ``analyze_fragmentation`` over a simulated
+state of 10,000 GPUs (1250 8-GPU nodes, random whole and fractional allocations) with the
+default trace's task mix, the size the collector runs every few minutes.
+Run: .venv/bin/python bench/fragmentation.py [--runs 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import sys
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from analytics.allocation import ClusterState, NodeState
+from analytics.fragmentation import TaskMix, analyze_fragmentation, learn_task_mix
+from analytics.trace import read_trace
+from gpuscope.settings import AnalyticsSettings
+
+CSV = Path(__file__).resolve().parents[2] / "shared" / "data" / "alibaba-gpu-v2023" / "csv"
+SETTINGS = AnalyticsSettings()
+AT = datetime(2025, 1, 1, tzinfo=UTC)
+
+
+def best(fn: Callable[[], Any], runs: int) -> tuple[float, Any]:
+    times, result = [], None
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        result = fn()
+        times.append(time.perf_counter() - t0)
+    return min(times), result
+
+
+def trace_run(pods: str) -> Callable[[], Any]:
+    def run() -> Any:
+        state, tasks = read_trace(CSV / "openb_node_list_gpu_node.csv", CSV / pods)
+        mix = learn_task_mix(tasks, SETTINGS.fgd_task_coverage)
+        return analyze_fragmentation(state, at=AT, settings=SETTINGS, mix=mix)
+
+    return run
+
+
+def simulated_state(gpus: int, seed: int = 7) -> ClusterState:
+    rng = random.Random(seed)
+    nodes = []
+    for i in range(gpus // 8):
+        free = [rng.choice((0.0, 0.0, 1.0, 1.0, 0.5, 0.25, 0.75, rng.random())) for _ in range(8)]
+        nodes.append(
+            NodeState(
+                name=f"n{i:05d}",
+                pool=f"pool-{i % 4}",
+                gpu_model="G2",
+                gpus=tuple(free),
+                cpu_milli_free=rng.randrange(0, 96_000),
+                cpu_milli_total=96_000,
+            )
+        )
+    return ClusterState(nodes=tuple(nodes))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--runs", type=int, default=3)
+    args = parser.parse_args()
+    rows = []
+    if CSV.is_dir():
+        mix: TaskMix | None = None
+        for pods in ("default", "gpushare100", "multigpu50"):
+            seconds, result = best(trace_run(f"openb_pod_list_{pods}.csv"), args.runs)
+            s = result.summary
+            rows.append(
+                (
+                    f"trace {pods}",
+                    s["total_gpus"],
+                    s["task_mix"]["groups"],
+                    seconds,
+                    s["fgd_fragmentation_ratio"],
+                )
+            )
+        _, tasks = read_trace(
+            CSV / "openb_node_list_gpu_node.csv", CSV / "openb_pod_list_default.csv"
+        )
+        mix = learn_task_mix(tasks)
+    else:
+        print(f"trace not found under {CSV}; only the simulated state is timed")
+        mix = None
+    state = simulated_state(10_000)
+    seconds, result = best(
+        lambda: analyze_fragmentation(state, at=AT, settings=SETTINGS, mix=mix), args.runs
+    )
+    s = result.summary
+    rows.append(
+        (
+            "simulated 10k GPUs",
+            s["total_gpus"],
+            s["task_mix"]["groups"],
+            seconds,
+            s["fgd_fragmentation_ratio"],
+        )
+    )
+    print(f"{'case':<22}{'GPUs':>8}{'mix groups':>12}{'seconds':>10}{'FGD ratio':>11}")
+    for name, total, groups, sec, ratio in rows:
+        print(f"{name:<22}{total:>8}{groups:>12}{sec:>10.3f}{ratio:>11.3f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,88 @@
+"""Fragmentation from kubectl-shaped JSON of the simulated cluster, and from the store."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from analytics.allocation import state_from_inventory, state_from_kubectl
+from analytics.fragmentation import analyze_fragmentation
+from collector.inventory_records import node_from_json, pod_from_json
+from collector.store import Store
+from gpuscope.settings import AnalyticsSettings
+from gpuscope.sim import SimulatedCluster, default_scenario
+from gpuscope.sim.kube import nodes_json, pods_json
+
+AT = datetime(2025, 1, 1, tzinfo=UTC)
+
+
+@pytest.fixture(scope="module")
+def cluster() -> SimulatedCluster:
+    return SimulatedCluster(default_scenario())
+
+
+def _json(cluster: SimulatedCluster) -> tuple[dict[str, Any], dict[str, Any]]:
+    return nodes_json(cluster, origin=0.0), pods_json(cluster, 0.0, origin=0.0)
+
+
+def _agent_indices(cluster: SimulatedCluster) -> dict[str, list[int]]:
+    """The GPU indices each placed pod holds, as the agents report them (pod-resources)."""
+    return {
+        f"{p.namespace}/{p.name}": [a.gpu_index for a in p.assignments]
+        for p in cluster.pods
+        if p.node is not None and cluster.is_alive(p, 0.0)
+    }
+
+
+def test_pending_four_gpu_job_blocked_by_scattered_gpus(cluster: SimulatedCluster) -> None:
+    nodes, pods = _json(cluster)
+    state = state_from_kubectl(nodes, pods, gpu_indices=_agent_indices(cluster))
+    assert [t.name for t in state.pending] == ["vision/detector-train-worker-0"]
+    result = analyze_fragmentation(state, at=AT, settings=AnalyticsSettings())
+    s = result.summary
+    assert s["free_gpus"] >= 4
+    assert s["largest_placeable_job_gpus"] < 4
+    assert s["jobs_fit_now"]["4"] == 0 and s["jobs_fit_packed"]["4"] >= 1
+    [found] = [f for f in result.findings if f.kind == "node_fragmentation"]
+    assert found.subject == {"pool": "h100"}
+    assert found.severity == "warning"
+    assert 4 in found.evidence["pending_blocked_job_gpus"]
+    assert found.recommendation == {
+        "action": "consolidate",
+        "target": {"pool": "h100", "job_gpus": 4},
+    }
+    # the serving nodes' GPUs are shared by fractional pods: capacity stranded on them
+    assert s["partially_used_gpus"] > 0 and s["stranded_gpu_capacity"] > 0
+    assert 0.0 <= s["fgd_fragmentation_ratio"] <= 1.0
+    assert s["fgd_fragmented_gpus"] <= s["free_gpus"]
+
+
+def test_kubectl_alone_reconstructs_fractions_best_fit(cluster: SimulatedCluster) -> None:
+    """Without the agents the fractional pods are packed best-fit (what a bin-packing GPU
+    scheduler would do); the simulator spread them, so the reconstruction finds more whole
+    GPUs free on the serving nodes than there really are."""
+    state = state_from_kubectl(*_json(cluster))
+    serving = [n for n in state.nodes if n.name in ("gpu-node-30", "gpu-node-31")]
+    assert sorted(n.whole_free_gpus for n in serving) == [4, 5]
+    exact = state_from_kubectl(*_json(cluster), gpu_indices=_agent_indices(cluster))
+    assert sum(n.free_gpus for n in state.nodes) == pytest.approx(
+        sum(n.free_gpus for n in exact.nodes)
+    )
+
+
+def test_inventory_gives_the_same_state(cluster: SimulatedCluster, tmp_path: Path) -> None:
+    nodes, pods = _json(cluster)
+    infos = {n.name: n for n in map(node_from_json, nodes["items"])}
+    pod_infos = [
+        pod_from_json(p, node=infos.get(p["spec"].get("nodeName", ""))) for p in pods["items"]
+    ]
+    with Store.open(tmp_path / "inv.duckdb") as store:
+        store.record_inventory(AT, nodes=list(infos.values()), pods=pod_infos)
+        from_store = state_from_inventory(store.cursor())
+        indices = _agent_indices(cluster)
+        exact = state_from_inventory(store.cursor(), gpu_indices=indices)
+    assert from_store == state_from_kubectl(nodes, pods)
+    assert exact == state_from_kubectl(nodes, pods, gpu_indices=indices)
