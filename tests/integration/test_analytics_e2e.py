@@ -1,0 +1,153 @@
+"""The assembled service end to end: agents -> collector -> detectors -> findings, gauges,
+and `gpuscope analyze` on the database afterwards, on the default scenario's story."""
+
+import json
+import subprocess
+import sys
+import time
+from datetime import UTC, datetime
+from collections.abc import Iterator
+from contextlib import ExitStack
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+
+from collector.api import create_app
+from collector.service import CollectorService
+from gpuscope.service import analytics_job
+from gpuscope.settings import load_settings
+from gpuscope.sim import SimulatedCluster, default_scenario
+from gpuscope.sim.kube import namespaces_json, nodes_json, pods_json, quotas_json
+from tests.fakes.kube_api import FakeKubeApi
+from tests.integration.helpers import ENV, agent_process
+
+pytestmark = pytest.mark.integration
+NODES = ("gpu-node-08", "gpu-node-10", "gpu-node-30", "gpu-node-31")
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, object]]:
+    """Run the service for a few seconds of scrapes, then the analytics job, once."""
+    tmp = tmp_path_factory.mktemp("e2e")
+    scenario = default_scenario()
+    cluster = SimulatedCluster(scenario)
+    api = FakeKubeApi().start()
+    # the agents play the scenario live_offset (6 h) in; the inventory shows the same moment
+    api.store.load(
+        namespaces_json(cluster),
+        nodes_json(cluster, origin=0.0),
+        pods_json(cluster, scenario.live_offset, origin=0.0),
+        quotas_json(cluster),
+    )
+    with ExitStack() as stack:
+        urls = [stack.enter_context(agent_process(n)) for n in NODES]
+        settings = load_settings(
+            env={},
+            overrides={
+                "collector": {
+                    "db": tmp / "e2e.duckdb",
+                    "kubernetes": api.url,
+                    "targets": [{"url": u} for u in urls],
+                },
+                "analytics": {
+                    "idle_window_minutes": 0.05,
+                    "startup_grace_minutes": 0,
+                    "ib_hot_window_minutes": 0.2,
+                },
+            },
+        )
+        service = CollectorService(settings)
+        try:
+            service.inventory_cycle()
+            service.scrape_cycle()
+            for _ in range(14):  # the hot-port window (12 s) must be covered by samples
+                time.sleep(1.0)
+                service.scrape_cycle()
+            at = datetime.now(UTC)
+            analytics_job(service)
+            client = TestClient(create_app(service.api_state()))
+            findings = client.get("/api/v1/findings", params={"limit": 1000}).json()["items"]
+            metrics = client.get("/metrics").text
+        finally:
+            service.stop()
+            api.stop()
+    config = tmp / "analytics.yaml"
+    config.write_text(
+        "analytics: {idle_window_minutes: 0.05, startup_grace_minutes: 0, "
+        "ib_hot_window_minutes: 0.2}\n"
+    )
+    yield {
+        "db": tmp / "e2e.duckdb",
+        "findings": findings,
+        "metrics": metrics,
+        "at": at,
+        "config": config,
+    }
+
+
+def kinds(findings: list[dict[str, object]]) -> dict[str, list[dict[str, object]]]:
+    out: dict[str, list[dict[str, object]]] = {}
+    for f in findings:
+        out.setdefault(str(f["kind"]), []).append(f)
+    return out
+
+
+def test_the_planted_story_is_found(finished: dict[str, object]) -> None:
+    """The idle notebook, the hot rail, nlp over quota while vision waits, the blocked job."""
+    found = kinds(finished["findings"])  # type: ignore[arg-type]
+    idle = {(f["subject"]["namespace"], f["subject"]["pod"]) for f in found["idle_session"]}  # type: ignore[index]
+    assert ("research", "nb-user01-0") in idle
+    assert all(f["recommendation"] for f in found["idle_session"])
+    hot = {f["subject"]["node"] for f in found["bandwidth_hotspot"]}  # type: ignore[index]
+    assert hot == {"gpu-node-08"}
+    over = {f["subject"]["project"] for f in found["quota_overuse"]}  # type: ignore[index]
+    assert over == {"nlp"}
+    frag = found["node_fragmentation"]
+    assert any(f["recommendation"]["target"]["job_gpus"] == 4 for f in frag)  # type: ignore[index]
+
+
+def test_gauges_carry_the_headline_numbers(finished: dict[str, object]) -> None:
+    """/metrics counts the findings and publishes the detectors' summaries."""
+    metrics = str(finished["metrics"])
+    assert 'gpuscope_findings{kind="idle_session",severity=' in metrics
+    assert 'gpuscope_quota_used_gpus{project="nlp"}' in metrics
+    assert "gpuscope_fragmentation_fgd_fragmentation_ratio" in metrics
+    assert 'gpuscope_collector_analytics_seconds{detector="idle"}' in metrics
+
+
+def test_analyze_all_on_the_database_finds_the_same(finished: dict[str, object]) -> None:
+    """`gpuscope analyze all --db` (read-only) reports the same kinds of findings."""
+    res = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "gpuscope.cli",
+            "analyze",
+            "all",
+            "--db",
+            str(finished["db"]),
+            "--json",
+            "--config",
+            str(finished["config"]),
+            "--at",
+            str(finished["at"].isoformat()),  # type: ignore[attr-defined]
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=ENV,
+    )
+    assert res.returncode == 0, res.stderr
+    out = json.loads(res.stdout)
+    assert set(out["summary"]) == {"idle", "fragmentation", "quota", "bandwidth"}
+    got = {f["kind"] for f in out["findings"]}
+    assert {"quota_overuse", "node_fragmentation", "bandwidth_hotspot"} <= got
+    text = subprocess.run(
+        [sys.executable, "-m", "gpuscope.cli", "analyze", "quota", "--db", str(finished["db"])],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=ENV,
+    )
+    assert text.returncode == 0 and "quota_overuse" in text.stdout
