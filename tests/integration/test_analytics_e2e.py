@@ -5,10 +5,8 @@ import json
 import subprocess
 import sys
 import time
-from datetime import UTC, datetime
-from collections.abc import Iterator
 from contextlib import ExitStack
-from pathlib import Path
+from datetime import UTC, datetime
 
 import pytest
 from fastapi.testclient import TestClient
@@ -27,7 +25,7 @@ NODES = ("gpu-node-08", "gpu-node-10", "gpu-node-30", "gpu-node-31")
 
 
 @pytest.fixture(scope="module")
-def finished(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, object]]:
+def finished(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
     """Run the service for a few seconds of scrapes, then the analytics job, once."""
     tmp = tmp_path_factory.mktemp("e2e")
     scenario = default_scenario()
