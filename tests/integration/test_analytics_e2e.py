@@ -75,7 +75,7 @@ def finished(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
         "analytics: {idle_window_minutes: 0.05, startup_grace_minutes: 0, "
         "ib_hot_window_minutes: 0.2}\n"
     )
-    yield {
+    return {
         "db": tmp / "e2e.duckdb",
         "findings": findings,
         "metrics": metrics,
