@@ -190,6 +190,21 @@ class AnalyticsSettings(_Section):
     #: A port is hot when its throughput stays over this share of link rate for the window.
     ib_hot_ratio: float = Field(default=0.8, gt=0, le=1)
     ib_hot_window_minutes: float = Field(default=5, gt=0)
+    #: An NVLink/PCIe link is hot when a GPU's throughput stays over this share of the
+    #: link's capacity for ``ib_hot_window_minutes`` (the same rule as an IB port).
+    gpu_link_hot_ratio: float = Field(default=0.8, gt=0, le=1)
+    #: NVLink capacity per GPU and direction in bytes/s, by a substring of the
+    #: ``gpuscope_gpu_info`` ``model`` label (the longest matching key wins; a model no key
+    #: matches gets no NVLink ratio). H100/H200: 18 NVLink 4 links x 25 GB/s; A100: 12 x 25.
+    nvlink_bytes_per_second: dict[str, float] = Field(
+        default_factory=lambda: {"H100": 450e9, "H200": 450e9, "A100": 300e9}
+    )
+    #: PCIe capacity per GPU and direction in bytes/s, by model substring as above: the
+    #: usable rate of the GPU's x16 slot, Gen5 (~64 GB/s) for H100/H200, Gen4 (~32 GB/s)
+    #: for A100. A model no key matches gets no PCIe ratio.
+    pcie_bytes_per_second: dict[str, float] = Field(
+        default_factory=lambda: {"H100": 64e9, "H200": 64e9, "A100": 32e9}
+    )
     #: Job sizes (GPUs on one node) that node fragmentation checks, besides pending ones.
     job_sizes: list[int] = Field(default_factory=lambda: [1, 2, 4, 8])
     #: Share of tasks the FGD task mix keeps (most frequent groups first).

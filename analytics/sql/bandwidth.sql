@@ -122,3 +122,220 @@ FROM workload_intervals
 WHERE node IN (SELECT unnest($nodes)) AND start_ts <= $at AND (end_ts IS NULL OR end_ts > $at)
 GROUP BY node, namespace, pod
 ORDER BY node, namespace, pod;
+
+-- name: gpu_link_stats
+-- One row per GPU link (NVLink, PCIe) seen in the window, the same way as port_stats:
+-- throughput of the busier direction as a share of the link's capacity, how much of the
+-- window it was over $hot, whether it is hot. The capacity comes from the GPU's model
+-- (gpuscope_gpu_info's `model` label) matched against $cap_metric/$cap_pattern/$cap_bytes
+-- (parallel lists from the settings; the longest matching pattern wins). Whole GPUs only:
+-- MIG instances have no link counters of their own.
+WITH links AS (
+    SELECT series_id, metric, node, gpu, uuid, labels['direction'] AS direction
+    FROM series
+    WHERE metric IN ('gpuscope_gpu_nvlink_bytes_total', 'gpuscope_gpu_pcie_bytes_total')
+      AND coalesce(mig_instance, '') = ''
+      AND last_seen > $read_lo AND first_seen <= $at
+),
+models AS (
+    -- the model each GPU had most recently by $at
+    SELECT node, gpu, arg_max(labels['model'], last_seen) AS model
+    FROM series
+    WHERE metric = 'gpuscope_gpu_info' AND coalesce(mig_instance, '') = ''
+      AND first_seen <= $at AND node IN (SELECT node FROM links)
+    GROUP BY node, gpu
+),
+caps AS (
+    SELECT unnest($cap_metric) AS metric, unnest($cap_pattern) AS pattern,
+           unnest($cap_bytes) AS capacity
+),
+capacity AS (
+    SELECT m.node, m.gpu, c.metric, any_value(m.model) AS model,
+           arg_max(c.capacity, length(c.pattern)) AS capacity
+    FROM models AS m JOIN caps AS c ON contains(lower(m.model), lower(c.pattern))
+    GROUP BY m.node, m.gpu, c.metric
+),
+raw AS (
+    SELECT series_id, ts, sum(value) AS value
+    FROM samples
+    WHERE ts > $read_lo AND ts <= $at AND series_id IN (SELECT series_id FROM links)
+    GROUP BY series_id, ts
+),
+steps AS (
+    SELECT series_id, ts, value,
+           epoch(ts) - epoch(lag(ts) OVER (PARTITION BY series_id ORDER BY ts)) AS dt
+    FROM raw
+    QUALIFY ts > $lo
+),
+per_series AS (
+    SELECT l.metric, l.node, l.gpu, l.uuid, l.direction,
+           sum(s.value) AS increase, sum(s.dt) AS span_s,
+           least(epoch(max(s.ts)), epoch($at))
+             - greatest(min(epoch(s.ts) - s.dt), epoch($lo)) AS covered_s,
+           sum(s.dt) FILTER (WHERE c.capacity > 0 AND s.value / s.dt >= $hot * c.capacity)
+               AS hot_s,
+           any_value(c.capacity) AS capacity, any_value(c.model) AS model
+    FROM steps AS s
+    JOIN links AS l USING (series_id)
+    LEFT JOIN capacity AS c USING (node, gpu, metric)
+    WHERE s.dt > 0
+    GROUP BY ALL
+),
+directions AS (
+    SELECT metric, node, gpu, uuid, direction, capacity, model, covered_s,
+           increase / span_s AS bytes_per_s,
+           CASE WHEN capacity > 0 THEN increase / span_s / capacity END AS ratio,
+           coalesce(hot_s, 0) / span_s AS hot_share
+    FROM per_series
+)
+SELECT metric, node, gpu, any_value(uuid) AS uuid, any_value(model) AS model,
+       any_value(capacity) AS capacity_bytes_per_second,
+       max(ratio) AS ratio,
+       arg_max(direction, coalesce(ratio, 0)) AS direction,
+       max(bytes_per_s) FILTER (WHERE direction = 'tx') AS tx_bytes_per_second,
+       max(bytes_per_s) FILTER (WHERE direction = 'rx') AS rx_bytes_per_second,
+       max(hot_share) AS hot_share,
+       coalesce(bool_or(ratio >= $hot AND hot_share >= $hot_share
+                        AND covered_s >= $coverage * (epoch($at) - epoch($lo))), false) AS hot
+FROM directions
+GROUP BY metric, node, gpu
+ORDER BY metric, node, gpu;
+
+-- name: gpu_workloads
+-- Workloads holding the given GPUs ($gpu_keys: 'node/gpu') at $at.
+SELECT node, gpu, namespace, pod, any_value(project) AS project, any_value(kind) AS kind
+FROM workload_intervals
+WHERE node || '/' || gpu IN (SELECT unnest($gpu_keys))
+  AND start_ts <= $at AND (end_ts IS NULL OR end_ts > $at)
+GROUP BY node, gpu, namespace, pod
+ORDER BY node, gpu, namespace, pod;
+
+-- name: job_rails
+-- The rails of every multi-node job at $at. A job is the pods of one namespace whose
+-- names agree once a trailing '-worker-N', '-master-N' or '-N' is cut ('llm-worker-3',
+-- 'llm-master-0' and 'llm-7' are job 'llm'); it is a multi-node job when its pods
+-- hold GPUs on two or more nodes. Its rails are the HCAs beside its GPUs: GPU i on a
+-- node uses device mlx5_i there (the rail-optimised layout the simulator also uses).
+WITH open_pods AS (
+    SELECT namespace, pod, node, gpu,
+           regexp_replace(pod, '-(worker-|master-)?[0-9]+$', '') AS job
+    FROM workload_intervals
+    WHERE start_ts <= $at AND (end_ts IS NULL OR end_ts > $at)
+),
+spread AS (
+    SELECT namespace, job FROM open_pods
+    GROUP BY namespace, job
+    HAVING count(DISTINCT node) >= 2
+)
+SELECT o.namespace, o.job, o.node, 'mlx5_' || o.gpu AS device,
+       list(DISTINCT o.pod ORDER BY o.pod) AS pods
+FROM open_pods AS o JOIN spread USING (namespace, job)
+GROUP BY o.namespace, o.job, o.node, device
+ORDER BY o.namespace, o.job, o.node, device;
+
+-- name: port_history
+-- Hot IB ports of every window ending at $start + j * $step (j = 1 .. $n), in one pass over
+-- ($start - $window - $lookback, $end]: the rule of port_stats for each window, without
+-- a run per window. Each sub-interval (a sample and the step since its predecessor) is
+-- expanded to the windows (e_j - $window, e_j] that hold its end, so a window longer than
+-- the step counts a sub-interval in each window it falls in; a sub-interval whose start is
+-- before e_j - $window - $lookback does not count in window j, as in a single run. The
+-- link rate of a window is its last sample in (e_j - $window - $lookback, e_j]; a port
+-- whose rate never changed in the range (nearly all) takes it from one aggregate instead,
+-- for the windows from its first to its last sample. Two samples of one series in the
+-- same second are not merged here (a single run merges them): the second's increase
+-- counts, its zero-length step adds no time. Joins are on integer ids; labels come last.
+WITH link_series AS (
+    SELECT series_id AS link_id, node, device, port
+    FROM series
+    WHERE metric = 'gpuscope_ib_port_rate_bytes_per_second'
+      AND last_seen > $read_lo AND first_seen <= $end
+),
+ib AS (
+    SELECT s.series_id, s.metric, s.node, s.device, s.port, l.link_id
+    FROM series AS s
+    LEFT JOIN link_series AS l USING (node, device, port)
+    WHERE s.metric IN ('gpuscope_ib_transmit_bytes_total', 'gpuscope_ib_receive_bytes_total')
+      AND s.last_seen > $read_lo AND s.first_seen <= $end
+),
+link_samples AS (
+    SELECT series_id AS link_id, epoch(ts) - $start_s AS t, value
+    FROM samples
+    WHERE ts > $read_lo AND ts <= $end AND series_id IN (SELECT link_id FROM link_series)
+),
+link_const AS (
+    -- one rate for the whole range: valid in the windows its samples reach
+    SELECT link_id, min(value) AS rate,
+           greatest(ceil(min(t) / $step)::BIGINT, 1) AS j_first,
+           least(ceil((max(t) + $window + $lookback) / $step)::BIGINT - 1, $n) AS j_last
+    FROM link_samples
+    GROUP BY link_id
+    HAVING min(value) = max(value)
+),
+link_var AS (
+    -- a rate that changed: its last value per window, exactly as a single run takes it
+    SELECT link_id, j, arg_max(value, t) AS rate
+    FROM (
+        SELECT link_id, t, value,
+               unnest(range(greatest(ceil(t / $step)::BIGINT, 1),
+                            least(ceil((t + $window + $lookback) / $step)::BIGINT - 1, $n)
+                            + 1)) AS j
+        FROM link_samples
+        WHERE link_id NOT IN (SELECT link_id FROM link_const)
+    )
+    GROUP BY link_id, j
+),
+steps AS (
+    SELECT series_id, epoch(ts) - $start_s AS t,
+           epoch(ts) - epoch(lag(ts) OVER (PARTITION BY series_id ORDER BY ts)) AS dt,
+           value
+    FROM samples
+    WHERE ts > $read_lo AND ts <= $end AND series_id IN (SELECT series_id FROM ib)
+),
+in_windows AS (
+    -- window j holds t when e_j - window < t <= e_j, e_j = j * step (seconds from $start)
+    SELECT series_id, t, dt, value,
+           unnest(range(greatest(ceil(t / $step)::BIGINT, 1),
+                        least(ceil((t + $window) / $step)::BIGINT - 1, $n) + 1)) AS j
+    FROM steps
+    WHERE dt IS NOT NULL
+),
+per_series AS (
+    SELECT w.series_id, w.j,
+           sum(w.value) AS increase, sum(w.dt) AS span_s,
+           least(max(w.t), w.j * $step)
+             - greatest(min(w.t - w.dt), w.j * $step - $window) AS covered_s,
+           sum(w.dt) FILTER (WHERE coalesce(c.rate, v.rate) > 0 AND w.dt > 0
+                             AND w.value / w.dt >= $hot * coalesce(c.rate, v.rate)) AS hot_s,
+           any_value(coalesce(c.rate, v.rate)) AS rate
+    FROM in_windows AS w
+    JOIN ib AS i USING (series_id)
+    LEFT JOIN link_const AS c ON c.link_id = i.link_id AND w.j BETWEEN c.j_first AND c.j_last
+    LEFT JOIN link_var AS v ON v.link_id = i.link_id AND v.j = w.j
+    WHERE w.t - w.dt > w.j * $step - $window - $lookback
+    GROUP BY w.series_id, w.j
+    HAVING sum(w.dt) > 0
+),
+hot_directions AS (
+    SELECT series_id, j, increase / span_s / rate AS ratio
+    FROM per_series
+    WHERE rate > 0 AND increase / span_s / rate >= $hot
+      AND coalesce(hot_s, 0) / span_s >= $hot_share AND covered_s >= $coverage * $window
+),
+directions AS (
+    -- both directions of the ports with a hot one: the port's ratio is the busier's
+    SELECT p.series_id, p.j, CASE WHEN p.rate > 0 THEN p.increase / p.span_s / p.rate END
+               AS ratio
+    FROM per_series AS p
+    JOIN (SELECT DISTINCT i.node, i.device, i.port, h.j
+          FROM hot_directions AS h JOIN ib AS i USING (series_id)) AS hp
+      ON p.j = hp.j
+    JOIN ib AS i ON i.series_id = p.series_id AND i.node = hp.node AND i.device = hp.device
+                AND i.port = hp.port
+)
+SELECT d.j, i.node, i.device, i.port, max(d.ratio) AS ratio,
+       arg_max(CASE i.metric WHEN 'gpuscope_ib_transmit_bytes_total' THEN 'transmit'
+               ELSE 'receive' END, coalesce(d.ratio, 0)) AS direction
+FROM directions AS d JOIN ib AS i USING (series_id)
+GROUP BY d.j, i.node, i.device, i.port
+ORDER BY d.j, i.node, i.device, i.port;

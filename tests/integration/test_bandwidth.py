@@ -15,7 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from analytics.bandwidth import run_bandwidth
+from analytics.bandwidth import HotPort, bandwidth_history, run_bandwidth
 from analytics.base import Analysis
 from collector.batch import Batch
 from collector.store import Store
@@ -53,6 +53,8 @@ class Node:
         self.wait = dict.fromkeys(profiles, 0.0)
         self.errors: dict[tuple[str, str], float] = {}
         self.workloads: list[tuple[str, str]] = []  # (pod, gpu)
+        self.step = STEP
+        self.link_rate: Profile = const(RATE)  # the link-rate gauge over time
 
     def scrape(self, t: float) -> None:
         names: list[str] = []
@@ -62,7 +64,7 @@ class Node:
             port = lab(node=self.name, device=dev, port="1")
             names += [TX, RX, WAIT, LINK]
             labels += [port] * 4
-            values += [self.tx[dev], self.tx[dev] * 0.5, self.wait[dev], RATE]
+            values += [self.tx[dev], self.tx[dev] * 0.5, self.wait[dev], self.link_rate(t)]
             for (d, type_), n in self.errors.items():
                 if d == dev:
                     names.append(ERR)
@@ -78,18 +80,18 @@ class Node:
         self.store.append_scrape(Batch(self.name, ms(at), names, labels, values, TYPES))
 
     def advance(self, t: float) -> None:
-        """Counters over (t, t + STEP] at each profile's share of the link rate."""
+        """Counters over (t, t + step] at each profile's share of the link rate."""
         for dev, profile in self.profiles.items():
-            share = profile(t + STEP / 2)
-            self.tx[dev] += share * RATE * STEP
-            self.wait[dev] += max(0.0, share - 0.9) * 1e6 * STEP
+            share = profile(t + self.step / 2)
+            self.tx[dev] += share * RATE * self.step
+            self.wait[dev] += max(0.0, share - 0.9) * 1e6 * self.step
 
     def play(self, until: float, start: float = 0.0) -> None:
         t = start
         while t <= until:
             self.scrape(t)
             self.advance(t)
-            t += STEP
+            t += self.step
 
 
 @pytest.fixture
@@ -247,3 +249,206 @@ def test_ratio_is_the_time_weighted_mean_and_hot_needs_it(shares: list[float]) -
     expect_hot = mean >= 0.8 and sum(x >= 0.8 for x in window) >= 16
     if abs(mean - 0.8) > 1e-6 and all(abs(x - 0.8) > 1e-6 for x in window):
         assert (result.summary["hot_ports"] == 1) == expect_hot
+
+
+# -- NVLink and PCIe ------------------------------------------------------------------------
+
+NVLINK, PCIE = "gpuscope_gpu_nvlink_bytes_total", "gpuscope_gpu_pcie_bytes_total"
+GPU_INFO = "gpuscope_gpu_info"
+GPU_TYPES = {NVLINK[:-6]: "counter", PCIE[:-6]: "counter", GPU_INFO: "gauge", INFO: "gauge"}
+H100, A100 = "NVIDIA H100 80GB HBM3", "NVIDIA A100-SXM4-80GB"
+
+
+class GpuNode:
+    """A node's GPUs: NVLink and PCIe counters (tx at the profile's share of capacity, rx at
+    half of it), the GPU identity series and the pods holding the GPUs."""
+
+    def __init__(
+        self, store: Store, name: str, model: str, nvlink: dict[str, Profile],
+        pcie: dict[str, Profile], capacity: tuple[float, float],
+    ) -> None:  # fmt: skip
+        self.store, self.name, self.model = store, name, model
+        self.links = {(NVLINK, g): p for g, p in nvlink.items()}
+        self.links |= {(PCIE, g): p for g, p in pcie.items()}
+        self.capacity = {NVLINK: capacity[0], PCIE: capacity[1]}
+        self.total = dict.fromkeys(self.links, 1e12)
+        self.workloads: list[tuple[str, str]] = []  # (pod, gpu)
+
+    def gpu(self, gpu: str) -> dict[str, str]:
+        return {"node": self.name, "gpu": gpu, "uuid": f"GPU-{self.name}-{gpu}", "mig_instance": ""}
+
+    def scrape(self, t: float) -> None:
+        names: list[str] = []
+        labels: list[tuple[tuple[str, str], ...]] = []
+        values: list[float] = []
+        for gpu in sorted({g for _m, g in self.links}):
+            names.append(GPU_INFO)
+            labels.append(lab(**self.gpu(gpu), model=self.model))
+            values.append(1.0)
+        for (metric, gpu), total in self.total.items():
+            names += [metric, metric]
+            labels += [lab(**self.gpu(gpu), direction="tx"), lab(**self.gpu(gpu), direction="rx")]
+            values += [total, total / 2]
+        for pod, gpu in self.workloads:
+            names.append(INFO)
+            labels.append(lab(**self.gpu(gpu), namespace="ml", pod=pod, container="main",
+                              project="vision", workload_kind="training"))  # fmt: skip
+            values.append(1.0)
+        batch = Batch(self.name, ms(at(t)), names, labels, values, GPU_TYPES)
+        self.store.append_scrape(batch)
+
+    def play(self, until: float) -> None:
+        t = 0.0
+        while t <= until:
+            self.scrape(t)
+            for key, profile in self.links.items():
+                self.total[key] += profile(t + STEP / 2) * self.capacity[key[0]] * STEP
+            t += STEP
+
+
+def test_nvlink_at_90_percent_is_a_hotspot_and_50_percent_is_not(store: Store) -> None:
+    node = GpuNode(store, "g1", H100, {"0": const(0.9), "1": const(0.5)}, {}, (450e9, 64e9))
+    node.workloads = [("tp-0", "0"), ("tp-0", "1")]
+    node.play(600)
+    result = run_bandwidth(store.cursor(), at(600), CFG)
+    [f] = result.findings
+    assert f.kind == "nvlink_hotspot" and f.severity == "warning"
+    assert f.subject == {"node": "g1", "gpu": "0", "uuid": "GPU-g1-0"}
+    assert f.evidence["ratio"] == pytest.approx(0.9, abs=1e-3)
+    assert f.evidence["bytes_per_second"] == pytest.approx(0.9 * 450e9, rel=1e-3)
+    assert f.evidence["direction"] == "tx"
+    assert f.evidence["capacity_bytes_per_second"] == 450e9
+    assert f.evidence["share_of_window_hot"] == 1.0
+    assert f.evidence["window_minutes"] == 5
+    assert f.evidence["workloads"] == [
+        {"namespace": "ml", "pod": "tp-0", "project": "vision", "kind": "training"}
+    ]
+    assert f.since == at(300)
+    s = result.summary
+    assert (s["nvlink_gpus"], s["nvlink_hot_gpus"], s["pcie_hot_gpus"]) == (2, 1, 0)
+    assert s["max_nvlink_ratio"] == pytest.approx(0.9, abs=1e-3)
+
+
+def test_pcie_at_90_percent_is_a_hotspot_and_50_percent_is_not(store: Store) -> None:
+    """A100: PCIe Gen4 x16, 32 GB/s per direction by default."""
+    pcie = {"0": const(0.9), "1": const(0.5)}
+    GpuNode(store, "a1", A100, {"0": const(0.1)}, pcie, (300e9, 32e9)).play(600)
+    result = run_bandwidth(store.cursor(), at(600), CFG)
+    [f] = result.findings
+    assert (f.kind, f.subject["gpu"]) == ("pcie_hotspot", "0")
+    assert f.evidence["bytes_per_second"] == pytest.approx(0.9 * 32e9, rel=1e-3)
+    assert f.evidence["ratio"] == pytest.approx(0.9, abs=1e-3)
+    assert f.evidence["capacity_bytes_per_second"] == 32e9
+    assert result.summary["max_pcie_ratio"] == pytest.approx(0.9, abs=1e-3)
+
+
+def test_gpu_link_capacity_and_ratio_come_from_settings(store: Store) -> None:
+    """At 90 % of 450 GB/s an H100 is hot; with a 1 TB/s capacity set it is at 40 %; an
+    unknown model has no capacity, so no ratio and no finding."""
+    GpuNode(store, "g1", H100, {"0": const(0.9)}, {}, (450e9, 64e9)).play(600)
+    GpuNode(store, "x1", "Mystery GPU", {"0": const(1.0)}, {}, (450e9, 64e9)).play(600)
+    assert [f.subject["node"] for f in run_bandwidth(store.cursor(), at(600), CFG).findings] == [
+        "g1"
+    ]
+    bigger = AnalyticsSettings(nvlink_bytes_per_second={"H100": 1e12})
+    assert run_bandwidth(store.cursor(), at(600), bigger).findings == []
+    looser = AnalyticsSettings(gpu_link_hot_ratio=0.95)
+    assert run_bandwidth(store.cursor(), at(600), looser).findings == []
+
+
+# -- rail imbalance per job ---------------------------------------------------------------
+
+
+def test_a_4_node_job_with_one_hot_rail_is_a_job_rail_imbalance(store: Store) -> None:
+    """Job llm: llm-worker-0..3, one per node, each on GPUs 0 and 1 (rails mlx5_0/1). Only
+    n0's mlx5_0 carries traffic: the job's 7 other rails idle. The nodes also have rails
+    the job does not use (mlx5_2, 3) busy at 50 %: they are no business of the job's."""
+    for i in range(4):
+        hot = const(0.95) if i == 0 else const(0.05)
+        profiles = {"mlx5_0": hot, "mlx5_1": const(0.05)}
+        profiles |= {"mlx5_2": const(0.5), "mlx5_3": const(0.5)}
+        node = Node(store, f"n{i}", profiles)
+        node.workloads = [(f"llm-worker-{i}", "0"), (f"llm-worker-{i}", "1")]
+        node.play(600)
+    result = run_bandwidth(store.cursor(), at(600), CFG)
+    [job] = [f for f in result.findings if f.subject.get("job")]
+    assert job.kind == "rail_imbalance"
+    assert job.subject == {"namespace": "ml", "job": "llm"}
+    assert [(r["node"], r["device"]) for r in job.evidence["hot_rails"]] == [("n0", "mlx5_0")]
+    assert job.evidence["hot_rails"][0]["pods"] == ["llm-worker-0"]
+    assert len(job.evidence["idle_rails"]) == 7
+    assert job.evidence["nodes"] == ["n0", "n1", "n2", "n3"]
+    assert result.summary["imbalanced_jobs"] == 1
+    # n0 itself has busy peers (mlx5_2, 3 at 50 %): no node-level imbalance
+    assert [f.kind for f in result.findings] == ["bandwidth_hotspot", "rail_imbalance"]
+
+
+def test_a_job_whose_rails_all_carry_traffic_is_balanced(store: Store) -> None:
+    for i in range(4):
+        node = Node(store, f"n{i}", {"mlx5_0": const(0.95 if i == 0 else 0.5)})
+        node.workloads = [(f"llm-{i}", "0")]
+        node.play(600)
+    result = run_bandwidth(store.cursor(), at(600), CFG)
+    assert [f.kind for f in result.findings] == ["bandwidth_hotspot"]
+
+
+# -- history --------------------------------------------------------------------------------
+
+
+def test_history_over_a_day_with_a_hot_hour_gives_exactly_its_windows(store: Store) -> None:
+    """60 s scrapes for a day; mlx5_0 at 97 % from 4 h to 5 h (steps starting in the hour),
+    else 10 %. The 5-minute windows ending 4:05 .. 5:00 hold only hot steps: those 12."""
+    node = Node(store, "n1", {"mlx5_0": lambda t: 0.97 if 4 * 3600 <= t < 5 * 3600 else 0.1})
+    node.step = 60
+    node.play(86400)
+    history = bandwidth_history(store.cursor(), at(0), at(86400), CFG)
+    assert len(history) == 288
+    assert [e for e, _ in history][:2] == [at(300), at(600)]
+    hot = [(e, ports) for e, ports in history if ports]
+    assert [e for e, _ in hot] == [at(4 * 3600 + 300 * k) for k in range(1, 13)]
+    for _, ports in hot:
+        [p] = ports
+        assert p == HotPort("n1", "mlx5_0", "1", p.ratio, "transmit")
+        assert p.ratio == pytest.approx(0.97, abs=1e-3)
+    # the same windows as a run per window
+    cur = store.cursor()
+    for e, ports in history[40:70]:
+        run = run_bandwidth(cur, e, CFG)
+        assert [f.subject["device"] for f in run.findings if f.kind == "bandwidth_hotspot"] == [
+            p.device for p in ports
+        ]
+
+
+def test_history_with_a_window_longer_than_the_step_matches_single_runs(store: Store) -> None:
+    """10-minute windows every 5 minutes: each step counts in two windows."""
+    shares = [0.95, 0.95, 0.5, 0.95, 0.95, 0.95, 0.95, 0.95, 0.2, 0.95, 0.95, 0.95, 0.95]
+    node = Node(store, "n1", {"mlx5_0": lambda t: shares[min(int(t // 300), 12)],
+                              "mlx5_1": const(0.85)})  # fmt: skip
+    node.play(3900)
+    cfg = AnalyticsSettings(ib_hot_window_minutes=10)
+    history = bandwidth_history(store.cursor(), at(0), at(3900), cfg)
+    assert len(history) == 13
+    cur = store.cursor()
+    for e, ports in history:
+        run = run_bandwidth(cur, e, cfg)
+        expect = [(f.subject["device"], f.evidence["ratio"]) for f in run.findings
+                  if f.kind == "bandwidth_hotspot"]  # fmt: skip
+        assert [(p.device, round(p.ratio, 4)) for p in ports] == expect, e
+    assert sum(bool(p) for _, p in history) >= 5
+
+
+def test_history_follows_a_link_rate_that_changes(store: Store) -> None:
+    """The link trains down to half its rate at 30 minutes while the traffic stays at
+    45 % of the old rate: 90 % of the new one, hot from then on, in history as in runs
+    (the rate series is not constant over the range, so each window takes its own)."""
+    node = Node(store, "n1", {"mlx5_0": const(0.45)})
+    node.link_rate = lambda t: RATE if t < 1800 else RATE / 2
+    node.play(3600)
+    history = bandwidth_history(store.cursor(), at(0), at(3600), CFG)
+    cur = store.cursor()
+    for e, ports in history:
+        run = run_bandwidth(cur, e, CFG)
+        expect = [f.subject["device"] for f in run.findings if f.kind == "bandwidth_hotspot"]
+        assert [p.device for p in ports] == expect, e
+    # the window ending at 30 minutes already ends with the new rate: it judges by its last
+    assert [e for e, p in history if p] == [at(1800 + 300 * k) for k in range(7)]
