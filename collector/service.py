@@ -9,6 +9,7 @@ jobs finish and closes the database cleanly.
 from __future__ import annotations
 
 import logging
+import math
 import signal
 import threading
 import time
@@ -181,7 +182,9 @@ class CollectorService:
     def start_jobs(self) -> None:
         cs = self.settings.collector
         ingest = self.query_cycle if self.query_source is not None else self.scrape_cycle
-        first = datetime.now(UTC)
+        # on a whole second: samples keep whole-second timestamps, so cycles that start on
+        # one are stored with their true spacing (rates over short windows stay exact)
+        first = datetime.fromtimestamp(math.ceil(time.time()), UTC)
         self.scheduler.add_job(
             self._guarded("ingest", ingest),
             "interval",

@@ -141,7 +141,17 @@ def build_parser() -> argparse.ArgumentParser:
     demo = sub.add_parser("demo", help="run the whole pipeline on a simulated cluster")
     demo.add_argument("--out", type=Path, metavar="DIR", help="output folder (default: a new one)")
     demo.add_argument("--nodes", type=int, default=32, help="simulated nodes (default 32)")
-    demo.add_argument("--serve", action="store_true", help="keep the agents running")
+    demo.add_argument(
+        "--seconds",
+        type=float,
+        default=25.0,
+        help="seconds of live scraping before the analysis (default 25)",
+    )
+    demo.add_argument(
+        "--serve",
+        action="store_true",
+        help="keep running, with the API and /metrics on 127.0.0.1:8080",
+    )
     _add_logging(demo)
     return parser
 
@@ -235,7 +245,7 @@ def _open_read_only(store_cls: Any, path: Path) -> Any:
 def _cmd_demo(args: argparse.Namespace) -> int:
     from gpuscope.demo import run_demo
 
-    return run_demo(out=args.out, nodes=args.nodes, serve=args.serve)
+    return run_demo(out=args.out, nodes=args.nodes, serve=args.serve, seconds=args.seconds)
 
 
 _COMMANDS = {

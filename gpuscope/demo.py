@@ -1,44 +1,44 @@
-"""``gpuscope demo``: the simulated cluster's agents on loopback, scraped over HTTP.
+"""``gpuscope demo``: the pipeline on a simulated cluster, with nothing but Python.
 
-Every number printed comes from what the agents exported and the demo scraped, never from
-the simulator's own bookkeeping. Later components (collector, analytics, alerts, report)
-join this pipeline as they land.
+One agent per simulated node serves on a loopback port; the collector scrapes them over
+HTTP into a DuckDB file, with the simulated cluster's Kubernetes inventory recorded
+through the same parsers a real API server's objects go through; then every detector
+runs. Every number printed comes from the stored data, not from the simulator's own
+bookkeeping. The analysis windows are shortened to fit a run of seconds.
 """
 
 from __future__ import annotations
 
+import json
 import sys
 import tempfile
 import threading
 import time
-from collections import defaultdict
-from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 
-import httpx
-from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import CollectorRegistry
 
 from agent.exposition import AgentCollector
 from agent.server import AgentHttpServer
 from agent.sim import SimAttributor, SimGpuSource, SimIbSource, scenario_clock
+from analytics.runner import as_json, render_text
+from collector.inventory_records import node_from_json, pod_from_json, quota_from_clusterqueue
+from collector.service import CollectorService
 from gpuscope.errors import UserError
+from gpuscope.service import add_analytics, analytics_job
+from gpuscope.settings import Settings, load_settings
 from gpuscope.sim import SimulatedCluster, default_scenario
+from gpuscope.sim.kube import nodes_json, pods_json, quotas_json
 
-#: A GPU held by a session below this utilization counts as idle in the summary.
-IDLE_BELOW = 0.05
-
-
-@dataclass
-class Scrape:
-    """What one scrape of one agent said, keyed by series."""
-
-    node: str
-    at: float = 0.0
-    values: dict[tuple[str, tuple[tuple[str, str], ...]], float] = field(default_factory=dict)
-
-    def series(self, name: str) -> list[tuple[dict[str, str], float]]:
-        return [(dict(lbl), v) for (n, lbl), v in self.values.items() if n == name]
+DB_NAME = "gpuscope.duckdb"
+#: Windows that a run of seconds can fill (the defaults are 30 and 5 minutes).
+DEMO_ANALYTICS = {
+    "idle_window_minutes": 0.1,
+    "startup_grace_minutes": 0,
+    "ib_hot_window_minutes": 0.3,
+    "interval_minutes": 0.5,
+}
 
 
 def start_agents(cluster: SimulatedCluster, nodes: list[str]) -> list[tuple[str, AgentHttpServer]]:
@@ -60,58 +60,49 @@ def start_agents(cluster: SimulatedCluster, nodes: list[str]) -> list[tuple[str,
     return servers
 
 
-def scrape(client: httpx.Client, url: str, node: str) -> tuple[Scrape, str]:
-    text = client.get(url).raise_for_status().text
-    result = Scrape(node, time.monotonic())
-    for fam in text_string_to_metric_families(text):
-        for s in fam.samples:
-            result.values[(s.name, tuple(sorted(s.labels.items())))] = s.value
-    return result, text
-
-
-def summarize(first: list[Scrape], second: list[Scrape]) -> list[str]:
-    gpus = util_sum = 0.0
-    held: dict[tuple[str, str, str], list[str]] = defaultdict(list)
-    util_by_uuid: dict[str, float] = {}
-    shared: dict[str, int] = defaultdict(int)
-    for s in second:
-        for lbl, v in s.series("gpuscope_gpu_utilization_ratio"):
-            gpus += 1
-            util_sum += v
-            util_by_uuid[lbl["uuid"]] = v
-        for lbl, _ in s.series("gpuscope_gpu_workload_info"):
-            held[(lbl["namespace"], lbl["pod"], lbl["interactive"])].append(lbl["uuid"])
-            shared[lbl["uuid"]] += 1
-    idle = [
-        f"{ns}/{pod}"
-        for (ns, pod, interactive), uuids in held.items()
-        if interactive == "true" and all(util_by_uuid.get(u, 1) < IDLE_BELOW for u in uuids)
+def record_simulated_inventory(service: CollectorService, cluster: SimulatedCluster) -> None:
+    """What a Kubernetes API server would list for this cluster, parsed as the real one is."""
+    clock = scenario_clock(cluster.scenario)
+    t = clock()
+    origin = time.time() - t
+    node_objs = nodes_json(cluster, origin=origin)["items"]
+    nodes = {n["metadata"]["name"]: node_from_json(n) for n in node_objs}
+    pods = [
+        pod_from_json(
+            p, node=nodes.get(p["spec"].get("nodeName", "")), settings=service.settings.workloads
+        )
+        for p in pods_json(cluster, t, origin=origin)["items"]
     ]
-    hot = []
-    for a, b in zip(first, second, strict=True):
-        seconds = b.at - a.at
-        before = {tuple(lbl.items()): v for lbl, v in a.series("gpuscope_ib_transmit_bytes_total")}
-        rates = {
-            tuple(lbl.items()): v for lbl, v in b.series("gpuscope_ib_port_rate_bytes_per_second")
-        }
-        for lbl, v in b.series("gpuscope_ib_transmit_bytes_total"):
-            key = tuple(lbl.items())
-            if key in before and key in rates and rates[key] > 0:
-                share = (v - before[key]) / seconds / rates[key]
-                if share > 0.9:
-                    hot.append(f"{lbl['node']}/{lbl['device']} at {share:.0%} of link rate")
-    return [
-        f"GPUs reporting: {int(gpus)}, mean utilization {util_sum / max(gpus, 1):.0%}",
-        f"pods holding GPUs: {len(held)}; GPUs shared by several pods: "
-        f"{sum(1 for n in shared.values() if n > 1)}",
-        f"idle interactive sessions (every GPU under {IDLE_BELOW:.0%} now): {len(idle)}",
-        *[f"  {name}" for name in sorted(idle)[:10]],
-        f"InfiniBand ports above 90 % of link rate: {len(hot)}",
-        *[f"  {h}" for h in hot[:10]],
-    ]
+    quotas = [quota_from_clusterqueue(q) for q in quotas_json(cluster)["items"]]
+    service.store.record_inventory(
+        datetime.now(UTC), nodes=list(nodes.values()), pods=pods, quotas=quotas
+    )
 
 
-def run_demo(out: Path | None = None, nodes: int = 32, serve: bool = False) -> int:
+def step(n: int, text: str) -> None:
+    """The progress display: where the demo is, on stderr."""
+    print(f"[{n}/5] {text}", file=sys.stderr, flush=True)
+
+
+def _settings(db: Path, urls: list[str], listen: str) -> Settings:
+    return load_settings(
+        env={},
+        overrides={
+            "collector": {
+                "db": db,
+                "targets": [{"url": u} for u in urls],
+                "kubernetes": "none",
+                "scrape_interval_seconds": 1.0,
+                "listen": listen,
+            },
+            "analytics": DEMO_ANALYTICS,
+        },
+    )
+
+
+def run_demo(
+    out: Path | None = None, nodes: int = 32, serve: bool = False, seconds: float = 25.0
+) -> int:
     if nodes < 6:
         raise UserError("--nodes must be at least 6")
     out = out or Path(tempfile.mkdtemp(prefix="gpuscope-demo-"))
@@ -119,32 +110,73 @@ def run_demo(out: Path | None = None, nodes: int = 32, serve: bool = False) -> i
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise UserError(f"--out {out}: {exc.strerror}") from None
+    db = out / DB_NAME
+    if db.exists():
+        raise UserError(f"{db} exists already; give another --out (nothing was changed)")
     cluster = SimulatedCluster(default_scenario(nodes=nodes))
-    names = cluster.node_names
-    print(f"[1/3] starting {len(names)} simulated agents on loopback", file=sys.stderr)
-    servers = start_agents(cluster, names)
+    step(1, f"starting {nodes} simulated agents (8 GPUs, 8 InfiniBand rails each) on loopback")
+    servers = start_agents(cluster, cluster.node_names)
+    service: CollectorService | None = None
     try:
-        print("[2/3] scraping every agent twice over HTTP", file=sys.stderr)
-        with httpx.Client(timeout=10) as client:
-            first = [scrape(client, url, n)[0] for n, (url, _) in zip(names, servers, strict=True)]
-            time.sleep(1.0)
-            pairs = [scrape(client, url, n) for n, (url, _) in zip(names, servers, strict=True)]
-        second = [p[0] for p in pairs]
-        for node, (_, text) in zip(names, pairs, strict=True):
-            (out / f"agent-{node}.prom").write_text(text)
-        print("[3/3] summarizing what the agents exported", file=sys.stderr)
-        for line in summarize(first, second):
-            print(line)
-        print(f"expositions written to {out}")
+        settings = _settings(db, [u for u, _ in servers], "127.0.0.1:8080")
+        service = CollectorService(settings)
+        step(2, f"collector on {db}; recording the simulated Kubernetes inventory")
+        record_simulated_inventory(service, cluster)
+        step(3, f"scraping every agent once a second for {seconds:g} s")
+        deadline = time.time() + seconds
+        samples = 0
+        while time.time() < deadline:
+            # cycles start on whole seconds: the store keeps whole-second timestamps, so
+            # the intervals between samples (and the rates made of them) are then exact
+            time.sleep(1.0 - time.time() % 1.0)
+            samples += service.scrape_cycle()
+        step(4, f"{samples:,} samples stored; running every detector")
+        at = datetime.now(UTC)
+        analyses = analytics_job(service)
+        step(5, "writing the findings")
+        (out / "findings.json").write_text(json.dumps(as_json(analyses), indent=2, default=str))
+        print(render_text(analyses), end="")
+        print(f"\ndatabase: {db}\nfindings: {out / 'findings.json'}")
+        print(
+            f"again, from the database: gpuscope analyze all --db {db} "
+            f"--at {at.strftime('%Y-%m-%dT%H:%M:%SZ')}  (short windows: see the demo's "
+            "settings in gpuscope/demo.py)"
+        )
         if serve:
-            print("agents serving (Ctrl-C to stop):")
-            for node, (url, _) in zip(names, servers, strict=True):
-                print(f"  {node}: {url}")
-            threading.Event().wait()
+            _serve(service)
     except KeyboardInterrupt:
         pass
     finally:
+        if service is not None:
+            service.stop()
         for _, server in servers:
             server.shutdown()
             server.server_close()
     return 0
+
+
+def _serve(service: CollectorService) -> None:
+    """Keep scraping and analysing, with the API and /metrics up, until Ctrl-C."""
+    import uvicorn
+
+    from collector.api import create_app
+
+    add_analytics(service)
+    service.start_jobs()
+    server = uvicorn.Server(
+        uvicorn.Config(
+            create_app(service.api_state()),
+            host="127.0.0.1",
+            port=8080,
+            log_level="warning",
+            lifespan="off",
+        )
+    )
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    print("serving: http://127.0.0.1:8080/api/v1/status and /metrics (Ctrl-C to stop)")
+    try:
+        threading.Event().wait()
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)

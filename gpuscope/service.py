@@ -12,6 +12,7 @@ import logging
 import time
 from datetime import UTC, datetime
 
+from analytics.base import Analysis
 from analytics.runner import DETECTORS, run_on_store
 from collector.service import CollectorService, run_collector
 from gpuscope.settings import Settings
@@ -19,9 +20,10 @@ from gpuscope.settings import Settings
 log = logging.getLogger(__name__)
 
 
-def analytics_job(service: CollectorService) -> None:
+def analytics_job(service: CollectorService) -> dict[str, Analysis]:
     """One run of every detector over the store; findings stored, gauges updated."""
     settings = service.settings
+    done: dict[str, Analysis] = {}
     at = datetime.fromtimestamp(service.clock(), UTC)
     for name in DETECTORS:
         started = time.perf_counter()
@@ -34,6 +36,8 @@ def analytics_job(service: CollectorService) -> None:
         service.store.record_findings(result.findings, at, kinds=result.kinds)
         service.metrics.analytics.update({name: result})
         service.metrics.analytics_seconds.labels(name).set(time.perf_counter() - started)
+        done[name] = result
+    return done
 
 
 def add_analytics(service: CollectorService) -> None:

@@ -1,0 +1,47 @@
+"""`gpuscope demo` as a newcomer runs it: the planted story comes out of the real pipeline."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.integration.helpers import ENV
+
+pytestmark = pytest.mark.integration
+
+
+def demo(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "gpuscope.cli", "demo", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=ENV,
+    )
+
+
+def test_demo_finds_what_the_scenario_planted(tmp_path: Path) -> None:
+    """The idle notebooks, the hot rail, the over-quota project, the blocked 4-GPU job and
+    the erroring port are found, from the stored data; a second run refuses the folder."""
+    res = demo("--out", str(tmp_path), "--nodes", "8")
+    assert res.returncode == 0, res.stderr
+    assert "[5/5]" in res.stderr and "Traceback" not in res.stderr
+    out = json.loads((tmp_path / "findings.json").read_text())
+    by_kind: dict[str, list[dict[str, object]]] = {}
+    for f in out["findings"]:
+        by_kind.setdefault(f["kind"], []).append(f)
+    idle = {f["subject"]["pod"] for f in by_kind["idle_session"]}  # type: ignore[index]
+    assert "nb-user01-0" in idle and "nb-user00-0" not in idle  # user00's session is busy
+    assert {f["subject"]["node"] for f in by_kind["bandwidth_hotspot"]} == {"gpu-node-02"}  # type: ignore[index]
+    assert {f["subject"]["project"] for f in by_kind["quota_overuse"]} == {"nlp"}  # type: ignore[index]
+    assert any(
+        f["recommendation"]["target"]["job_gpus"] == 4  # type: ignore[index]
+        for f in by_kind["node_fragmentation"]
+    )
+    assert {f["subject"]["node"] for f in by_kind["link_errors"]} == {"gpu-node-07"}  # type: ignore[index]
+    assert (tmp_path / "gpuscope.duckdb").is_file()
+    again = demo("--out", str(tmp_path), "--nodes", "8", "--seconds", "1")
+    assert again.returncode == 2
+    assert len(again.stderr.strip().splitlines()) == 1 and "exists already" in again.stderr
