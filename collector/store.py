@@ -10,127 +10,42 @@ collector/schema.py and collector/sql/queries.sql and takes bound parameters onl
 
 from __future__ import annotations
 
-import dataclasses
-import json
-import os
-import re
 import threading
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
-from datetime import UTC, date, datetime, timedelta
-from importlib.resources import files
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import duckdb
 import pyarrow as pa  # type: ignore[import-untyped]
-import pyarrow.parquet as pq  # type: ignore[import-untyped]
 
 from collector import schema
 from collector.batch import Batch
-from collector.schema import begin, migrate, scalar
+from collector.schema import begin, migrate
+from collector.store_maintenance import MaintenanceMixin
+from collector.store_records import RecordsMixin
+from collector.store_sql import (  # re-exported: the store's public names stay here
+    INTERVAL_LABELS,
+    LABEL_COLUMNS,
+    WORKLOAD_INFO,
+    IntervalKey,
+    Labels,
+    Q,
+    Retention,
+    SeriesKey,
+    is_duckdb_file,
+    json_records,
+    run_with,
+    series_kind,
+    utc,
+)
 from gpuscope.errors import UserError
 
-Labels = tuple[tuple[str, str], ...]
-SeriesKey = tuple[str, Labels]
-#: namespace, pod, container, node, gpu uuid
-IntervalKey = tuple[str, ...]
-
-#: Labels that get their own column in ``series``; every other label goes in its map.
-LABEL_COLUMNS: tuple[str, ...] = ("node", "gpu", "uuid", "mig_instance", "device", "port")
-LABEL_COLUMNS += ("namespace", "pod", "container")
-INTERVAL_LABELS = ("namespace", "pod", "container", "node", "uuid")
-WORKLOAD_INFO = "gpuscope_gpu_workload_info"
-_EPOCH = datetime(1970, 1, 1)
+__all__ = ["Retention", "Store", "series_kind", "utc"]
 
 
-def _load_queries() -> dict[str, str]:
-    text = files("collector").joinpath("sql", "queries.sql").read_text(encoding="utf-8")
-    parts = re.split(r"^-- name: (\w+)\n", text, flags=re.MULTILINE)
-    return {name: body.strip() for name, body in zip(parts[1::2], parts[2::2], strict=True)}
-
-
-#: Named queries from collector/sql/queries.sql.
-Q = _load_queries()
-#: Inventory table -> the key of a record (one current version per key).
-INVENTORY = {
-    "inventory_nodes": lambda r: str(r["name"]),
-    "inventory_pods": lambda r: f"{r['namespace']}/{r['name']}",
-    "quotas": lambda r: f"{r.get('source', '')}/{r.get('namespace', '')}/{r['project']}",
-}
-SCD_SQL = {t: (Q["scd_close"].format(table=t), Q["scd_open"].format(table=t)) for t in INVENTORY}
-
-
-@dataclass(frozen=True, slots=True)
-class Retention:
-    """How long each resolution is kept; roll-ups wait ``rollup_delay`` for late batches."""
-
-    raw_days: float = 8.0
-    rollup_5m_days: float = 90.0
-    rollup_1h_days: float = 730.0
-    rollup_delay: timedelta = timedelta(minutes=1)
-
-
-def utc(ts: datetime | float | str) -> datetime:
-    """A naive UTC datetime from an aware or naive (UTC) datetime, Unix seconds or ISO text."""
-    if isinstance(ts, str):
-        ts = datetime.fromisoformat(ts)
-    if isinstance(ts, datetime):
-        return ts.astimezone(UTC).replace(tzinfo=None) if ts.tzinfo else ts
-    return _EPOCH + timedelta(seconds=ts)
-
-
-def _floor(ts: datetime, seconds: int) -> datetime:
-    return _EPOCH + timedelta(seconds=int((ts - _EPOCH).total_seconds()) // seconds * seconds)
-
-
-def series_kind(name: str, types: Mapping[str, str]) -> str:
-    """``counter`` for samples that only grow between resets, else ``gauge``."""
-    family = types.get(name)
-    for suffix in ("_total", "_bucket", "_count", "_sum"):
-        if family is None and name.endswith(suffix):
-            family = types.get(name.removesuffix(suffix))
-    if family == "counter" or (family is None and name.endswith("_total")):
-        return "counter"
-    cumulative = name.endswith(("_bucket", "_count", "_sum"))
-    return "counter" if family in ("histogram", "summary") and cumulative else "gauge"
-
-
-def _as_dict(row: Any) -> dict[str, Any]:
-    if dataclasses.is_dataclass(row) and not isinstance(row, type):
-        return dataclasses.asdict(row)
-    return dict(row)
-
-
-def _json_records(rows: Iterable[Any], times: Sequence[str]) -> pa.Table:
-    """Mappings or dataclasses as one ``record`` column of canonical JSON, times naive UTC."""
-    texts = []
-    for rec in map(_as_dict, rows):
-        for key in times:
-            if rec.get(key) is not None:
-                rec[key] = utc(rec[key]).isoformat()
-        texts.append(json.dumps(rec, sort_keys=True, separators=(",", ":"), default=str))
-    return pa.table({"record": pa.array(texts, pa.string())})
-
-
-def _run_with(
-    con: duckdb.DuckDBPyConnection, name: str, table: pa.Table, sql: str, params: Any
-) -> None:
-    """Run ``sql`` with ``table`` registered as ``name`` for it."""
-    con.register(name, table)
-    try:
-        con.execute(sql, params)
-    finally:
-        con.unregister(name)
-
-
-def _is_duckdb_file(path: Path) -> bool:
-    with path.open("rb") as f:
-        return f.read(12)[8:12] == b"DUCK"
-
-
-class Store:
+class Store(MaintenanceMixin, RecordsMixin):
     """The collector's database. Open with :meth:`open`; close it (or use ``with``)."""
 
     def __init__(
@@ -162,7 +77,7 @@ class Store:
         or not yet upgraded database.
         """
         path = Path(path)
-        if path.exists() and (path.is_dir() or not _is_duckdb_file(path)):
+        if path.exists() and (path.is_dir() or not is_duckdb_file(path)):
             raise UserError(f"{path} is not a DuckDB database; refusing to open or overwrite it")
         if read_only and not path.exists():
             raise UserError(f"database {path} does not exist")
@@ -440,12 +355,12 @@ class Store:
         gone = was_open - present.keys()
         if gone:
             rows = [dict(zip(INTERVAL_LABELS, k, strict=True)) for k in gone]
-            _run_with(con, "gone", _json_records(rows, ()), Q["close_intervals"], params)
+            run_with(con, "gone", json_records(rows, ()), Q["close_intervals"], params)
         if touch and was_open - gone:
             con.execute(Q["touch_intervals"], params)
         opened = [lab for k, lab in present.items() if k not in was_open]
         if opened:
-            _run_with(con, "opened", _json_records(opened, ()), Q["open_intervals"], params)
+            run_with(con, "opened", json_records(opened, ()), Q["open_intervals"], params)
         return set(present)
 
     def record_scrape(
@@ -460,155 +375,3 @@ class Store:
         """Record a scrape that stored no samples (``up=False``, with its error)."""
         with self._transaction() as con:
             con.execute(Q["insert_scrape"], [target, utc(ts), up, duration_s, 0, error])
-
-    # -- retention, roll-ups, export -----------------------------------------------------
-
-    def apply_retention(self, now: datetime) -> dict[str, int]:
-        """Roll closed 5-minute and hour buckets up, delete what is past retention, then
-        compact closed days (:meth:`compact`). Raw samples go only once rolled up.
-        Returns row counts by step.
-        """
-        now, r = utc(now), self.retention
-        with self._maintenance:
-            with self._transaction() as con:
-                lo5 = utc(scalar(con, schema.GET_META, ["rollup_5m_until"]) or _EPOCH)
-                hi5 = max(lo5, _floor(now - r.rollup_delay, 300))
-                lo1h = utc(scalar(con, schema.GET_META, ["rollup_1h_until"]) or _EPOCH)
-                hi1h = max(lo1h, _floor(hi5, 3600))
-                done = {
-                    "rolled_5m": scalar(con, Q["rollup_5m"], {"lo": lo5, "hi": hi5}),
-                    "rolled_1h": scalar(con, Q["rollup_1h"], {"lo": lo1h, "hi": hi1h}),
-                }
-                con.execute(schema.SET_META, ["rollup_5m_until", hi5.isoformat()])
-                con.execute(schema.SET_META, ["rollup_1h_until", hi1h.isoformat()])
-                raw_cut = now - timedelta(days=r.raw_days)
-                cuts = {
-                    "samples": min(raw_cut, hi5),
-                    "scrapes": raw_cut,
-                    "5m": min(now - timedelta(days=r.rollup_5m_days), hi1h),
-                    "1h": now - timedelta(days=r.rollup_1h_days),
-                }
-                for name, cut in cuts.items():
-                    done[f"deleted_{name}"] = scalar(con, Q[f"delete_{name}"], {"cut": cut})
-            done["compacted"] = self.compact(now)
-        return done
-
-    def compact(self, now: datetime) -> int:
-        """Rewrite each closed UTC day's samples sorted by (series_id, ts), once a day.
-
-        Scrape order interleaves metrics, which compresses poorly; per-series runs compress
-        to about half (docs/storage.md). Runs on its own cursor, one transaction a day, so
-        appends of new samples go on meanwhile. Returns the rows rewritten.
-        """
-        if self.read_only:
-            raise UserError(f"database {self.path} is open read-only")
-        before = _floor(utc(now) - self.retention.rollup_delay, 86400)
-        rows, cur = 0, self.cursor()
-        with self._maintenance:
-            try:
-                day = scalar(cur, Q["first_uncompacted_day"])
-                while day is not None and (lo := datetime(day.year, day.month, day.day)) < before:
-                    span = {"lo": lo, "hi": lo + timedelta(days=1)}
-                    with begin(cur):
-                        top = scalar(cur, Q["max_rowid"])
-                        n = scalar(cur, Q["compact_copy"], span)
-                        cur.execute(Q["compact_delete"], {**span, "max_rowid": top})
-                        cur.execute(Q["compact_done"], {"day": day, "now": utc(now), "rows": n})
-                    rows, day = rows + n, day + timedelta(days=1)
-            finally:
-                cur.close()
-        return rows
-
-    def export_day(self, day: date, out_dir: str | Path, *, now: datetime) -> Path:
-        """Write a closed UTC day of raw samples with labels to day=YYYY-MM-DD/samples.parquet.
-
-        The file is written beside its final name and renamed, so no reader sees half of it.
-        """
-        lo = datetime(day.year, day.month, day.day)
-        if lo + timedelta(days=1) > utc(now):
-            raise UserError(f"day {day.isoformat()} is not over yet; only closed days export")
-        target = Path(out_dir) / f"day={day.isoformat()}" / "samples.parquet"
-        target.parent.mkdir(parents=True, exist_ok=True)
-        partial = target.with_suffix(".parquet.partial")
-        cur = self.cursor()
-        try:
-            params = {"lo": lo, "hi": lo + timedelta(days=1)}
-            reader = cur.sql(Q["export_day"], params=params).to_arrow_reader(1 << 20)
-            assert reader is not None
-            with pq.ParquetWriter(partial, reader.schema, compression="zstd") as writer:
-                for chunk in reader:
-                    writer.write_batch(chunk)
-        finally:
-            cur.close()
-        os.replace(partial, target)
-        return target
-
-    # -- inventory, findings, actions, alert state ---------------------------------------
-
-    def record_inventory(
-        self,
-        now: datetime,
-        *,
-        nodes: Iterable[Any] | None = None,
-        pods: Iterable[Any] | None = None,
-        quotas: Iterable[Any] | None = None,
-    ) -> None:
-        """Record full snapshots (NodeInfo/PodInfo/QuotaInfo or mappings) as history.
-
-        A changed or vanished object's current version ends at ``now``, a new or changed
-        one starts there; ``None`` leaves that kind alone.
-        """
-        snapshots = dict(zip(INVENTORY, (nodes, pods, quotas), strict=True))
-        with self._transaction() as con:
-            for table, records in snapshots.items():
-                if records is None:
-                    continue
-                recs = _json_records(records, ())["record"].to_pylist()
-                keys = [INVENTORY[table](json.loads(text)) for text in recs]
-                snap = dict(zip(keys, recs, strict=True))
-                table_ = pa.table({"key": list(snap), "record": list(snap.values())})
-                for sql in SCD_SQL[table]:
-                    _run_with(con, "snap", table_, sql, {"now": utc(now)})
-
-    def record_findings(
-        self, findings: Iterable[Any], now: datetime, *, kinds: Iterable[str]
-    ) -> None:
-        """Upsert one detector run's findings (DESIGN.md shape, mappings or dataclasses).
-
-        Open findings of ``kinds`` that the run no longer reports are resolved at ``now``;
-        a resolved finding that recurs opens a new row.
-        """
-        unique = {f["id"]: f for f in map(_as_dict, findings)}.values()
-        incoming = _json_records(unique, ("since", "observed_at"))
-        with self._transaction(incoming=incoming) as con:
-            con.execute(Q["update_findings"], {"now": utc(now)})
-            con.execute(Q["insert_findings"], {"now": utc(now)})
-            con.execute(Q["resolve_findings"], {"now": utc(now), "kinds": list(kinds)})
-
-    def findings(self, *, open_only: bool = True) -> list[dict[str, Any]]:
-        """Findings in the DESIGN.md shape plus ``resolved_at``, oldest observation first."""
-        return [
-            {**json.loads(rec), "since": since, "observed_at": seen, "resolved_at": resolved}
-            for rec, since, seen, resolved in self._query(Q["select_findings"], [open_only])
-        ]
-
-    def record_actions(self, actions: Iterable[Any], now: datetime) -> None:
-        """Append actions (planned or carried out) to the audit log, each kept whole as JSON.
-
-        Each has ``id`` and ``kind``, and may have ``at`` (else ``now``), ``finding_id``,
-        ``dry_run`` (default true) and ``result``.
-        """
-        incoming = _json_records(actions, ("at",))
-        with self._transaction(incoming=incoming) as con:
-            con.execute(Q["insert_actions"], {"now": utc(now)})
-
-    def save_alert_state(self, states: Iterable[Any], now: datetime) -> None:
-        """Upsert alert states by ``alert_id``: ``state``, ``since``, ``last_notified_at``."""
-        incoming = _json_records(states, ("since", "last_notified_at"))
-        with self._transaction(incoming=incoming) as con:
-            con.execute(Q["upsert_alert_state"], {"now": utc(now)})
-
-    def alert_states(self) -> dict[str, dict[str, Any]]:
-        """Every alert's last saved record by ``alert_id``, with ``updated_at``."""
-        rows = self._query(Q["select_alert_state"])
-        return {aid: {**json.loads(rec), "updated_at": upd} for aid, rec, upd in rows}

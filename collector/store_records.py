@@ -1,0 +1,116 @@
+"""The store's record writers: inventory history, findings, the action log, alert state.
+
+A mixin of :class:`collector.store.Store`; records arrive as dataclasses or mappings and
+are kept as JSON beside the columns the queries need.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterable
+from contextlib import AbstractContextManager
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pyarrow as pa  # type: ignore[import-untyped]
+
+from collector.store_sql import (
+    INVENTORY,
+    SCD_SQL,
+    Q,
+    Retention,
+    as_dict,
+    json_records,
+    run_with,
+    utc,
+)
+
+
+class RecordsMixin:
+    """Inventory, findings, actions and alert state of a :class:`~collector.store.Store`."""
+
+    # provided by Store
+    path: Path
+    read_only: bool
+    retention: Retention
+    _maintenance: threading.RLock
+
+    def cursor(self) -> duckdb.DuckDBPyConnection:
+        raise NotImplementedError
+
+    def _query(self, sql: str, params: Any = None) -> list[tuple[Any, ...]]:
+        raise NotImplementedError
+
+    def _transaction(self, **tables: pa.Table) -> AbstractContextManager[duckdb.DuckDBPyConnection]:
+        raise NotImplementedError
+
+    def record_inventory(
+        self,
+        now: datetime,
+        *,
+        nodes: Iterable[Any] | None = None,
+        pods: Iterable[Any] | None = None,
+        quotas: Iterable[Any] | None = None,
+    ) -> None:
+        """Record full snapshots (NodeInfo/PodInfo/QuotaInfo or mappings) as history.
+
+        A changed or vanished object's current version ends at ``now``, a new or changed
+        one starts there; ``None`` leaves that kind alone.
+        """
+        snapshots = dict(zip(INVENTORY, (nodes, pods, quotas), strict=True))
+        with self._transaction() as con:
+            for table, records in snapshots.items():
+                if records is None:
+                    continue
+                recs = json_records(records, ())["record"].to_pylist()
+                keys = [INVENTORY[table](json.loads(text)) for text in recs]
+                snap = dict(zip(keys, recs, strict=True))
+                table_ = pa.table({"key": list(snap), "record": list(snap.values())})
+                for sql in SCD_SQL[table]:
+                    run_with(con, "snap", table_, sql, {"now": utc(now)})
+
+    def record_findings(
+        self, findings: Iterable[Any], now: datetime, *, kinds: Iterable[str]
+    ) -> None:
+        """Upsert one detector run's findings (DESIGN.md shape, mappings or dataclasses).
+
+        Open findings of ``kinds`` that the run no longer reports are resolved at ``now``;
+        a resolved finding that recurs opens a new row.
+        """
+        unique = {f["id"]: f for f in map(as_dict, findings)}.values()
+        incoming = json_records(unique, ("since", "observed_at"))
+        with self._transaction(incoming=incoming) as con:
+            con.execute(Q["update_findings"], {"now": utc(now)})
+            con.execute(Q["insert_findings"], {"now": utc(now)})
+            con.execute(Q["resolve_findings"], {"now": utc(now), "kinds": list(kinds)})
+
+    def findings(self, *, open_only: bool = True) -> list[dict[str, Any]]:
+        """Findings in the DESIGN.md shape plus ``resolved_at``, oldest observation first."""
+        return [
+            {**json.loads(rec), "since": since, "observed_at": seen, "resolved_at": resolved}
+            for rec, since, seen, resolved in self._query(Q["select_findings"], [open_only])
+        ]
+
+    def record_actions(self, actions: Iterable[Any], now: datetime) -> None:
+        """Append actions (planned or carried out) to the audit log, each kept whole as JSON.
+
+        Each has ``id`` and ``kind``, and may have ``at`` (else ``now``), ``finding_id``,
+        ``dry_run`` (default true) and ``result``.
+        """
+        incoming = json_records(actions, ("at",))
+        with self._transaction(incoming=incoming) as con:
+            con.execute(Q["insert_actions"], {"now": utc(now)})
+
+    def save_alert_state(self, states: Iterable[Any], now: datetime) -> None:
+        """Upsert alert states by ``alert_id``: ``state``, ``since``, ``last_notified_at``."""
+        incoming = json_records(states, ("since", "last_notified_at"))
+        with self._transaction(incoming=incoming) as con:
+            con.execute(Q["upsert_alert_state"], {"now": utc(now)})
+
+    def alert_states(self) -> dict[str, dict[str, Any]]:
+        """Every alert's last saved record by ``alert_id``, with ``updated_at``."""
+        rows = self._query(Q["select_alert_state"])
+        return {aid: {**json.loads(rec), "updated_at": upd} for aid, rec, upd in rows}
