@@ -239,13 +239,10 @@ def state_from_records(
     )
 
 
-def state_from_kubectl(
-    nodes: Mapping[str, Any],
-    pods: Mapping[str, Any],
-    workloads: WorkloadSettings | None = None,
-    gpu_indices: GpuIndices | None = None,
-) -> ClusterState:
-    """The state from ``kubectl get nodes -o json`` and ``kubectl get pods -A -o json``."""
+def records_from_kubectl(
+    nodes: Mapping[str, Any], pods: Mapping[str, Any], workloads: WorkloadSettings | None = None
+) -> tuple[list[NodeInfo], list[PodInfo]]:
+    """Node and pod records from ``kubectl get nodes/pods -o json`` output."""
     node_infos = [node_from_json(obj) for obj in nodes.get("items") or ()]
     by_name = {n.name: n for n in node_infos}
     pod_infos = [
@@ -256,6 +253,17 @@ def state_from_kubectl(
         )
         for obj in pods.get("items") or ()
     ]
+    return node_infos, pod_infos
+
+
+def state_from_kubectl(
+    nodes: Mapping[str, Any],
+    pods: Mapping[str, Any],
+    workloads: WorkloadSettings | None = None,
+    gpu_indices: GpuIndices | None = None,
+) -> ClusterState:
+    """The state from ``kubectl get nodes -o json`` and ``kubectl get pods -A -o json``."""
+    node_infos, pod_infos = records_from_kubectl(nodes, pods, workloads)
     return state_from_records(node_infos, pod_infos, gpu_indices)
 
 
@@ -264,10 +272,10 @@ def _record(cls: type[Any], data: Mapping[str, Any]) -> Any:
     return cls(**{k: v for k, v in data.items() if k in names})
 
 
-def state_from_inventory(
-    con: duckdb.DuckDBPyConnection, gpu_indices: GpuIndices | None = None
-) -> ClusterState:
-    """The state from the store's current inventory rows (``valid_to IS NULL``)."""
+def records_from_inventory(
+    con: duckdb.DuckDBPyConnection,
+) -> tuple[list[NodeInfo], list[PodInfo]]:
+    """The store's current inventory rows (``valid_to IS NULL``) as records."""
     node_rows = con.execute(
         "SELECT record FROM inventory_nodes WHERE valid_to IS NULL ORDER BY key"
     ).fetchall()
@@ -283,4 +291,12 @@ def state_from_inventory(
             WorkloadKind(kind) if kind in WorkloadKind._value2member_map_ else WorkloadKind.UNKNOWN
         )
         pods.append(_record(PodInfo, data))
+    return nodes, pods
+
+
+def state_from_inventory(
+    con: duckdb.DuckDBPyConnection, gpu_indices: GpuIndices | None = None
+) -> ClusterState:
+    """The state from the store's current inventory rows (``valid_to IS NULL``)."""
+    nodes, pods = records_from_inventory(con)
     return state_from_records(nodes, pods, gpu_indices)

@@ -21,6 +21,8 @@ from gpuscope.settings import Settings
 log = logging.getLogger(__name__)
 
 DETECTORS: tuple[str, ...] = ("idle", "fragmentation", "quota", "bandwidth")
+#: Analyses that plan rather than detect: run on demand, not on the schedule.
+PLANNERS: tuple[str, ...] = ("consolidation",)
 
 
 def run_on_store(
@@ -47,6 +49,8 @@ def run_on_store(
             elif name == "fragmentation":
                 state = state_from_inventory(cur, gpu_indices=gpu_indices_of(cur))
                 out[name] = analyze_fragmentation(state, at=at, settings=a)
+            elif name == "consolidation":
+                out[name] = _consolidation_from_store(cur, at, settings)
             elif name == "quota":
                 out[name] = run_quota(cur, at, a)
             elif name == "bandwidth":
@@ -72,9 +76,28 @@ def gpu_indices_of(con: Any) -> dict[str, list[int]]:
     return {key: sorted(gpus) for key, gpus in con.execute(GPU_INDICES).fetchall()}
 
 
-def run_on_snapshot(nodes: Path, pods: Path, at: datetime, settings: Settings) -> Analysis:
-    """Fragmentation from files: kubectl JSON (``get nodes/pods -o json``) or the Alibaba
-    trace's CSVs (the pods are then the workload on an empty cluster)."""
+def _consolidation_from_store(cur: Any, at: datetime, settings: Settings) -> Analysis:
+    from analytics.allocation import records_from_inventory, state_from_records
+    from analytics.consolidation import analyze_consolidation
+
+    indices = gpu_indices_of(cur)
+    nodes, pods = records_from_inventory(cur)
+    return analyze_consolidation(
+        state_from_records(nodes, pods, indices),
+        pods,
+        at=at,
+        settings=settings.analytics,
+        gpu_indices=indices,
+        protected_namespaces=settings.workloads.protected_namespaces,
+    )
+
+
+def run_on_snapshot(
+    nodes: Path, pods: Path, at: datetime, settings: Settings, what: str = "fragmentation"
+) -> Analysis:
+    """Fragmentation or a consolidation plan from files: kubectl JSON (``get nodes/pods -o
+    json``; pending pods are the goals), or for fragmentation the Alibaba trace's CSVs (the
+    pods are then the workload on an empty cluster)."""
     from analytics.allocation import state_from_kubectl
     from analytics.fragmentation import analyze_fragmentation, learn_task_mix
     from analytics.trace import read_trace
@@ -83,6 +106,8 @@ def run_on_snapshot(nodes: Path, pods: Path, at: datetime, settings: Settings) -
         if not path.is_file():
             raise UserError(f"{path} does not exist")
     if nodes.suffix.lower() == ".csv" or pods.suffix.lower() == ".csv":
+        if what != "fragmentation":
+            raise UserError("the trace's CSVs hold no placement to plan from; use kubectl JSON")
         state, tasks = read_trace(nodes, pods)
         mix = learn_task_mix(tasks, settings.analytics.fgd_task_coverage)
         return analyze_fragmentation(state, at=at, settings=settings.analytics, mix=mix)
@@ -95,6 +120,18 @@ def run_on_snapshot(nodes: Path, pods: Path, at: datetime, settings: Settings) -
         if not isinstance(doc, dict) or not isinstance(doc.get("items"), list):
             raise UserError(f"{path} is not a kubectl List (no 'items')")
         docs.append(doc)
+    if what == "consolidation":
+        from analytics.allocation import records_from_kubectl, state_from_records
+        from analytics.consolidation import analyze_consolidation
+
+        node_infos, pod_infos = records_from_kubectl(docs[0], docs[1], settings.workloads)
+        return analyze_consolidation(
+            state_from_records(node_infos, pod_infos),
+            pod_infos,
+            at=at,
+            settings=settings.analytics,
+            protected_namespaces=settings.workloads.protected_namespaces,
+        )
     state = state_from_kubectl(docs[0], docs[1], settings.workloads)
     return analyze_fragmentation(state, at=at, settings=settings.analytics)
 
@@ -107,7 +144,12 @@ def as_json(analyses: dict[str, Analysis]) -> dict[str, Any]:
         (summary,) = (a.summary for a in analyses.values())
     else:
         summary = {name: a.summary for name, a in analyses.items()}
-    return {"findings": findings, "summary": summary}
+    out: dict[str, Any] = {"findings": findings, "summary": summary}
+    plan = analyses.get("consolidation")
+    if plan is not None:  # DESIGN.md: the consolidation output has these at its top
+        for key in ("moves", "evictions", "unplaceable"):
+            out[key] = plan.summary.get(key, [])
+    return out
 
 
 def _finding_json(f: Any) -> dict[str, Any]:

@@ -117,8 +117,8 @@ def build_parser() -> argparse.ArgumentParser:
     an = sub.add_parser("analyze", help="run detectors over a database or a cluster snapshot")
     an.add_argument(
         "what",
-        choices=["idle", "fragmentation", "quota", "bandwidth", "all"],
-        help="which analysis (all: every one that the input allows)",
+        choices=["idle", "fragmentation", "quota", "bandwidth", "consolidation", "all"],
+        help="which analysis (all: every detector; consolidation plans, it is not in all)",
     )
     an.add_argument("--db", type=Path, metavar="PATH", help="a gpuscope DuckDB file (read-only)")
     an.add_argument(
@@ -210,9 +210,10 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
     if (args.nodes is None) != (args.pods is None):
         raise UserError("--nodes and --pods go together")
     if args.nodes is not None:
-        if args.what not in ("fragmentation", "all"):
+        if args.what not in ("fragmentation", "consolidation", "all"):
             raise UserError(f"{args.what} needs --db: a snapshot only holds placement")
-        analyses = {"fragmentation": run_on_snapshot(args.nodes, args.pods, at, settings)}
+        what = "consolidation" if args.what == "consolidation" else "fragmentation"
+        analyses = {what: run_on_snapshot(args.nodes, args.pods, at, settings, what)}
     else:
         if args.db is None:
             raise UserError("give --db PATH (or --nodes FILE --pods FILE for fragmentation)")

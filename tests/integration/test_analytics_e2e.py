@@ -149,3 +149,33 @@ def test_analyze_all_on_the_database_finds_the_same(finished: dict[str, object])
         env=ENV,
     )
     assert text.returncode == 0 and "quota_overuse" in text.stdout
+
+
+def test_consolidation_plans_room_for_the_blocked_job(finished: dict[str, object]) -> None:
+    """The plan frees a node for the pending 4-GPU job by evicting preemptible batch pods
+    only (never a notebook or an inference pod), naming each move as DESIGN.md asks."""
+    res = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "gpuscope.cli",
+            "analyze",
+            "consolidation",
+            "--db",
+            str(finished["db"]),
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=ENV,
+    )
+    assert res.returncode == 0, res.stderr
+    out = json.loads(res.stdout)
+    assert out["unplaceable"] == []
+    assert out["summary"]["goals_met"] == out["summary"]["goals"] == 1
+    moved = out["moves"] + [m for m in out["evictions"] if isinstance(m, dict)]
+    assert moved
+    for m in out["moves"]:
+        assert {"namespace", "pod", "from_node", "to_node"} <= set(m)
+        assert m["namespace"] == "vision" and "vit-sweep" in m["pod"]
