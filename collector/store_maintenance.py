@@ -7,14 +7,9 @@ module stays small; docs/storage.md says what each step does and why.
 from __future__ import annotations
 
 import os
-import threading
-from contextlib import AbstractContextManager
 from datetime import date, datetime, timedelta
 from pathlib import Path
-from typing import Any
 
-import duckdb
-import pyarrow as pa  # type: ignore[import-untyped]
 import pyarrow.parquet as pq  # type: ignore[import-untyped]
 
 from collector import schema
@@ -22,30 +17,15 @@ from collector.schema import begin, scalar
 from collector.store_sql import (
     EPOCH,
     Q,
-    Retention,
+    StoreParts,
     floor_to,
     utc,
 )
 from gpuscope.errors import UserError
 
 
-class MaintenanceMixin:
+class MaintenanceMixin(StoreParts):
     """Roll-ups, retention, compaction and export of a :class:`~collector.store.Store`."""
-
-    # provided by Store
-    path: Path
-    read_only: bool
-    retention: Retention
-    _maintenance: threading.RLock
-
-    def cursor(self) -> duckdb.DuckDBPyConnection:
-        raise NotImplementedError
-
-    def _query(self, sql: str, params: Any = None) -> list[tuple[Any, ...]]:
-        raise NotImplementedError
-
-    def _transaction(self, **tables: pa.Table) -> AbstractContextManager[duckdb.DuckDBPyConnection]:
-        raise NotImplementedError
 
     def apply_retention(self, now: datetime) -> dict[str, int]:
         """Roll closed 5-minute and hour buckets up, delete what is past retention, then

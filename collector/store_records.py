@@ -7,21 +7,17 @@ are kept as JSON beside the columns the queries need.
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Iterable
-from contextlib import AbstractContextManager
 from datetime import datetime
-from pathlib import Path
 from typing import Any
 
-import duckdb
 import pyarrow as pa  # type: ignore[import-untyped]
 
 from collector.store_sql import (
     INVENTORY,
     SCD_SQL,
     Q,
-    Retention,
+    StoreParts,
     as_dict,
     json_records,
     run_with,
@@ -29,23 +25,8 @@ from collector.store_sql import (
 )
 
 
-class RecordsMixin:
+class RecordsMixin(StoreParts):
     """Inventory, findings, actions and alert state of a :class:`~collector.store.Store`."""
-
-    # provided by Store
-    path: Path
-    read_only: bool
-    retention: Retention
-    _maintenance: threading.RLock
-
-    def cursor(self) -> duckdb.DuckDBPyConnection:
-        raise NotImplementedError
-
-    def _query(self, sql: str, params: Any = None) -> list[tuple[Any, ...]]:
-        raise NotImplementedError
-
-    def _transaction(self, **tables: pa.Table) -> AbstractContextManager[duckdb.DuckDBPyConnection]:
-        raise NotImplementedError
 
     def record_inventory(
         self,

@@ -9,7 +9,9 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
+import threading
 from collections.abc import Iterable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from importlib.resources import files
@@ -115,3 +117,21 @@ def run_with(
 def is_duckdb_file(path: Path) -> bool:
     with path.open("rb") as f:
         return f.read(12)[8:12] == b"DUCK"
+
+
+class StoreParts:
+    """What the store's mixins use of :class:`collector.store.Store` (which defines it)."""
+
+    path: Path
+    read_only: bool
+    retention: Retention
+    _maintenance: threading.RLock
+
+    def cursor(self) -> duckdb.DuckDBPyConnection:
+        raise NotImplementedError
+
+    def _query(self, sql: str, params: Any = None) -> list[tuple[Any, ...]]:
+        raise NotImplementedError
+
+    def _transaction(self, **tables: pa.Table) -> AbstractContextManager[duckdb.DuckDBPyConnection]:
+        raise NotImplementedError
