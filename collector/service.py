@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import math
 import signal
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -225,6 +226,21 @@ class CollectorService:
         self.store.close()
 
 
+def bind_listen(host: str, port: int, text: str) -> socket.socket:
+    """The API's listening socket, bound here so that a busy or forbidden address is one
+    clear line (uvicorn would log it its own way and exit 3)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise UserError(f"cannot listen on {text}: {exc.strerror}") from None
+    sock.set_inheritable(True)
+    return sock
+
+
 def run_collector(
     settings: Settings, extend: Callable[[CollectorService], None] | None = None
 ) -> int:
@@ -236,6 +252,7 @@ def run_collector(
     import uvicorn
 
     host, port = parse_listen(settings.collector.listen)
+    sock = bind_listen(host, port, settings.collector.listen)  # before anything starts
     service = CollectorService(settings)
     if extend is not None:
         extend(service)
@@ -260,7 +277,7 @@ def run_collector(
             settings.collector.db,
             len(service.targets.targets()),
         )
-        server.run()
+        server.run(sockets=[sock])
         if not server.started and not stopping:
             raise UserError(f"cannot listen on {settings.collector.listen}")
     finally:

@@ -17,6 +17,7 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
+import yaml
 from prometheus_client.registry import CollectorRegistry
 
 from agent.exposition import AgentCollector
@@ -24,7 +25,7 @@ from agent.server import AgentHttpServer
 from agent.sim import SimAttributor, SimGpuSource, SimIbSource, scenario_clock
 from analytics.runner import as_json, render_text
 from collector.inventory_records import node_from_json, pod_from_json, quota_from_clusterqueue
-from collector.service import CollectorService
+from collector.service import CollectorService, bind_listen
 from gpuscope.errors import UserError
 from gpuscope.service import add_analytics, analytics_job
 from gpuscope.settings import Settings, load_settings
@@ -137,10 +138,11 @@ def run_demo(
         (out / "findings.json").write_text(json.dumps(as_json(analyses), indent=2, default=str))
         print(render_text(analyses), end="")
         print(f"\ndatabase: {db}\nfindings: {out / 'findings.json'}")
+        config = out / "demo-settings.yaml"  # its short windows, so the hint reproduces it
+        config.write_text(yaml.safe_dump({"analytics": DEMO_ANALYTICS}, sort_keys=False))
         print(
-            f"again, from the database: gpuscope analyze all --db {db} "
-            f"--at {at.strftime('%Y-%m-%dT%H:%M:%SZ')}  (short windows: see the demo's "
-            "settings in gpuscope/demo.py)"
+            f"again, from the database: gpuscope analyze all --db {db} --config {config} "
+            f"--at {at.strftime('%Y-%m-%dT%H:%M:%SZ')}"
         )
         if serve:
             _serve(service)
@@ -161,18 +163,13 @@ def _serve(service: CollectorService) -> None:
 
     from collector.api import create_app
 
+    sock = bind_listen("127.0.0.1", 8080, "127.0.0.1:8080")
     add_analytics(service)
     service.start_jobs()
     server = uvicorn.Server(
-        uvicorn.Config(
-            create_app(service.api_state()),
-            host="127.0.0.1",
-            port=8080,
-            log_level="warning",
-            lifespan="off",
-        )
+        uvicorn.Config(create_app(service.api_state()), log_level="warning", lifespan="off")
     )
-    thread = threading.Thread(target=server.run, daemon=True)
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     print("serving: http://127.0.0.1:8080/api/v1/status and /metrics (Ctrl-C to stop)")
     try:

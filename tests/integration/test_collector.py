@@ -230,3 +230,27 @@ def test_a_target_that_stops_answering_is_stale_not_repeated(tmp_path: Path) -> 
             "SELECT count(*) FROM scrapes WHERE NOT up AND error LIKE '%connect%'"
         ).fetchone()[0]
     assert downs >= 3
+
+
+def test_a_busy_listen_address_is_one_line_and_creates_nothing(tmp_path: Path) -> None:
+    """Another process on the API's port: one line, exit 2, no database file made."""
+    import socket
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        res = run_cli(
+            "collector",
+            "--kubernetes",
+            "none",
+            "--db",
+            str(tmp_path / "b.duckdb"),
+            "--listen",
+            f"127.0.0.1:{port}",
+        )
+    assert res.returncode == 2
+    assert res.stderr.strip().splitlines() == [
+        f"gpuscope collector: cannot listen on 127.0.0.1:{port}: Address already in use"
+    ]
+    assert not (tmp_path / "b.duckdb").exists()

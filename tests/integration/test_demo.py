@@ -42,6 +42,17 @@ def test_demo_finds_what_the_scenario_planted(tmp_path: Path) -> None:
     )
     assert {f["subject"]["node"] for f in by_kind["link_errors"]} == {"gpu-node-07"}  # type: ignore[index]
     assert (tmp_path / "gpuscope.duckdb").is_file()
+    # the command the demo prints reproduces its findings from the database
+    hint = res.stdout.strip().splitlines()[-1].split("gpuscope ", 1)[1].split()
+    again_out = subprocess.run(
+        [sys.executable, "-m", "gpuscope.cli", *hint, "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=ENV,
+    )
+    assert again_out.returncode == 0, again_out.stderr
+    assert {f["kind"] for f in json.loads(again_out.stdout)["findings"]} == set(by_kind)
     again = demo("--out", str(tmp_path), "--nodes", "8", "--seconds", "1")
     assert again.returncode == 2
     assert len(again.stderr.strip().splitlines()) == 1 and "exists already" in again.stderr
