@@ -182,6 +182,11 @@ class KubeInventory:
             raise InventoryError(f"no usable Kubernetes configuration: {first}") from None
         return cls(cfg, **kwargs)
 
+    @property
+    def api_client(self) -> client.ApiClient:
+        """The authenticated client, for other reads of the same API (target discovery)."""
+        return self._api
+
     def close(self) -> None:
         self._api.close()
 

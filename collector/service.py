@@ -146,7 +146,7 @@ class CollectorService:
         try:
             snap = self.inventory.sync_once()
             if cs.discovery.enabled:
-                api = self.inventory._api  # the same authenticated client
+                api = self.inventory.api_client
                 self.targets.set_discovered(discover_targets(api, cs.discovery))
         except SourceError as exc:
             self.metrics.inventory_syncs.labels("error").inc()
