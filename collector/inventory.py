@@ -98,21 +98,29 @@ def _connection_reason(exc: BaseException) -> str:
     return found.group(1).strip() if found else type(exc).__name__
 
 
+def may_pass_later(status: int) -> bool:
+    """Statuses worth another try: throttling (429) and the server's own failures (5xx)."""
+    return status == 429 or status >= 500
+
+
 def call_with_retry(
     what: str,
     host: str,
     fn: Callable[[], T],
     policy: RetryPolicy,
     sleep: Callable[[float], None],
+    retryable: Callable[[int], bool] = may_pass_later,
 ) -> T:
-    """Run ``fn``; retry what may pass; raise :class:`InventoryError` with one line."""
+    """Run ``fn``; retry what may pass (``retryable`` statuses, connection errors); raise
+    :class:`InventoryError` with one line. An eviction's 429 is a PodDisruptionBudget's
+    answer, not throttling, so the actuator retries only 5xx there."""
     for attempt in range(1, policy.attempts + 1):
         delay = min(policy.max_delay, policy.base_delay * 2 ** (attempt - 1))
         try:
             return fn()
         except ApiException as exc:
             status = int(exc.status or 0)
-            if not (status == 429 or status >= 500) or attempt == policy.attempts:
+            if not retryable(status) or attempt == policy.attempts:
                 raise InventoryError(
                     f"Kubernetes API {what} at {host} failed: {status} {_api_message(exc)}", status
                 ) from None

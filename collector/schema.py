@@ -129,11 +129,25 @@ MIGRATION_3_IDLE_STATE: tuple[str, ...] = (
     )""",
 )
 
+#: v4: what the actions executor carries between runs (actions/state.py), written before it
+#: acts so that a crash mid-way is undone on the next run: warnings given (and when the
+#: action falls due), actions done (never twice for the same pod), nodes it cordoned (and
+#: whether they were cordoned before), the last consolidation (its cool-down). ``dry_run``
+#: keeps a dry run's simulated timeline apart from the real one.
+MIGRATION_4_ACTION_STATE: tuple[str, ...] = (
+    """CREATE TABLE action_state (
+        key VARCHAR NOT NULL, dry_run BOOLEAN NOT NULL, kind VARCHAR NOT NULL,
+        created_at TIMESTAMP NOT NULL, due_at TIMESTAMP, record JSON NOT NULL,
+        PRIMARY KEY (key, dry_run)
+    )""",
+)
+
 #: Version -> statements that bring a database at version - 1 to it.
 MIGRATIONS: dict[int, tuple[str, ...]] = {
     1: MIGRATION_1_TABLES,
     2: MIGRATION_2_ROLLUPS,
     3: MIGRATION_3_IDLE_STATE,
+    4: MIGRATION_4_ACTION_STATE,
 }
 LATEST_VERSION: int = max(MIGRATIONS)
 

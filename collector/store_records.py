@@ -85,6 +85,29 @@ class RecordsMixin(StoreParts):
         with self._transaction(incoming=incoming) as con:
             con.execute(Q["insert_actions"], {"now": utc(now)})
 
+    def save_action_state(self, rows: Iterable[Any], now: datetime) -> None:
+        """Upsert the executor's state rows by (``key``, ``dry_run``); see schema v4."""
+        incoming = json_records(rows, ("created_at", "due_at"))
+        with self._transaction(incoming=incoming) as con:
+            con.execute(Q["upsert_action_state"], {"now": utc(now)})
+
+    def delete_action_state(self, keys: Iterable[str], *, dry_run: bool) -> None:
+        with self._transaction() as con:
+            con.execute(Q["delete_action_state"], {"keys": list(keys), "dry_run": dry_run})
+
+    def action_state(self, *, dry_run: bool) -> dict[str, dict[str, Any]]:
+        """The executor's state rows of one mode by key (record fields, times as datetimes)."""
+        rows = self._query(Q["select_action_state"], {"dry_run": dry_run})
+        return {
+            key: {**json.loads(rec), "kind": kind, "created_at": created, "due_at": due}
+            for key, kind, created, due, rec in rows
+        }
+
+    def count_actions_since(self, since: datetime, *, dry_run: bool) -> int:
+        """Actions done (or that would be done, in a dry run) since ``since``: rate limit."""
+        rows = self._query(Q["count_actions_since"], {"since": utc(since), "dry_run": dry_run})
+        return int(rows[0][0])
+
     def save_alert_state(self, states: Iterable[Any], now: datetime) -> None:
         """Upsert alert states by ``alert_id``: ``state``, ``since``, ``last_notified_at``."""
         incoming = json_records(states, ("since", "last_notified_at"))

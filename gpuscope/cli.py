@@ -138,6 +138,10 @@ def build_parser() -> argparse.ArgumentParser:
     an.add_argument("--config", type=Path, help="YAML settings file (thresholds: analytics)")
     _add_logging(an)
 
+    from gpuscope.cli_act import add_act_parser
+
+    _add_logging(add_act_parser(sub))
+
     demo = sub.add_parser("demo", help="run the whole pipeline on a simulated cluster")
     demo.add_argument("--out", type=Path, metavar="DIR", help="output folder (default: a new one)")
     demo.add_argument("--nodes", type=int, default=32, help="simulated nodes (default 32)")
@@ -243,6 +247,12 @@ def _open_read_only(store_cls: Any, path: Path) -> Any:
         raise UserError(f"cannot open {path}: {str(exc).splitlines()[0]}") from None
 
 
+def _cmd_act(args: argparse.Namespace) -> int:
+    from gpuscope.cli_act import run_act
+
+    return run_act(args, _parse_at(args.at))
+
+
 def _cmd_demo(args: argparse.Namespace) -> int:
     from gpuscope.demo import run_demo
 
@@ -253,6 +263,7 @@ _COMMANDS = {
     "agent": _cmd_agent,
     "collector": _cmd_collector,
     "analyze": _cmd_analyze,
+    "act": _cmd_act,
     "demo": _cmd_demo,
 }
 

@@ -213,11 +213,31 @@ class AnalyticsSettings(_Section):
     interval_minutes: float = Field(default=5, gt=0)
 
 
+class ActionsSettings(_Section):
+    """The actions executor's safety switches (policies themselves are in a policy file)."""
+
+    #: Global kill switch: when true every run is a dry run, whatever flags and policies say.
+    kill_switch: bool = False
+    #: Allowlist mode: when not empty, act only on pods in these namespaces.
+    allowlist_namespaces: list[str] = Field(default_factory=list)
+    #: At most this many acts on workloads (delete, evict, stop, annotate) per rolling hour;
+    #: dry runs are counted apart from real ones.
+    max_actions_per_hour: int = Field(default=10, ge=0)
+    #: The policy file the collector's schedule runs; none: no scheduled actions.
+    policy_file: Path | None = None
+    #: Whether the collector's schedule executes policies that say ``dry_run: false``
+    #: (``gpuscope act`` needs ``--execute`` instead).
+    execute: bool = False
+    #: Minutes between scheduled runs of the policies.
+    interval_minutes: float = Field(default=5, gt=0)
+
+
 class Settings(_Section):
     agent: AgentSettings = Field(default_factory=AgentSettings)
     collector: CollectorSettings = Field(default_factory=CollectorSettings)
     analytics: AnalyticsSettings = Field(default_factory=AnalyticsSettings)
     workloads: WorkloadSettings = Field(default_factory=WorkloadSettings)
+    actions: ActionsSettings = Field(default_factory=ActionsSettings)
 
 
 def _read_file(path: Path) -> dict[str, Any]:

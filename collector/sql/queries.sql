@@ -181,6 +181,31 @@ SELECT r->>'id', coalesce(CAST(r->>'at' AS TIMESTAMP), $now), r->>'kind', r->>'f
        coalesce(TRY_CAST(r->>'dry_run' AS BOOLEAN), true), r->>'result', r
 FROM (SELECT CAST(record AS JSON) AS r FROM incoming);
 
+-- name: upsert_action_state
+-- incoming: record (JSON: key, dry_run, kind, created_at, due_at, ...): the whole row is
+-- replaced, except created_at, which stays the first one.
+INSERT INTO action_state
+SELECT r->>'key', CAST(r->>'dry_run' AS BOOLEAN), r->>'kind',
+       coalesce(CAST(r->>'created_at' AS TIMESTAMP), $now), CAST(r->>'due_at' AS TIMESTAMP), r
+FROM (SELECT CAST(record AS JSON) AS r FROM incoming)
+ON CONFLICT (key, dry_run) DO UPDATE SET
+    kind = EXCLUDED.kind, due_at = EXCLUDED.due_at, record = EXCLUDED.record;
+
+-- name: delete_action_state
+DELETE FROM action_state WHERE dry_run = $dry_run AND list_contains($keys, key);
+
+-- name: select_action_state
+SELECT key, kind, created_at, due_at, CAST(record AS VARCHAR) FROM action_state
+WHERE dry_run = $dry_run ORDER BY key;
+
+-- name: count_actions_since
+-- Acts on workloads (warnings, cordons and notes left out) of one mode since a time: the
+-- rate limit's count.
+SELECT count(*) FROM actions
+WHERE ts >= $since AND dry_run = $dry_run
+  AND kind IN ('delete', 'evict', 'stop-notebook', 'annotate')
+  AND result IN ('done', 'would-do');
+
 -- name: upsert_alert_state
 -- incoming: record (JSON: alert_id, state, since, last_notified_at, ...). A state that
 -- does not change keeps its since unless one is given; last_notified_at is kept if absent.

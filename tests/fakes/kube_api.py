@@ -9,7 +9,8 @@ JSON-merge PATCH, DELETE (404 when missing), create (409 when the name is taken)
 ``dryRun=All``, and 404 for API groups not installed. Tests change the state through
 :attr:`FakeKubeApi.store` (changes reach open watches), count requests and plant failures.
 
-Simplified: no authentication, no namespace existence checks, no json-patch, no
+RBAC is opt-in: :meth:`FakeKubeApi.deny` refuses a verb on a resource with the API server's
+403. Simplified: no authentication, no namespace existence checks, no json-patch, no
 pagination (``limit``/``continue`` are ignored), PUT is not served, and both merge-patch and
 strategic-merge-patch are applied as a JSON merge.
 """
@@ -91,6 +92,9 @@ class FakeKubeApi:
         self.store = KubeStore(installed)
         self.requests: list[RecordedRequest] = []
         self._faults: list[_Fault] = []
+        #: (verb, resource) pairs RBAC refuses, e.g. ("delete", "pods"), ("create", "pods/eviction")
+        self.denied: set[tuple[str, str]] = set()
+        self.user = "system:serviceaccount:gpuscope:gpuscope"
         self._lock = threading.Lock()
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
         self._server.daemon_threads = True
@@ -134,13 +138,57 @@ class FakeKubeApi:
         with self._lock:
             self._faults.append(_Fault(status, times, method, path))
 
+    def deny(self, verb: str, resource: str) -> None:
+        """RBAC: refuse ``verb`` on ``resource`` (``pods``, ``pods/eviction``...) with 403."""
+        with self._lock:
+            self.denied.add((verb, resource))
+
+    def mutating(self) -> list[RecordedRequest]:
+        """Requests that would change something, server-side dry runs left out."""
+        with self._lock:
+            return [
+                r
+                for r in self.requests
+                if r.method in ("POST", "PATCH", "PUT", "DELETE") and r.query.get("dryRun") != "All"
+            ]
+
+    def _authorize(self, method: str, r: _Route, query: dict[str, str]) -> None:
+        if method == "GET":
+            verb = (
+                "watch"
+                if query.get("watch") in ("true", "1")
+                else "list"
+                if r.name is None
+                else "get"
+            )
+        else:
+            verb = {"POST": "create", "PATCH": "patch", "DELETE": "delete", "PUT": "update"}[method]
+        resource = r.res.plural + (f"/{r.sub}" if r.sub else "")
+        with self._lock:
+            refused = (verb, resource) in self.denied
+        if refused:
+            group = r.res.group_version.rpartition("/")[0]
+            where = f' in the namespace "{r.namespace}"' if r.namespace else " at the cluster scope"
+            raise ApiError(
+                403,
+                "Forbidden",
+                f'{resource} "{r.name or ""}" is forbidden: User "{self.user}" cannot {verb} '
+                f'resource "{resource}" in API group "{group}"{where}',
+                {"name": r.name or "", "kind": r.res.plural},
+            )
+
     def _record(self, method: str, path: str, query: dict[str, str]) -> ApiError | None:
         with self._lock:
             self.requests.append(RecordedRequest(method, path, query))
             for fault in self._faults:
                 if fault.times > 0 and fault.method == method and path.startswith(fault.path):
                     fault.times -= 1
-                    reason = "TooManyRequests" if fault.status == 429 else "InternalError"
+                    reason = {
+                        429: "TooManyRequests",
+                        403: "Forbidden",
+                        409: "Conflict",
+                        404: "NotFound",
+                    }.get(fault.status, "InternalError")
                     return ApiError(fault.status, reason, f"planted failure {fault.status}")
         return None
 
@@ -179,6 +227,7 @@ def _handler(api: FakeKubeApi) -> type[BaseHTTPRequestHandler]:
                 if planted is not None:
                     raise planted
                 route = _route(store, url.path)
+                api._authorize(method, route, query)
                 self._dispatch(method, route, query, body)
             except ApiError as err:
                 self._send(err.code, err.status())
@@ -247,7 +296,10 @@ def _handler(api: FakeKubeApi) -> type[BaseHTTPRequestHandler]:
                 )
                 return self._send(200, patched)
             if method == "DELETE" and r.name and r.sub is None:
-                return self._send(200, store.delete(r.res, r.namespace, r.name, dry_run=dry))
+                options = self._json_body(body) if body else {}
+                uid = (options.get("preconditions") or {}).get("uid")
+                deleted = store.delete(r.res, r.namespace, r.name, dry_run=dry, uid=uid)
+                return self._send(200, deleted)
             raise ApiError(
                 405,
                 "MethodNotAllowed",
@@ -262,6 +314,9 @@ def _handler(api: FakeKubeApi) -> type[BaseHTTPRequestHandler]:
                     400, "BadRequest", "name in URL does not match name in Eviction object"
                 )
             pod = store.get(r.res, r.namespace, r.name or "")
+            uid = ((body.get("deleteOptions") or {}).get("preconditions") or {}).get("uid")
+            if uid is not None and pod["metadata"].get("uid") != uid:
+                store.delete(r.res, r.namespace, r.name or "", dry_run=True, uid=uid)
             blocked = store.disruption_blocker(pod)
             if blocked is not None:
                 raise blocked

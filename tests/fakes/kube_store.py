@@ -44,9 +44,10 @@ RESOURCES = (
     Resource("clusterqueues", "ClusterQueue", "kueue.x-k8s.io/v1beta1", False),
     Resource("localqueues", "LocalQueue", "kueue.x-k8s.io/v1beta1", True),
     Resource("queues", "Queue", "scheduling.run.ai/v2", False),
+    Resource("notebooks", "Notebook", "kubeflow.org/v1", True),
 )
 #: API groups served unless told otherwise: KAI's queues CRD is not installed.
-DEFAULT_INSTALLED = frozenset({"v1", "policy/v1", "kueue.x-k8s.io/v1beta1"})
+DEFAULT_INSTALLED = frozenset({"v1", "policy/v1", "kueue.x-k8s.io/v1beta1", "kubeflow.org/v1"})
 
 
 class ApiError(Exception):
@@ -297,10 +298,25 @@ class KubeStore:
             return new if dry_run else self._commit(res, "MODIFIED", new, old)
 
     def delete(
-        self, res: Resource, namespace: str | None, name: str, *, dry_run: bool = False
+        self,
+        res: Resource,
+        namespace: str | None,
+        name: str,
+        *,
+        dry_run: bool = False,
+        uid: str | None = None,
     ) -> Obj:
+        """Delete; with ``uid`` (a precondition) 409 when the object is another one now."""
         with self.cond:
             old = self.get(res, namespace, name)
+            if uid is not None and old["metadata"].get("uid") != uid:
+                raise ApiError(
+                    409,
+                    "Conflict",
+                    f"Precondition failed: UID in precondition: {uid}, "
+                    f"UID in object meta: {old['metadata'].get('uid')}",
+                    {"name": name, "kind": res.plural},
+                )
             return old if dry_run else self._commit(res, "DELETED", old, old)
 
     def compact(self) -> int:

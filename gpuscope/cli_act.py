@@ -1,0 +1,98 @@
+"""``gpuscope act``: run the action policies once over a database (dry run unless
+``--execute``), and print what was done or would be done."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from gpuscope.errors import UserError
+from gpuscope.settings import load_settings
+
+
+def add_act_parser(
+    sub: argparse._SubParsersAction[Any],
+) -> argparse.ArgumentParser:
+    act: argparse.ArgumentParser = sub.add_parser(
+        "act", help="run idle-termination and consolidation policies (dry run by default)"
+    )
+    act.add_argument(
+        "--db", type=Path, metavar="PATH", required=True, help="a gpuscope DuckDB file"
+    )
+    act.add_argument("--policy", type=Path, metavar="FILE", required=True, help="YAML policy file")
+    act.add_argument(
+        "--execute",
+        action="store_true",
+        help="change the cluster (only policies with dry_run: false; default: a dry run)",
+    )
+    act.add_argument("--at", metavar="TIME", help="run as of this time (RFC 3339; default now)")
+    act.add_argument("--json", action="store_true", help="print one JSON object")
+    act.add_argument(
+        "--config", type=Path, help="YAML settings file (actions, collector.kubernetes)"
+    )
+    return act
+
+
+def run_act(args: argparse.Namespace, at: object) -> int:
+    import duckdb
+
+    from actions.kube import ClusterClient, KubeError
+    from actions.policy import load_policies
+    from actions.runner import run_policies
+    from collector.store import Store
+
+    settings = load_settings(args.config)
+    policies = load_policies(args.policy)
+    if not policies:
+        raise UserError(f"policy file {args.policy} has no policies")
+    if not args.db.exists():
+        raise UserError(f"database {args.db} does not exist")
+    try:
+        client = ClusterClient.from_setting(settings.collector.kubernetes)
+    except KubeError as exc:
+        raise UserError(str(exc)) from None
+    if args.execute and client is None:
+        raise UserError(
+            "--execute needs a Kubernetes API (collector.kubernetes: in-cluster, kubeconfig "
+            "or a URL); without one, run without --execute to plan"
+        )
+    try:
+        store = Store.open(args.db)
+    except duckdb.IOException as exc:
+        if "lock" in str(exc).lower():
+            raise UserError(
+                f"{args.db} is in use by a running collector: its schedule runs the policies "
+                "(actions.policy_file)"
+            ) from None
+        raise UserError(f"cannot open {args.db}: {str(exc).splitlines()[0]}") from None
+    try:
+        run = run_policies(
+            store,
+            policies,
+            settings,
+            client=client,
+            execute=args.execute,
+            at=at,  # type: ignore[arg-type]
+        )
+    except KubeError as exc:
+        raise UserError(str(exc)) from None
+    finally:
+        store.close()
+        if client is not None:
+            client.close()
+    if args.json:
+        print(json.dumps(run.as_json(), indent=2, default=str))
+        return 0
+    mode = "dry run" if run.dry_run else "executed"
+    print(f"gpuscope act ({mode}): {len(run.records)} step(s)")
+    for r in run.records:
+        target = f"{r.namespace}/{r.pod}" if r.pod else f"node {r.node}"
+        dry = " (dry run)" if r.dry_run else ""
+        print(f"  {r.kind:<14} {target:<40} {r.result}{dry}  [{r.policy}] {r.reason}")
+        if r.message:
+            print(f"  {'':<14} {r.message}")
+    for note in run.notes:
+        print(f"  note: {note}")
+    return 0

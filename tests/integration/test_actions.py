@@ -1,0 +1,564 @@
+"""The actions executor against the fake Kubernetes API server over HTTP, with the official
+client: idle termination (warn -> wait -> act) and consolidation (cordon, toleration,
+evictions, undo), every refusal the API server gives, and the dry-run path, which must send
+no mutating request but server-side dry runs (asserted on the server's request log).
+
+Histories are built through the real Store (tests/integration/test_idle.py's ``fill``): a
+notebook idle from 10:00, a busy one, and an idle batch job, scraped until 11:30 and
+analysed from 11:00 on. (Without fresh data a session is *unknown*, not idle, and its
+warning is cleared: the executor acts only on sessions seen idle all along.)
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from actions.kube import ClusterClient
+from actions.policy import Policy, parse_policies
+from actions.runner import ActRun, run_policies
+from collector.inventory_records import node_from_json, pod_from_json
+from collector.store import Store
+from gpuscope.settings import Settings
+from tests.fakes.kube_api import FakeKubeApi
+from tests.integration.test_idle import END, T0, Gpu, Work, fill
+
+AT = END.replace(tzinfo=UTC)
+DATA_END = END + timedelta(minutes=30)
+STEP = 60  # seconds between simulated scrapes (the settings say so too)
+A0, A1, B0 = Gpu("node-a", 0), Gpu("node-a", 1), Gpu("node-b", 0)
+NB_IDLE = Work("ml", "nb-idle-0", "interactive", (A0,))
+NB_BUSY = Work("ml", "nb-busy-0", "interactive", (A1,))
+TRAIN = Work("ml", "train-0", "batch", (B0,))
+
+
+def node_obj(name: str, gpus: int = 8) -> dict[str, Any]:
+    alloc = {"nvidia.com/gpu": str(gpus), "cpu": "64", "memory": "512Gi"}
+    return {
+        "kind": "Node",
+        "metadata": {"name": name, "labels": {"nvidia.com/gpu.product": "NVIDIA-H100"}},
+        "status": {"allocatable": alloc, "capacity": alloc},
+    }
+
+
+def pod_obj(
+    ns: str,
+    name: str,
+    node: str | None,
+    gpus: int = 1,
+    *,
+    notebook: str = "",
+    kind: str = "",
+    preemptible: bool = False,
+    labels: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    meta_labels = dict(labels or {})
+    if notebook:
+        meta_labels["notebook-name"] = notebook
+    if kind:
+        meta_labels["gpuscope.io/workload-type"] = kind
+    if preemptible:
+        meta_labels["gpuscope.io/preemptible"] = "true"
+    owner = (
+        [{"kind": "StatefulSet", "name": notebook, "apiVersion": "apps/v1", "uid": "ss-1"}]
+        if notebook
+        else [{"kind": "Job", "name": name, "apiVersion": "batch/v1", "uid": "job-1"}]
+    )
+    spec: dict[str, Any] = {
+        "containers": [{"name": "main", "resources": {"limits": {"nvidia.com/gpu": str(gpus)}}}]
+    }
+    if node:
+        spec["nodeName"] = node
+    return {
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": ns,
+            "uid": f"uid-{ns}-{name}",
+            "labels": meta_labels,
+            "ownerReferences": owner,
+        },
+        "spec": spec,
+        "status": {
+            "phase": "Running" if node else "Pending",
+            "startTime": T0.strftime("%Y-%m-%dT%H:%M:%SZ"),
+        },
+    }
+
+
+@dataclass
+class Cluster:
+    api: FakeKubeApi
+    store: Store
+    db: Path
+    tmp: Path
+
+    def record(self, *objs: dict[str, Any]) -> None:
+        """Load objects into the API server and the store's inventory (the collector's view)."""
+        self.api.store.load(*objs)
+        self.sync()
+
+    def sync(self) -> None:
+        nodes = [
+            node_from_json(o)
+            for o in self.api.store.list(self.api.store.resource("nodes"), None, "", "")[0]
+        ]
+        pods = [
+            pod_from_json(o)
+            for o in self.api.store.list(self.api.store.resource("pods"), None, "", "")[0]
+        ]
+        self.store.record_inventory(AT - timedelta(minutes=1), nodes=nodes, pods=pods)
+
+    def run(
+        self, policies: list[Policy], *, execute: bool, at: datetime = AT, **actions: Any
+    ) -> ActRun:
+        settings = Settings.model_validate(
+            {
+                "collector": {"kubernetes": self.api.url, "scrape_interval_seconds": STEP},
+                "actions": actions,
+            }
+        )
+        client = ClusterClient(self.api.url, sleep=lambda s: None)
+        try:
+            return run_policies(
+                self.store, policies, settings, client=client, execute=execute, at=at
+            )
+        finally:
+            client.close()
+
+    def pod(self, ns: str, name: str) -> dict[str, Any] | None:
+        try:
+            return self.api.store.get(self.api.store.resource("pods"), ns, name)
+        except Exception:
+            return None
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[Cluster]:
+    db = tmp_path / "act.duckdb"
+    store = Store.open(db)
+    fill(
+        store,
+        [A0, A1, B0],
+        [NB_IDLE, NB_BUSY, TRAIN],
+        lambda g, ts: 0.7 if g == A1 else 0.0,
+        end=DATA_END,
+        step=STEP,
+    )
+    with FakeKubeApi() as api:
+        c = Cluster(api, store, db, tmp_path)
+        c.record(
+            node_obj("node-a"),
+            node_obj("node-b"),
+            pod_obj("ml", "nb-idle-0", "node-a", notebook="nb-idle"),
+            pod_obj("ml", "nb-busy-0", "node-a", notebook="nb-busy"),
+            pod_obj("ml", "train-0", "node-b", kind="batch"),
+            {
+                "kind": "Notebook",
+                "apiVersion": "kubeflow.org/v1",
+                "metadata": {"name": "nb-idle", "namespace": "ml"},
+            },
+        )
+        api.requests.clear()
+        yield c
+        store.close()
+
+
+def idle_policy(**kw: Any) -> Policy:
+    base = {
+        "name": "idle-notebooks",
+        "type": "idle",
+        "warning_minutes": 10,
+        "action": "stop-notebook",
+        "dry_run": False,
+    }
+    return parse_policies({"policies": [{**base, **kw}]})[0]
+
+
+def results(run: ActRun) -> list[tuple[str, str, str]]:
+    return [(r.kind, r.pod or r.node, r.result) for r in run.records]
+
+
+# -- idle termination ---------------------------------------------------------------------------
+def test_dry_run_warns_then_would_stop_and_sends_only_server_side_dry_runs(
+    cluster: Cluster,
+) -> None:
+    """A dry run walks the same timeline (warning, then the action once due) with every
+    change sent as dryRun=All: the server's log has no mutating request, and nothing changed."""
+    policy = idle_policy()
+    first = cluster.run([policy], execute=False)
+    assert results(first) == [("warn", "nb-idle-0", "would-do")]
+    assert all(r.dry_run for r in first.records)
+    again = cluster.run([policy], execute=False, at=AT + timedelta(minutes=5))
+    assert results(again) == []  # warned already, not due: idempotent
+    due = cluster.run([policy], execute=False, at=AT + timedelta(minutes=11))
+    assert results(due) == [("stop-notebook", "nb-idle-0", "would-do")]
+    assert cluster.api.mutating() == []
+    assert any(r.query.get("dryRun") == "All" and r.method == "PATCH" for r in cluster.api.requests)
+    notebook = cluster.api.store.get(cluster.api.store.resource("notebooks"), "ml", "nb-idle")
+    assert "annotations" not in notebook["metadata"]
+    assert "annotations" not in (cluster.pod("ml", "nb-idle-0") or {})["metadata"]
+
+
+def test_policy_dry_run_true_plans_even_with_execute(cluster: Cluster) -> None:
+    run = cluster.run([idle_policy(dry_run=True)], execute=True)
+    assert results(run) == [("warn", "nb-idle-0", "would-do")]
+    assert cluster.api.mutating() == []
+    assert any("dry_run: true" in n for n in run.notes)
+
+
+def test_execute_warns_waits_checks_again_and_stops_the_notebook_once(cluster: Cluster) -> None:
+    policy = idle_policy()
+    run = cluster.run([policy], execute=True)
+    assert results(run) == [("warn", "nb-idle-0", "done")]
+    pod = cluster.pod("ml", "nb-idle-0")
+    assert pod is not None and "gpuscope.io/idle-warning" in pod["metadata"]["annotations"]
+    events = cluster.api.store.list(cluster.api.store.resource("events"), "ml", "", "")[0]
+    assert [e["reason"] for e in events] == ["GpuscopeIdleWarning"]
+    assert events[0]["involvedObject"]["uid"] == "uid-ml-nb-idle-0"
+    assert results(cluster.run([policy], execute=True, at=AT + timedelta(minutes=5))) == []
+    due = cluster.run([policy], execute=True, at=AT + timedelta(minutes=11))
+    assert results(due) == [("stop-notebook", "nb-idle-0", "done")]
+    notebook = cluster.api.store.get(cluster.api.store.resource("notebooks"), "ml", "nb-idle")
+    assert notebook["metadata"]["annotations"]["kubeflow-resource-stopped"].startswith(
+        "2026-03-02T11:11"
+    )
+    # running again does not act again
+    assert results(cluster.run([policy], execute=True, at=AT + timedelta(minutes=12))) == []
+    audit = cluster.store._query("SELECT kind, result, dry_run FROM actions ORDER BY ts")
+    assert [tuple(r) for r in audit] == [("warn", "done", False), ("stop-notebook", "done", False)]
+
+
+def test_a_session_busy_again_has_its_warning_cleared(cluster: Cluster) -> None:
+    policy = idle_policy()
+    cluster.run([policy], execute=True)
+    # the notebook became busy after 11:30 (its warning fell due at 11:10, but no run came)
+    fill(
+        cluster.store,
+        [A0, A1, B0],
+        [NB_IDLE, NB_BUSY, TRAIN],
+        lambda g, ts: 0.7 if g != B0 else 0.0,
+        start=DATA_END + timedelta(seconds=15),
+        end=DATA_END + timedelta(minutes=10),
+        step=STEP,
+    )
+    later = cluster.run(
+        [policy], execute=True, at=(DATA_END + timedelta(minutes=10)).replace(tzinfo=UTC)
+    )
+    assert results(later) == [("clear-warning", "nb-idle-0", "done")]
+    pod = cluster.pod("ml", "nb-idle-0")
+    assert pod is not None and "gpuscope.io/idle-warning" not in pod["metadata"].get(
+        "annotations", {}
+    )
+
+
+def test_delete_action_deletes_the_pod(cluster: Cluster) -> None:
+    policy = idle_policy(action="delete", warning_minutes=0)
+    assert results(cluster.run([policy], execute=True)) == [("warn", "nb-idle-0", "done")]
+    run = cluster.run([policy], execute=True, at=AT + timedelta(seconds=1))
+    assert results(run) == [("delete", "nb-idle-0", "done")]
+    assert cluster.pod("ml", "nb-idle-0") is None
+    assert cluster.pod("ml", "nb-busy-0") is not None and cluster.pod("ml", "train-0") is not None
+    assert run.records[0].gpu_hours_freed == pytest.approx(1.0, abs=0.01)  # idle the whole hour
+
+
+def test_eviction_blocked_by_a_disruption_budget_is_not_now(cluster: Cluster) -> None:
+    cluster.api.store.load(
+        {
+            "kind": "PodDisruptionBudget",
+            "metadata": {"name": "keep-nb", "namespace": "ml"},
+            "spec": {"minAvailable": 1, "selector": {"matchLabels": {"notebook-name": "nb-idle"}}},
+        }
+    )
+    policy = idle_policy(action="evict", warning_minutes=0)
+    cluster.run([policy], execute=True)
+    run = cluster.run([policy], execute=True, at=AT + timedelta(seconds=1))
+    assert results(run) == [("evict", "nb-idle-0", "blocked")]
+    assert "disruption budget" in run.records[0].message
+    assert cluster.pod("ml", "nb-idle-0") is not None
+    # the budget allows it later: the next run evicts
+    cluster.api.store.delete(cluster.api.store.resource("poddisruptionbudgets"), "ml", "keep-nb")
+    later = cluster.run([policy], execute=True, at=AT + timedelta(seconds=2))
+    assert results(later) == [("evict", "nb-idle-0", "done")]
+    assert cluster.pod("ml", "nb-idle-0") is None
+
+
+def test_a_pod_that_vanished_is_not_found_and_done(cluster: Cluster) -> None:
+    policy = idle_policy(action="delete", warning_minutes=0)
+    cluster.run([policy], execute=True)
+    cluster.api.store.delete(cluster.api.store.resource("pods"), "ml", "nb-idle-0")
+    run = cluster.run([policy], execute=True, at=AT + timedelta(seconds=1))
+    assert results(run) == [("delete", "nb-idle-0", "not-found")]
+    assert results(cluster.run([policy], execute=True, at=AT + timedelta(seconds=2))) == []
+
+
+def test_a_pod_recreated_under_the_same_name_is_a_conflict_and_survives(cluster: Cluster) -> None:
+    policy = idle_policy(action="delete", warning_minutes=0)
+    cluster.run([policy], execute=True)
+    store = cluster.api.store
+    store.delete(store.resource("pods"), "ml", "nb-idle-0")
+    fresh = pod_obj("ml", "nb-idle-0", "node-a", notebook="nb-idle")
+    fresh["metadata"]["uid"] = "uid-new"
+    store.load(fresh)
+    run = cluster.run([policy], execute=True, at=AT + timedelta(seconds=1))
+    assert results(run) == [("delete", "nb-idle-0", "conflict")]
+    assert "Precondition failed" in run.records[0].message
+    assert (cluster.pod("ml", "nb-idle-0") or {})["metadata"]["uid"] == "uid-new"
+
+
+def test_rbac_forbidden_is_reported_clearly_and_stops(cluster: Cluster) -> None:
+    cluster.api.deny("delete", "pods")
+    policy = idle_policy(action="delete", warning_minutes=0)
+    cluster.run([policy], execute=True)
+    run = cluster.run([policy], execute=True, at=AT + timedelta(seconds=1))
+    assert results(run) == [("delete", "nb-idle-0", "forbidden")]
+    assert 'cannot delete resource "pods"' in run.records[0].message
+    assert cluster.pod("ml", "nb-idle-0") is not None
+
+
+def test_kill_switch_makes_an_execute_run_a_dry_run(cluster: Cluster) -> None:
+    run = cluster.run([idle_policy()], execute=True, kill_switch=True)
+    assert results(run) == [("warn", "nb-idle-0", "would-do")]
+    assert cluster.api.mutating() == []
+
+
+def test_allowlist_and_protected_namespaces_hold_actions_back(cluster: Cluster) -> None:
+    run = cluster.run([idle_policy()], execute=True, allowlist_namespaces=["other"])
+    assert results(run) == [("warn", "nb-idle-0", "skipped")]
+    assert "allowlist" in run.records[0].message
+    assert cluster.api.mutating() == []
+
+
+def test_rate_limit_caps_acts_per_hour(cluster: Cluster) -> None:
+    cluster.record(pod_obj("ml", "nb-two-0", "node-d", notebook="nb-two"))
+    d0 = Gpu("node-d", 0)
+    extra = Work("ml", "nb-two-0", "interactive", (d0,))
+    fill(cluster.store, [d0], [extra], lambda g, ts: 0.0, end=DATA_END, step=STEP)
+    policy = idle_policy(action="delete", warning_minutes=0)
+    cluster.run([policy], execute=True, max_actions_per_hour=1)
+    run = cluster.run([policy], execute=True, at=AT + timedelta(seconds=1), max_actions_per_hour=1)
+    assert sorted(r.result for r in run.records) == ["done", "skipped"]
+    assert any("rate limit" in r.message for r in run.records)
+
+
+def test_batch_workloads_are_never_idle_killed(cluster: Cluster) -> None:
+    run = cluster.run([idle_policy(namespaces=["ml"])], execute=True)
+    assert "train-0" not in {r.pod for r in run.records}
+
+
+# -- consolidation ------------------------------------------------------------------------------
+@pytest.fixture
+def packed(cluster: Cluster) -> Cluster:
+    """node-c: 4 GPUs held by a non-movable pod, 2 by a preemptible one, 2 free; a 4-GPU
+    job pending: evicting the preemptible pod makes room."""
+    cluster.record(
+        node_obj("node-c"),
+        pod_obj("ml", "big-0", "node-c", 4, kind="batch"),
+        pod_obj(
+            "ml", "small-0", "node-c", 2, kind="batch", preemptible=True, labels={"app": "small"}
+        ),
+        pod_obj("ml", "wants4-0", None, 4, kind="training"),
+    )
+    # nodes a and b are full of non-movable pods, so only node-c can be freed
+    for node in ("node-a", "node-b"):
+        cluster.record(pod_obj("ml", f"fill-{node}", node, 6, kind="batch"))
+    cluster.api.requests.clear()
+    return cluster
+
+
+def consolidation_policy(**kw: Any) -> Policy:
+    base = {"name": "pack", "type": "consolidation", "dry_run": False, "cordon_minutes": 20}
+    return parse_policies({"policies": [{**base, **kw}]})[0]
+
+
+def test_consolidation_cordons_tolerates_evicts_and_lifts_the_cordon_once_bound(
+    packed: Cluster,
+) -> None:
+    policy = consolidation_policy()
+    run = packed.run([policy], execute=True)
+    assert results(run) == [
+        ("cordon", "node-c", "done"),
+        ("tolerate", "wants4-0", "done"),
+        ("evict", "small-0", "done"),
+    ]
+    api = packed.api
+    node = api.store.get(api.store.resource("nodes"), None, "node-c")
+    assert node["spec"]["unschedulable"] is True
+    assert node["metadata"]["annotations"]["gpuscope.io/cordoned-for"] == "ml/wants4-0"
+    pending = packed.pod("ml", "wants4-0") or {}
+    assert {
+        "key": "node.kubernetes.io/unschedulable",
+        "operator": "Exists",
+        "effect": "NoSchedule",
+    } in pending["spec"]["tolerations"]
+    assert packed.pod("ml", "small-0") is None
+    # a second run while the cordon stands starts nothing new
+    assert results(packed.run([policy], execute=True, at=AT + timedelta(minutes=1))) == []
+    # the scheduler binds the job: the next run lifts the cordon
+    api.store.patch(api.store.resource("pods"), "ml", "wants4-0", {"spec": {"nodeName": "node-c"}})
+    lifted = packed.run([policy], execute=True, at=AT + timedelta(minutes=2))
+    assert ("uncordon", "node-c", "done") in results(lifted)
+    node = api.store.get(api.store.resource("nodes"), None, "node-c")
+    assert not node["spec"].get("unschedulable")
+    assert "gpuscope.io/cordoned-for" not in node["metadata"].get("annotations", {})
+
+
+def test_consolidation_dry_run_changes_nothing(packed: Cluster) -> None:
+    run = packed.run([consolidation_policy()], execute=False)
+    assert [r.kind for r in run.records] == ["cordon", "tolerate", "evict"]
+    assert {r.result for r in run.records} == {"would-do"}
+    assert packed.api.mutating() == []
+    assert packed.pod("ml", "small-0") is not None
+
+
+def test_consolidation_blocked_by_a_budget_lifts_its_cordon(packed: Cluster) -> None:
+    packed.api.store.load(
+        {
+            "kind": "PodDisruptionBudget",
+            "metadata": {"name": "keep-small", "namespace": "ml"},
+            "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "small"}}},
+        }
+    )
+    run = packed.run([consolidation_policy()], execute=True)
+    assert [r[0] + ":" + r[2] for r in results(run)] == [
+        "cordon:done",
+        "tolerate:done",
+        "evict:blocked",
+        "uncordon:done",
+    ]
+    node = packed.api.store.get(packed.api.store.resource("nodes"), None, "node-c")
+    assert not node["spec"].get("unschedulable")
+    assert packed.pod("ml", "small-0") is not None
+
+
+def test_per_node_limit_leaves_a_node_needing_more_evictions_alone(packed: Cluster) -> None:
+    run = packed.run([consolidation_policy(max_evictions_per_node=0)], execute=True)
+    assert results(run) == []
+    assert any("max_evictions_per_node" in n for n in run.notes)
+    assert packed.api.mutating() == []
+
+
+def test_a_cordon_left_by_a_crash_is_lifted_after_its_deadline(packed: Cluster) -> None:
+    """The state row is written before the cordon: a run that died right after cordoning
+    leaves both; the next run past the deadline uncordons the node."""
+    policy = consolidation_policy()
+    packed.api.deny("create", "pods/eviction")  # the run stops after cordoning...
+    run = packed.run([policy], execute=True)
+    assert ("evict", "small-0", "forbidden") in results(run)
+    # ...and its own undo lifted the cordon; now plant the crash: cordon + state, no undo
+    api = packed.api
+    api.store.patch(
+        api.store.resource("nodes"),
+        None,
+        "node-c",
+        {
+            "spec": {"unschedulable": True},
+            "metadata": {"annotations": {"gpuscope.io/cordoned-for": "ml/wants4-0"}},
+        },
+    )
+    packed.store.save_action_state(
+        [
+            {
+                "key": "cordon:node-c",
+                "dry_run": False,
+                "kind": "cordon",
+                "due_at": AT + timedelta(minutes=20),
+                "policy": "pack",
+                "node": "node-c",
+                "goal": "ml/wants4-0",
+            }
+        ],
+        AT,
+    )
+    assert results(packed.run([policy], execute=True, at=AT + timedelta(minutes=5))) == []
+    later = packed.run([policy], execute=True, at=AT + timedelta(minutes=21))
+    assert ("uncordon", "node-c", "done") in results(later)
+    node = api.store.get(api.store.resource("nodes"), None, "node-c")
+    assert not node["spec"].get("unschedulable")
+
+
+def test_a_node_cordoned_by_someone_else_is_left_alone(packed: Cluster) -> None:
+    api = packed.api
+    api.store.patch(api.store.resource("nodes"), None, "node-c", {"spec": {"unschedulable": True}})
+    run = packed.run([consolidation_policy()], execute=True)
+    assert results(run) == [("cordon", "node-c", "skipped")]
+    assert packed.api.mutating() == []
+
+
+# -- the CLI ------------------------------------------------------------------------------------
+def act_cli(
+    cluster: Cluster, *args: str, policy: dict[str, Any], config: dict[str, Any]
+) -> subprocess.CompletedProcess[str]:
+    pfile = cluster.tmp / "policies.yaml"
+    pfile.write_text(yaml.safe_dump({"policies": [policy]}))
+    cfile = cluster.tmp / "config.yaml"
+    cfile.write_text(yaml.safe_dump(config))
+    cluster.store.close()
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "gpuscope.cli",
+            "act",
+            "--db",
+            str(cluster.db),
+            "--policy",
+            str(pfile),
+            "--config",
+            str(cfile),
+            "--at",
+            AT.isoformat(),
+            "--log-level",
+            "WARNING",
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_cli_act_is_a_dry_run_by_default_and_prints_json(cluster: Cluster) -> None:
+    policy = {"name": "idle-notebooks", "type": "idle", "action": "delete", "dry_run": False}
+    proc = act_cli(
+        cluster,
+        "--json",
+        policy=policy,
+        config={"collector": {"kubernetes": cluster.api.url, "scrape_interval_seconds": STEP}},
+    )
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["dry_run"] is True
+    assert [(a["kind"], a["pod"], a["result"]) for a in out["actions"]] == [
+        ("warn", "nb-idle-0", "would-do")
+    ]
+    assert cluster.api.mutating() == []
+
+
+def test_cli_act_bad_policy_is_one_line(cluster: Cluster) -> None:
+    policy = {"name": "x", "type": "idle", "action": "explode"}
+    proc = act_cli(
+        cluster,
+        policy=policy,
+        config={"collector": {"kubernetes": cluster.api.url, "scrape_interval_seconds": STEP}},
+    )
+    assert proc.returncode != 0
+    assert proc.stderr.count("\n") == 1 and "policies[x].action" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_cli_execute_without_a_cluster_is_refused(cluster: Cluster) -> None:
+    policy = {"name": "idle-notebooks", "type": "idle"}
+    proc = act_cli(
+        cluster, "--execute", policy=policy, config={"collector": {"kubernetes": "none"}}
+    )
+    assert proc.returncode != 0 and "needs a Kubernetes API" in proc.stderr
