@@ -42,6 +42,7 @@ from typing import Any
 
 from analytics.allocation import ClusterState, GpuIndices, NodeState
 from analytics.base import Analysis
+from analytics.consolidation_exhaustive import search_small
 from analytics.consolidation_model import (
     CHECKPOINT_ANNOTATION,
     MOVABLE_KINDS,
@@ -152,7 +153,13 @@ def plan_consolidation(
         if plan_rank(plan) < plan_rank(best):
             best = plan
         if not best.evictions and not best.unplaceable:
-            break
+            return best
+    # small instances: a bounded search over every unit's choices, pruned by that plan
+    script = search_small(nodes, placed, goals, best, max_evictions=max_evictions)
+    if script is not None:
+        plan = plan_with(script, nodes, placed, goals, max_evictions, "planner")
+        if plan_rank(plan) < plan_rank(best):
+            best = plan
     return best
 
 

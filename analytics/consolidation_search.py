@@ -36,7 +36,7 @@ EXHAUSTIVE_PODS = 14
 _EXHAUSTIVE_BUDGET = 4000
 
 
-def _greedy_node(world: World, name: str, k: int, share: float) -> Option | None:
+def greedy_node(world: World, name: str, k: int, share: float) -> Option | None:
     """A small set of movable pods whose eviction leaves k GPUs of the node with ``share``
     free: the eviction making most GPUs usable per pod first, then redundant ones dropped."""
     free = list(world.free[name])
@@ -118,7 +118,7 @@ Chooser = Callable[[World, Unit, int | None], "tuple[str, Option] | str"]
 
 
 def _greedy_scorer(world: World, name: str, unit: Unit) -> tuple[tuple[Any, ...], Option] | None:
-    option = _greedy_node(world, name, world.k_of(name, unit), unit.share)
+    option = greedy_node(world, name, world.k_of(name, unit), unit.share)
     if option is None or not option.evictions:
         return None
     return option.rank, option
@@ -228,7 +228,8 @@ def plan_with(
         name, option = choice
         world.evict(option.evictions)
         k = world.k_of(name, unit)
-        world.reserve(name, pick_gpus(world, name, k, unit.share), unit.share)
+        gpus = option.gpus or pick_gpus(world, name, k, unit.share)
+        world.reserve(name, gpus, unit.share)
         targets.append((goals[unit.goal].name, name))
     moves = []
     for pod in sorted(world.evicted, key=lambda p: (-len(p.gpus) * p.share, p.idx)):

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from analytics.allocation import EPS, NodeState
@@ -91,6 +91,17 @@ class World:
             self.evicted.append(pod)
             self.touch(pod.node)
 
+    def copy(self) -> World:
+        """An independent copy (pods included, indexes left behind) for a search to branch."""
+        new = object.__new__(World)
+        new.nodes, new.info = self.nodes, self.info
+        new.free = {name: list(free) for name, free in self.free.items()}
+        new.pods = [replace(p) for p in self.pods]
+        new.on = {name: [new.pods[p.idx] for p in pods] for name, pods in self.on.items()}
+        new.evicted = [new.pods[p.idx] for p in self.evicted]
+        new.log, new.version, new.indexes = [], dict(self.version), {}
+        return new
+
     def reserve(self, name: str, gpus: Iterable[int], share: float) -> None:
         free = self.free[name]
         for g in gpus:
@@ -110,6 +121,8 @@ def usable_count(free: Sequence[float], pods: Iterable[Pod], share: float) -> in
 class Option:
     evictions: tuple[Pod, ...]
     gph: float
+    #: The GPUs the unit takes; empty: the planner's usual pick (:func:`pick_gpus`).
+    gpus: tuple[int, ...] = ()
 
     @property
     def rank(self) -> tuple[int, float]:
