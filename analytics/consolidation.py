@@ -20,6 +20,8 @@ The modules, for a reader new to them:
 - :mod:`analytics.consolidation_world`: the working state a plan is made in;
 - :mod:`analytics.consolidation_search`: how a node and its evictions are chosen for each
   goal unit, by the planner and by the baselines;
+- :mod:`analytics.consolidation_exhaustive`: a bounded branch-and-bound over the same
+  choices for small clusters, kept where it beats the greedy;
 - this module: the entry points and the analysis (findings and summary);
 - :mod:`analytics.consolidation_exact`: the exact ILP used to measure the planner's gap.
 
@@ -29,7 +31,9 @@ room left (moves) or sent to pending. The two strategies people use today are he
 baselines with the same signature: :func:`plan_high_node_utilization` (the Kubernetes
 descheduler's HighNodeUtilization: empty the least used node) and
 :func:`plan_first_fit_decreasing`. The planner also runs them and keeps the better plan, so
-it never needs more evictions than they do.
+it never needs more evictions than they do. On small clusters (at most 64 nodes and 64
+goal units) a bounded search then looks for a plan that meets more goals or needs fewer
+evictions.
 
 MIG pods take MIG instances, not GPU shares; they are left out (neither moved nor counted).
 """
