@@ -20,7 +20,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from analytics.allocation import NodeState
-from analytics.consolidation import Goal, Placed, _units, _World
+from analytics.consolidation_model import Goal, Placed
+from analytics.consolidation_world import World, units_of
 
 #: Above this many variables the instance is left to the planner.
 MAX_VARIABLES = 20_000
@@ -38,8 +39,8 @@ def exact_min_evictions(
     proven optimal within ``time_limit`` seconds."""
     import highspy
 
-    world = _World(nodes, placed)
-    units = _units(goals)
+    world = World(nodes, placed)
+    units = units_of(goals)
     movable = [p for p in world.pods if p.movable]
     cols: list[tuple[float, float]] = []  # (cost, upper bound); all binary
 

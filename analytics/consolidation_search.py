@@ -1,0 +1,253 @@
+"""How the planner and the baselines choose a node and the pods to evict for each unit.
+
+The planner (:func:`choose_planner`) takes a node where the unit fits now (best fit) or else
+the node where it needs the fewest evictions (ties: fewest GPU-hours lost). On a node, which
+pods to evict is a small covering knapsack: greedily the eviction that makes the most GPUs
+usable per pod, then redundant evictions dropped, then, where the node has few movable pods,
+an exhaustive search over smaller sets. The baselines (:data:`choose_hnu`,
+:data:`choose_ffd`) choose the way the tools people use today do. :func:`plan_with` runs a
+chooser over every unit and turns the result into a :class:`Plan`.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from analytics.allocation import EPS, NodeState
+from analytics.consolidation_model import Goal, Move, Placed, Plan
+from analytics.consolidation_world import (
+    Option,
+    Pod,
+    Unit,
+    World,
+    fits_now,
+    no_room,
+    node_index,
+    pick_gpus,
+    relocate,
+    units_of,
+    usable_count,
+)
+
+#: On a node with at most this many movable pods the eviction set is searched exhaustively.
+EXHAUSTIVE_PODS = 14
+_EXHAUSTIVE_BUDGET = 4000
+
+
+def greedy_node(world: World, name: str, k: int, share: float) -> Option | None:
+    """A small set of movable pods whose eviction leaves k GPUs of the node with ``share``
+    free: the eviction making most GPUs usable per pod first, then redundant ones dropped."""
+    free = list(world.free[name])
+    movable = [p for p in world.on[name] if p.movable]
+    cap = list(free)
+    for pod in movable:
+        for g in pod.gpus:
+            cap[g] += pod.share
+    if sum(1 for c in cap if c >= share - EPS) < k:
+        return None
+    chosen: list[Pod] = []
+    usable = sum(1 for f in free if f >= share - EPS)
+    while usable < k:
+        need = k - usable
+        best: tuple[float, float, list[Pod]] | None = None
+        for g, f in enumerate(free):
+            if f >= share - EPS or cap[g] < share - EPS:
+                continue
+            on_g = sorted(
+                (p for p in movable if g in p.gpus and p not in chosen),
+                key=lambda p: (-p.share, p.gph, p.idx),
+            )
+            took: list[Pod] = []
+            acc = f
+            for p in on_g:
+                if acc >= share - EPS:
+                    break
+                took.append(p)
+                acc += p.share
+            gain = usable_count(free, took, share) - usable
+            if gain <= 0:
+                continue
+            score = len(took) / min(gain, need)
+            gph = sum(p.gph for p in took)
+            if best is None or (score, gph) < (best[0], best[1]):
+                best = (score, gph, took)
+        if best is None:
+            return None
+        for p in best[2]:
+            chosen.append(p)
+            for g in p.gpus:
+                free[g] += p.share
+        usable = sum(1 for f in free if f >= share - EPS)
+    # drop evictions not needed, dearest first
+    base = world.free[name]
+    for p in sorted(chosen, key=lambda p: (-p.gph, p.idx)):
+        rest = [q for q in chosen if q is not p]
+        if usable_count(base, rest, share) >= k:
+            chosen = rest
+    return Option(tuple(chosen), sum(p.gph for p in chosen))
+
+
+def _exhaustive_node(world: World, name: str, k: int, share: float, bound: Option) -> Option:
+    """The best eviction set of at most ``len(bound)`` pods, where the search is small."""
+    base = world.free[name]
+    movable = sorted((p for p in world.on[name] if p.movable), key=lambda p: p.idx)
+    if len(movable) > EXHAUSTIVE_PODS or not bound.evictions:
+        return bound
+    best = bound
+    budget = _EXHAUSTIVE_BUDGET
+    for r in range(1, len(bound.evictions) + 1):
+        found = False
+        for combo in itertools.combinations(movable, r):
+            budget -= 1
+            if budget < 0:
+                return best
+            if usable_count(base, combo, share) >= k:
+                option = Option(combo, sum(p.gph for p in combo))
+                if option.rank < best.rank:
+                    best = option
+                found = True
+        if found:
+            return best
+    return best
+
+
+#: Chooses (node, evictions) for a unit, or returns a reason it cannot be met.
+Chooser = Callable[[World, Unit, int | None], "tuple[str, Option] | str"]
+
+
+def _greedy_scorer(world: World, name: str, unit: Unit) -> tuple[tuple[Any, ...], Option] | None:
+    option = greedy_node(world, name, world.k_of(name, unit), unit.share)
+    if option is None or not option.evictions:
+        return None
+    return option.rank, option
+
+
+def choose_planner(world: World, unit: Unit, budget: int | None) -> tuple[str, Option] | str:
+    now = fits_now(world, unit, best_fit=True)
+    if now is not None:
+        return now, Option((), 0.0)
+    options = node_index(world, unit, "greedy", _greedy_scorer).top(16)
+    if not options:
+        return no_room(world, unit)
+    fewest = options[0][0][0]
+    best_name, best = options[0][1], options[0][2]
+    for _, name, option in options:
+        if len(option.evictions) > fewest + 1:
+            break
+        refined = _exhaustive_node(world, name, world.k_of(name, unit), unit.share, option)
+        if (refined.rank, name) < (best.rank, best_name):
+            best_name, best = name, refined
+    if budget is not None and len(best.evictions) > budget:
+        return f"needs {len(best.evictions)} evictions, over the max_evictions budget"
+    return best_name, best
+
+
+def choose_first(world: World, unit: Unit, budget: int | None) -> tuple[str, Option] | str:
+    """The planner's choice, but a unit that fits somewhere now takes the first such node."""
+    now = fits_now(world, unit, best_fit=False)
+    if now is not None:
+        return now, Option((), 0.0)
+    return choose_planner(world, unit, budget)
+
+
+def _evict_in_order(
+    world: World, name: str, k: int, share: float, order: Callable[[Pod], Any]
+) -> Option | None:
+    movable = sorted((p for p in world.on[name] if p.movable), key=order)
+    taken: list[Pod] = []
+    base = world.free[name]
+    if usable_count(base, taken, share) >= k:
+        return Option((), 0.0)
+    for pod in movable:
+        taken.append(pod)
+        if usable_count(base, taken, share) >= k:
+            return Option(tuple(taken), sum(p.gph for p in taken))
+    return None
+
+
+def _utilization(world: World, name: str) -> float:
+    free = world.free[name]
+    return 1.0 - sum(free) / len(free)
+
+
+def _baseline_chooser(
+    tag: str, node_order: Callable[[World, str], Any], pod_order: Callable[[Pod], Any]
+) -> Chooser:
+    def scorer(world: World, name: str, unit: Unit) -> tuple[tuple[Any, ...], Option] | None:
+        option = _evict_in_order(world, name, world.k_of(name, unit), unit.share, pod_order)
+        if option is None:
+            return None
+        return (node_order(world, name),), option
+
+    def choose(world: World, unit: Unit, budget: int | None) -> tuple[str, Option] | str:
+        now = fits_now(world, unit, best_fit=False)
+        if now is not None:
+            return now, Option((), 0.0)
+        top = node_index(world, unit, tag, scorer).top()
+        if not top:
+            return no_room(world, unit)
+        _, name, option = top[0]
+        if budget is not None and len(option.evictions) > budget:
+            return f"needs {len(option.evictions)} evictions, over the max_evictions budget"
+        return name, option
+
+    return choose
+
+
+#: HighNodeUtilization: empty the least used node first, lowest-cost pods first.
+choose_hnu = _baseline_chooser(
+    "hnu", lambda w, n: (_utilization(w, n), n), lambda p: (p.share, p.gph, p.idx)
+)
+#: First-fit decreasing: nodes in order, largest pods out first.
+choose_ffd = _baseline_chooser("ffd", lambda w, n: n, lambda p: (-len(p.gpus) * p.share, p.idx))
+
+
+def plan_with(
+    choose: Chooser,
+    nodes: Sequence[NodeState],
+    placed: Sequence[Placed],
+    goals: Sequence[Goal],
+    max_evictions: int | None,
+    strategy: str,
+    *,
+    decreasing: bool = True,
+) -> Plan:
+    world = World(nodes, placed)
+    failed: dict[int, str] = {}
+    targets: list[tuple[str, str]] = []
+    for unit in units_of(goals, decreasing=decreasing):
+        if unit.goal in failed:
+            continue
+        budget = None if max_evictions is None else max_evictions - len(world.evicted)
+        choice = choose(world, unit, budget)
+        if isinstance(choice, str):
+            failed[unit.goal] = choice
+            continue
+        name, option = choice
+        world.evict(option.evictions)
+        k = world.k_of(name, unit)
+        gpus = option.gpus or pick_gpus(world, name, k, unit.share)
+        world.reserve(name, gpus, unit.share)
+        targets.append((goals[unit.goal].name, name))
+    moves = []
+    for pod in sorted(world.evicted, key=lambda p: (-len(p.gpus) * p.share, p.idx)):
+        src = placed[pod.idx]
+        to_node, to_gpus = relocate(world, pod, src.node)
+        moves.append(
+            Move(src.namespace, src.pod, src.node, to_node, src.gpus, to_gpus, src.gpu_hours_lost)
+        )
+    moves.sort(key=lambda m: (m.namespace, m.pod))
+    return Plan(
+        moves=moves,
+        evictions=[f"{m.namespace}/{m.pod}" for m in moves],
+        unplaceable=[(goals[i].name, reason) for i, reason in sorted(failed.items())],
+        goals_met=len(goals) - len(failed),
+        targets=targets,
+        strategy=strategy,
+    )
+
+
+def plan_rank(plan: Plan) -> tuple[int, int, float]:
+    return -plan.goals_met, len(plan.evictions), plan.gpu_hours_lost

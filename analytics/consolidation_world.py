@@ -1,0 +1,255 @@
+"""The planner's working state: free shares and pods per node while a plan is made.
+
+Shared by the planner, the baselines (:mod:`analytics.consolidation_search`) and the exact
+solver (:mod:`analytics.consolidation_exact`), so that all three read one cluster the same
+way: goals cut into units (one node's worth of a goal each), nodes indexed by a score that
+is kept up to date as the plan changes them, and evicted pods placed best fit at the end.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from analytics.allocation import EPS, NodeState
+from analytics.consolidation_model import Goal, Placed
+
+#: ``k`` of a unit that needs every GPU of its node (free_nodes).
+ALL_GPUS = -1
+
+
+@dataclass(slots=True)
+class Pod:
+    idx: int
+    node: str
+    gpus: tuple[int, ...]
+    share: float
+    movable: bool
+    gph: float
+
+
+@dataclass(frozen=True, slots=True)
+class Unit:
+    goal: int
+    k: int
+    share: float
+    models: frozenset[str]
+    schedulable: bool
+
+
+class World:
+    """Free shares and pods per node while a plan is made (mutable)."""
+
+    def __init__(self, nodes: Sequence[NodeState], placed: Sequence[Placed]) -> None:
+        self.nodes = [n for n in nodes if n.gpus]
+        self.info = {n.name: n for n in self.nodes}
+        self.free: dict[str, list[float]] = {n.name: list(n.gpus) for n in self.nodes}
+        self.pods = [
+            Pod(i, p.node, p.gpus, p.share, p.movable, p.gpu_hours_lost)
+            for i, p in enumerate(placed)
+        ]
+        self.on: dict[str, list[Pod]] = {n.name: [] for n in self.nodes}
+        for pod in self.pods:
+            if pod.node in self.on:
+                self.on[pod.node].append(pod)
+            else:
+                pod.movable = False
+        self.evicted: list[Pod] = []
+        #: Nodes in the order they changed (indexes catch up from it), and their versions.
+        self.log: list[str] = []
+        self.version: dict[str, int] = {n.name: 0 for n in self.nodes}
+        self.indexes: dict[tuple[Any, ...], NodeIndex] = {}
+
+    def touch(self, name: str) -> None:
+        self.version[name] += 1
+        self.log.append(name)
+
+    def eligible(self, name: str, unit: Unit) -> bool:
+        node = self.info[name]
+        if unit.schedulable and not node.schedulable:
+            return False
+        if unit.models and node.gpu_model not in unit.models:
+            return False
+        k = len(node.gpus) if unit.k == ALL_GPUS else unit.k
+        return 0 < k <= len(node.gpus)
+
+    def k_of(self, name: str, unit: Unit) -> int:
+        return len(self.free[name]) if unit.k == ALL_GPUS else unit.k
+
+    def ready(self, name: str, share: float) -> list[int]:
+        return [g for g, f in enumerate(self.free[name]) if f >= share - EPS]
+
+    def evict(self, pods: Iterable[Pod]) -> None:
+        for pod in pods:
+            free = self.free[pod.node]
+            for g in pod.gpus:
+                free[g] = min(1.0, free[g] + pod.share)
+            self.on[pod.node].remove(pod)
+            pod.movable = False
+            self.evicted.append(pod)
+            self.touch(pod.node)
+
+    def copy(self) -> World:
+        """An independent copy (pods included, indexes left behind) for a search to branch."""
+        new = object.__new__(World)
+        new.nodes, new.info = self.nodes, self.info
+        new.free = {name: list(free) for name, free in self.free.items()}
+        new.pods = [replace(p) for p in self.pods]
+        new.on = {name: [new.pods[p.idx] for p in pods] for name, pods in self.on.items()}
+        new.evicted = [new.pods[p.idx] for p in self.evicted]
+        new.log, new.version, new.indexes = [], dict(self.version), {}
+        return new
+
+    def reserve(self, name: str, gpus: Iterable[int], share: float) -> None:
+        free = self.free[name]
+        for g in gpus:
+            free[g] = max(0.0, free[g] - share)
+        self.touch(name)
+
+
+def usable_count(free: Sequence[float], pods: Iterable[Pod], share: float) -> int:
+    f = list(free)
+    for pod in pods:
+        for g in pod.gpus:
+            f[g] += pod.share
+    return sum(1 for x in f if x >= share - EPS)
+
+
+@dataclass(frozen=True, slots=True)
+class Option:
+    evictions: tuple[Pod, ...]
+    gph: float
+    #: The GPUs the unit takes; empty: the planner's usual pick (:func:`pick_gpus`).
+    gpus: tuple[int, ...] = ()
+
+    @property
+    def rank(self) -> tuple[int, float]:
+        return len(self.evictions), self.gph
+
+
+def pick_gpus(world: World, name: str, k: int, share: float) -> list[int]:
+    """The k usable GPUs the unit takes: fullest first (best fit), keeping whole GPUs."""
+    ready = world.ready(name, share)
+    return sorted(ready, key=lambda g: (world.free[name][g], g))[:k]
+
+
+def units_of(goals: Sequence[Goal], *, decreasing: bool = True) -> list[Unit]:
+    units: list[Unit] = []
+    for i, goal in enumerate(goals):
+        if goal.kind == "pending_job":
+            units += [Unit(i, goal.gpus, goal.share, goal.gpu_models, True)] * goal.count
+        elif goal.kind == "free_gpus":
+            units += [Unit(i, 1, 1.0, goal.gpu_models, False)] * (goal.gpus * goal.count)
+        elif goal.kind == "free_nodes":
+            units += [Unit(i, ALL_GPUS, 1.0, goal.gpu_models, False)] * goal.count
+        else:
+            raise ValueError(f"unknown goal kind {goal.kind!r}")
+    if not decreasing:
+        return units
+    # largest first (whole nodes, then more GPUs, then larger shares): first-fit decreasing
+    return sorted(units, key=lambda u: (u.k != ALL_GPUS, -u.k, -u.share, u.goal))
+
+
+#: Scores a node for a unit: (sort key, payload), or None when the node cannot serve it.
+Scorer = Callable[[World, str, Unit], "tuple[tuple[Any, ...], Any] | None"]
+
+
+class NodeIndex:
+    """Nodes by a scorer's key for one kind of unit, kept up to date lazily from the
+    world's change log (a heap with stale entries skipped), so that many units of the same
+    shape cost one scan of the cluster, not one each."""
+
+    def __init__(self, world: World, unit: Unit, scorer: Scorer) -> None:
+        self.world, self.unit, self.scorer = world, unit, scorer
+        self.heap: list[tuple[tuple[Any, ...], str, int, Any]] = []
+        self.cursor = len(world.log)
+        for node in world.nodes:
+            self._push(node.name)
+
+    def _push(self, name: str) -> None:
+        if not self.world.eligible(name, self.unit):
+            return
+        scored = self.scorer(self.world, name, self.unit)
+        if scored is not None:
+            heapq.heappush(self.heap, (scored[0], name, self.world.version[name], scored[1]))
+
+    def _catch_up(self) -> None:
+        log = self.world.log
+        for name in dict.fromkeys(log[self.cursor :]):
+            self._push(name)
+        self.cursor = len(log)
+
+    def top(self, n: int = 1) -> list[tuple[tuple[Any, ...], str, Any]]:
+        """The n best current entries (left in the index)."""
+        self._catch_up()
+        out: list[tuple[tuple[Any, ...], str, int, Any]] = []
+        version = self.world.version
+        while self.heap and len(out) < n:
+            entry = heapq.heappop(self.heap)
+            if entry[2] == version[entry[1]]:
+                out.append(entry)
+        for entry in out:
+            heapq.heappush(self.heap, entry)
+        return [(key, name, payload) for key, name, _, payload in out]
+
+
+def node_index(world: World, unit: Unit, tag: str, scorer: Scorer) -> NodeIndex:
+    key = (tag, unit.k, unit.share, unit.models, unit.schedulable)
+    index = world.indexes.get(key)
+    if index is None:
+        index = world.indexes[key] = NodeIndex(world, unit, scorer)
+    return index
+
+
+def fit_best(world: World, name: str, unit: Unit) -> tuple[tuple[Any, ...], None] | None:
+    ready = world.ready(name, unit.share)
+    if len(ready) < world.k_of(name, unit):
+        return None
+    return (sum(world.free[name][g] for g in ready),), None
+
+
+def fit_first(world: World, name: str, unit: Unit) -> tuple[tuple[Any, ...], None] | None:
+    if len(world.ready(name, unit.share)) < world.k_of(name, unit):
+        return None
+    return (), None
+
+
+def fits_now(world: World, unit: Unit, *, best_fit: bool) -> str | None:
+    if best_fit:
+        top = node_index(world, unit, "fit-best", fit_best).top()
+    else:
+        top = node_index(world, unit, "fit-first", fit_first).top()
+    return top[0][1] if top else None
+
+
+def no_room(world: World, unit: Unit) -> str:
+    if not any(world.eligible(n.name, unit) for n in world.nodes):
+        return "no node has enough GPUs of the model asked for"
+    return "no node has room even after moving every pod that may move"
+
+
+def relocate(world: World, pod: Pod, from_node: str) -> tuple[str, tuple[int, ...]]:
+    """Best fit for an evicted pod in the room left: the node and GPUs leaving least slack."""
+    best: tuple[float, str, tuple[int, ...]] | None = None
+    need = len(pod.gpus)
+    for node in world.nodes:
+        if not node.schedulable:
+            continue
+        free = world.free[node.name]
+        fits = sorted(
+            (g for g, f in enumerate(free) if f >= pod.share - EPS), key=lambda g: (free[g], g)
+        )
+        if len(fits) < need:
+            continue
+        gpus = tuple(sorted(fits[:need]))
+        slack = sum(free[g] - pod.share for g in gpus)
+        if best is None or (slack, node.name, gpus) < best:
+            best = (slack, node.name, gpus)
+            if slack <= EPS:
+                break
+    if best is None:
+        return "", ()
+    world.reserve(best[1], best[2], pod.share)
+    return best[1], best[2]
