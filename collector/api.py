@@ -51,6 +51,8 @@ class ApiState:
     ready: Callable[[], bool] = lambda: True
     clock: Callable[[], float] = time.time
     extra_status: dict[str, Any] = field(default_factory=dict)
+    #: The culler arbiter calls an idle analysis older than this stale.
+    arbiter_max_age_seconds: float = 900.0
 
 
 class Page(BaseModel):
@@ -316,6 +318,38 @@ def create_app(state: ApiState) -> FastAPI:
             {"kind": kind, "limit": limit, "offset": offset},
             lambda r: {c: _json(v) if c == "record" else v for c, v in zip(cols, r, strict=True)},
         )
+
+    @app.get("/api/v1/arbiter/idle", dependencies=reader, tags=["actions"])
+    def arbiter_idle(
+        namespace: Annotated[str, Query(min_length=1, max_length=253)],
+        pod: Annotated[str, Query(min_length=1, max_length=253)],
+    ) -> dict[str, Any]:
+        """For idle cullers that see only kernel activity (jupyterhub-idle-culler's
+        ``cull_arbiter_hook``, Kubeflow's culler): is this server's GPU idle, and for how
+        long. ``stale`` when the last idle analysis is older than ``max_age_seconds``:
+        then a culler should fall back to its own verdict."""
+        cur = state.store.cursor()
+        try:
+            row = cur.execute(Q.ARBITER_IDLE, {"namespace": namespace, "pod": pod}).fetchone()
+        finally:
+            cur.close()
+        gpus, idle_since, as_of = row if row else (0, None, None)
+        now = state.clock()
+        as_of_s = as_of.replace(tzinfo=UTC).timestamp() if as_of else None
+        idle = bool(gpus) and idle_since is not None
+        return {
+            "namespace": namespace,
+            "pod": pod,
+            "holds_gpu": bool(gpus),
+            "gpus": int(gpus or 0),
+            "gpu_idle": idle,
+            "idle_since": idle_since.replace(tzinfo=UTC).isoformat() if idle else None,
+            "idle_seconds": round(now - idle_since.replace(tzinfo=UTC).timestamp(), 1)
+            if idle
+            else 0.0,
+            "as_of": as_of.replace(tzinfo=UTC).isoformat() if as_of else None,
+            "stale": as_of_s is None or now - as_of_s > state.arbiter_max_age_seconds,
+        }
 
     @app.get("/api/v1/reports", dependencies=reader, tags=["reports"], response_model=Page)
     def reports(limit: Limit = 100, offset: Offset = 0) -> Page:

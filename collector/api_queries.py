@@ -149,3 +149,22 @@ ORDER BY ts DESC, id LIMIT $limit OFFSET $offset
 """
 ACTIONS_COUNT = "SELECT count(*) FROM actions WHERE ($kind IS NULL OR kind = $kind)"
 SERIES_COUNT = "SELECT count(*) FROM series"
+
+#: The culler arbiter (GET /api/v1/arbiter/idle): does the pod hold GPUs now, and is it in
+#: an open idle finding of the last analytics run (as of the idle state's watermark)?
+ARBITER_IDLE = """
+WITH held AS (
+    SELECT count(DISTINCT gpu_uuid) AS gpus
+    FROM workload_intervals
+    WHERE namespace = $namespace AND pod = $pod AND end_ts IS NULL
+),
+idle AS (
+    SELECT since FROM findings
+    WHERE kind IN ('idle_session', 'workload_idle') AND resolved_at IS NULL
+      AND subject->>'namespace' = $namespace AND subject->>'pod' = $pod
+    ORDER BY observed_at DESC LIMIT 1
+),
+as_of AS (SELECT max(CAST(value AS TIMESTAMP)) AS ts FROM meta WHERE key = 'idle_state_until')
+SELECT held.gpus, idle.since, as_of.ts
+FROM held CROSS JOIN as_of LEFT JOIN idle ON true
+"""

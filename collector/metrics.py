@@ -75,5 +75,11 @@ class CollectorMetrics:
             ["detector"],
             registry=r,
         )
+        self.actions = Counter(
+            "gpuscope_actions",
+            "Action steps planned or carried out, by action, result and dry run.",
+            ["action", "result", "dry_run"],
+            registry=r,
+        )
         self.analytics = AnalyticsGauges()
         r.register(self.analytics)

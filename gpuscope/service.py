@@ -52,6 +52,44 @@ def add_analytics(service: CollectorService) -> None:
     )
 
 
+def add_actions(service: CollectorService) -> None:
+    """The action policies on their schedule, when ``actions.policy_file`` is set. The file
+    is read now, so a malformed one stops the start with one line."""
+    from actions.kube import ClusterClient, KubeError
+    from actions.policy import load_policies
+    from actions.runner import run_policies
+    from gpuscope.errors import UserError
+
+    cfg = service.settings.actions
+    if cfg.policy_file is None:
+        return
+    policies = load_policies(cfg.policy_file)
+    try:
+        client = ClusterClient.from_setting(service.settings.collector.kubernetes)
+    except KubeError as exc:
+        raise UserError(str(exc)) from None
+
+    def job() -> None:
+        at = datetime.fromtimestamp(service.clock(), UTC)
+        run = run_policies(
+            service.store, policies, service.settings, client=client,
+            execute=cfg.execute and client is not None, at=at,
+        )  # fmt: skip
+        for rec in run.records:
+            service.metrics.actions.labels(rec.kind, rec.result, str(rec.dry_run).lower()).inc()
+
+    service.scheduler.add_job(
+        job, "interval", minutes=cfg.interval_minutes, id="actions", max_instances=1,
+        coalesce=True,
+    )  # fmt: skip
+
+
+def extend_service(service: CollectorService) -> None:
+    """Everything above the collector: analytics, then the actions that read its findings."""
+    add_analytics(service)
+    add_actions(service)
+
+
 def run_service(settings: Settings) -> int:
-    """``gpuscope collector``: the collector with the analytics on its schedule."""
-    return run_collector(settings, extend=add_analytics)
+    """``gpuscope collector``: the collector with analytics and actions on its schedule."""
+    return run_collector(settings, extend=extend_service)

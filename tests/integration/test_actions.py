@@ -562,3 +562,124 @@ def test_cli_execute_without_a_cluster_is_refused(cluster: Cluster) -> None:
         cluster, "--execute", policy=policy, config={"collector": {"kubernetes": "none"}}
     )
     assert proc.returncode != 0 and "needs a Kubernetes API" in proc.stderr
+
+
+# -- the culler arbiter -------------------------------------------------------------------------
+def test_arbiter_says_whose_gpu_is_idle_and_for_how_long(cluster: Cluster) -> None:
+    """After the scheduled analytics (findings stored), the arbiter answers per pod: the
+    idle notebook's GPU idle since 10:00, the busy one's not, an unknown pod holds none."""
+    from fastapi.testclient import TestClient
+
+    from analytics.idle import run_idle
+    from collector.api import ApiState, create_app
+    from collector.metrics import CollectorMetrics
+    from collector.targets import TargetRegistry
+
+    settings = Settings()
+    idle = run_idle(
+        cluster.store, AT, settings.analytics, settings.workloads, scrape_interval_s=STEP
+    )
+    cluster.store.record_findings(idle.findings, AT, kinds=idle.kinds)
+    now = AT + timedelta(minutes=1)
+    state = ApiState(
+        store=cluster.store,
+        targets=TargetRegistry([]),
+        metrics=CollectorMetrics(),
+        clock=now.timestamp,
+    )
+    client = TestClient(create_app(state))
+    answer = client.get(
+        "/api/v1/arbiter/idle", params={"namespace": "ml", "pod": "nb-idle-0"}
+    ).json()
+    assert answer["holds_gpu"] and answer["gpu_idle"] and not answer["stale"]
+    assert answer["idle_seconds"] == pytest.approx(61 * 60, abs=60)
+    busy = client.get("/api/v1/arbiter/idle", params={"namespace": "ml", "pod": "nb-busy-0"}).json()
+    assert busy["holds_gpu"] and not busy["gpu_idle"] and busy["idle_seconds"] == 0
+    none = client.get("/api/v1/arbiter/idle", params={"namespace": "ml", "pod": "nope"}).json()
+    assert not none["holds_gpu"] and not none["gpu_idle"]
+    late = ApiState(
+        store=cluster.store,
+        targets=TargetRegistry([]),
+        metrics=CollectorMetrics(),
+        clock=(AT + timedelta(hours=2)).timestamp,
+    )
+    stale = (
+        TestClient(create_app(late))
+        .get("/api/v1/arbiter/idle", params={"namespace": "ml", "pod": "nb-idle-0"})
+        .json()
+    )
+    assert stale["stale"]
+    assert client.get("/api/v1/arbiter/idle", params={"namespace": "ml"}).status_code == 422
+
+
+# -- RBAC ---------------------------------------------------------------------------------------
+REPO = Path(__file__).resolve().parents[2]
+VERBS = {"POST": "create", "PATCH": "patch", "DELETE": "delete", "PUT": "update"}
+
+
+def granted() -> set[tuple[str, str, str]]:
+    """(apiGroup, resource, verb) the shipped actions ClusterRole grants."""
+    docs = yaml.safe_load_all((REPO / "deploy/collector/actions-rbac.yaml").read_text())
+    role = next(d for d in docs if d["kind"] == "ClusterRole")
+    return {
+        (g, r, v)
+        for rule in role["rules"]
+        for g in rule["apiGroups"]
+        for r in rule["resources"]
+        for v in rule["verbs"]
+    }
+
+
+def used(api: FakeKubeApi) -> set[tuple[str, str, str]]:
+    out = set()
+    for req in api.requests:
+        parts = [p for p in req.path.split("/") if p]
+        group = "" if parts[0] == "api" else parts[1]
+        rest = parts[2:] if parts[0] == "api" else parts[3:]
+        if rest[0] == "namespaces":
+            rest = rest[2:]
+        resource = rest[0] + (f"/{rest[2]}" if len(rest) > 2 else "")
+        verb = VERBS.get(req.method) or ("get" if len(rest) > 1 else "list")
+        out.add((group, resource, verb))
+    return out
+
+
+def test_the_actions_role_grants_every_request_an_executed_run_makes_and_no_more(
+    packed: Cluster,
+) -> None:
+    packed.run([consolidation_policy()], execute=True)
+    packed.run([idle_policy(action="stop-notebook", warning_minutes=0)], execute=True)
+    packed.run(
+        [idle_policy(action="stop-notebook", warning_minutes=0)],
+        execute=True,
+        at=AT + timedelta(seconds=1),
+    )
+    packed.run(
+        [idle_policy(name="del", action="delete", warning_minutes=0)],
+        execute=True,
+        at=AT + timedelta(seconds=2),
+    )
+    packed.run(
+        [idle_policy(name="del", action="delete", warning_minutes=0)],
+        execute=True,
+        at=AT + timedelta(seconds=3),
+    )
+    needed = used(packed.api)
+    assert {
+        ("", "pods/eviction", "create"),
+        ("", "nodes", "patch"),
+        ("kubeflow.org", "notebooks", "patch"),
+        ("", "pods", "delete"),
+        ("", "events", "create"),
+    } <= needed
+    assert needed <= granted(), needed - granted()
+    roles = granted()
+    assert not any("*" in (g + r + v) for g, r, v in roles)
+    assert not {v for _, _, v in roles} & {
+        "update",
+        "deletecollection",
+        "escalate",
+        "bind",
+        "impersonate",
+    }
+    assert not {r for _, r, _ in roles} & {"secrets", "configmaps", "pods/exec"}
