@@ -142,7 +142,8 @@ class Executor:
         )
         self.store.record_actions([rec.as_record()], now)
         self.records.append(rec)
-        log.info(
+        log.log(
+            logging.DEBUG if dry else logging.INFO,
             "action kind=%s result=%s dry_run=%s policy=%s target=%s",
             rec.kind,
             result,

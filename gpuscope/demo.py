@@ -14,8 +14,9 @@ import sys
 import tempfile
 import threading
 import time
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import yaml
 from prometheus_client.registry import CollectorRegistry
@@ -137,7 +138,8 @@ def run_demo(
         step(5, "writing the findings")
         (out / "findings.json").write_text(json.dumps(as_json(analyses), indent=2, default=str))
         print(render_text(analyses), end="")
-        print(f"\ndatabase: {db}\nfindings: {out / 'findings.json'}")
+        actions = plan_demo_actions(service, out, at)
+        print(f"\ndatabase: {db}\nfindings: {out / 'findings.json'}\nactions (dry run): {actions}")
         config = out / "demo-settings.yaml"  # its short windows, so the hint reproduces it
         config.write_text(yaml.safe_dump({"analytics": DEMO_ANALYTICS}, sort_keys=False))
         print(
@@ -155,6 +157,41 @@ def run_demo(
             server.shutdown()
             server.server_close()
     return 0
+
+
+DEMO_POLICIES: dict[str, Any] = {
+    "policies": [
+        {"name": "idle-notebooks", "type": "idle", "warning_minutes": 0,
+         "action": "stop-notebook"},
+        {"name": "pack", "type": "consolidation", "max_evictions_per_run": 8},
+    ]
+}  # fmt: skip
+
+
+def plan_demo_actions(service: CollectorService, out: Path, at: datetime) -> Path:
+    """The policies as a dry run with no cluster to talk to: the warnings, then (the warning
+    period being 0 here) the actions that would follow, and the consolidation steps; the
+    audit log is in the database, and ``actions.json`` beside it."""
+    from actions.policy import parse_policies
+    from actions.runner import run_policies
+
+    (out / "demo-policies.yaml").write_text(yaml.safe_dump(DEMO_POLICIES, sort_keys=False))
+    policies = parse_policies(DEMO_POLICIES)
+    runs = [
+        run_policies(service.store, policies, service.settings, client=None, execute=False, at=t)
+        for t in (at, at + timedelta(seconds=1))
+    ]
+    path = out / "actions.json"
+    path.write_text(json.dumps([r.as_json() for r in runs], indent=2, default=str))
+    by_kind: dict[str, list[str]] = {}
+    for rec in (r for run in runs for r in run.records):
+        target = f"{rec.namespace}/{rec.pod}" if rec.pod else f"node {rec.node}"
+        by_kind.setdefault(f"{rec.kind} [{rec.policy}]", []).append(target)
+    print("\nactions, dry run (policies in demo-policies.yaml):")
+    for kind, targets in by_kind.items():
+        more = f", ... ({len(targets)} in all)" if len(targets) > 3 else ""
+        print(f"  would {kind}: {', '.join(targets[:3])}{more}")
+    return path
 
 
 def _serve(service: CollectorService) -> None:

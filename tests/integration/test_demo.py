@@ -42,6 +42,14 @@ def test_demo_finds_what_the_scenario_planted(tmp_path: Path) -> None:
     )
     assert {f["subject"]["node"] for f in by_kind["link_errors"]} == {"gpu-node-07"}  # type: ignore[index]
     assert (tmp_path / "gpuscope.duckdb").is_file()
+    # the policies ran as a dry run: the idle notebooks would be stopped after their warning
+    # (never the busy one), and the blocked 4-GPU job would get a node freed for it
+    runs = json.loads((tmp_path / "actions.json").read_text())
+    steps = [a for run in runs for a in run["actions"]]
+    assert all(a["dry_run"] and a["result"] == "would-do" for a in steps)
+    stopped = {a["pod"] for a in steps if a["kind"] == "stop-notebook"}
+    assert "nb-user01-0" in stopped and "nb-user00-0" not in stopped
+    assert any(a["kind"] == "evict" and a["goal"] for a in steps)
     # the command the demo prints reproduces its findings from the database
     hint = res.stdout.strip().splitlines()[-1].split("gpuscope ", 1)[1].split()
     again_out = subprocess.run(
