@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from fastapi import Depends, FastAPI, HTTPException, Query, Request, Response
+from fastapi import APIRouter, Depends, FastAPI, HTTPException, Query, Request, Response
 from prometheus_client import generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from pydantic import BaseModel
@@ -51,6 +51,9 @@ class ApiState:
     ready: Callable[[], bool] = lambda: True
     clock: Callable[[], float] = time.time
     extra_status: dict[str, Any] = field(default_factory=dict)
+    #: Routers of the layers above (alerts), built with the (reader, writer) dependencies
+    #: so they share the token checks; the collector itself imports none of them.
+    routers: list[Callable[[list[Any], list[Any]], APIRouter]] = field(default_factory=list)
 
 
 class Page(BaseModel):
@@ -341,4 +344,6 @@ def create_app(state: ApiState) -> FastAPI:
             raise HTTPException(409, "retention is not available")
         return state.retention_now()
 
+    for make_router in state.routers:
+        app.include_router(make_router(reader, writer))
     return app
