@@ -10,8 +10,8 @@ API v2 ``POST /api/v2/alerts``, and a generic webhook in Alertmanager's webhook 
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass, field
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from email.utils import parsedate_to_datetime
 from typing import Any, Protocol
