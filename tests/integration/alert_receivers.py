@@ -93,3 +93,50 @@ class FakeTime:
         with self._lock:
             self.sleeps.append(seconds)
             self.now += seconds
+
+
+@contextmanager
+def alertmanager_server(tmp: Any, webhook_url: str) -> Iterator[str]:
+    """A real Alertmanager (Debian package) on loopback forwarding every alert to
+    ``webhook_url`` at once (group_wait 0s), resolved ones included; yields its base URL."""
+    import shutil
+    import subprocess
+    from pathlib import Path
+
+    import pytest
+
+    from tests.conftest import free_port
+    from tests.integration.helpers import wait_http
+
+    binary = shutil.which("prometheus-alertmanager") or shutil.which("alertmanager")
+    if binary is None:
+        pytest.skip("alertmanager is not installed (scripts/install-test-servers installs it)")
+    root = Path(tmp)
+    cfg = root / "alertmanager.yml"
+    cfg.write_text(
+        "route:\n  receiver: hook\n  group_by: [alertname, namespace]\n"
+        "  group_wait: 0s\n  group_interval: 1s\n  repeat_interval: 1h\n"
+        f"receivers:\n  - name: hook\n    webhook_configs:\n"
+        f"      - {{url: '{webhook_url}', send_resolved: true}}\n"
+    )
+    port = free_port()
+    proc = subprocess.Popen(
+        [binary, f"--config.file={cfg}", f"--storage.path={root / 'am-data'}",
+         f"--web.listen-address=127.0.0.1:{port}", "--cluster.listen-address="],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    base = f"http://127.0.0.1:{port}"
+    try:
+        wait_http(base + "/-/ready", proc)
+        yield base
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
+
+
+def wait_for(predicate: Any, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not met in time")
+        time.sleep(0.1)
