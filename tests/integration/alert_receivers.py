@@ -45,11 +45,13 @@ def receiver(*script: Reply) -> Iterator[Receiver]:
             raw = self.rfile.read(length)
             with state.lock:
                 n = len(state.requests)
-                state.requests.append({
-                    "path": self.path,
-                    "headers": {k.lower(): v for k, v in self.headers.items()},
-                    "json": json.loads(raw) if raw else None,
-                })
+                state.requests.append(
+                    {
+                        "path": self.path,
+                        "headers": {k.lower(): v for k, v in self.headers.items()},
+                        "json": json.loads(raw) if raw else None,
+                    }
+                )
                 reply = state.script[min(n, len(state.script) - 1)]
             if reply.delay:
                 time.sleep(reply.delay)

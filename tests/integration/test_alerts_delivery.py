@@ -9,8 +9,8 @@ import pytest
 
 from alerts.config import AlertsConfig, DeliveryConfig
 from alerts.delivery import Deliverer
-from alerts.model import Attempt, Candidate, Notice, Notification
 from alerts.lifecycle import advance
+from alerts.model import Attempt, Candidate, Notice, Notification
 from alerts.notifiers import PagerDutyNotifier, SlackNotifier, WebhookNotifier
 from alerts.notify import send_notice
 from tests.integration.alert_receivers import FakeTime, Reply, receiver
@@ -115,8 +115,11 @@ def test_send_notice_routes_by_labels() -> None:
                 {"matchers": ['namespace="ml"'], "receiver": "ml"}]},
         })  # fmt: skip
         ft = FakeTime()
-        notice = Notice("Notebook ml/nb-1 will be stopped in 30 min",
-                        "It has held 1 GPU idle for 2 h.", {"namespace": "ml", "pod": "nb-1"})
+        notice = Notice(
+            "Notebook ml/nb-1 will be stopped in 30 min",
+            "It has held 1 GPU idle for 2 h.",
+            {"namespace": "ml", "pod": "nb-1"},
+        )
         outcomes = send_notice(config, notice, clock=ft.clock, sleep=ft.sleep)
     assert [(o.receiver, o.ok) for o in outcomes] == [("ml", True)]
     assert ops.requests == []

@@ -106,7 +106,11 @@ def test_grouping_restart_repeat_and_resolve(tmp_path: Path) -> None:
 def _scrape(store: Store, at: datetime, node: str, *, gpu_up: float, ecc: float) -> None:
     gpu = (("gpu", "0"), ("node", node), ("uuid", f"GPU-{node}-0"))
     names = ["gpuscope_agent_info", "gpuscope_gpu_up", "gpuscope_gpu_ecc_errors_total"]
-    labels = [(("node", node), ("version", "1")), gpu, tuple(sorted((*gpu, ("type", "uncorrected"))))]
+    labels = [
+        (("node", node), ("version", "1")),
+        gpu,
+        tuple(sorted((*gpu, ("type", "uncorrected")))),
+    ]
     store.append_scrape(Batch(f"http://{node}:9835/metrics", int(at.timestamp() * 1000), names,
                               labels, [1.0, gpu_up, ecc],
                               {"gpuscope_gpu_ecc_errors": "counter"}))  # fmt: skip
@@ -211,7 +215,7 @@ def test_silences_over_the_api_mute_until_expired(served) -> None:  # type: igno
 
 
 def test_silence_cli(served, monkeypatch: pytest.MonkeyPatch, capsys) -> None:  # type: ignore[no-untyped-def]
-    url, client, _, _, _ = served
+    url, _, _, _, _ = served
     monkeypatch.setenv("GPUSCOPE_API_TOKEN", "tok")
     args = ["--url", url]
     assert main(["alerts", "silence", "add", "--match", "alertname=~Idle.*", "--match",
@@ -219,7 +223,7 @@ def test_silence_cli(served, monkeypatch: pytest.MonkeyPatch, capsys) -> None:  
     sid = capsys.readouterr().out.split()[0]
     assert main(["alerts", "silence", "list", *args]) == 0
     out = capsys.readouterr().out
-    assert sid in out and "upgrade" in out and 'alertname=~Idle.*' in out
+    assert sid in out and "upgrade" in out and "alertname=~Idle.*" in out
     assert main(["alerts", "silence", "expire", sid, *args]) == 0
     assert "expired" in capsys.readouterr().out
     assert main(["alerts", "silence", "expire", "nope", *args]) == 2
