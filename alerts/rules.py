@@ -9,13 +9,14 @@ falls back to a plain line rather than losing the alert.
 
 from __future__ import annotations
 
+import functools
 import logging
 import operator
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from jinja2 import ChainableUndefined, TemplateError
+from jinja2 import ChainableUndefined, Template, TemplateError
 from jinja2.sandbox import SandboxedEnvironment
 
 from alerts.config import FindingRule, MetricRule, TargetDownRule
@@ -31,12 +32,18 @@ OPS: dict[str, Callable[[float, float], bool]] = {
 }  # fmt: skip
 
 
+@functools.lru_cache(maxsize=512)
+def _compiled(template: str) -> Template:
+    """Compiling costs ~3 ms; rendering a compiled one ~30 us (2,000 alerts a run)."""
+    return _ENV.from_string(template)
+
+
 def render(template: str, context: Mapping[str, Any]) -> str:
     """A rule's summary or description; "" for an empty template, a plain line if broken."""
     if not template:
         return ""
     try:
-        return " ".join(_ENV.from_string(template).render(**context).split())
+        return " ".join(_compiled(template).render(**context).split())
     except (TemplateError, TypeError, ValueError, ArithmeticError) as exc:
         log.warning("alert template failed error=%s", type(exc).__name__)
         labels = context.get("labels", {})
