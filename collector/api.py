@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from fastapi import Depends, FastAPI, HTTPException, Query, Request, Response
+from fastapi import APIRouter, Depends, FastAPI, HTTPException, Query, Request, Response
 from prometheus_client import generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from pydantic import BaseModel
@@ -53,6 +53,9 @@ class ApiState:
     extra_status: dict[str, Any] = field(default_factory=dict)
     #: The culler arbiter calls an idle analysis older than this stale.
     arbiter_max_age_seconds: float = 900.0
+    #: Routers of the layers above (alerts), built with the (reader, writer) dependencies
+    #: so they share the token checks; the collector itself imports none of them.
+    routers: list[Callable[[list[Any], list[Any]], APIRouter]] = field(default_factory=list)
 
 
 class Page(BaseModel):
@@ -375,4 +378,6 @@ def create_app(state: ApiState) -> FastAPI:
             raise HTTPException(409, "retention is not available")
         return state.retention_now()
 
+    for make_router in state.routers:
+        app.include_router(make_router(reader, writer))
     return app

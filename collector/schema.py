@@ -129,7 +129,7 @@ MIGRATION_3_IDLE_STATE: tuple[str, ...] = (
     )""",
 )
 
-#: v4: what the actions executor carries between runs (actions/state.py), written before it
+#: v4: what the actions executor carries between runs (actions/executor.py), written before it
 #: acts so that a crash mid-way is undone on the next run: warnings given (and when the
 #: action falls due), actions done (never twice for the same pod), nodes it cordoned (and
 #: whether they were cordoned before), the last consolidation (its cool-down). ``dry_run``
@@ -142,12 +142,36 @@ MIGRATION_4_ACTION_STATE: tuple[str, ...] = (
     )""",
 )
 
+#: v5: what the alerts keep besides ``alert_state`` (alerts/, docs/alerts.md): silences
+#: with an expiry (``ends_at``; expiring one early moves it to now), per receiver and
+#: notification group the alerts last notified as firing and when (so a restart neither
+#: repeats nor forgets a notification), and the delivery log, one row per attempt.
+MIGRATION_5_ALERTS: tuple[str, ...] = (
+    """CREATE TABLE silences (
+        id VARCHAR PRIMARY KEY, matchers JSON NOT NULL,
+        starts_at TIMESTAMP NOT NULL, ends_at TIMESTAMP NOT NULL,
+        created_by VARCHAR NOT NULL, comment VARCHAR NOT NULL, created_at TIMESTAMP NOT NULL
+    )""",
+    """CREATE TABLE alert_groups (
+        receiver VARCHAR NOT NULL, group_key VARCHAR NOT NULL,
+        notified JSON NOT NULL, last_notified_at TIMESTAMP,
+        PRIMARY KEY (receiver, group_key)
+    )""",
+    """CREATE TABLE alert_deliveries (
+        ts TIMESTAMP NOT NULL, receiver VARCHAR NOT NULL, receiver_type VARCHAR NOT NULL,
+        group_key VARCHAR NOT NULL, status VARCHAR NOT NULL, alerts INTEGER NOT NULL,
+        attempt INTEGER NOT NULL, outcome VARCHAR NOT NULL, http_status INTEGER,
+        error VARCHAR, duration_s DOUBLE
+    )""",
+)
+
 #: Version -> statements that bring a database at version - 1 to it.
 MIGRATIONS: dict[int, tuple[str, ...]] = {
     1: MIGRATION_1_TABLES,
     2: MIGRATION_2_ROLLUPS,
     3: MIGRATION_3_IDLE_STATE,
     4: MIGRATION_4_ACTION_STATE,
+    5: MIGRATION_5_ALERTS,
 }
 LATEST_VERSION: int = max(MIGRATIONS)
 

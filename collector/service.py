@@ -73,6 +73,8 @@ class CollectorService:
             },
         )
         self.token = cs.resolve_api_token()
+        #: API routers added by the layers above (see ApiState.routers).
+        self.routers: list[Callable[[list[Any], list[Any]], Any]] = []
 
     def _make_inventory(self) -> KubeInventory | None:
         mode = self.settings.collector.kubernetes
@@ -216,6 +218,7 @@ class CollectorService:
             retention_now=self.retention_cycle,
             ready=lambda: self._cycles > 0,
             clock=self.clock,
+            routers=list(self.routers),
         )
 
     def stop(self) -> None:

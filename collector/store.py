@@ -23,6 +23,7 @@ import pyarrow as pa  # type: ignore[import-untyped]
 from collector import schema
 from collector.batch import Batch
 from collector.schema import begin, migrate
+from collector.store_alerts import AlertsMixin
 from collector.store_maintenance import MaintenanceMixin
 from collector.store_records import RecordsMixin
 from collector.store_sql import (  # re-exported: the store's public names stay here
@@ -45,7 +46,7 @@ from gpuscope.errors import UserError
 __all__ = ["Retention", "Store", "series_kind", "utc"]
 
 
-class Store(MaintenanceMixin, RecordsMixin):
+class Store(MaintenanceMixin, RecordsMixin, AlertsMixin):
     """The collector's database. Open with :meth:`open`; close it (or use ``with``)."""
 
     def __init__(

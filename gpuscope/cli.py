@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from gpuscope import __version__
+from gpuscope.cli_alerts import add_alerts_parser, cmd_alerts
 from gpuscope.errors import UserError
 from gpuscope.settings import load_settings
 
@@ -157,6 +158,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="keep running, with the API and /metrics on 127.0.0.1:8080",
     )
     _add_logging(demo)
+
+    add_alerts_parser(sub, _add_logging)
     return parser
 
 
@@ -265,6 +268,7 @@ _COMMANDS = {
     "analyze": _cmd_analyze,
     "act": _cmd_act,
     "demo": _cmd_demo,
+    "alerts": cmd_alerts,
 }
 
 

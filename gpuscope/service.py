@@ -3,7 +3,7 @@
 DESIGN.md: layers point one way (actions -> analytics -> collector), so the only place that
 wires them all into one process is here, beside the CLI. Today: the collector's jobs and
 the analytics job, which runs every detector on the collector's schedule, stores their
-findings and publishes their headline numbers as gauges.
+findings and publishes their headline numbers as gauges, then runs the alerts over them.
 """
 
 from __future__ import annotations
@@ -11,11 +11,17 @@ from __future__ import annotations
 import logging
 import time
 from datetime import UTC, datetime
+from functools import partial
+from typing import TYPE_CHECKING
 
 from analytics.base import Analysis
 from analytics.runner import DETECTORS, run_on_store
 from collector.service import CollectorService, run_collector
 from gpuscope.settings import Settings
+
+if TYPE_CHECKING:
+    from actions.executor import OwnerNotice
+    from alerts.engine import AlertsEngine
 
 log = logging.getLogger(__name__)
 
@@ -40,16 +46,76 @@ def analytics_job(service: CollectorService) -> dict[str, Analysis]:
     return done
 
 
+def add_alerts(service: CollectorService) -> AlertsEngine | None:
+    """The alerts engine (None when ``alerts.enabled`` is false) and its API routes.
+
+    Built at start-up, so a bad alerts config or a missing secret stops the service with
+    one line instead of failing on every run.
+    """
+    from alerts.api import alerts_router
+    from alerts.config import load_alerts_config
+    from alerts.engine import AlertsEngine
+
+    engine = None
+    if service.settings.alerts.enabled:
+        config = load_alerts_config(service.settings.alerts.config_file)
+        engine = AlertsEngine(
+            service.store, config, clock=service.clock, registry=service.metrics.registry
+        )
+    service.routers.append(partial(alerts_router, service.store, engine, service.clock))
+    return engine
+
+
+def alerts_job(service: CollectorService, engine: AlertsEngine | None) -> None:
+    """Alerts over the findings just stored; a failing run is counted, never fatal."""
+    if engine is None:
+        return
+    try:
+        engine.run()
+    except Exception:
+        service.metrics.job_errors.labels("alerts").inc()
+        log.exception("alerts run failed")
+
+
 def add_analytics(service: CollectorService) -> None:
     minutes = service.settings.analytics.interval_minutes
+    engine = add_alerts(service)
+
+    def job() -> None:
+        analytics_job(service)
+        alerts_job(service, engine)
+
     service.scheduler.add_job(
-        lambda: analytics_job(service),
+        job,
         "interval",
         minutes=minutes,
         id="analytics",
         max_instances=1,
         coalesce=True,
     )
+
+
+class AlertsOwnerNotifier:
+    """The actions executor's :class:`~actions.executor.Notifier` over the alerts routes: a
+    warning to a workload's owner goes where its labels (namespace, pod, policy) route."""
+
+    def __init__(self, service: CollectorService) -> None:
+        from alerts.config import load_alerts_config
+
+        self._service = service
+        self._config = load_alerts_config(service.settings.alerts.config_file)
+
+    def notify(self, notice: OwnerNotice) -> bool:
+        from alerts.model import Notice
+        from alerts.notify import send_notice
+
+        outcomes = send_notice(
+            self._config,
+            Notice(notice.title, notice.text, dict(notice.labels), "warning"),
+            clock=self._service.clock,
+            on_attempt=lambda a: self._service.store.record_deliveries([a]),
+        )
+        return any(o.ok for o in outcomes)
 
 
 def add_actions(service: CollectorService) -> None:
@@ -68,12 +134,13 @@ def add_actions(service: CollectorService) -> None:
         client = ClusterClient.from_setting(service.settings.collector.kubernetes)
     except KubeError as exc:
         raise UserError(str(exc)) from None
+    notifier = AlertsOwnerNotifier(service) if service.settings.alerts.enabled else None
 
     def job() -> None:
         at = datetime.fromtimestamp(service.clock(), UTC)
         run = run_policies(
             service.store, policies, service.settings, client=client,
-            execute=cfg.execute and client is not None, at=at,
+            execute=cfg.execute and client is not None, at=at, notifier=notifier,
         )  # fmt: skip
         for rec in run.records:
             service.metrics.actions.labels(rec.kind, rec.result, str(rec.dry_run).lower()).inc()

@@ -232,12 +232,22 @@ class ActionsSettings(_Section):
     interval_minutes: float = Field(default=5, gt=0)
 
 
+class AlertsSettings(_Section):
+    """The alerts job (docs/alerts.md): rules, receivers and routes live in their own file."""
+
+    enabled: bool = True
+    #: The alerts config (YAML); without one, the shipped rules are evaluated and kept
+    #: (API) but nothing is sent.
+    config_file: Path | None = None
+
+
 class Settings(_Section):
     agent: AgentSettings = Field(default_factory=AgentSettings)
     collector: CollectorSettings = Field(default_factory=CollectorSettings)
     analytics: AnalyticsSettings = Field(default_factory=AnalyticsSettings)
     workloads: WorkloadSettings = Field(default_factory=WorkloadSettings)
     actions: ActionsSettings = Field(default_factory=ActionsSettings)
+    alerts: AlertsSettings = Field(default_factory=AlertsSettings)
 
 
 def _read_file(path: Path) -> dict[str, Any]:

@@ -1,0 +1,90 @@
+"""The shipped Prometheus alerting rules: valid for `promtool check rules`, and they fire on
+the series they are meant for (`promtool test rules`)."""
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from alerts.config import AlertsConfig
+
+pytestmark = pytest.mark.integration
+RULES = Path(__file__).resolve().parents[2] / "dashboards" / "rules" / "gpuscope-rules.yaml"
+
+
+def _promtool() -> str:
+    binary = shutil.which("promtool")
+    if binary is None:
+        pytest.skip("promtool is not installed (Debian package prometheus)")
+    return binary
+
+
+def test_promtool_checks_the_rules() -> None:
+    out = subprocess.run([_promtool(), "check", "rules", str(RULES)], capture_output=True,
+                         text=True)  # fmt: skip
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "SUCCESS" in out.stdout
+
+
+def test_metric_rules_have_the_same_names_as_the_collectors() -> None:
+    """Each metric-level rule the collector evaluates has its Prometheus twin of one name."""
+    names = {r["alert"] for g in yaml.safe_load(RULES.read_text())["groups"] for r in g["rules"]}
+    ours = {r.name for r in AlertsConfig().all_rules() if r.type in ("metric", "target_down")}
+    assert ours <= names
+
+
+UNIT_TESTS = """
+rule_files: [{rules}]
+evaluation_interval: 1m
+tests:
+  - interval: 1m
+    input_series:
+      - series: 'gpuscope_gpu_ecc_errors_total{{node="n1",gpu="0",uuid="GPU-a",type="uncorrected"}}'
+        values: '0 0 0 1 1 1 1 1 1 1'
+      - series: 'gpuscope_gpu_up{{node="n2",gpu="3",uuid="GPU-b"}}'
+        values: '1 1 0 0 0 0 0 0 0 0'
+      - series: 'gpuscope_ib_transmit_bytes_total{{node="n3",device="mlx5_0",port="1"}}'
+        values: '0+2700000000x30'
+      - series: 'gpuscope_ib_receive_bytes_total{{node="n3",device="mlx5_0",port="1"}}'
+        values: '0+60000000x30'
+      - series: 'gpuscope_ib_port_rate_bytes_per_second{{node="n3",device="mlx5_0",port="1"}}'
+        values: '50000000x30'
+    alert_rule_test:
+      - eval_time: 2m
+        alertname: GpuUncorrectedEccErrors
+        exp_alerts: []
+      - eval_time: 5m
+        alertname: GpuUncorrectedEccErrors
+        exp_alerts:
+          - exp_labels: {{node: n1, gpu: "0", uuid: GPU-a, type: uncorrected, severity: critical}}
+            exp_annotations:
+              summary: "GPU 0 on n1 had 1 uncorrected ECC error(s) in the last hour"
+              description: "Drain the node and check the GPU (GPU-a)."
+      - eval_time: 4m
+        alertname: GpuLostFromBus
+        exp_alerts: []
+      - eval_time: 8m
+        alertname: GpuLostFromBus
+        exp_alerts:
+          - exp_labels: {{node: n2, gpu: "3", uuid: GPU-b, severity: critical}}
+            exp_annotations:
+              summary: "GPU 3 on n2 stopped answering (fell off the bus?)"
+      - eval_time: 20m
+        alertname: InfinibandLinkHot
+        exp_alerts:
+          - exp_labels: {{node: n3, device: mlx5_0, port: "1", severity: warning}}
+            exp_annotations:
+              summary: "n3 mlx5_0/1 runs at 90% of its link rate"
+"""
+
+
+def test_rules_fire_on_their_series(tmp_path: Path) -> None:
+    """An uncorrected ECC error, a GPU gone from the bus and a port at 90 % raise their alerts
+    (and nothing fires before its time)."""
+    test_file = tmp_path / "rules_test.yaml"
+    test_file.write_text(UNIT_TESTS.format(rules=RULES))
+    out = subprocess.run([_promtool(), "test", "rules", str(test_file)], capture_output=True,
+                         text=True)  # fmt: skip
+    assert out.returncode == 0, out.stdout + out.stderr
