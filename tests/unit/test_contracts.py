@@ -70,7 +70,37 @@ def test_manifests_validate_against_kubernetes_schemas(path: Path) -> None:
     docs = [d for d in yaml.safe_load_all(path.read_text()) if d]
     assert docs
     for doc in docs:
+        if doc["apiVersion"].startswith("monitoring.coreos.com/"):
+            # the Prometheus Operator's CRDs have no schema in kubernetes-validate
+            assert doc["kind"] in ("ServiceMonitor", "PrometheusRule"), doc["kind"]
+            assert doc["metadata"]["name"] and doc["metadata"]["namespace"]
+            assert doc["spec"]["groups" if doc["kind"] == "PrometheusRule" else "endpoints"]
+            continue
         kubernetes_validate.validate(doc, "1.30", strict=True)
+
+
+def test_prometheus_rule_manifest_holds_the_shipped_rules() -> None:
+    """deploy/prometheus-operator/prometheusrule.yaml is dashboards/rules/ as a PrometheusRule."""
+    rules = yaml.safe_load((REPO / "dashboards/rules/gpuscope-rules.yaml").read_text())
+    manifest = yaml.safe_load((REPO / "deploy/prometheus-operator/prometheusrule.yaml").read_text())
+    assert manifest["spec"]["groups"] == rules["groups"]
+
+
+def test_collector_configmap_holds_valid_alerts_and_policies() -> None:
+    """The deployed config, alerts file and policy file load as the collector would load them."""
+    from actions.policy import parse_policies
+    from alerts.config import load_alerts_config
+    from gpuscope.settings import Settings
+
+    docs = list(yaml.safe_load_all((REPO / "deploy/collector/collector.yaml").read_text()))
+    data = next(d for d in docs if d and d["kind"] == "ConfigMap")["data"]
+    Settings.model_validate(yaml.safe_load(data["config.yaml"]))
+    policies = parse_policies(yaml.safe_load(data["policies.yaml"]))
+    assert policies and all(p.dry_run for p in policies)
+    alerts_file = REPO / "build" / "alerts.yaml"
+    alerts_file.parent.mkdir(exist_ok=True)
+    alerts_file.write_text(data["alerts.yaml"])
+    assert load_alerts_config(alerts_file).receivers
 
 
 def test_readme_opens_with_the_two_commands() -> None:
