@@ -208,17 +208,17 @@ def quotas() -> Dashboard:
                         "Guaranteed, used and over quota",
                         "table",
                         [
-                            Query(f"{q}guaranteed_gpus{{{PROJECT}}}"),
-                            Query(f"{q}used_gpus{{{PROJECT}}}"),
-                            Query(f"{q}over_quota_gpus{{{PROJECT}}}"),
-                            Query(f"{q}pending_gpus{{{PROJECT}}}"),
-                            Query(f"{q}reclaimable_gpus{{{PROJECT}}}"),
+                            Query(f"{q}guaranteed_gpus{{{PROJECT}}}", "guaranteed"),
+                            Query(f"{q}used_gpus{{{PROJECT}}}", "used"),
+                            Query(f"{q}over_quota_gpus{{{PROJECT}}}", "over quota"),
+                            Query(f"{q}pending_gpus{{{PROJECT}}}", "pending"),
+                            Query(f"{q}reclaimable_gpus{{{PROJECT}}}", "reclaimable"),
                         ],
                         "short",
                         width=12,
                         height=9,
-                        description="Value #A guaranteed, #B used, #C over quota, "
-                        "#D pending, #E reclaimable (GPUs).",
+                        description="GPUs per project (reclaimable: over-quota GPUs that "
+                        "projects waiting under their guarantee are owed).",
                     ),
                     Panel(
                         "Use of the guarantee",

@@ -57,7 +57,7 @@ class Panel:
     width: int = 8
     height: int = 8
     links: Sequence[Link] = ()
-    #: Units for table columns other than the default (``{"Value #B": "short"}``).
+    #: Units for table columns other than the default, by column (query legend) name.
     column_units: dict[str, str] = field(default_factory=dict)
 
 
@@ -245,7 +245,9 @@ def _panel_json(p: Panel, pid: int, x: int, y: int) -> dict[str, Any]:
     if table:
         merge = [{"id": "merge", "options": {}}] if len(p.queries) > 1 else []
         hide = {"Time": True, "__name__": True, "job": True, "instance": True}
-        out["transformations"] = [*merge, {"id": "organize", "options": {"excludeByName": hide}}]
+        names = {f"Value #{t['refId']}": q.legend for t, q in zip(targets, p.queries, strict=True)}
+        organize = {"excludeByName": hide, "renameByName": {k: v for k, v in names.items() if v}}
+        out["transformations"] = [*merge, {"id": "organize", "options": organize}]
     return out
 
 

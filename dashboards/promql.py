@@ -99,8 +99,8 @@ def metric_names(expr: str) -> set[str]:
             stack.append(node.expr)
             if node.param is not None:
                 stack.append(node.param)
-        elif isinstance(node, promql_parser.ParenExpr | promql_parser.UnaryExpr):
-            stack.append(node.expr)
-        elif isinstance(node, promql_parser.SubqueryExpr):
+        elif isinstance(
+            node, promql_parser.ParenExpr | promql_parser.UnaryExpr | promql_parser.SubqueryExpr
+        ):
             stack.append(node.expr)
     return names

@@ -153,17 +153,20 @@ def workloads() -> Dashboard:
                         [
                             Query(
                                 f"time() - gpuscope_idle_since_timestamp_seconds{{{idle_sel}}} "
-                                f"{idle_project}"
+                                f"{idle_project}",
+                                "idle for",
                             ),
-                            Query(f"gpuscope_idle_gpus_held{{{idle_sel}}} {idle_project}"),
+                            Query(
+                                f"gpuscope_idle_gpus_held{{{idle_sel}}} {idle_project}", "GPUs held"
+                            ),
                         ],
                         "s",
                         width=16,
                         height=9,
                         steps=((None, "green"), (1800, "orange"), (7200, "red")),
-                        column_units={"Value #B": "short"},
-                        description="From the last idle analysis: Value #A is how long it has "
-                        "been idle, Value #B the GPUs it holds. kind idle_session is "
+                        column_units={"GPUs held": "short"},
+                        description="From the last idle analysis: how long each has been idle "
+                        "and the GPUs it holds. kind idle_session is "
                         "interactive (a candidate for stopping); workload_idle is batch.",
                     ),
                     stat(
