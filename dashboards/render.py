@@ -13,7 +13,6 @@ import sys
 import tempfile
 import time
 from collections.abc import Sequence
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -46,7 +45,8 @@ PANELS: tuple[tuple[str, str], ...] = (
 
 def panel(uid: str, title: str) -> dict[str, Any]:
     d = load(DASHBOARD_DIR / f"{uid}.json")
-    (p,) = [p for p in d["panels"] if p.get("title") == title]
+    found: list[dict[str, Any]] = [p for p in d["panels"] if p.get("title") == title]
+    (p,) = found
     return p
 
 
@@ -103,11 +103,11 @@ def draw(ax: Axes, base: str, p: dict[str, Any], start: float, end: float) -> No
             query = substitute(t["expr"], ALL)
             params = {"query": query, "start": start, "end": end, "step": 2}
             for s in _get(base, "query_range", params):
-                xs = [datetime.fromtimestamp(float(v[0]), UTC) for v in s["values"]]
+                xs = [float(v[0]) - end for v in s["values"]]
                 ys = [float(v[1]) * factor for v in s["values"]]
                 ax.plot(xs, ys, linewidth=1, label=_legend(t["legendFormat"], s["metric"]))
         ax.set_ylabel(label, fontsize=8)
-        ax.xaxis.set_major_formatter(matplotlib.dates.DateFormatter("%H:%M:%S"))
+        ax.set_xlabel("seconds before now", fontsize=8)
         if len(ax.lines) <= 6:
             ax.legend(fontsize=7, loc="upper left")
     else:
