@@ -111,7 +111,7 @@ VARIABLES: tuple[Variable, ...] = (
     Variable(
         "node",
         "Node",
-        f"query_result(gpuscope_agent_info{{{CLUSTER}}} unless on (node) "
+        f"query_result(gpuscope_agent_info{{{CLUSTER}}} unless on (cluster, node) "
         f'gpuscope_node_info{{{CLUSTER}, pool!~"$node_pool"}})',
         regex='/node="([^"]+)"/',
         all_value=None,
