@@ -34,7 +34,13 @@ from typing import Any
 
 import duckdb
 
-from collector.inventory_records import NodeInfo, PodInfo, node_from_json, pod_from_json
+from collector.inventory_records import (
+    DEFAULT_POOL,
+    NodeInfo,
+    PodInfo,
+    node_from_json,
+    pod_from_json,
+)
 from gpuscope.records import WorkloadKind
 from gpuscope.settings import WorkloadSettings
 
@@ -42,8 +48,6 @@ log = logging.getLogger(__name__)
 
 #: Shares closer than this are equal (fractions like 1/3 do not add up exactly).
 EPS = 1e-9
-#: Pool of nodes that carry no pool label.
-DEFAULT_POOL = "default"
 _ACTIVE_PHASES = frozenset({"Pending", "Running", "Unknown"})
 
 

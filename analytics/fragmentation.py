@@ -298,6 +298,9 @@ def analyze_fragmentation(
             str(k): sum(d["jobs_fit_packed"][str(k)] for d in details.values()) for k in sizes
         },
         "pools": details,
+        # per node, for the dashboards' free-GPUs-per-node view (nodes with GPUs only)
+        "node_free_gpus": {n.name: round(n.free_gpus, 6) for n in state.nodes if n.gpus},
+        "node_whole_free_gpus": {n.name: n.whole_free_gpus for n in state.nodes if n.gpus},
         "task_mix": {
             "groups": len(mix.tasks),
             "groups_seen": mix.groups_seen,

@@ -3,15 +3,23 @@
 Grafana then needs only a Prometheus data source. Each detector's numeric summary value
 ``key`` becomes ``gpuscope_<detector>_<key>``; a summary entry that maps names to numbers
 per entity (``{"projects": {"nlp": {"used_gpus": 64}}}``) becomes a gauge labelled by the
-singular of its key (``gpuscope_quota_used_gpus{project="nlp"}``). Open findings are
-counted by kind and severity in ``gpuscope_findings``.
+singular of its key (``gpuscope_quota_used_gpus{project="nlp"}``), or by the label
+:data:`ENTITY_LABELS` names for it; a per-entity field whose name a top-level number of the
+same summary already takes gets the label in its name (``gpuscope_fragmentation_pool_free_gpus
+{pool="a100"}`` beside the cluster's ``gpuscope_fragmentation_free_gpus``), so one name never
+carries two label sets. Open findings are counted by kind and severity in
+``gpuscope_findings``; the findings :data:`FINDING_GAUGES` lists (idle sessions, idle
+workloads) also give one series each, so a dashboard can list them with how long they have
+lasted. Their count is bounded by the workloads holding GPUs, never by time.
 """
 
 from __future__ import annotations
 
 import re
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, Protocol
 
 from prometheus_client.metrics_core import GaugeMetricFamily, Metric
@@ -23,6 +31,12 @@ class FindingLike(Protocol):
     def kind(self) -> str: ...
     @property
     def severity(self) -> str: ...
+    @property
+    def subject(self) -> Mapping[str, str]: ...
+    @property
+    def since(self) -> datetime | None: ...
+    @property
+    def evidence(self) -> Mapping[str, Any]: ...
 
 
 class Summarised(Protocol):
@@ -36,6 +50,55 @@ class Summarised(Protocol):
     @property
     def summary(self) -> Mapping[str, Any]: ...
 
+
+#: Labels for per-entity maps whose key is not the plural of a good label name.
+ENTITY_LABELS: dict[tuple[str, str], str] = {
+    ("fragmentation", "jobs_fit_now"): "job_gpus",
+    ("fragmentation", "jobs_fit_packed"): "job_gpus",
+    ("fragmentation", "node_free_gpus"): "node",
+    ("fragmentation", "node_whole_free_gpus"): "node",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class FindingGauge:
+    """One series per finding of ``kinds``: labels from the subject, then the evidence
+    (``""`` where neither has it), value from ``value``; None skips the finding."""
+
+    name: str
+    help: str
+    kinds: tuple[str, ...]
+    labels: tuple[str, ...]
+    value: Callable[[FindingLike], float | None]
+
+
+def _since(f: FindingLike) -> float | None:
+    return f.since.timestamp() if f.since is not None else None
+
+
+def _evidence(key: str) -> Callable[[FindingLike], float | None]:
+    return lambda f: _number(f.evidence.get(key))
+
+
+_IDLE_KINDS = ("idle_session", "workload_idle")
+_IDLE_LABELS = ("kind", "namespace", "pod", "container", "node", "workload_kind")
+FINDING_GAUGES: tuple[FindingGauge, ...] = (
+    FindingGauge(
+        "gpuscope_idle_since_timestamp_seconds",
+        "When an idle session (idle_session) or idle batch workload (workload_idle) went "
+        "idle, as Unix time; time() minus it is how long.",
+        _IDLE_KINDS,
+        _IDLE_LABELS,
+        _since,
+    ),
+    FindingGauge(
+        "gpuscope_idle_gpus_held",
+        "GPUs an idle session or workload holds.",
+        _IDLE_KINDS,
+        _IDLE_LABELS,
+        _evidence("gpus_held"),
+    ),
+)
 
 _BAD = re.compile(r"[^a-zA-Z0-9_]")
 
@@ -89,10 +152,18 @@ class AnalyticsGauges(Collector):
             self._summary(detector, analysis.summary, family)
         for (kind, severity), n in sorted(counts.items()):
             findings.add_metric([kind, severity], float(n))
+        for spec in FINDING_GAUGES:
+            fam = family(spec.name, spec.help, list(spec.labels))
+            for analysis in latest.values():
+                for f in analysis.findings:
+                    value = spec.value(f) if f.kind in spec.kinds else None
+                    if value is not None:
+                        fam.add_metric([_label(f, name) for name in spec.labels], value)
         yield from families.values()
 
     @staticmethod
     def _summary(detector: str, summary: Mapping[str, Any], family: Any) -> None:
+        flat = {_name(detector, k) for k, v in summary.items() if _number(v) is not None}
         for key, value in summary.items():
             number = _number(value)
             if number is not None:
@@ -102,7 +173,7 @@ class AnalyticsGauges(Collector):
                 continue
             if not isinstance(value, Mapping):
                 continue
-            label = key[:-1] if key.endswith("s") else key
+            label = ENTITY_LABELS.get((detector, key)) or (key[:-1] if key.endswith("s") else key)
             for entity, fields in value.items():
                 if not isinstance(fields, Mapping):
                     n = _number(fields)
@@ -112,6 +183,17 @@ class AnalyticsGauges(Collector):
                     continue
                 for field, v in fields.items():
                     n = _number(v)
-                    if n is not None:
-                        family(_name(detector, field), f"{detector} analysis: {field} per "
-                               f"{label}.", [label]).add_metric([str(entity)], n)  # fmt: skip
+                    if n is None:
+                        continue
+                    name = _name(detector, field)
+                    if name in flat:  # the cluster-wide number has the plain name
+                        name = _name(detector, label, field)
+                    family(name, f"{detector} analysis: {field} per {label}.",
+                           [label]).add_metric([str(entity)], n)  # fmt: skip
+
+
+def _label(f: FindingLike, name: str) -> str:
+    if name == "kind":
+        return f.kind
+    value = f.subject.get(name, f.evidence.get(name, ""))
+    return "" if value is None else str(value)

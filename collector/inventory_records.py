@@ -19,6 +19,9 @@ from gpuscope.settings import WorkloadSettings
 from gpuscope.sim import kube as names
 from gpuscope.workload import PodFacts, classify
 
+#: Pool of nodes that carry no pool label (the fragmentation analysis and the node gauges
+#: both use it, so a dashboard's pool filter sees the same pools in each).
+DEFAULT_POOL = "default"
 #: Labels that may name a node's rack, in the order they are consulted.
 RACK_LABELS = (names.RACK_LABEL, "topology.kubernetes.io/rack", "rack")
 FRACTION_ANNOTATIONS = (names.FRACTION_ANNOTATION, "runai/gpu-fraction")

@@ -22,6 +22,7 @@ from apscheduler.schedulers.background import BackgroundScheduler
 
 from collector.api import ApiState, create_app
 from collector.inventory import InventoryError, KubeInventory
+from collector.inventory_gauges import InventoryGauges
 from collector.inventory_records import QuotaInfo
 from collector.metrics import CollectorMetrics
 from collector.promql import PrometheusQuerySource
@@ -48,6 +49,7 @@ class CollectorService:
             ),
         )
         self.metrics = CollectorMetrics()
+        self.metrics.registry.register(InventoryGauges(self.store.cursor))
         self.targets = TargetRegistry([Target(t.url, t.kind, t.node) for t in cs.targets])
         self.scraper = Scraper(
             timeout_seconds=cs.scrape_timeout_seconds,

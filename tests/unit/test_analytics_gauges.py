@@ -70,3 +70,61 @@ def test_finding_ids_are_stable_and_distinct() -> None:
     assert a != finding_id("idle_session", {"namespace": "r", "pod": "nb-1"})
     assert a != finding_id("session_time_limit", {"namespace": "r", "pod": "nb-0"})
     assert a.startswith("idle_session:")
+
+
+def test_per_entity_field_named_like_a_total_gets_the_label_in_its_name() -> None:
+    """The fragmentation summary has free_gpus for the cluster and per pool: two names, two
+    label sets (one name with two label sets would be an invalid exposition)."""
+    g = AnalyticsGauges()
+    g.update(
+        {
+            "fragmentation": Analysis(
+                kinds=("gpu_fragmentation",),
+                summary={
+                    "free_gpus": 12,
+                    "pools": {"a100": {"free_gpus": 5, "largest_placeable_job_gpus": 2}},
+                    "jobs_fit_now": {"1": 7, "8": 0},
+                    "node_free_gpus": {"n0": 1.5},
+                },
+            )
+        }
+    )
+    got = samples(g)
+    assert got[("gpuscope_fragmentation_free_gpus", ())] == 12
+    assert got[("gpuscope_fragmentation_pool_free_gpus", (("pool", "a100"),))] == 5
+    # a field no total takes keeps its plain name
+    assert got[("gpuscope_fragmentation_largest_placeable_job_gpus", (("pool", "a100"),))] == 2
+    assert got[("gpuscope_fragmentation_jobs_fit_now", (("job_gpus", "8"),))] == 0
+    assert got[("gpuscope_fragmentation_node_free_gpus", (("node", "n0"),))] == 1.5
+    names = [name for name, _ in got]
+    assert names.count("gpuscope_fragmentation_free_gpus") == 1
+
+
+def test_idle_findings_become_one_series_each_with_since_and_gpus() -> None:
+    """Idle sessions are listed with when they went idle (how long = time() - value) and the
+    GPUs they hold; other findings give no such series."""
+    since = datetime(2026, 11, 15, 22, tzinfo=UTC)
+    subject = {"namespace": "r", "pod": "nb-0", "container": "main"}
+    idle = Finding(
+        finding_id("idle_session", subject), "idle_session", "critical", subject, since, NOW,
+        evidence={"gpus_held": 2, "node": "n3", "workload_kind": "interactive"},
+    )  # fmt: skip
+    other = Finding(finding_id("quota_overuse", {"project": "p"}), "quota_overuse", "warning",
+                    {"project": "p"}, since, NOW)  # fmt: skip
+    g = AnalyticsGauges()
+    g.update(
+        {
+            "idle": Analysis(kinds=("idle_session",), findings=[idle]),
+            "quota": Analysis(kinds=("quota_overuse",), findings=[other]),
+        }
+    )
+    got = samples(g)
+    labels = (
+        ("container", "main"), ("kind", "idle_session"), ("namespace", "r"), ("node", "n3"),
+        ("pod", "nb-0"), ("workload_kind", "interactive"),
+    )  # fmt: skip
+    assert got[("gpuscope_idle_since_timestamp_seconds", labels)] == since.timestamp()
+    assert got[("gpuscope_idle_gpus_held", labels)] == 2
+    assert sum(n == "gpuscope_idle_gpus_held" for n, _ in got) == 1
+    g.update({"idle": Analysis(kinds=("idle_session",))})
+    assert not any(n == "gpuscope_idle_gpus_held" for n, _ in samples(g))

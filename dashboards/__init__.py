@@ -1,0 +1,1 @@
+"""Grafana dashboards for gpuscope, built from Python (see build.py) into JSON."""

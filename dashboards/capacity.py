@@ -1,0 +1,285 @@
+"""The fragmentation and quota dashboards, over the collector's analysis gauges.
+
+The fragmentation analysis publishes cluster totals (``gpuscope_fragmentation_*``), the
+same per pool (``gpuscope_fragmentation_pool_*{pool}``), free GPUs per node and the
+number of k-GPU jobs that fit now and would fit packed (``{job_gpus}``). The quota
+analysis publishes guaranteed, used, over-quota, pending and reclaimable GPUs per project.
+These change when the analysis runs (every ``analytics.interval_minutes``), so the graphs
+step rather than glide.
+"""
+
+from __future__ import annotations
+
+from dashboards.grafana import (
+    CLUSTER,
+    GOOD_LOW,
+    POOL,
+    PROJECT,
+    Dashboard,
+    Panel,
+    Query,
+    Row,
+    stat,
+)
+
+FRAG = "gpuscope_fragmentation_"
+FGD_STEPS = ((None, "green"), (0.25, "orange"), (0.5, "red"))
+
+
+def fragmentation() -> Dashboard:
+    pool = "{{pool}}"
+    return Dashboard(
+        "gpuscope-fragmentation",
+        "gpuscope / Fragmentation",
+        "Free GPUs per node, the largest job that can still be placed, and the FGD "
+        "fragmentation measure over time.",
+        [
+            Row(
+                "Now",
+                [
+                    stat(
+                        "Free GPUs",
+                        f"{FRAG}free_gpus{{{CLUSTER}}}",
+                        "short",
+                        description="Unallocated GPU capacity, fractions included.",
+                    ),
+                    stat("Whole free GPUs", f"{FRAG}whole_free_gpus{{{CLUSTER}}}", "short"),
+                    stat(
+                        "Largest placeable job",
+                        f"{FRAG}largest_placeable_job_gpus{{{CLUSTER}}}",
+                        "short",
+                        steps=((None, "red"), (2, "orange"), (8, "green")),
+                        description="Most whole GPUs free on one node.",
+                    ),
+                    stat(
+                        "FGD fragmentation",
+                        f"{FRAG}fgd_fragmentation_ratio{{{CLUSTER}}}",
+                        "percentunit",
+                        steps=FGD_STEPS,
+                        min=0,
+                        max=1,
+                    ),
+                    stat(
+                        "Stranded capacity",
+                        f"{FRAG}stranded_gpu_capacity{{{CLUSTER}}}",
+                        "short",
+                        description="Free share left on partly used GPUs: only "
+                        "fractional tasks can use it.",
+                    ),
+                    stat(
+                        "Pending tasks",
+                        f"{FRAG}pending_tasks{{{CLUSTER}}}",
+                        "short",
+                        steps=((None, "green"), (1, "orange")),
+                    ),
+                ],
+            ),
+            Row(
+                "Where the free GPUs are",
+                [
+                    Panel(
+                        "Free GPUs per node",
+                        "bargauge",
+                        [
+                            Query(
+                                f'{FRAG}node_whole_free_gpus{{{CLUSTER}, node=~"$node"}}',
+                                "{{node}}",
+                                instant=True,
+                            )
+                        ],
+                        "short",
+                        min=0,
+                        width=8,
+                        height=10,
+                        steps=((None, "blue"), (4, "green")),
+                        description="Whole free GPUs on each node (inventory allocation).",
+                    ),
+                    Panel(
+                        "Largest placeable job per pool",
+                        "timeseries",
+                        [Query(f"{FRAG}pool_largest_placeable_job_gpus{{{POOL}}}", pool)],
+                        "short",
+                        min=0,
+                        width=8,
+                        height=10,
+                    ),
+                    Panel(
+                        "k-GPU jobs that fit: now against packed",
+                        "bargauge",
+                        [
+                            Query(
+                                f"{FRAG}jobs_fit_now{{{CLUSTER}}}",
+                                "{{job_gpus}} GPUs: now",
+                                instant=True,
+                            ),
+                            Query(
+                                f"{FRAG}jobs_fit_packed{{{CLUSTER}}}",
+                                "{{job_gpus}} GPUs: if packed",
+                                instant=True,
+                            ),
+                        ],
+                        "short",
+                        min=0,
+                        width=8,
+                        height=10,
+                        description="How many jobs of each size the free GPUs hold as "
+                        "they lie, and if the same free GPUs were packed onto fewest nodes.",
+                    ),
+                ],
+            ),
+            Row(
+                "Over time",
+                [
+                    Panel(
+                        "FGD fragmentation",
+                        "timeseries",
+                        [Query(f"{FRAG}fgd_fragmentation_ratio{{{CLUSTER}}}", "cluster")],
+                        "percentunit",
+                        min=0,
+                        max=1,
+                        steps=FGD_STEPS,
+                        width=12,
+                        description="Share of free GPU capacity the learnt task mix cannot "
+                        "use (Weng et al., ATC '23).",
+                    ),
+                    Panel(
+                        "FGD-fragmented GPUs per pool",
+                        "timeseries",
+                        [
+                            Query(f"{FRAG}pool_fgd_fragmented_gpus{{{POOL}}}", pool),
+                            Query(f"{FRAG}pool_free_gpus{{{POOL}}}", pool + " free"),
+                        ],
+                        "short",
+                        min=0,
+                        width=12,
+                    ),
+                ],
+            ),
+        ],
+    )
+
+
+def quotas() -> Dashboard:
+    project = "{{project}}"
+    q = "gpuscope_quota_"
+    return Dashboard(
+        "gpuscope-quotas",
+        "gpuscope / Quotas",
+        "Guaranteed against used against over-quota GPUs per project, what waits, what could "
+        "be reclaimed, and fairness.",
+        [
+            Row(
+                "Cluster",
+                [
+                    stat("Guaranteed", f"{q}total_guaranteed_gpus{{{CLUSTER}}}", "short"),
+                    stat("Used", f"{q}total_used_gpus{{{CLUSTER}}}", "short"),
+                    stat(
+                        "Over quota",
+                        f"{q}total_over_quota_gpus{{{CLUSTER}}}",
+                        "short",
+                        steps=((None, "green"), (1, "orange")),
+                    ),
+                    stat(
+                        "Pending",
+                        f"{q}total_pending_gpus{{{CLUSTER}}}",
+                        "short",
+                        steps=((None, "green"), (1, "orange")),
+                    ),
+                    stat(
+                        "Reclaimable",
+                        f"{q}total_reclaimable_gpus{{{CLUSTER}}}",
+                        "short",
+                        steps=((None, "green"), (1, "red")),
+                        description="Over-quota GPUs that projects waiting under their "
+                        "guarantee are owed.",
+                    ),
+                    stat(
+                        "Projects waiting",
+                        f"{q}projects_waiting{{{CLUSTER}}}",
+                        "short",
+                        steps=((None, "green"), (1, "orange")),
+                    ),
+                ],
+            ),
+            Row(
+                "Per project",
+                [
+                    Panel(
+                        "Guaranteed, used and over quota",
+                        "table",
+                        [
+                            Query(f"{q}guaranteed_gpus{{{PROJECT}}}", "guaranteed"),
+                            Query(f"{q}used_gpus{{{PROJECT}}}", "used"),
+                            Query(f"{q}over_quota_gpus{{{PROJECT}}}", "over quota"),
+                            Query(f"{q}pending_gpus{{{PROJECT}}}", "pending"),
+                            Query(f"{q}reclaimable_gpus{{{PROJECT}}}", "reclaimable"),
+                        ],
+                        "short",
+                        width=12,
+                        height=9,
+                        description="GPUs per project (reclaimable: over-quota GPUs that "
+                        "projects waiting under their guarantee are owed).",
+                    ),
+                    Panel(
+                        "Use of the guarantee",
+                        "bargauge",
+                        [
+                            Query(
+                                f"{q}used_gpus{{{PROJECT}}} / ({q}guaranteed_gpus{{{PROJECT}}}"
+                                " > 0)",
+                                project,
+                                instant=True,
+                            )
+                        ],
+                        "percentunit",
+                        min=0,
+                        max=2,
+                        width=6,
+                        height=9,
+                        steps=((None, "green"), (1, "orange"), (1.5, "red")),
+                        description="Used over guaranteed; past 100 % the project "
+                        "borrows. Projects without a guarantee are left out.",
+                    ),
+                    Panel(
+                        "Fairness",
+                        "bargauge",
+                        [Query(f"{q}fairness_ratio{{{PROJECT}}}", project, instant=True)],
+                        "short",
+                        min=0,
+                        width=6,
+                        height=9,
+                        steps=((None, "blue"), (1.5, "orange"), (3, "red")),
+                        description="Share of GPU-hours over share of guarantees (1 = "
+                        "what it was promised).",
+                    ),
+                ],
+            ),
+            Row(
+                "Over time",
+                [
+                    Panel(
+                        "Used GPUs per project",
+                        "timeseries",
+                        [Query(f"{q}used_gpus{{{PROJECT}}}", project)],
+                        "short",
+                        width=8,
+                    ),
+                    Panel(
+                        "Over-quota GPUs per project",
+                        "timeseries",
+                        [Query(f"{q}over_quota_gpus{{{PROJECT}}}", project)],
+                        "short",
+                        width=8,
+                        steps=GOOD_LOW,
+                    ),
+                    Panel(
+                        "Pending GPUs per project",
+                        "timeseries",
+                        [Query(f"{q}pending_gpus{{{PROJECT}}}", project)],
+                        "short",
+                        width=8,
+                    ),
+                ],
+            ),
+        ],
+    )
