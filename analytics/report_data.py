@@ -42,9 +42,19 @@ EPS = 1e-9
 SUMS = ("allocated", "used", "idle", "no_data")
 #: Tables of a report, in the order the report shows them.
 TABLES = (
-    "cluster", "daily", "hourly", "projects", "namespaces", "idle_sessions", "quotas",
-    "fragmentation", "ib_hotspots", "actions_summary", "actions", "data_gaps",
-)  # fmt: skip
+    "cluster",
+    "daily",
+    "hourly",
+    "projects",
+    "namespaces",
+    "idle_sessions",
+    "quotas",
+    "fragmentation",
+    "ib_hotspots",
+    "actions_summary",
+    "actions",
+    "data_gaps",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,11 +101,14 @@ def _gpu_hours_names(df: pl.DataFrame, prefix: str = "") -> pl.DataFrame:
 def _with_cost(df: pl.DataFrame, price: float | None, *columns: str) -> pl.DataFrame:
     if price is None:
         return df
-    return df.with_columns((pl.col(c) * price).alias(c.replace("gpu_hours", "cost")) for c in columns)
+    return df.with_columns(
+        (pl.col(c) * price).alias(c.replace("gpu_hours", "cost")) for c in columns
+    )
 
 
-def _breakdown(this: pl.DataFrame, prev: pl.DataFrame, key: str, keys: pl.DataFrame,
-               price: float | None) -> pl.DataFrame:  # fmt: skip
+def _breakdown(
+    this: pl.DataFrame, prev: pl.DataFrame, key: str, keys: pl.DataFrame, price: float | None
+) -> pl.DataFrame:
     """Per ``key``: this week's sums and rates, last week's, and the change."""
     now = _rates(_sum_by(this, key))
     before = _rates(_sum_by(prev, key)).select(
@@ -115,8 +128,13 @@ def _breakdown(this: pl.DataFrame, prev: pl.DataFrame, key: str, keys: pl.DataFr
     return _with_cost(out, price, "allocated_gpu_hours", "idle_gpu_hours")
 
 
-def _cluster(this: pl.DataFrame, prev: pl.DataFrame, cap_this: float | None,
-             cap_prev: float | None, price: float | None) -> pl.DataFrame:  # fmt: skip
+def _cluster(
+    this: pl.DataFrame,
+    prev: pl.DataFrame,
+    cap_this: float | None,
+    cap_prev: float | None,
+    price: float | None,
+) -> pl.DataFrame:
     """The headline numbers as rows: metric, unit, this week, previous week, change."""
 
     def figures(df: pl.DataFrame, capacity: float | None) -> dict[str, float | None]:
@@ -140,22 +158,34 @@ def _cluster(this: pl.DataFrame, prev: pl.DataFrame, cap_this: float | None,
     rows = []
     for name, value in now.items():
         old = before[name] if seen_before else None
-        unit = "ratio" if name in ("allocation_ratio", "efficiency", "idle_share") else (
-            "money" if name.endswith("cost") else "GPU-hours"
-        )  # fmt: skip
+        unit = (
+            "ratio"
+            if name in ("allocation_ratio", "efficiency", "idle_share")
+            else ("money" if name.endswith("cost") else "GPU-hours")
+        )
         change = value - old if value is not None and old is not None else None
         rows.append((name, unit, value, old, change))
     return pl.DataFrame(
         rows,
-        schema={"metric": pl.String, "unit": pl.String, "this_week": pl.Float64,
-                "previous_week": pl.Float64, "change": pl.Float64},
+        schema={
+            "metric": pl.String,
+            "unit": pl.String,
+            "this_week": pl.Float64,
+            "previous_week": pl.Float64,
+            "change": pl.Float64,
+        },
         orient="row",
-    )  # fmt: skip
+    )
 
 
 def _hours(week: Week) -> pl.DataFrame:
-    return pl.DataFrame({"hour": pl.datetime_range(week.start, week.end, "1h", closed="left",
-                                                   eager=True, time_unit="us")})  # fmt: skip
+    return pl.DataFrame(
+        {
+            "hour": pl.datetime_range(
+                week.start, week.end, "1h", closed="left", eager=True, time_unit="us"
+            )
+        }
+    )
 
 
 def _quotas(this: pl.DataFrame, guarantees: pl.DataFrame, week: Week) -> pl.DataFrame:
@@ -178,8 +208,9 @@ def _quotas(this: pl.DataFrame, guarantees: pl.DataFrame, week: Week) -> pl.Data
         (over > EPS).sum().cast(pl.Float64).alias("hours_over_guarantee"),
         over.sum().alias("gpu_hours_over_guarantee"),
     )
-    out = out.with_columns(_ratio("allocated_gpu_hours", "guaranteed_gpu_hours").alias(
-        "use_of_guarantee"))  # fmt: skip
+    out = out.with_columns(
+        _ratio("allocated_gpu_hours", "guaranteed_gpu_hours").alias("use_of_guarantee")
+    )
     return out.sort("guaranteed_gpus", "project", descending=[True, False])
 
 
@@ -199,10 +230,14 @@ def _gaps(cluster_hours: pl.DataFrame) -> pl.DataFrame:
         row[2] = (row[1] - row[0]).total_seconds() / 3600
     return pl.DataFrame(
         rows,
-        schema={"start": pl.Datetime("us"), "end": pl.Datetime("us"), "hours": pl.Float64,
-                "allocated_gpu_hours_without_data": pl.Float64},
+        schema={
+            "start": pl.Datetime("us"),
+            "end": pl.Datetime("us"),
+            "hours": pl.Float64,
+            "allocated_gpu_hours_without_data": pl.Float64,
+        },
         orient="row",
-    )  # fmt: skip
+    )
 
 
 def _actions_summary(actions: pl.DataFrame) -> pl.DataFrame:
@@ -221,8 +256,9 @@ def _actions_summary(actions: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def _notes(cluster: pl.DataFrame, gaps: pl.DataFrame, seen_before: bool,
-           has_capacity: bool) -> list[str]:  # fmt: skip
+def _notes(
+    cluster: pl.DataFrame, gaps: pl.DataFrame, seen_before: bool, has_capacity: bool
+) -> list[str]:
     notes = []
     for start, end, hours, gpu_hours in gaps.iter_rows():
         notes.append(
@@ -245,8 +281,9 @@ def _notes(cluster: pl.DataFrame, gaps: pl.DataFrame, seen_before: bool,
     return notes
 
 
-def build_report(con: duckdb.DuckDBPyConnection, week: Week, settings: Settings, *,
-                 now: datetime) -> WeeklyReport:  # fmt: skip
+def build_report(
+    con: duckdb.DuckDBPyConnection, week: Week, settings: Settings, *, now: datetime
+) -> WeeklyReport:
     """The report of ``week`` from the store on ``con`` (read only but for a temp table).
 
     ``now`` is when it is generated (it must be after the week); the previous week is read
@@ -285,27 +322,36 @@ def build_report(con: duckdb.DuckDBPyConnection, week: Week, settings: Settings,
     cap_this = capacity.filter(pl.col("hour") >= start)["capacity"].sum()
     cap_prev = capacity.filter(pl.col("hour") < start)["capacity"].sum()
     has_capacity = cap_this > EPS
-    cluster = _cluster(this, prev, float(cap_this) if has_capacity else None,
-                       float(cap_prev) if cap_prev > EPS else None, price)  # fmt: skip
+    cluster = _cluster(
+        this,
+        prev,
+        float(cap_this) if has_capacity else None,
+        float(cap_prev) if cap_prev > EPS else None,
+        price,
+    )
 
     per_hour = _hours(week).join(_sum_by(this, "hour"), on="hour", how="left")
     per_hour = per_hour.join(capacity, on="hour", how="left").with_columns(
         pl.col(*SUMS).fill_null(0.0)
     )
     day = pl.col("hour").dt.truncate("1d").alias("day")
-    daily = _rates(
-        per_hour.group_by(day).agg(pl.col("capacity").sum(), *(pl.col(c).sum() for c in SUMS))
-    ).with_columns(
-        pl.when(pl.col("allocated") > EPS).then(1 - pl.col("no_data") / pl.col("allocated"))
-        .otherwise(None).alias("data_coverage"),
-        pl.when(pl.col("capacity") > EPS).then(pl.col("capacity")).otherwise(None),
-    ).sort("day")  # fmt: skip
+    daily = (
+        _rates(
+            per_hour.group_by(day).agg(pl.col("capacity").sum(), *(pl.col(c).sum() for c in SUMS))
+        )
+        .with_columns(
+            pl.when(pl.col("allocated") > EPS)
+            .then(1 - pl.col("no_data") / pl.col("allocated"))
+            .otherwise(None)
+            .alias("data_coverage"),
+            pl.when(pl.col("capacity") > EPS).then(pl.col("capacity")).otherwise(None),
+        )
+        .sort("day")
+    )
     daily = _gpu_hours_names(daily.rename({"capacity": "capacity_gpu_hours"}))
     hourly_gpus = per_hour.rename({c: f"{c}_gpus" for c in (*SUMS, "capacity")}).sort("hour")
 
-    projects_keys = pl.concat([
-        hourly.select("project"), guarantees.select("project")
-    ]).unique()  # fmt: skip
+    projects_keys = pl.concat([hourly.select("project"), guarantees.select("project")]).unique()
     projects = _breakdown(this, prev, "project", projects_keys, price)
     ns_project = _sum_by(hourly, "namespace", "project").sort("allocated", descending=True)
     ns_keys = ns_project.group_by("namespace", maintain_order=True).agg(pl.col("project").first())
@@ -313,18 +359,36 @@ def build_report(con: duckdb.DuckDBPyConnection, week: Week, settings: Settings,
 
     idle = _rates(_sum_by(this, "namespace", "pod")).filter(pl.col("idle") > EPS)
     idle = idle.join(pods.drop("project"), on=["namespace", "pod"], how="left")
-    idle = _gpu_hours_names(idle).sort("idle_gpu_hours", "namespace", "pod",
-                                       descending=[True, False, False]).head(rs.top_n)  # fmt: skip
+    idle = (
+        _gpu_hours_names(idle)
+        .sort("idle_gpu_hours", "namespace", "pod", descending=[True, False, False])
+        .head(rs.top_n)
+    )
     idle = idle.select(
-        "namespace", "pod", "owner", "kind", "interactive", "nodes", "gpus",
-        "allocated_gpu_hours", "idle_gpu_hours", "no_data_gpu_hours", "idle_share",
-        "efficiency", "first_held", "last_held",
-    )  # fmt: skip
+        "namespace",
+        "pod",
+        "owner",
+        "kind",
+        "interactive",
+        "nodes",
+        "gpus",
+        "allocated_gpu_hours",
+        "idle_gpu_hours",
+        "no_data_gpu_hours",
+        "idle_share",
+        "efficiency",
+        "first_held",
+        "last_held",
+    )
     idle = _with_cost(
-        idle.join(_sum_by(this, "namespace", "pod", "project").select("namespace", "pod",
-                  "project"), on=["namespace", "pod"], how="left"),
-        price, "idle_gpu_hours",
-    )  # fmt: skip
+        idle.join(
+            _sum_by(this, "namespace", "pod", "project").select("namespace", "pod", "project"),
+            on=["namespace", "pod"],
+            how="left",
+        ),
+        price,
+        "idle_gpu_hours",
+    )
 
     gaps = _gaps(per_hour)
     tables: dict[str, pl.DataFrame] = {
@@ -341,8 +405,7 @@ def build_report(con: duckdb.DuckDBPyConnection, week: Week, settings: Settings,
         "actions": actions,
         "data_gaps": gaps,
     }
-    notes = _notes(cluster, gaps, prev.height > 0 and prev["allocated"].sum() > EPS,
-                   has_capacity)  # fmt: skip
+    notes = _notes(cluster, gaps, prev.height > 0 and prev["allocated"].sum() > EPS, has_capacity)
     return WeeklyReport(
         week=week,
         generated_at=now,

@@ -36,4 +36,5 @@ def run(con: duckdb.DuckDBPyConnection, sql: str, **params: Any) -> duckdb.DuckD
 def frame(con: duckdb.DuckDBPyConnection, sql: str, **params: Any) -> pl.DataFrame:
     """The result of ``sql`` as a polars frame (through Arrow)."""
     used = set(_PARAM.findall(_COMMENT.sub("", sql)))
-    return con.sql(sql, params={k: v for k, v in params.items() if k in used}).pl()
+    out: pl.DataFrame = con.sql(sql, params={k: v for k, v in params.items() if k in used}).pl()
+    return out

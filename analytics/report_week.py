@@ -71,6 +71,5 @@ class Week:
         """Refuse a week that has not ended: its numbers would change under the reader."""
         if self.end > utc(now):
             raise UserError(
-                f"week {self.label} is not over until {self.end.isoformat()}Z; "
-                "report a past week"
+                f"week {self.label} is not over until {self.end.isoformat()}Z; report a past week"
             )

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from gpuscope import __version__
+from gpuscope.cli_report import add_report_parser, cmd_report
 from gpuscope.errors import UserError
 from gpuscope.settings import load_settings
 
@@ -153,6 +154,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="keep running, with the API and /metrics on 127.0.0.1:8080",
     )
     _add_logging(demo)
+    add_report_parser(sub)
     return parser
 
 
@@ -254,6 +256,7 @@ _COMMANDS = {
     "collector": _cmd_collector,
     "analyze": _cmd_analyze,
     "demo": _cmd_demo,
+    "report": cmd_report,
 }
 
 

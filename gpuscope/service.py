@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
+from pathlib import Path
 
 from analytics.base import Analysis
+from analytics.report import ReportResult, weekly_report
 from analytics.runner import DETECTORS, run_on_store
 from collector.service import CollectorService, run_collector
 from gpuscope.settings import Settings
@@ -52,6 +55,55 @@ def add_analytics(service: CollectorService) -> None:
     )
 
 
-def run_service(settings: Settings) -> int:
-    """``gpuscope collector``: the collector with the analytics on its schedule."""
-    return run_collector(settings, extend=add_analytics)
+#: Delivers a written report: its Markdown summary and the HTML file (a chat notifier).
+Deliver = Callable[[str, Path], None]
+
+
+def report_job(service: CollectorService, deliver: Deliver | None = None) -> ReportResult:
+    """Write last week's report from the live store, then hand it to ``deliver``."""
+    now = datetime.fromtimestamp(service.clock(), UTC)
+    cur = service.store.cursor()
+    try:
+        result = weekly_report(cur, service.settings, now=now)
+    finally:
+        cur.close()
+    if deliver is not None:
+        deliver(result.summary, result.html)
+    return result
+
+
+def add_report(service: CollectorService, deliver: Deliver | None = None) -> None:
+    """The weekly report on ``report.schedule_day`` at ``report.schedule_hour`` (UTC)."""
+    rs = service.settings.report
+    if not rs.schedule_enabled:
+        return
+
+    def run() -> None:
+        try:
+            report_job(service, deliver)
+        except Exception:
+            service.metrics.job_errors.labels("report").inc()
+            log.exception("weekly report failed")
+
+    service.scheduler.add_job(
+        run,
+        "cron",
+        day_of_week=rs.schedule_day,
+        hour=rs.schedule_hour,
+        minute=0,
+        id="report",
+        max_instances=1,
+        coalesce=True,
+        misfire_grace_time=3600,
+    )
+
+
+def run_service(settings: Settings, deliver: Deliver | None = None) -> int:
+    """``gpuscope collector``: the collector with the analytics and the weekly report on
+    its schedule; ``deliver`` sends each report on (a chat notifier, wired at assembly)."""
+
+    def extend(service: CollectorService) -> None:
+        add_analytics(service)
+        add_report(service, deliver)
+
+    return run_collector(settings, extend=extend)

@@ -53,21 +53,38 @@ NODES = [
 ]
 
 
-def pod(ns: str, name: str, node: str, *, gpus: int = 0, fraction: float | None = None,
-        kind: str = "training", labels: dict[str, str] | None = None) -> PodInfo:  # fmt: skip
+def pod(
+    ns: str,
+    name: str,
+    node: str,
+    *,
+    gpus: int = 0,
+    fraction: float | None = None,
+    kind: str = "training",
+    labels: dict[str, str] | None = None,
+) -> PodInfo:
     return PodInfo(
-        namespace=ns, name=name, uid=name, node=node, phase="Running", start_time=None,
-        gpu_request=gpus, gpu_fraction=fraction, project=ns,
-        owner_kind="StatefulSet" if kind == "interactive" else "PyTorchJob", owner_name=name,
+        namespace=ns,
+        name=name,
+        uid=name,
+        node=node,
+        phase="Running",
+        start_time=None,
+        gpu_request=gpus,
+        gpu_fraction=fraction,
+        project=ns,
+        owner_kind="StatefulSet" if kind == "interactive" else "PyTorchJob",
+        owner_name=name,
         labels=labels or {},
-    )  # fmt: skip
+    )
 
 
 A = pod("vision", "train-a", "n1", gpus=2)
 B = pod("nlp", "nb-b", "n1", gpus=1, kind="interactive")
 C = pod("nlp", "infer-c", "n2", fraction=0.5)
-D = pod("vision", "nb-d", "n2", gpus=1, kind="interactive",
-        labels={"hub.jupyter.org/username": "dana"})  # fmt: skip
+D = pod(
+    "vision", "nb-d", "n2", gpus=1, kind="interactive", labels={"hub.jupyter.org/username": "dana"}
+)
 #: pod name -> (workload kind, GPU indices)
 HOLDERS: dict[str, tuple[str, tuple[int, ...]]] = {
     "train-a": ("training", (0, 1)),
@@ -98,10 +115,18 @@ def _scrape(store: Store, t: datetime, node: str, holders: list[PodInfo]) -> Non
     for p in holders:
         kind, indices = HOLDERS[p.name]
         for i in indices:
-            info = {"node": node, "gpu": str(i % 4), "uuid": uuid(i), "mig_instance": "",
-                    "namespace": p.namespace, "pod": p.name, "container": "main",
-                    "workload_kind": kind, "interactive": str(kind == "interactive").lower(),
-                    "project": p.project}  # fmt: skip
+            info = {
+                "node": node,
+                "gpu": str(i % 4),
+                "uuid": uuid(i),
+                "mig_instance": "",
+                "namespace": p.namespace,
+                "pod": p.name,
+                "container": "main",
+                "workload_kind": kind,
+                "interactive": str(kind == "interactive").lower(),
+                "project": p.project,
+            }
             names.append(INFO)
             labels.append(tuple(sorted(info.items())))
             values.append(1.0)
@@ -125,7 +150,9 @@ def utilization(index: int, t: datetime) -> float | None:
 
 def _rollups(store: Store) -> None:
     con = store.cursor()
-    sids = dict(con.execute(f"SELECT uuid, series_id FROM series WHERE metric = '{UTIL}'").fetchall())
+    sids = dict(
+        con.execute(f"SELECT uuid, series_id FROM series WHERE metric = '{UTIL}'").fetchall()
+    )
     rows: dict[str, list[Any]] = {k: [] for k in ("series_id", "bucket", "v")}
     t = W09
     while t < W11:
@@ -148,8 +175,11 @@ HOT_FROM, HOT_HOURS, LINK = datetime(2025, 3, 4, 8), 10, 50e9
 
 
 def _ib(con: Any) -> None:
-    metrics = ("gpuscope_ib_transmit_bytes_total", "gpuscope_ib_receive_bytes_total",
-               "gpuscope_ib_port_rate_bytes_per_second")  # fmt: skip
+    metrics = (
+        "gpuscope_ib_transmit_bytes_total",
+        "gpuscope_ib_receive_bytes_total",
+        "gpuscope_ib_port_rate_bytes_per_second",
+    )
     for k, m in enumerate(metrics):
         con.execute(
             "INSERT INTO series VALUES (?, ?, ?, 'n1', NULL, NULL, NULL, 'mlx5_0', '1', NULL, "
@@ -173,28 +203,74 @@ def actions(store: Store) -> None:
     rec = {"policy": "idle-notebooks", "reason": "idle 2 h"}
     store.record_actions(
         [
-            {"id": "a1", "kind": "idle_session", "at": WED, "dry_run": False, "result": "ok",
-             "action": "delete", "namespace": "nlp", "pod": "nb-b", "node": "n1", "gpus": 1.0,
-             "gpu_hours_freed": 12.0, **rec},
-            {"id": "a2", "kind": "idle_session", "at": FRI, "dry_run": True, "result": "planned",
-             "action": "stop-notebook", "namespace": "vision", "pod": "nb-d", "node": "n2",
-             "gpus": 1.0, "gpu_hours_freed": 60.0, **rec},
-            {"id": "a3", "kind": "idle_session", "at": FRI, "dry_run": False, "result": "ok",
-             "action": "warn", "namespace": "vision", "pod": "nb-d", "node": "n2", "gpus": 1.0,
-             "gpu_hours_freed": None, **rec},
-            {"id": "a0", "kind": "idle_session", "at": W09 + timedelta(days=1), "dry_run": False,
-             "result": "ok", "action": "delete", "namespace": "nlp", "pod": "old", "node": "n1",
-             "gpus": 1.0, "gpu_hours_freed": 99.0, **rec},
+            {
+                "id": "a1",
+                "kind": "idle_session",
+                "at": WED,
+                "dry_run": False,
+                "result": "ok",
+                "action": "delete",
+                "namespace": "nlp",
+                "pod": "nb-b",
+                "node": "n1",
+                "gpus": 1.0,
+                "gpu_hours_freed": 12.0,
+                **rec,
+            },
+            {
+                "id": "a2",
+                "kind": "idle_session",
+                "at": FRI,
+                "dry_run": True,
+                "result": "planned",
+                "action": "stop-notebook",
+                "namespace": "vision",
+                "pod": "nb-d",
+                "node": "n2",
+                "gpus": 1.0,
+                "gpu_hours_freed": 60.0,
+                **rec,
+            },
+            {
+                "id": "a3",
+                "kind": "idle_session",
+                "at": FRI,
+                "dry_run": False,
+                "result": "ok",
+                "action": "warn",
+                "namespace": "vision",
+                "pod": "nb-d",
+                "node": "n2",
+                "gpus": 1.0,
+                "gpu_hours_freed": None,
+                **rec,
+            },
+            {
+                "id": "a0",
+                "kind": "idle_session",
+                "at": W09 + timedelta(days=1),
+                "dry_run": False,
+                "result": "ok",
+                "action": "delete",
+                "namespace": "nlp",
+                "pod": "old",
+                "node": "n1",
+                "gpus": 1.0,
+                "gpu_hours_freed": 99.0,
+                **rec,
+            },
         ],
         W11,
-    )  # fmt: skip
+    )
 
 
 def build(path: Path) -> Path:
     """The constructed fortnight in a new store at ``path``."""
-    quotas = [QuotaInfo(project="vision", guaranteed_gpus=4, source="config"),
-              QuotaInfo(project="nlp", guaranteed_gpus=1, source="config"),
-              QuotaInfo(project="empty", guaranteed_gpus=2, source="config")]  # fmt: skip
+    quotas = [
+        QuotaInfo(project="vision", guaranteed_gpus=4, source="config"),
+        QuotaInfo(project="nlp", guaranteed_gpus=1, source="config"),
+        QuotaInfo(project="empty", guaranteed_gpus=2, source="config"),
+    ]
     with Store.open(path) as store:
         store.record_inventory(W09, nodes=NODES, pods=[A], quotas=quotas)
         _scrape(store, W09, "n1", [A])
