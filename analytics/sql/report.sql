@@ -42,7 +42,8 @@ WHERE h.e > h.s;
 -- mean utilization in each 5-minute bucket), idle (allocated in buckets where the GPU
 -- never reached $threshold) and without data (allocated in buckets with no sample of the
 -- GPU: unknown, never counted idle). Held time is cut into 5-minute buckets and each piece
--- joined to its GPU's bucket; GPUs are joined by a dense integer id, not the uuid text.
+-- joined to its GPU's bucket. For speed, joins and groups are on integers: a dense GPU id
+-- and the bucket number fold into one key, pods are numbered, and labels join at the end.
 WITH util_series AS (
     SELECT series_id, uuid
     FROM series
@@ -54,39 +55,63 @@ gpu_ids AS (
     FROM (SELECT DISTINCT uuid FROM util_series)
 ),
 util_ids AS (
-    SELECT u.series_id, g.gid FROM util_series AS u JOIN gpu_ids AS g USING (uuid)
+    -- `multi`: the GPU has more than one series (relabelled), whose buckets must merge
+    SELECT u.series_id, g.gid, count(*) OVER (PARTITION BY g.gid) > 1 AS multi
+    FROM util_series AS u JOIN gpu_ids AS g USING (uuid)
 ),
-util AS (
-    SELECT i.gid, r.bucket, sum(r.sum) / sum(r.count) AS mean, max(r.max) AS peak
+rolled AS (
+    SELECT i.gid, i.multi, r.bucket, r.sum, r.count, r.max
     FROM samples_5m AS r JOIN util_ids AS i USING (series_id)
     WHERE r.bucket >= $lo AND r.bucket < $end AND r.bucket < $frontier
-    GROUP BY ALL
+),
+util AS (
+    -- a roll-up row of a GPU's only series is already its bucket: no grouping needed
+    SELECT gid * 1048576 + (epoch(bucket) // 300)::BIGINT % 1048576 AS k,
+           sum / count AS mean, max AS peak
+    FROM rolled WHERE NOT multi
     UNION ALL
-    SELECT i.gid, time_bucket(INTERVAL 5 MINUTE, s.ts) AS bucket, avg(s.value), max(s.value)
-    FROM samples AS s JOIN util_ids AS i USING (series_id)
-    WHERE s.ts >= $lo AND s.ts < $end AND s.ts >= $frontier
-    GROUP BY ALL
+    SELECT gid * 1048576 + (epoch(bucket) // 300)::BIGINT % 1048576,
+           sum(s) / sum(c), max(m)
+    FROM (
+        SELECT gid, bucket, sum AS s, count AS c, max AS m FROM rolled WHERE multi
+        UNION ALL
+        SELECT i.gid, time_bucket(INTERVAL 5 MINUTE, x.ts), x.value, 1, x.value
+        FROM samples AS x JOIN util_ids AS i USING (series_id)
+        WHERE x.ts >= $lo AND x.ts < $end AND x.ts >= $frontier
+    )
+    GROUP BY gid, bucket
+),
+pods AS (
+    SELECT namespace, pod, project, row_number() OVER (ORDER BY namespace, pod) AS pid
+    FROM (SELECT DISTINCT namespace, pod, project FROM report_held)
 ),
 spans AS (
-    SELECT h.namespace, h.pod, h.project, h.share, h.s, h.e, g.gid,
+    SELECT p.pid, h.share, h.s, h.e, g.gid,
            unnest(range(time_bucket(INTERVAL 5 MINUTE, h.s), h.e, INTERVAL 5 MINUTE))
                AS bucket
-    FROM report_held AS h LEFT JOIN gpu_ids AS g USING (uuid)
+    FROM report_held AS h
+    JOIN pods AS p USING (namespace, pod, project)
+    LEFT JOIN gpu_ids AS g USING (uuid)
 ),
 pieces AS (
-    SELECT namespace, pod, project, gid, bucket,
+    SELECT pid, bucket,
+           gid * 1048576 + (epoch(bucket) // 300)::BIGINT % 1048576 AS k,
            share * (epoch(least(e, bucket + INTERVAL 5 MINUTE))
                     - epoch(greatest(s, bucket))) / 3600.0 AS gpu_hours
     FROM spans
+),
+per_pod AS (
+    SELECT time_bucket(INTERVAL 1 HOUR, p.bucket) AS hour, p.pid,
+           sum(p.gpu_hours) AS allocated,
+           coalesce(sum(p.gpu_hours * u.mean), 0) AS used,
+           coalesce(sum(p.gpu_hours) FILTER (WHERE u.peak < $threshold), 0) AS idle,
+           coalesce(sum(p.gpu_hours) FILTER (WHERE u.k IS NULL), 0) AS no_data
+    FROM pieces AS p
+    LEFT JOIN util AS u USING (k)
+    GROUP BY ALL
 )
-SELECT time_bucket(INTERVAL 1 HOUR, p.bucket) AS hour, p.namespace, p.pod, p.project,
-       sum(p.gpu_hours) AS allocated,
-       coalesce(sum(p.gpu_hours * u.mean), 0) AS used,
-       coalesce(sum(p.gpu_hours) FILTER (WHERE u.peak < $threshold), 0) AS idle,
-       coalesce(sum(p.gpu_hours) FILTER (WHERE u.gid IS NULL), 0) AS no_data
-FROM pieces AS p
-LEFT JOIN util AS u ON u.gid = p.gid AND u.bucket = p.bucket
-GROUP BY ALL;
+SELECT x.hour, p.namespace, p.pod, p.project, x.allocated, x.used, x.idle, x.no_data
+FROM per_pod AS x JOIN pods AS p USING (pid);
 
 -- name: pods
 -- What the report says about each pod held in the week: kind, nodes, GPUs held (shares
@@ -163,12 +188,17 @@ SELECT hour, project, max(guaranteed) AS guaranteed
 FROM per_source WHERE project IS NOT NULL GROUP BY hour, project;
 
 -- name: ib_hot_ports
--- InfiniBand ports that were hot in the week: 5-minute buckets where the busier
--- direction's throughput (the bucket's counter increase over 300 s) was at or over
--- $hot of the link rate (the rate gauge's highest value in the week). A bucket stands for
--- the detector's window (analytics.ib_hot_window_minutes, 5 by default).
+-- InfiniBand ports that were hot in the week: 5-minute buckets where a direction's
+-- throughput (the bucket's counter increase over 300 s) was at or over $hot of the link
+-- rate (the rate gauge's highest value in the week). A bucket stands for the detector's
+-- window (analytics.ib_hot_window_minutes, 5 by default). Rows are judged one by one and
+-- summed per port and direction (no group per bucket: a week of 10,000 ports is 40 M
+-- rows); only the hot buckets are grouped, to count a bucket hot in both directions once.
 WITH ib AS (
-    SELECT series_id, metric, node, device, port
+    SELECT series_id, node, device, port,
+           CASE metric WHEN 'gpuscope_ib_transmit_bytes_total' THEN 0
+                       WHEN 'gpuscope_ib_receive_bytes_total' THEN 1 ELSE 2 END AS k,
+           dense_rank() OVER (ORDER BY node, device, port) AS port_id
     FROM series
     WHERE metric IN ('gpuscope_ib_transmit_bytes_total', 'gpuscope_ib_receive_bytes_total',
                      'gpuscope_ib_port_rate_bytes_per_second')
@@ -186,40 +216,42 @@ b AS (
       AND series_id IN (SELECT series_id FROM ib)
     GROUP BY ALL
 ),
-rate AS (
-    SELECT i.node, i.device, i.port, max(b.peak) AS rate
-    FROM b JOIN ib AS i USING (series_id)
-    WHERE i.metric = 'gpuscope_ib_port_rate_bytes_per_second'
-    GROUP BY ALL
+rows AS (
+    SELECT i.port_id, i.k, b.bucket, b.increase, b.peak FROM b JOIN ib AS i USING (series_id)
 ),
-busy AS (
-    SELECT i.node, i.device, i.port, b.bucket,
-           max(b.increase) / 300.0 AS bytes_per_second,
-           arg_max(CASE i.metric WHEN 'gpuscope_ib_transmit_bytes_total' THEN 'transmit'
-                   ELSE 'receive' END, b.increase) AS direction
-    FROM b JOIN ib AS i USING (series_id)
-    WHERE i.metric <> 'gpuscope_ib_port_rate_bytes_per_second'
-    GROUP BY ALL
+rate AS (
+    SELECT port_id, max(peak) AS rate FROM rows WHERE k = 2 GROUP BY port_id
 ),
 judged AS (
-    SELECT u.*, r.rate, u.bytes_per_second / r.rate AS ratio,
-           u.bytes_per_second >= $hot * r.rate AS hot
-    FROM busy AS u JOIN rate AS r USING (node, device, port)
-    WHERE r.rate > 0
-)
-SELECT node, device, port,
-       count(*) FILTER (WHERE hot) * 300 / 3600.0 AS hot_hours,
-       count(*) * 300 / 3600.0 AS measured_hours,
-       max(ratio) AS peak_ratio,
-       avg(ratio) AS mean_ratio,
-       mode(direction) FILTER (WHERE hot) AS hot_direction,
-       min(bucket) FILTER (WHERE hot) AS first_hot,
-       max(bucket) FILTER (WHERE hot) + INTERVAL 5 MINUTE AS last_hot,
-       any_value(rate) AS link_bytes_per_second
-FROM judged
-GROUP BY node, device, port
-HAVING count(*) FILTER (WHERE hot) > 0
-ORDER BY hot_hours DESC, node, device, port;
+    SELECT r.port_id, r.k, r.bucket, r.increase / 300.0 / t.rate AS ratio, t.rate
+    FROM rows AS r JOIN rate AS t USING (port_id)
+    WHERE r.k < 2 AND t.rate > 0
+),
+per_direction AS (
+    SELECT port_id, k, count(*) AS buckets, avg(ratio) AS mean_ratio, max(ratio) AS peak_ratio,
+           count(*) FILTER (WHERE ratio >= $hot) AS hot_buckets, any_value(rate) AS rate
+    FROM judged GROUP BY port_id, k
+),
+hot AS (
+    SELECT port_id, count(DISTINCT bucket) AS hot_buckets, min(bucket) AS first_hot,
+           max(bucket) + INTERVAL 5 MINUTE AS last_hot
+    FROM judged WHERE ratio >= $hot GROUP BY port_id
+),
+ports AS (
+    SELECT port_id, max(buckets) AS buckets, max(mean_ratio) AS mean_ratio,
+           max(peak_ratio) AS peak_ratio, any_value(rate) AS rate,
+           arg_max(CASE k WHEN 0 THEN 'transmit' ELSE 'receive' END, hot_buckets)
+               AS hot_direction
+    FROM per_direction GROUP BY port_id
+),
+labels AS (SELECT DISTINCT port_id, node, device, port FROM ib)
+SELECT l.node, l.device, l.port,
+       h.hot_buckets * 300 / 3600.0 AS hot_hours,
+       p.buckets * 300 / 3600.0 AS measured_hours,
+       p.peak_ratio, p.mean_ratio, p.hot_direction, h.first_hot, h.last_hot,
+       p.rate AS link_bytes_per_second
+FROM hot AS h JOIN ports AS p USING (port_id) JOIN labels AS l USING (port_id)
+ORDER BY hot_hours DESC, l.node, l.device, l.port;
 
 -- name: actions
 -- The action log of the week (actions/ writes it): one row per action, planned (dry

@@ -287,7 +287,7 @@ def service(db: Path, tmp_path: Path) -> Iterator[CollectorService]:
         "collector": {"db": copy, "kubernetes": "none"},
         "report": {"out_dir": tmp_path / "reports"},
     })  # fmt: skip
-    svc = CollectorService(settings, clock=lambda: rw.NOW.timestamp())
+    svc = CollectorService(settings, clock=rw.NOW.timestamp)
     try:
         yield svc
     finally:

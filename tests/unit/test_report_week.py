@@ -39,7 +39,7 @@ def test_default_week_is_the_last_complete_one(now: datetime, expected: str) -> 
 
 @pytest.mark.parametrize("text", ["2025-W54", "2021-W53", "2025-10", "W10", "2025-W1x", ""])
 def test_bad_weeks_are_one_clear_error(text: str) -> None:
-    with pytest.raises(UserError, match="week|ISO"):
+    with pytest.raises(UserError, match=r"week|ISO"):
         Week.parse(text)
 
 
