@@ -31,15 +31,27 @@ import polars as pl
 
 from analytics.report_fragmentation import fragmentation_over
 from analytics.report_sql import Q, frame, run
+from analytics.report_tables import (
+    EPS,
+    SUMS,
+    actions_summary,
+    breakdown,
+    cluster_table,
+    gap_table,
+    gpu_hours_names,
+    notes_for,
+    quota_table,
+    rates,
+    sum_by,
+    week_hours,
+    with_cost,
+)
 from analytics.report_week import Week
 from collector.schema import GET_META
 from collector.store import utc
 from gpuscope.settings import Settings
 
 EPOCH = datetime(1970, 1, 1)
-#: GPU-hour amounts below this are rounding noise of fractional sums.
-EPS = 1e-9
-SUMS = ("allocated", "used", "idle", "no_data")
 #: Tables of a report, in the order the report shows them.
 TABLES = (
     "cluster",
@@ -75,210 +87,6 @@ class WeeklyReport:
         """A value of the cluster table (``column``: this_week, previous_week, change)."""
         row = self.tables["cluster"].filter(pl.col("metric") == name)
         return row[column][0] if row.height else None
-
-
-def _ratio(num: str, den: str) -> pl.Expr:
-    return pl.when(pl.col(den) > EPS).then(pl.col(num) / pl.col(den)).otherwise(None)
-
-
-def _rates(df: pl.DataFrame) -> pl.DataFrame:
-    """Efficiency and idle share over the allocated GPU-hours that have data."""
-    known = pl.col("allocated") - pl.col("no_data")
-    return df.with_columns(
-        pl.when(known > EPS).then(pl.col("used") / known).otherwise(None).alias("efficiency"),
-        pl.when(known > EPS).then(pl.col("idle") / known).otherwise(None).alias("idle_share"),
-    )
-
-
-def _sum_by(df: pl.DataFrame, *keys: str) -> pl.DataFrame:
-    return df.group_by(list(keys)).agg(pl.col(c).sum() for c in SUMS)
-
-
-def _gpu_hours_names(df: pl.DataFrame, prefix: str = "") -> pl.DataFrame:
-    return df.rename({c: f"{prefix}{c}_gpu_hours" for c in SUMS if c in df.columns})
-
-
-def _with_cost(df: pl.DataFrame, price: float | None, *columns: str) -> pl.DataFrame:
-    if price is None:
-        return df
-    return df.with_columns(
-        (pl.col(c) * price).alias(c.replace("gpu_hours", "cost")) for c in columns
-    )
-
-
-def _breakdown(
-    this: pl.DataFrame, prev: pl.DataFrame, key: str, keys: pl.DataFrame, price: float | None
-) -> pl.DataFrame:
-    """Per ``key``: this week's sums and rates, last week's, and the change."""
-    now = _rates(_sum_by(this, key))
-    before = _rates(_sum_by(prev, key)).select(
-        key,
-        pl.col("allocated").alias("previous_allocated_gpu_hours"),
-        pl.col("efficiency").alias("previous_efficiency"),
-    )
-    out = keys.join(now, on=key, how="left").join(before, on=key, how="left")
-    out = out.with_columns(pl.col(c).fill_null(0.0) for c in SUMS)
-    out = out.with_columns(
-        (pl.col("allocated") - pl.col("previous_allocated_gpu_hours").fill_null(0.0)).alias(
-            "allocated_change_gpu_hours"
-        ),
-        (pl.col("efficiency") - pl.col("previous_efficiency")).alias("efficiency_change"),
-    )
-    out = _gpu_hours_names(out).sort("allocated_gpu_hours", key, descending=[True, False])
-    return _with_cost(out, price, "allocated_gpu_hours", "idle_gpu_hours")
-
-
-def _cluster(
-    this: pl.DataFrame,
-    prev: pl.DataFrame,
-    cap_this: float | None,
-    cap_prev: float | None,
-    price: float | None,
-) -> pl.DataFrame:
-    """The headline numbers as rows: metric, unit, this week, previous week, change."""
-
-    def figures(df: pl.DataFrame, capacity: float | None) -> dict[str, float | None]:
-        sums = {c: float(df[c].sum()) for c in SUMS}
-        known = sums["allocated"] - sums["no_data"]
-        out: dict[str, float | None] = {
-            "capacity_gpu_hours": capacity,
-            **{f"{c}_gpu_hours": v for c, v in sums.items()},
-            "unallocated_gpu_hours": None if capacity is None else capacity - sums["allocated"],
-            "allocation_ratio": sums["allocated"] / capacity if capacity else None,
-            "efficiency": sums["used"] / known if known > EPS else None,
-            "idle_share": sums["idle"] / known if known > EPS else None,
-        }
-        if price is not None:
-            out["allocated_cost"] = sums["allocated"] * price
-            out["idle_cost"] = sums["idle"] * price
-        return out
-
-    now, before = figures(this, cap_this), figures(prev, cap_prev)
-    seen_before = prev.height > 0
-    rows = []
-    for name, value in now.items():
-        old = before[name] if seen_before else None
-        unit = (
-            "ratio"
-            if name in ("allocation_ratio", "efficiency", "idle_share")
-            else ("money" if name.endswith("cost") else "GPU-hours")
-        )
-        change = value - old if value is not None and old is not None else None
-        rows.append((name, unit, value, old, change))
-    return pl.DataFrame(
-        rows,
-        schema={
-            "metric": pl.String,
-            "unit": pl.String,
-            "this_week": pl.Float64,
-            "previous_week": pl.Float64,
-            "change": pl.Float64,
-        },
-        orient="row",
-    )
-
-
-def _hours(week: Week) -> pl.DataFrame:
-    return pl.DataFrame(
-        {
-            "hour": pl.datetime_range(
-                week.start, week.end, "1h", closed="left", eager=True, time_unit="us"
-            )
-        }
-    )
-
-
-def _quotas(this: pl.DataFrame, guarantees: pl.DataFrame, week: Week) -> pl.DataFrame:
-    """Per project: its guarantee over the week against the GPU-hours it held, hour by hour."""
-    alloc = _sum_by(this, "hour", "project").select("hour", "project", "allocated")
-    projects = pl.concat([guarantees.select("project"), alloc.select("project")]).unique()
-    grid = _hours(week).join(projects, how="cross")
-    hourly = (
-        grid.join(guarantees, on=["hour", "project"], how="left")
-        .join(alloc, on=["hour", "project"], how="left")
-        .with_columns(pl.col("guaranteed", "allocated").fill_null(0.0))
-    )
-    over = (pl.col("allocated") - pl.col("guaranteed")).clip(lower_bound=0.0)
-    out = hourly.group_by("project").agg(
-        pl.col("guaranteed").mean().alias("guaranteed_gpus"),
-        pl.col("guaranteed").sum().alias("guaranteed_gpu_hours"),
-        pl.col("allocated").sum().alias("allocated_gpu_hours"),
-        (pl.col("allocated").sum() / week.hours).alias("average_gpus"),
-        pl.col("allocated").max().alias("peak_hour_gpus"),
-        (over > EPS).sum().cast(pl.Float64).alias("hours_over_guarantee"),
-        over.sum().alias("gpu_hours_over_guarantee"),
-    )
-    out = out.with_columns(
-        _ratio("allocated_gpu_hours", "guaranteed_gpu_hours").alias("use_of_guarantee")
-    )
-    return out.sort("guaranteed_gpus", "project", descending=[True, False])
-
-
-def _gaps(cluster_hours: pl.DataFrame) -> pl.DataFrame:
-    """Runs of hours in which GPUs were held but not one of them had a sample."""
-    dark = cluster_hours.filter(
-        (pl.col("allocated") > EPS) & (pl.col("no_data") >= pl.col("allocated") * (1 - 1e-9))
-    ).sort("hour")
-    rows: list[list[Any]] = []
-    for hour, no_data in dark.select("hour", "no_data").iter_rows():
-        if rows and rows[-1][1] == hour:
-            rows[-1][1] = hour + timedelta(hours=1)
-            rows[-1][3] += no_data
-        else:
-            rows.append([hour, hour + timedelta(hours=1), 0.0, no_data])
-    for row in rows:
-        row[2] = (row[1] - row[0]).total_seconds() / 3600
-    return pl.DataFrame(
-        rows,
-        schema={
-            "start": pl.Datetime("us"),
-            "end": pl.Datetime("us"),
-            "hours": pl.Float64,
-            "allocated_gpu_hours_without_data": pl.Float64,
-        },
-        orient="row",
-    )
-
-
-def _actions_summary(actions: pl.DataFrame) -> pl.DataFrame:
-    mode = pl.when(pl.col("dry_run")).then(pl.lit("dry-run")).otherwise(pl.lit("executed"))
-    failed = pl.col("result").str.to_lowercase().is_in(["failed", "error", "refused"])
-    return (
-        actions.with_columns(mode.alias("mode"))
-        .group_by("action", "mode")
-        .agg(
-            pl.len().cast(pl.Int64).alias("actions"),
-            failed.sum().cast(pl.Int64).alias("failed"),
-            pl.col("gpus").sum().alias("gpus"),
-            pl.col("gpu_hours_freed").sum().alias("gpu_hours_freed"),
-        )
-        .sort("mode", "gpu_hours_freed", "action", descending=[True, True, False])
-    )
-
-
-def _notes(
-    cluster: pl.DataFrame, gaps: pl.DataFrame, seen_before: bool, has_capacity: bool
-) -> list[str]:
-    notes = []
-    for start, end, hours, gpu_hours in gaps.iter_rows():
-        notes.append(
-            f"No utilization data from {start:%Y-%m-%d %H:%M} to {end:%Y-%m-%d %H:%M} UTC "
-            f"({hours:g} h): the {gpu_hours:.1f} GPU-hours held then are reported as "
-            "'no data', not as idle."
-        )
-    values = dict(cluster.select("metric", "this_week").iter_rows())
-    no_data, allocated = values["no_data_gpu_hours"] or 0.0, values["allocated_gpu_hours"] or 0.0
-    if no_data > EPS:
-        notes.append(
-            f"{no_data:.1f} of {allocated:.1f} allocated GPU-hours "
-            f"({no_data / allocated:.1%}) had no utilization samples: counted as 'no data', "
-            "neither idle nor used, and left out of efficiency."
-        )
-    if not seen_before:
-        notes.append("No allocations are stored for the previous week: changes are not shown.")
-    if not has_capacity:
-        notes.append("No node inventory covers the week: capacity is unknown.")
-    return notes
 
 
 def build_report(
@@ -322,7 +130,7 @@ def build_report(
     cap_this = capacity.filter(pl.col("hour") >= start)["capacity"].sum()
     cap_prev = capacity.filter(pl.col("hour") < start)["capacity"].sum()
     has_capacity = cap_this > EPS
-    cluster = _cluster(
+    cluster = cluster_table(
         this,
         prev,
         float(cap_this) if has_capacity else None,
@@ -330,13 +138,13 @@ def build_report(
         price,
     )
 
-    per_hour = _hours(week).join(_sum_by(this, "hour"), on="hour", how="left")
+    per_hour = week_hours(week).join(sum_by(this, "hour"), on="hour", how="left")
     per_hour = per_hour.join(capacity, on="hour", how="left").with_columns(
         pl.col(*SUMS).fill_null(0.0)
     )
     day = pl.col("hour").dt.truncate("1d").alias("day")
     daily = (
-        _rates(
+        rates(
             per_hour.group_by(day).agg(pl.col("capacity").sum(), *(pl.col(c).sum() for c in SUMS))
         )
         .with_columns(
@@ -348,19 +156,19 @@ def build_report(
         )
         .sort("day")
     )
-    daily = _gpu_hours_names(daily.rename({"capacity": "capacity_gpu_hours"}))
+    daily = gpu_hours_names(daily.rename({"capacity": "capacity_gpu_hours"}))
     hourly_gpus = per_hour.rename({c: f"{c}_gpus" for c in (*SUMS, "capacity")}).sort("hour")
 
     projects_keys = pl.concat([hourly.select("project"), guarantees.select("project")]).unique()
-    projects = _breakdown(this, prev, "project", projects_keys, price)
-    ns_project = _sum_by(hourly, "namespace", "project").sort("allocated", descending=True)
+    projects = breakdown(this, prev, "project", projects_keys, price)
+    ns_project = sum_by(hourly, "namespace", "project").sort("allocated", descending=True)
     ns_keys = ns_project.group_by("namespace", maintain_order=True).agg(pl.col("project").first())
-    namespaces = _breakdown(this, prev, "namespace", ns_keys, price)
+    namespaces = breakdown(this, prev, "namespace", ns_keys, price)
 
-    idle = _rates(_sum_by(this, "namespace", "pod")).filter(pl.col("idle") > EPS)
+    idle = rates(sum_by(this, "namespace", "pod")).filter(pl.col("idle") > EPS)
     idle = idle.join(pods.drop("project"), on=["namespace", "pod"], how="left")
     idle = (
-        _gpu_hours_names(idle)
+        gpu_hours_names(idle)
         .sort("idle_gpu_hours", "namespace", "pod", descending=[True, False, False])
         .head(rs.top_n)
     )
@@ -380,9 +188,9 @@ def build_report(
         "first_held",
         "last_held",
     )
-    idle = _with_cost(
+    idle = with_cost(
         idle.join(
-            _sum_by(this, "namespace", "pod", "project").select("namespace", "pod", "project"),
+            sum_by(this, "namespace", "pod", "project").select("namespace", "pod", "project"),
             on=["namespace", "pod"],
             how="left",
         ),
@@ -390,7 +198,7 @@ def build_report(
         "idle_gpu_hours",
     )
 
-    gaps = _gaps(per_hour)
+    gaps = gap_table(per_hour)
     tables: dict[str, pl.DataFrame] = {
         "cluster": cluster,
         "daily": daily,
@@ -398,14 +206,16 @@ def build_report(
         "projects": projects,
         "namespaces": namespaces,
         "idle_sessions": idle,
-        "quotas": _quotas(this, guarantees, week),
+        "quotas": quota_table(this, guarantees, week),
         "fragmentation": fragmentation,
         "ib_hotspots": ib.head(rs.top_n),
-        "actions_summary": _actions_summary(actions),
+        "actions_summary": actions_summary(actions),
         "actions": actions,
         "data_gaps": gaps,
     }
-    notes = _notes(cluster, gaps, prev.height > 0 and prev["allocated"].sum() > EPS, has_capacity)
+    notes = notes_for(
+        cluster, gaps, prev.height > 0 and prev["allocated"].sum() > EPS, has_capacity
+    )
     return WeeklyReport(
         week=week,
         generated_at=now,

@@ -47,7 +47,7 @@ def _node(text: str) -> NodeInfo:
 
 
 def _pod(text: str) -> PodInfo:
-    data = {"uid": "", "start_time": None, "phase": "Running", "node": None}
+    data: dict[str, Any] = {"uid": "", "start_time": None, "phase": "Running", "node": None}
     data |= {k: v for k, v in json.loads(text).items() if k in _POD_FIELDS}
     kind = data.get("kind", WorkloadKind.UNKNOWN.value)
     known = kind in WorkloadKind._value2member_map_

@@ -11,8 +11,9 @@ from pathlib import Path
 
 import polars as pl
 
-from analytics.report_data import EPS, WeeklyReport
+from analytics.report_data import WeeklyReport
 from analytics.report_html import format_cell
+from analytics.report_tables import EPS
 
 #: Items listed per line at most.
 TOP = 3
