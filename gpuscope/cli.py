@@ -17,6 +17,7 @@ from typing import Any, NoReturn
 
 from gpuscope import __version__
 from gpuscope.cli_alerts import add_alerts_parser, cmd_alerts
+from gpuscope.cli_report import add_report_parser, cmd_report
 from gpuscope.errors import UserError
 from gpuscope.settings import load_settings
 
@@ -160,6 +161,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_logging(demo)
 
     add_alerts_parser(sub, _add_logging)
+    add_report_parser(sub)
     return parser
 
 
@@ -269,6 +271,7 @@ _COMMANDS = {
     "act": _cmd_act,
     "demo": _cmd_demo,
     "alerts": cmd_alerts,
+    "report": cmd_report,
 }
 
 

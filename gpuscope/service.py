@@ -1,20 +1,24 @@
 """The long-running service, assembled at the top: the collector plus the layers above it.
 
 DESIGN.md: layers point one way (actions -> analytics -> collector), so the only place that
-wires them all into one process is here, beside the CLI. Today: the collector's jobs and
-the analytics job, which runs every detector on the collector's schedule, stores their
-findings and publishes their headline numbers as gauges, then runs the alerts over them.
+wires them all into one process is here, beside the CLI: the collector's jobs, the
+analytics job (every detector; findings stored, headline numbers as gauges; then the alerts
+over them), the action policies, and the weekly report with its summary sent through the
+alerts routes.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from functools import partial
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from analytics.base import Analysis
+from analytics.report import ReportResult, weekly_report
 from analytics.runner import DETECTORS, run_on_store
 from collector.service import CollectorService, run_collector
 from gpuscope.settings import Settings
@@ -151,12 +155,84 @@ def add_actions(service: CollectorService) -> None:
     )  # fmt: skip
 
 
-def extend_service(service: CollectorService) -> None:
-    """Everything above the collector: analytics, then the actions that read its findings."""
+#: Delivers a written report: its Markdown summary and the HTML file (a chat notifier).
+Deliver = Callable[[str, Path], None]
+
+
+def report_job(service: CollectorService, deliver: Deliver | None = None) -> ReportResult:
+    """Write last week's report from the live store, then hand it to ``deliver``."""
+    now = datetime.fromtimestamp(service.clock(), UTC)
+    cur = service.store.cursor()
+    try:
+        result = weekly_report(cur, service.settings, now=now)
+    finally:
+        cur.close()
+    if deliver is not None:
+        deliver(result.summary, result.html)
+    return result
+
+
+def add_report(service: CollectorService, deliver: Deliver | None = None) -> None:
+    """The weekly report on ``report.schedule_day`` at ``report.schedule_hour`` (UTC)."""
+    rs = service.settings.report
+    if not rs.schedule_enabled:
+        return
+
+    def run() -> None:
+        try:
+            report_job(service, deliver)
+        except Exception:
+            service.metrics.job_errors.labels("report").inc()
+            log.exception("weekly report failed")
+
+    service.scheduler.add_job(
+        run,
+        "cron",
+        day_of_week=rs.schedule_day,
+        hour=rs.schedule_hour,
+        minute=0,
+        id="report",
+        max_instances=1,
+        coalesce=True,
+        misfire_grace_time=3600,
+    )
+
+
+class AlertsReportDelivery:
+    """Sends each weekly report's summary (and where the page is) through the alerts routes:
+    a route matching ``kind="weekly_report"`` picks the chat channel."""
+
+    def __init__(self, service: CollectorService) -> None:
+        from alerts.config import load_alerts_config
+
+        self._service = service
+        self._config = load_alerts_config(service.settings.alerts.config_file)
+
+    def __call__(self, summary: str, html: Path) -> None:
+        from alerts.model import Notice
+        from alerts.notify import send_notice
+
+        link = self._service.settings.report.dashboard_url
+        text = f"{summary}\n\nReport: {html}" + (f"\nDashboards: {link}" if link else "")
+        send_notice(
+            self._config,
+            Notice("Weekly GPU utilization report", text, {"kind": "weekly_report"}, "info"),
+            clock=self._service.clock,
+            on_attempt=lambda a: self._service.store.record_deliveries([a]),
+        )
+
+
+def extend_service(service: CollectorService, deliver: Deliver | None = None) -> None:
+    """Everything above the collector: analytics (and the alerts after each run), the
+    actions that read their findings, and the weekly report."""
     add_analytics(service)
     add_actions(service)
+    if deliver is None and service.settings.alerts.enabled:
+        deliver = AlertsReportDelivery(service)
+    add_report(service, deliver)
 
 
-def run_service(settings: Settings) -> int:
-    """``gpuscope collector``: the collector with analytics and actions on its schedule."""
-    return run_collector(settings, extend=extend_service)
+def run_service(settings: Settings, deliver: Deliver | None = None) -> int:
+    """``gpuscope collector``: the collector with analytics, alerts, actions and the weekly
+    report on its schedule; ``deliver`` overrides where each report's summary goes."""
+    return run_collector(settings, extend=lambda service: extend_service(service, deliver))

@@ -241,6 +241,27 @@ class AlertsSettings(_Section):
     config_file: Path | None = None
 
 
+class ReportSettings(_Section):
+    """The weekly utilization report (analytics/report*.py) and its place on the schedule."""
+
+    #: Write the report on the collector's schedule (the previous ISO week, UTC).
+    schedule_enabled: bool = True
+    schedule_day: Literal["mon", "tue", "wed", "thu", "fri", "sat", "sun"] = "mon"
+    #: Hour of ``schedule_day`` (UTC) the report is written.
+    schedule_hour: int = Field(default=7, ge=0, le=23)
+    #: Each week's report goes in ``<out_dir>/<YYYY-Www>/``.
+    out_dir: Path = Path("reports")
+    #: Cost per GPU-hour; money columns appear only when this is set.
+    price_per_gpu_hour: float | None = Field(default=None, ge=0)
+    currency: str = "USD"
+    #: A link (Grafana) the chat summary points to, besides the report file.
+    dashboard_url: str = ""
+    #: Rows in the top-N sections (idle sessions, IB hot spots, actions).
+    top_n: int = Field(default=10, ge=1, le=1000)
+    #: Hours between the instants the week's fragmentation is measured at.
+    fragmentation_step_hours: float = Field(default=6, gt=0, le=168)
+
+
 class Settings(_Section):
     agent: AgentSettings = Field(default_factory=AgentSettings)
     collector: CollectorSettings = Field(default_factory=CollectorSettings)
@@ -248,6 +269,7 @@ class Settings(_Section):
     workloads: WorkloadSettings = Field(default_factory=WorkloadSettings)
     actions: ActionsSettings = Field(default_factory=ActionsSettings)
     alerts: AlertsSettings = Field(default_factory=AlertsSettings)
+    report: ReportSettings = Field(default_factory=ReportSettings)
 
 
 def _read_file(path: Path) -> dict[str, Any]:

@@ -1,0 +1,61 @@
+"""``gpuscope report weekly``: the weekly utilization report from a database file.
+
+Kept apart from gpuscope/cli.py so the report's flags live beside the code that reads them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from gpuscope.settings import load_settings
+
+
+def add_report_parser(sub: Any) -> None:
+    """The ``report`` subcommand on the CLI's subparsers."""
+    rep = sub.add_parser("report", help="write the weekly utilization report (HTML, Markdown, CSV)")
+    rep.add_argument("what", choices=["weekly"], help="which report")
+    rep.add_argument("--db", type=Path, metavar="PATH", help="a gpuscope DuckDB file (read-only)")
+    rep.add_argument(
+        "--out", type=Path, metavar="DIR", help="output folder (default report.out_dir)"
+    )
+    rep.add_argument(
+        "--week",
+        metavar="YYYY-Www",
+        help="ISO week in UTC, e.g. 2025-W10 (default: the last complete week)",
+    )
+    rep.add_argument("--config", type=Path, help="YAML settings file (report:, analytics:)")
+    rep.add_argument(
+        "--log-level",
+        default=os.environ.get("GPUSCOPE_LOG_LEVEL", "INFO"),
+        choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+        help="log verbosity (default INFO)",
+    )
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    """Write the report and print its chat summary (which names the HTML file)."""
+    from analytics.report import weekly_report
+    from analytics.report_week import Week
+    from collector.store import Store
+    from gpuscope.cli import _open_read_only
+    from gpuscope.errors import UserError
+
+    settings = load_settings(args.config)
+    week = Week.parse(args.week) if args.week else None
+    db = args.db if args.db is not None else settings.collector.db
+    if not Path(db).exists():
+        raise UserError(f"database {db} does not exist")
+    with _open_read_only(Store, db) as store:
+        cur = store.cursor()
+        try:
+            result = weekly_report(
+                cur, settings, now=datetime.now(UTC), week=week, out_dir=args.out
+            )
+        finally:
+            cur.close()
+    print(result.summary, end="")
+    return 0
