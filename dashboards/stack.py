@@ -28,7 +28,8 @@ from agent.exposition import AgentCollector
 from agent.server import AgentHttpServer
 from agent.sim import SimAttributor, SimGpuSource, SimIbSource, scenario_clock
 from collector.service import CollectorService
-from gpuscope.demo import DEMO_ANALYTICS, record_simulated_inventory
+from gpuscope.demo import DEMO_ANALYTICS
+from gpuscope.demo_parts import record_simulated_inventory
 from gpuscope.errors import UserError
 from gpuscope.service import analytics_job
 from gpuscope.settings import load_settings
@@ -85,7 +86,9 @@ def collector_service(
         },
     )
     service = CollectorService(settings, clock=clock)
-    record_simulated_inventory(service, cluster)
+    now = clock()
+    origin = now - scenario_clock(cluster.scenario, now=clock)()
+    record_simulated_inventory(service, cluster, now, origin)
     return service
 
 

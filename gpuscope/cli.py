@@ -151,7 +151,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--seconds",
         type=float,
         default=25.0,
-        help="seconds of live scraping before the analysis (default 25)",
+        help="seconds of live scraping after the history (default 25)",
+    )
+    demo.add_argument(
+        "--days",
+        type=float,
+        default=7.0,
+        help="days of simulated history before the live scraping (default 7; 0 for none)",
     )
     demo.add_argument(
         "--serve",
@@ -261,7 +267,9 @@ def _cmd_act(args: argparse.Namespace) -> int:
 def _cmd_demo(args: argparse.Namespace) -> int:
     from gpuscope.demo import run_demo
 
-    return run_demo(out=args.out, nodes=args.nodes, serve=args.serve, seconds=args.seconds)
+    return run_demo(
+        out=args.out, nodes=args.nodes, serve=args.serve, seconds=args.seconds, days=args.days
+    )
 
 
 _COMMANDS = {
@@ -283,7 +291,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         stream=sys.stderr,
     )
     # Libraries log every request at INFO; gpuscope stays quiet at INFO.
-    for noisy in ("httpx", "httpcore", "kubernetes", "urllib3", "apscheduler"):
+    for noisy in ("httpx", "httpcore", "kubernetes", "urllib3", "apscheduler", "matplotlib"):
         logging.getLogger(noisy).setLevel(max(logging.WARNING, logging.getLogger().level))
     try:
         return _COMMANDS[args.command](args)

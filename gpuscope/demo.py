@@ -1,10 +1,13 @@
 """``gpuscope demo``: the pipeline on a simulated cluster, with nothing but Python.
 
-One agent per simulated node serves on a loopback port; the collector scrapes them over
-HTTP into a DuckDB file, with the simulated cluster's Kubernetes inventory recorded
-through the same parsers a real API server's objects go through; then every detector
-runs. Every number printed comes from the stored data, not from the simulator's own
-bookkeeping. The analysis windows are shortened to fit a run of seconds.
+One agent per simulated node serves on a loopback port. The collector's store first gets a
+simulated week of history (gpuscope/demo_history.py), then scrapes the agents over HTTP for
+some seconds, with the simulated cluster's Kubernetes inventory recorded through the same
+parsers a real API server's objects go through. Then every detector runs, the alerts engine
+delivers to a local webhook sink, the action policies run as a dry run, and the weekly
+report is written. Every number printed comes from the stored data, not from the
+simulator's own bookkeeping. The analysis windows and alert ``for`` durations are
+shortened to fit the live minute.
 """
 
 from __future__ import annotations
@@ -19,21 +22,26 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from prometheus_client.registry import CollectorRegistry
 
-from agent.exposition import AgentCollector
-from agent.server import AgentHttpServer
-from agent.sim import SimAttributor, SimGpuSource, SimIbSource, scenario_clock
+from agent.sim import scenario_clock
 from analytics.runner import as_json, render_text
-from collector.inventory_records import node_from_json, pod_from_json, quota_from_clusterqueue
 from collector.service import CollectorService, bind_listen
+from gpuscope.demo_history import fill_history, monday_before
+from gpuscope.demo_parts import (
+    AlertSink,
+    demo_alerts_config,
+    plan_demo_actions,
+    record_simulated_inventory,
+    run_demo_alerts,
+    start_agents,
+)
 from gpuscope.errors import UserError
 from gpuscope.service import add_analytics, analytics_job
 from gpuscope.settings import Settings, load_settings
 from gpuscope.sim import SimulatedCluster, default_scenario
-from gpuscope.sim.kube import nodes_json, pods_json, quotas_json
 
 DB_NAME = "gpuscope.duckdb"
+STEPS = 7
 #: Windows that a run of seconds can fill (the defaults are 30 and 5 minutes).
 DEMO_ANALYTICS = {
     "idle_window_minutes": 0.1,
@@ -43,50 +51,30 @@ DEMO_ANALYTICS = {
 }
 
 
-def start_agents(cluster: SimulatedCluster, nodes: list[str]) -> list[tuple[str, AgentHttpServer]]:
-    """One agent per node, each on its own loopback port, sharing one simulated cluster."""
-    clock = scenario_clock(cluster.scenario)
-    servers = []
-    for node in nodes:
-        collector = AgentCollector(
-            node,
-            SimGpuSource(cluster, node, clock),
-            SimIbSource(cluster, node, clock),
-            SimAttributor(cluster, node, clock),
-        )
-        registry = CollectorRegistry(auto_describe=False)
-        registry.register(collector)
-        server = AgentHttpServer(("127.0.0.1", 0), registry, collector)
-        server.start_in_thread()
-        servers.append((f"http://127.0.0.1:{server.server_address[1]}/metrics", server))
-    return servers
-
-
-def record_simulated_inventory(service: CollectorService, cluster: SimulatedCluster) -> None:
-    """What a Kubernetes API server would list for this cluster, parsed as the real one is."""
-    clock = scenario_clock(cluster.scenario)
-    t = clock()
-    origin = time.time() - t
-    node_objs = nodes_json(cluster, origin=origin)["items"]
-    nodes = {n["metadata"]["name"]: node_from_json(n) for n in node_objs}
-    pods = [
-        pod_from_json(
-            p, node=nodes.get(p["spec"].get("nodeName", "")), settings=service.settings.workloads
-        )
-        for p in pods_json(cluster, t, origin=origin)["items"]
-    ]
-    quotas = [quota_from_clusterqueue(q) for q in quotas_json(cluster)["items"]]
-    service.store.record_inventory(
-        datetime.now(UTC), nodes=list(nodes.values()), pods=pods, quotas=quotas
-    )
-
-
 def step(n: int, text: str) -> None:
     """The progress display: where the demo is, on stderr."""
-    print(f"[{n}/5] {text}", file=sys.stderr, flush=True)
+    print(f"[{n}/{STEPS}] {text}", file=sys.stderr, flush=True)
 
 
-def _settings(db: Path, urls: list[str], listen: str) -> Settings:
+class _Bar:
+    """A progress bar on a terminal; a line every quarter when stderr is a file or pipe."""
+
+    def __init__(self) -> None:
+        self.tty = sys.stderr.isatty()
+        self.shown = -1
+
+    def __call__(self, done: float) -> None:
+        width = 30
+        filled = int(done * width)
+        line = f"      [{'#' * filled}{'.' * (width - filled)}] {done:4.0%}"
+        if self.tty:
+            print(f"\r{line}", end="\n" if done >= 1 else "", file=sys.stderr, flush=True)
+        elif int(done * 4) > self.shown:
+            self.shown = int(done * 4)
+            print(line, file=sys.stderr, flush=True)
+
+
+def _settings(db: Path, urls: list[str], listen: str, out: Path) -> Settings:
     return load_settings(
         env={},
         overrides={
@@ -98,15 +86,22 @@ def _settings(db: Path, urls: list[str], listen: str) -> Settings:
                 "listen": listen,
             },
             "analytics": DEMO_ANALYTICS,
+            "report": {"out_dir": out / "reports"},
         },
     )
 
 
 def run_demo(
-    out: Path | None = None, nodes: int = 32, serve: bool = False, seconds: float = 25.0
+    out: Path | None = None,
+    nodes: int = 32,
+    serve: bool = False,
+    seconds: float = 25.0,
+    days: float = 7.0,
 ) -> int:
     if nodes < 6:
         raise UserError("--nodes must be at least 6")
+    if not 0 <= days <= 14:
+        raise UserError("--days must be between 0 and 14")
     out = out or Path(tempfile.mkdtemp(prefix="gpuscope-demo-"))
     try:
         out.mkdir(parents=True, exist_ok=True)
@@ -115,16 +110,32 @@ def run_demo(
     db = out / DB_NAME
     if db.exists():
         raise UserError(f"{db} exists already; give another --out (nothing was changed)")
-    cluster = SimulatedCluster(default_scenario(nodes=nodes))
+    # Simulated time: the demo's "now" is 00:10 UTC on this week's Monday, so its history
+    # ends where a complete ISO week does and the weekly report has that week to tell.
+    now0 = monday_before(datetime.now(UTC)) + timedelta(minutes=10)
+    offset = [time.time() - now0.timestamp()]
+
+    def clock() -> float:
+        return time.time() - offset[0]
+
+    scenario = default_scenario(nodes=nodes)
+    origin = now0.timestamp() - scenario.live_offset
+    cluster = SimulatedCluster(scenario.model_copy(update={"origin": origin}))
+    sim_clock = scenario_clock(cluster.scenario, now=clock)
     step(1, f"starting {nodes} simulated agents (8 GPUs, 8 InfiniBand rails each) on loopback")
-    servers = start_agents(cluster, cluster.node_names)
+    servers = start_agents(cluster, cluster.node_names, sim_clock)
     service: CollectorService | None = None
+    sink: AlertSink | None = None
     try:
-        settings = _settings(db, [u for u, _ in servers], "127.0.0.1:8080")
-        service = CollectorService(settings)
-        step(2, f"collector on {db}; recording the simulated Kubernetes inventory")
-        record_simulated_inventory(service, cluster)
-        step(3, f"scraping every agent once a second for {seconds:g} s")
+        settings = _settings(db, [u for u, _ in servers], "127.0.0.1:8080", out)
+        service = CollectorService(settings, clock=clock)
+        if days > 0:
+            step(2, f"{days:g} days of history through the store's ingest path, every 5 min")
+            _fill_week(service, cluster, [u for u, _ in servers], now0.timestamp(), days, origin)
+        # the live data starts where the history ends
+        offset[0] = time.time() - now0.timestamp()
+        record_simulated_inventory(service, cluster, clock(), origin)
+        step(3, f"scraping every agent over HTTP once a second for {seconds:g} s")
         deadline = time.time() + seconds
         samples = 0
         while time.time() < deadline:
@@ -132,25 +143,26 @@ def run_demo(
             # the intervals between samples (and the rates made of them) are then exact
             time.sleep(1.0 - time.time() % 1.0)
             samples += service.scrape_cycle()
-        step(4, f"{samples:,} samples stored; running every detector")
-        at = datetime.now(UTC)
+        step(4, f"{service.store.samples_stored():,} samples stored; roll-ups, every detector")
+        service.retention_cycle()
+        at = datetime.fromtimestamp(clock(), UTC)
         analyses = analytics_job(service)
-        step(5, "writing the findings")
         (out / "findings.json").write_text(json.dumps(as_json(analyses), indent=2, default=str))
-        print(render_text(analyses), end="")
-        actions = plan_demo_actions(service, out, at)
-        print(f"\ndatabase: {db}\nfindings: {out / 'findings.json'}\nactions (dry run): {actions}")
-        config = out / "demo-settings.yaml"  # its short windows, so the hint reproduces it
-        config.write_text(yaml.safe_dump({"analytics": DEMO_ANALYTICS}, sort_keys=False))
-        print(
-            f"again, from the database: gpuscope analyze all --db {db} --config {config} "
-            f"--at {at.strftime('%Y-%m-%dT%H:%M:%SZ')}"
-        )
+        step(5, "alerts to a local webhook sink")
+        sink = AlertSink(out / "alerts.log")
+        alerts = run_demo_alerts(service, demo_alerts_config(sink.url, out), at)
+        step(6, "idle termination and consolidation policies, as a dry run")
+        steps = plan_demo_actions(service, out, at)
+        step(7, "the weekly report of the week that just ended")
+        report = _report(service, out, at)
+        _print_summary(analyses, alerts, steps, sink, report, db, out, at)
         if serve:
             _serve(service)
     except KeyboardInterrupt:
         pass
     finally:
+        if sink is not None:
+            sink.close()
         if service is not None:
             service.stop()
         for _, server in servers:
@@ -159,39 +171,79 @@ def run_demo(
     return 0
 
 
-DEMO_POLICIES: dict[str, Any] = {
-    "policies": [
-        {"name": "idle-notebooks", "type": "idle", "warning_minutes": 0,
-         "action": "stop-notebook"},
-        {"name": "pack", "type": "consolidation", "max_evictions_per_run": 8},
-    ]
-}  # fmt: skip
+def _fill_week(
+    service: CollectorService,
+    cluster: SimulatedCluster,
+    urls: list[str],
+    end: float,
+    days: float,
+    origin: float,
+) -> None:
+    """The history in 6-hour pieces, each after the inventory as the API server would have
+    listed it then (pods come and go over the week)."""
+    targets = dict(zip(cluster.node_names, urls, strict=True))
+    start = end - days * 86_400
+    piece = 6 * 3600.0
+    bar = _Bar()
+    t = start
+    while t < end:
+        record_simulated_inventory(service, cluster, t, origin)
+        until = min(end, t + piece)
+
+        def progress(done: float, first: float = t, last: float = until) -> None:
+            bar((first - start + done * (last - first)) / (end - start))
+
+        fill_history(
+            service.store, cluster, targets, start=t, end=until,
+            sim_time=lambda u: u - origin, progress=progress,
+        )  # fmt: skip
+        t = until
 
 
-def plan_demo_actions(service: CollectorService, out: Path, at: datetime) -> Path:
-    """The policies as a dry run with no cluster to talk to: the warnings, then (the warning
-    period being 0 here) the actions that would follow, and the consolidation steps; the
-    audit log is in the database, and ``actions.json`` beside it."""
-    from actions.policy import parse_policies
-    from actions.runner import run_policies
+def _report(service: CollectorService, out: Path, at: datetime) -> Any:
+    from analytics.report import weekly_report
 
-    (out / "demo-policies.yaml").write_text(yaml.safe_dump(DEMO_POLICIES, sort_keys=False))
-    policies = parse_policies(DEMO_POLICIES)
-    runs = [
-        run_policies(service.store, policies, service.settings, client=None, execute=False, at=t)
-        for t in (at, at + timedelta(seconds=1))
-    ]
-    path = out / "actions.json"
-    path.write_text(json.dumps([r.as_json() for r in runs], indent=2, default=str))
+    cur = service.store.cursor()
+    try:
+        return weekly_report(cur, service.settings, now=at, out_dir=out / "reports")
+    finally:
+        cur.close()
+
+
+def _print_summary(
+    analyses: dict[str, Any],
+    alerts: Any,
+    steps: list[Any],
+    sink: AlertSink,
+    report: Any,
+    db: Path,
+    out: Path,
+    at: datetime,
+) -> None:
+    print(render_text(analyses), end="")
+    firing = sum(1 for a in alerts.alerts.values() if a.state == "firing")
+    print(
+        f"\nalerts: {firing} firing, {len(alerts.notifications)} notification(s) grouped, "
+        f"{sink.received} delivered to the local sink ({out / 'alerts.log'})"
+    )
     by_kind: dict[str, list[str]] = {}
-    for rec in (r for run in runs for r in run.records):
+    for rec in steps:
         target = f"{rec.namespace}/{rec.pod}" if rec.pod else f"node {rec.node}"
         by_kind.setdefault(f"{rec.kind} [{rec.policy}]", []).append(target)
-    print("\nactions, dry run (policies in demo-policies.yaml):")
+    print("actions, dry run (policies in demo-policies.yaml):")
     for kind, targets in by_kind.items():
         more = f", ... ({len(targets)} in all)" if len(targets) > 3 else ""
         print(f"  would {kind}: {', '.join(targets[:3])}{more}")
-    return path
+    print(f"\n{report.summary.strip()}\n")
+    config = out / "demo-settings.yaml"  # its short windows, so the hint reproduces it
+    config.write_text(yaml.safe_dump({"analytics": DEMO_ANALYTICS}, sort_keys=False))
+    print(f"simulated time: {at.strftime('%Y-%m-%d %H:%M:%S')} UTC (history ends there)")
+    print(f"database: {db}\nfindings: {out / 'findings.json'}\nactions: {out / 'actions.json'}")
+    print(f"report:   {report.html}")
+    print(
+        f"again, from the database: gpuscope analyze all --db {db} --config {config} "
+        f"--at {at.strftime('%Y-%m-%dT%H:%M:%SZ')}"
+    )
 
 
 def _serve(service: CollectorService) -> None:

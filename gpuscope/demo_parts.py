@@ -1,0 +1,162 @@
+"""The demo's parts around the real pipeline: simulated agents on loopback, the simulated
+cluster's Kubernetes inventory, a local sink for alerts, and the dry-run action plan.
+
+Everything here either stands in for what cannot run without a cluster (agents on GPU
+nodes, an API server, Slack) at the same boundary the real parts use, or drives the real
+components (the alerts engine, the actions runner) with demo settings.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import yaml
+from prometheus_client.registry import CollectorRegistry
+
+from agent.exposition import AgentCollector
+from agent.server import AgentHttpServer
+from agent.sim import SimAttributor, SimGpuSource, SimIbSource
+from collector.inventory_records import node_from_json, pod_from_json, quota_from_clusterqueue
+from collector.service import CollectorService
+from gpuscope.sim import SimulatedCluster
+from gpuscope.sim.kube import nodes_json, pods_json, quotas_json
+
+Clock = Callable[[], float]
+
+DEMO_POLICIES: dict[str, Any] = {
+    "policies": [
+        {"name": "idle-notebooks", "type": "idle", "warning_minutes": 0,
+         "action": "stop-notebook"},
+        {"name": "pack", "type": "consolidation", "max_evictions_per_run": 8},
+    ]
+}  # fmt: skip
+
+
+def start_agents(
+    cluster: SimulatedCluster, nodes: list[str], sim_clock: Clock
+) -> list[tuple[str, AgentHttpServer]]:
+    """One agent per node, each on its own loopback port, sharing one simulated cluster."""
+    servers = []
+    for node in nodes:
+        collector = AgentCollector(
+            node,
+            SimGpuSource(cluster, node, sim_clock),
+            SimIbSource(cluster, node, sim_clock),
+            SimAttributor(cluster, node, sim_clock),
+        )
+        registry = CollectorRegistry(auto_describe=False)
+        registry.register(collector)
+        server = AgentHttpServer(("127.0.0.1", 0), registry, collector)
+        server.start_in_thread()
+        servers.append((f"http://127.0.0.1:{server.server_address[1]}/metrics", server))
+    return servers
+
+
+def record_simulated_inventory(
+    service: CollectorService, cluster: SimulatedCluster, at: float, origin: float
+) -> None:
+    """What a Kubernetes API server would list for this cluster at ``at`` (Unix time),
+    parsed as the real one is; ``origin`` is the scenario's origin in Unix time."""
+    node_objs = nodes_json(cluster, origin=origin)["items"]
+    nodes = {n["metadata"]["name"]: node_from_json(n) for n in node_objs}
+    pods = [
+        pod_from_json(
+            p, node=nodes.get(p["spec"].get("nodeName", "")), settings=service.settings.workloads
+        )
+        for p in pods_json(cluster, at - origin, origin=origin)["items"]
+    ]
+    quotas = [quota_from_clusterqueue(q) for q in quotas_json(cluster)["items"]]
+    service.store.record_inventory(
+        datetime.fromtimestamp(at, UTC), nodes=list(nodes.values()), pods=pods, quotas=quotas
+    )
+
+
+class AlertSink:
+    """A local webhook receiver standing in for Slack/PagerDuty: every notification it gets
+    is appended to a JSON-lines log (``alerts.log``)."""
+
+    def __init__(self, log: Path) -> None:
+        self.log = log
+        self.received = 0
+        sink = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, format: str, *args: Any) -> None:
+                return None
+
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                with sink.log.open("a", encoding="utf-8") as f:
+                    f.write(body.decode("utf-8", "replace").replace("\n", " ") + "\n")
+                sink.received += 1
+                self.send_response(200)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._thread.start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self._server.server_address[1]}/alerts"
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+
+def demo_alerts_config(sink_url: str, out: Path) -> Path:
+    """An alerts config routing everything to the local sink; the shipped rules with their
+    ``for`` durations cut to 0, as the analysis windows are cut to fit the demo's minutes."""
+    shipped = yaml.safe_load(
+        (Path(__file__).resolve().parents[1] / "alerts" / "default_rules.yaml").read_text()
+    )
+    rules = [{**r, "for": "0s"} for r in shipped["rules"] if r.get("type") == "finding"]
+    config = {
+        "route": {"receiver": "local-sink", "group_by": ["alertname", "namespace"]},
+        "receivers": [{"name": "local-sink", "type": "webhook", "url": sink_url}],
+        "rules": rules,
+    }
+    path = out / "demo-alerts.yaml"
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    return path
+
+
+def run_demo_alerts(service: CollectorService, config_path: Path, now: datetime) -> Any:
+    """One run of the real alerts engine over the stored findings, delivering to the sink."""
+    from alerts.config import load_alerts_config
+    from alerts.engine import AlertsEngine
+
+    engine = AlertsEngine(
+        service.store, load_alerts_config(config_path), clock=service.clock, env={}
+    )
+    try:
+        return engine.run(now.replace(tzinfo=None))
+    finally:
+        engine.close()
+
+
+def plan_demo_actions(service: CollectorService, out: Path, at: datetime) -> list[Any]:
+    """The policies as a dry run with no cluster to talk to: the warnings, then (the warning
+    period being 0 here) the actions that would follow, and the consolidation steps. The
+    audit log is in the database, and ``actions.json`` beside it."""
+    from actions.policy import parse_policies
+    from actions.runner import run_policies
+
+    (out / "demo-policies.yaml").write_text(yaml.safe_dump(DEMO_POLICIES, sort_keys=False))
+    policies = parse_policies(DEMO_POLICIES)
+    runs = [
+        run_policies(service.store, policies, service.settings, client=None, execute=False, at=t)
+        for t in (at, at + timedelta(seconds=1))
+    ]
+    (out / "actions.json").write_text(
+        json.dumps([r.as_json() for r in runs], indent=2, default=str)
+    )
+    return [r for run in runs for r in run.records]
