@@ -97,7 +97,7 @@ def format_value(value: float | None, unit: str = "") -> str:
     elif a >= 1:
         text = f"{value:.2f}"
     else:
-        text = f"{value:.2g}" if a >= 0.01 else f"{value:.3g}"
+        text = f"{value:.3g}"
     if unit in {"×", "%"}:
         return f"{text}{unit}"
     return f"{text} {unit}" if unit else text

@@ -91,7 +91,9 @@ def select(only: Iterable[str] | None) -> list[Benchmark]:
     known = {b.name for b in BENCHMARKS}
     unknown = sorted(wanted - known)
     if unknown:
-        raise ValueError(f"unknown benchmark {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+        raise ValueError(
+            f"unknown benchmark {', '.join(unknown)}; known: {', '.join(sorted(known))}"
+        )
     return [b for b in BENCHMARKS if b.name in wanted]
 
 
