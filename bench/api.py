@@ -207,7 +207,8 @@ def run(quick: bool = False) -> list[Figure]:
                 "ms",
                 aim="< 200 ms" if week_case else None,
                 notes=(
-                    f"{format_value(samples / 1e6, 'M samples')}; median of {repeat}, through FastAPI; {shape}"
+                    f"{format_value(samples / 1e6, 'M samples')}; median of {repeat}, "
+                    f"through FastAPI; {shape}"
                     if i == 0
                     else shape
                 ),
@@ -225,7 +226,7 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=None)
     args = ap.parse_args()
     if args.gpus or args.days or args.repeat:
-        samples, cases = measure(args.gpus or 1000, args.days or 7, args.repeat or 7)
+        _, cases = measure(args.gpus or 1000, args.days or 7, args.repeat or 7)
         for name, ms, shape in cases:
             print(f"  {name:42s} {ms:8.1f} ms   ({shape})")
         return

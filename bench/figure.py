@@ -85,6 +85,7 @@ def format_value(value: float | None, unit: str = "") -> str:
     """Three significant digits, thousands separated; whole counts stay exact."""
     if value is None or math.isnan(value):
         return "n/a"
+    value = float(value)
     a = abs(value)
     if value.is_integer() and a < 1e7:
         text = f"{int(value):,}"

@@ -112,8 +112,11 @@ def measure(gpus: int, days: int, step: int) -> dict[str, float]:
         store.apply_retention(end)
         store.checkpoint()
         c = time.perf_counter()
-        print(f"{gpus} GPUs x {days} d at {step} s: {n:,} samples "
-              f"(fill {b - a:.0f} s, roll-ups+compaction {c - b:.0f} s)", file=sys.stderr)  # fmt: skip
+        print(
+            f"{gpus} GPUs x {days} d at {step} s: {n:,} samples "
+            f"(fill {b - a:.0f} s, roll-ups+compaction {c - b:.0f} s)",
+            file=sys.stderr,
+        )
         # the intervals were last seen at registration; a live collector touches them
         store._con.execute("UPDATE workload_intervals SET last_seen = ?", [end])
         t = time.perf_counter()

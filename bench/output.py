@@ -68,8 +68,10 @@ def markdown(
         lines.append("")
         lines.append("*Quick run (`--quick`): smaller sizes than the figures quoted elsewhere.*")
     areas: dict[str, list[ModuleResult]] = {}
+    absent = [m.name for m in modules if m.status == "missing"]
     for m in modules:
-        areas.setdefault(m.area, []).append(m)
+        if m.status != "missing":
+            areas.setdefault(m.area, []).append(m)
     for area, members in areas.items():
         figures = [f for m in members for f in m.figures]
         sources = ", ".join(f"`bench/{m.name}.py`" for m in members if m.status == "ok")
@@ -85,6 +87,8 @@ def markdown(
             if figures:
                 lines.append("")
             lines += [f"- `{m.name}`: not measured ({m.error or m.status})" for m in failed]
+    if absent:
+        lines += ["", f"Not present yet: {', '.join(f'`bench/{n}.py`' for n in absent)}."]
     return "\n".join(lines) + "\n"
 
 
