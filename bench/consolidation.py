@@ -18,6 +18,7 @@ Run: .venv/bin/python bench/consolidation.py [--quick] [--skip-trace]
 from __future__ import annotations
 
 import argparse
+import functools
 import random
 import sys
 import time
@@ -163,7 +164,7 @@ def run_case(
     )
     out: Outcome = {}
     for label, fn in STRATEGIES.items():
-        secs, plan = best(lambda fn=fn: fn(nodes, placed, goals), runs)
+        secs, plan = best(functools.partial(fn, nodes, placed, goals), runs)
         out[label] = (secs, plan)
         print(
             f"  {label:8s} evictions {len(plan.evictions):4d}  moves "
