@@ -189,3 +189,10 @@ def test_main_writes_results_merges_only_runs_and_updates_the_readme(
     assert modules == [AGENT, fresh]
     # quick figures never reach the README
     assert bench_main.main([*args, "--quick", "--update-readme"]) == 2
+
+
+def test_the_project_readme_has_its_generated_section_marked() -> None:
+    """`python -m bench --update-readme` would refuse a README without one marker pair."""
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    updated = replace_generated(readme, "TABLES")
+    assert "TABLES" in updated and "### How the figures were reached" in updated
