@@ -22,6 +22,8 @@ import time
 from datetime import datetime, timedelta
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
 from analytics.bandwidth import bandwidth_history, run_bandwidth
 from analytics.quota import run_quota
 from bench.figure import Figure, Reference, print_figures
