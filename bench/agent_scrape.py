@@ -8,7 +8,7 @@ Measures, on one generated mlx5-shaped sysfs tree:
   (Debian package prometheus-node-exporter; skipped if absent).
 
 The GPUs come from the simulated source: on a real node NVML calls add their own cost.
-Run: .venv/bin/python bench/agent_scrape.py [--scrapes N]
+Run: .venv/bin/python bench/agent_scrape.py [--quick]  (or `python -m bench --only agent_scrape`)
 """
 
 from __future__ import annotations
@@ -33,6 +33,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from agent.exposition import AgentCollector
 from agent.infiniband import SysfsIbSource
 from agent.sim import SimAttributor, SimGpuSource, scenario_clock
+from bench.figure import Figure, Reference, print_figures
+from bench.machine import tool_version
 from bench.sysfs_tree import write_tree
 from gpuscope.sim import SimulatedCluster, default_scenario
 
@@ -159,74 +161,88 @@ def serve_ib_only(tree: str, port: int) -> None:
     threading.Event().wait()
 
 
+def agent_cmd(tree: Path, port: int) -> list[str]:
+    return [
+        sys.executable, "-m", "gpuscope.cli", "agent", "--gpu-source", "sim", "--node", NODE,
+        "--sysfs-root", str(tree), "--listen", f"127.0.0.1:{port}", "--log-level", "WARNING",
+    ]  # fmt: skip
+
+
+def node_exporter_cmd(exporter: str, tree: Path, port: int) -> list[str]:
+    return [
+        exporter,
+        "--collector.disable-defaults",
+        "--collector.infiniband",
+        f"--path.sysfs={tree}",
+        f"--web.listen-address=127.0.0.1:{port}",
+    ]
+
+
+def run(quick: bool = False, scrapes: int | None = None) -> list[Figure]:
+    """The agent's scrape cost beside node_exporter's (quick: 50 scrapes instead of 500)."""
+    n = scrapes or (50 if quick else 500)
+    exporter = shutil.which("prometheus-node-exporter") or shutil.which("node_exporter")
+    with tempfile.TemporaryDirectory() as tmp:
+        tree = write_tree(Path(tmp) / "sys")
+        inproc = in_process(tree, n)
+        ours = over_http(agent_cmd(tree, port := free_port()), port, n)
+        port = free_port()
+        ib = over_http([sys.executable, __file__, "--serve-ib-only", str(tree), str(port)], port, n)
+        ne = None
+        if exporter is not None:
+            port = free_port()
+            ne = over_http(node_exporter_cmd(exporter, tree, port), port, n)
+    label = f"node_exporter {tool_version('prometheus-node-exporter', 'node_exporter')}"
+
+    def ref(key: str, unit: str) -> Reference:
+        if ne is None:
+            return Reference.not_installed("node_exporter")
+        return Reference(f"{label}, infiniband collector, {ne['series']:.0f} series", ne[key], unit)
+
+    where = f"{n} scrapes, 8 GPUs + 8 IB ports + workloads"
+    return [
+        Figure(
+            "full scrape, agent process over HTTP",
+            ours["cpu_ms_per_scrape"],
+            "ms CPU",
+            aim="< 5 ms CPU",
+            notes=f"{where}, {ours['series']:.0f} series",
+            key=True,
+        ),
+        Figure("same, wall time", ours["wall_ms_per_scrape"], "ms"),
+        Figure(
+            "same, in process: collection (all sources), median", inproc["collect_ms_median"], "ms"
+        ),
+        Figure("same, in process: collection + exposition", inproc["scrape_cpu_ms"], "ms CPU"),
+        Figure(
+            "InfiniBand only, agent process over HTTP",
+            ib["cpu_ms_per_scrape"],
+            "ms CPU",
+            aim="no slower than node_exporter",
+            reference=ref("cpu_ms_per_scrape", "ms CPU"),
+            notes=f"{ib['series']:.0f} series",
+            key=True,
+        ),
+        Figure("InfiniBand sysfs read alone, 8 ports", inproc["ib_read_cpu_ms"], "ms CPU"),
+        Figure(
+            "agent resident memory (`gpuscope agent --gpu-source sim`)",
+            ours["rss_mib"],
+            "MiB",
+            reference=ref("rss_mib", "MiB"),
+        ),
+    ]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--scrapes", type=int, default=500)
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--scrapes", type=int, default=None)
     ap.add_argument("--serve-ib-only", nargs=2, metavar=("TREE", "PORT"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.serve_ib_only:
         serve_ib_only(args.serve_ib_only[0], int(args.serve_ib_only[1]))
         return
-    with tempfile.TemporaryDirectory() as tmp:
-        tree = write_tree(Path(tmp) / "sys")
-        inproc = in_process(tree, args.scrapes)
-        print(f"in process, {inproc['series']:.0f} series (8 GPUs, 8 IB ports, workloads):")
-        for key in (
-            "collect_ms_median",
-            "scrape_ms_median",
-            "scrape_cpu_ms",
-            "ib_scrape_cpu_ms",
-            "ib_read_cpu_ms",
-        ):
-            print(f"  {key:22s} {inproc[key]:8.3f}")
-        port = free_port()
-        ours = over_http(
-            [
-                sys.executable,
-                "-m",
-                "gpuscope.cli",
-                "agent",
-                "--gpu-source",
-                "sim",
-                "--node",
-                NODE,
-                "--sysfs-root",
-                str(tree),
-                "--listen",
-                f"127.0.0.1:{port}",
-                "--log-level",
-                "WARNING",
-            ],
-            port,
-            args.scrapes,
-        )
-        print("gpuscope agent over HTTP:", _fmt(ours))
-        port = free_port()
-        ib = over_http(
-            [sys.executable, __file__, "--serve-ib-only", str(tree), str(port)], port, args.scrapes
-        )
-        print("gpuscope agent, InfiniBand source only, over HTTP:", _fmt(ib))
-        exporter = shutil.which("prometheus-node-exporter") or shutil.which("node_exporter")
-        if exporter is None:
-            print("node_exporter: not installed (apt-get install prometheus-node-exporter)")
-            return
-        port = free_port()
-        ne = over_http(
-            [
-                exporter,
-                "--collector.disable-defaults",
-                "--collector.infiniband",
-                f"--path.sysfs={tree}",
-                f"--web.listen-address=127.0.0.1:{port}",
-            ],
-            port,
-            args.scrapes,
-        )
-        print("node_exporter infiniband over HTTP:", _fmt(ne))
-
-
-def _fmt(d: dict[str, float]) -> str:
-    return ", ".join(f"{k}={v:.2f}" for k, v in d.items())
+    print_figures(run(args.quick, args.scrapes))
 
 
 if __name__ == "__main__":

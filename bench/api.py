@@ -10,7 +10,8 @@ included; the time is the median of --repeat calls.
 Per GPU: utilization, memory used, power, temperature; per workload (one a GPU, 12
 namespaces, 6 projects): its utilization and its info series. 6,000 series, ~242M samples.
 
-Run: .venv/bin/python bench/api.py [--gpus 1000] [--days 7] [--repeat 7]
+Run: .venv/bin/python bench/api.py [--quick] [--gpus 1000] [--days 7] [--repeat 7]
+(or `python -m bench --only api`)
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import polars as pl
 from fastapi.testclient import TestClient
 
+from bench.figure import Figure, format_value, print_figures
 from collector.api import ApiState, create_app
 from collector.batch import Batch
 from collector.metrics import CollectorMetrics
@@ -127,18 +129,14 @@ def timed(
     return statistics.median(times) * 1000, shape
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--gpus", type=int, default=1000)
-    ap.add_argument("--days", type=int, default=7)
-    ap.add_argument("--repeat", type=int, default=7)
-    args = ap.parse_args()
-    end = T0 + timedelta(days=args.days)
+def measure(gpus: int, days: int, repeat: int) -> tuple[int, list[tuple[str, float, str]]]:
+    """Samples stored, and (case, median ms, answer shape) for each API case."""
+    end = T0 + timedelta(days=days)
     with tempfile.TemporaryDirectory(prefix="gpuscope-api-") as tmp:
         store = Store.open(Path(tmp) / "api.duckdb")
-        register_series(store, args.gpus)
+        register_series(store, gpus)
         a = time.perf_counter()
-        samples = fill(store, args.days)
+        samples = fill(store, days)
         b = time.perf_counter()
         store.apply_retention(end + timedelta(minutes=5))
         c = time.perf_counter()
@@ -146,8 +144,9 @@ def main() -> None:
         store.checkpoint()
         d = time.perf_counter()
         print(
-            f"{args.gpus} GPUs x {args.days} days: {samples:,} samples "
-            f"(fill {b - a:.0f} s, roll-ups {c - b:.0f} s, compaction {d - c:.0f} s)"
+            f"{gpus} GPUs x {days} days: {samples:,} samples "
+            f"(fill {b - a:.0f} s, roll-ups {c - b:.0f} s, compaction {d - c:.0f} s)",
+            file=sys.stderr,
         )
         state = ApiState(
             store=store, targets=TargetRegistry(), metrics=CollectorMetrics(), clock=end.timestamp
@@ -155,39 +154,83 @@ def main() -> None:
         client = TestClient(create_app(state))
         week = {"start": T0.isoformat(), "end": end.isoformat()}
         last_hour = {"start": (end - timedelta(hours=1)).isoformat(), "end": end.isoformat()}
+        nodes = max(1, gpus // 8)
         cases = [
-            ("cluster, week, 1 h steps", "/api/v1/utilization", {**week, "step": 3600}),
+            ("cluster, 1 h steps", "/api/v1/utilization", {**week, "step": 3600}),
             (
-                "node, week, 1 h steps (125 nodes)",
+                f"by node ({nodes:,} nodes), 1 h steps",
                 "/api/v1/utilization",
                 {**week, "by": "node", "step": 3600, "limit": 1000},
             ),
             (
-                "project, week, 1 h steps",
+                "by project, 1 h steps",
                 "/api/v1/utilization",
                 {**week, "by": "project", "step": 3600},
             ),
             (
-                "namespace, week, 5 min steps",
+                "by namespace (12), 5-minute steps",
                 "/api/v1/utilization",
                 {**week, "by": "namespace", "step": 300},
             ),
             (
-                "gpu, last hour, 15 s steps (1,000 GPUs)",
+                f"every GPU ({gpus:,}), last hour, 15 s steps",
                 "/api/v1/utilization",
                 {**last_hour, "by": "gpu", "step": 15, "limit": 1000},
             ),
             (
-                "one node's GPUs, week, 1 h steps",
+                "one node's GPUs, 1 h steps",
                 "/api/v1/utilization",
-                {**week, "by": "gpu", "step": 3600, "node": "gpu-node-0042"},
+                {**week, "by": "gpu", "step": 3600, "node": "gpu-node-0002"},
             ),
-            ("status", "/api/v1/status", {}),
+            ("`/api/v1/status`", "/api/v1/status", {}),
         ]
+        out = []
         for name, path, params in cases:
-            ms, shape = timed(client, path, params, args.repeat)
-            print(f"  {name:42s} {ms:8.1f} ms   ({shape})")
+            ms, shape = timed(client, path, params, repeat)
+            out.append((name, ms, shape))
         store.close()
+    return samples, out
+
+
+def run(quick: bool = False) -> list[Figure]:
+    """API latency over 7 days of 1,000 GPUs (quick: 40 GPUs, 1 day)."""
+    gpus, days, repeat = (40, 1, 2) if quick else (1000, 7, 7)
+    samples, cases = measure(gpus, days, repeat)
+    span = f"{days} days" if days > 1 else "1 day"
+    figures = []
+    for i, (name, ms, shape) in enumerate(cases):
+        week_case = "last hour" not in name and "status" not in name
+        figures.append(
+            Figure(
+                f"API over {span} of {gpus:,} GPUs: {name}" if i == 0 else f"same: {name}",
+                ms,
+                "ms",
+                aim="< 200 ms" if week_case else None,
+                notes=(
+                    f"{format_value(samples / 1e6, 'M samples')}; median of {repeat}, "
+                    f"through FastAPI; {shape}"
+                    if i == 0
+                    else shape
+                ),
+                key=i == 0,
+            )
+        )
+    return figures
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--gpus", type=int, default=None)
+    ap.add_argument("--days", type=int, default=None)
+    ap.add_argument("--repeat", type=int, default=None)
+    args = ap.parse_args()
+    if args.gpus or args.days or args.repeat:
+        _, cases = measure(args.gpus or 1000, args.days or 7, args.repeat or 7)
+        for name, ms, shape in cases:
+            print(f"  {name:42s} {ms:8.1f} ms   ({shape})")
+        return
+    print_figures(run(args.quick))
 
 
 if __name__ == "__main__":

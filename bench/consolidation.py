@@ -11,12 +11,14 @@ GPU and 2 % more, up to 1250 8-GPU nodes (10,000 GPUs, the timed case); the publ
 Alibaba trace (1213 nodes, 6212 GPUs): a prefix of its tasks placed first fit until the
 cluster is 90 % allocated, goals from the next tasks and 5 free nodes (80 % of placed
 pods movable, seeded).
-Run: .venv/bin/python bench/consolidation.py [--runs 3] [--skip-trace]
+Run: .venv/bin/python bench/consolidation.py [--quick] [--skip-trace]
+(or `python -m bench --only consolidation`)
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import random
 import sys
 import time
@@ -40,6 +42,7 @@ from analytics.consolidation import (
     plan_high_node_utilization,
 )
 from analytics.trace import read_trace
+from bench.figure import Figure, Reference, print_figures
 from collector.inventory_records import node_from_json, pod_from_json
 from gpuscope.settings import WorkloadSettings
 from gpuscope.sim import SimulatedCluster, default_scenario
@@ -145,42 +148,112 @@ def trace_case(
     return node_states, placed, goal_list
 
 
+Outcome = dict[str, tuple[float, Plan]]
+
+
 def run_case(
     name: str, case: tuple[list[NodeState], Sequence[Placed], list[Goal]], runs: int, exact: bool
-) -> None:
+) -> tuple[Outcome, int | None, float]:
+    """Each strategy's (seconds, plan), the exact optimum's evictions (or None) and its time."""
     nodes, placed, goals = case
     gpus = sum(len(n.gpus) for n in nodes)
     print(
-        f"\n{name}: {len(nodes)} nodes, {gpus} GPUs, {len(placed)} pods "
-        f"({sum(p.movable for p in placed)} movable), {len(goals)} goals"
+        f"{name}: {len(nodes)} nodes, {gpus} GPUs, {len(placed)} pods "
+        f"({sum(p.movable for p in placed)} movable), {len(goals)} goals",
+        file=sys.stderr,
     )
+    out: Outcome = {}
     for label, fn in STRATEGIES.items():
-        secs, plan = best(lambda fn=fn: fn(nodes, placed, goals), runs)
+        secs, plan = best(functools.partial(fn, nodes, placed, goals), runs)
+        out[label] = (secs, plan)
         print(
             f"  {label:8s} evictions {len(plan.evictions):4d}  moves "
             f"{sum(1 for m in plan.moves if m.to_node):4d}  goals met {plan.goals_met:3d}"
-            f"/{len(goals)}  gpu-h lost {plan.gpu_hours_lost:9.1f}  {secs * 1000:8.1f} ms"
+            f"/{len(goals)}  gpu-h lost {plan.gpu_hours_lost:9.1f}  {secs * 1000:8.1f} ms",
+            file=sys.stderr,
         )
+    value, took = None, 0.0
     if exact:
         from analytics.consolidation_exact import exact_min_evictions
 
         t0 = time.perf_counter()
         value = exact_min_evictions(nodes, placed, goals, time_limit=60)
-        print(
-            f"  exact    evictions {value}  ({time.perf_counter() - t0:.1f} s; None: not "
-            "solved, or not every goal can be met)"
+        took = time.perf_counter() - t0
+    return out, value, took
+
+
+def figures_for(
+    name: str, goals: int, out: Outcome, exact: int | None, detail: bool
+) -> list[Figure]:
+    secs, plan = out["planner"]
+    hnu, ffd = out["hnu"][1], out["ffd"][1]
+    baselines = "descheduler HighNodeUtilization-style"
+
+    def ref(value: float, ffd_value: float, unit: str) -> Reference:
+        return Reference(f"{baselines}; first-fit decreasing {ffd_value:,.0f}", value, unit)
+
+    big = "10,000" in name
+    figures = [
+        Figure(
+            f"consolidation plan, {name}",
+            secs * 1000 if secs < 1 else secs,
+            "ms" if secs < 1 else "s",
+            aim="< 2 s" if big else None,
+            key=big,
+        ),
+        Figure(
+            "same: evictions",
+            len(plan.evictions),
+            "",
+            reference=Reference("exact optimum (HiGHS)", exact, "")
+            if exact is not None
+            else ref(len(hnu.evictions), len(ffd.evictions), ""),
+            notes=f"goals met {plan.goals_met}/{goals}",
+        ),
+    ]
+    if detail:
+        figures += [
+            Figure(
+                "same: GPU-hours of work lost",
+                plan.gpu_hours_lost,
+                "GPU-h",
+                reference=ref(hnu.gpu_hours_lost, ffd.gpu_hours_lost, "GPU-h"),
+                key=big,
+            ),
+            Figure(
+                "same: goals met",
+                plan.goals_met,
+                f"of {goals}",
+                reference=ref(hnu.goals_met, ffd.goals_met, f"of {goals}"),
+            ),
+        ]
+    return figures
+
+
+def run(quick: bool = False, *, trace: bool = True) -> list[Figure]:
+    """Simulated clusters of 32..1,250 nodes and the public trace (quick: 32 nodes only)."""
+    runs = 1 if quick else 3
+    figures = []
+    for n in (32,) if quick else (32, 128, 512, 1250):
+        case = sim_case(n)
+        out, exact, _ = run_case(f"sim {n} nodes", case, runs, exact=n <= 32)
+        name = f"simulated {n * 8:,} GPUs ({n:,} nodes)"
+        figures += figures_for(name, len(case[2]), out, exact, detail=n in {32, 1250})
+    if trace and not quick and CSV.is_dir():
+        case = trace_case()
+        out, _, _ = run_case("alibaba trace", case, runs, exact=False)
+        figures += figures_for(
+            "public Alibaba trace, 90 % allocated", len(case[2]), out, None, True
         )
+    return figures
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--quick", action="store_true")
     parser.add_argument("--skip-trace", action="store_true")
     args = parser.parse_args()
-    for n in (32, 128, 512, 1250):
-        run_case(f"sim {n} nodes", sim_case(n), args.runs, exact=n <= 32)
-    if not args.skip_trace:
-        run_case("alibaba trace", trace_case(), args.runs, exact=False)
+    print_figures(run(args.quick, trace=not args.skip_trace))
 
 
 if __name__ == "__main__":

@@ -5,7 +5,7 @@ the trace's 1213 GPU nodes (6212 GPUs, empty as in the FGD paper) with the defau
 gpushare100 and multigpu50 task lists; then ``analyze_fragmentation`` over a simulated
 state of 10,000 GPUs (1250 8-GPU nodes, random whole and fractional allocations) with the
 default trace's task mix, the size the collector runs every few minutes.
-Run: .venv/bin/python bench/fragmentation.py [--runs 3]
+Run: .venv/bin/python bench/fragmentation.py [--quick]  (or `python -m bench --only fragmentation`)
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from analytics.allocation import ClusterState, NodeState
 from analytics.fragmentation import TaskMix, analyze_fragmentation, learn_task_mix
 from analytics.trace import read_trace
+from bench.figure import Figure, print_figures
 from gpuscope.settings import AnalyticsSettings
 
 CSV = Path(__file__).resolve().parents[2] / "shared" / "data" / "alibaba-gpu-v2023" / "csv"
@@ -67,49 +68,57 @@ def simulated_state(gpus: int, seed: int = 7) -> ClusterState:
     return ClusterState(nodes=tuple(nodes))
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--runs", type=int, default=3)
-    args = parser.parse_args()
-    rows = []
+def run(quick: bool = False) -> list[Figure]:
+    """The public trace's three task lists and a 10,000-GPU state (quick: default list, 800)."""
+    runs = 1 if quick else 3
+    mixes = ("default",) if quick else ("default", "gpushare100", "multigpu50")
+    figures = []
+    mix: TaskMix | None = None
     if CSV.is_dir():
-        mix: TaskMix | None = None
-        for pods in ("default", "gpushare100", "multigpu50"):
-            seconds, result = best(trace_run(f"openb_pod_list_{pods}.csv"), args.runs)
+        for pods in mixes:
+            seconds, result = best(trace_run(f"openb_pod_list_{pods}.csv"), runs)
             s = result.summary
-            rows.append(
-                (
-                    f"trace {pods}",
-                    s["total_gpus"],
-                    s["task_mix"]["groups"],
+            figures += [
+                Figure(
+                    f"fragmentation, public Alibaba trace ({pods} tasks): read, task mix, FGD",
                     seconds,
+                    "s",
+                    notes=f"{s['total_gpus']:,} GPUs, {s['task_mix']['groups']} task groups",
+                ),
+                Figure(
+                    f"FGD fragmentation of free capacity, trace, {pods} tasks",
                     s["fgd_fragmentation_ratio"],
-                )
-            )
+                    "",
+                    notes="the empty cluster" if pods == "default" else "",
+                ),
+            ]
         _, tasks = read_trace(
             CSV / "openb_node_list_gpu_node.csv", CSV / "openb_pod_list_default.csv"
         )
         mix = learn_task_mix(tasks)
     else:
-        print(f"trace not found under {CSV}; only the simulated state is timed")
-        mix = None
-    state = simulated_state(10_000)
+        print(f"trace not found under {CSV}; only the simulated state is timed", file=sys.stderr)
+    gpus = 800 if quick else 10_000
+    state = simulated_state(gpus)
     seconds, result = best(
-        lambda: analyze_fragmentation(state, at=AT, settings=SETTINGS, mix=mix), args.runs
+        lambda: analyze_fragmentation(state, at=AT, settings=SETTINGS, mix=mix), runs
     )
-    s = result.summary
-    rows.append(
-        (
-            "simulated 10k GPUs",
-            s["total_gpus"],
-            s["task_mix"]["groups"],
+    figures.append(
+        Figure(
+            f"fragmentation, a simulated {gpus:,}-GPU cluster",
             seconds,
-            s["fgd_fragmentation_ratio"],
+            "s",
+            notes=f"FGD ratio {result.summary['fgd_fragmentation_ratio']:.3f}; best of {runs}",
+            key=True,
         )
     )
-    print(f"{'case':<22}{'GPUs':>8}{'mix groups':>12}{'seconds':>10}{'FGD ratio':>11}")
-    for name, total, groups, sec, ratio in rows:
-        print(f"{name:<22}{total:>8}{groups:>12}{sec:>10.3f}{ratio:>11.3f}")
+    return figures
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--quick", action="store_true")
+    print_figures(run(parser.parse_args().quick))
 
 
 if __name__ == "__main__":

@@ -6,7 +6,7 @@ batches with their labels, and one transaction per scrape cycle (``Store.append_
 Reported for 1,000 and 10,000 GPUs' worth of pages per cycle: samples/s end to end, and
 the parse and store shares. No HTTP: that is the agents' cost, measured in agent_scrape.py.
 
-Run: .venv/bin/python bench/ingest.py [--cycles 6]
+Run: .venv/bin/python bench/ingest.py [--quick]  (or `python -m bench --only ingest`)
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from prometheus_client.registry import CollectorRegistry
 from agent.exposition import AgentCollector
 from agent.sim import SimAttributor, SimGpuSource, SimIbSource
 from agent.textformat import generate_text
+from bench.figure import Figure, print_figures
 from collector.scrape import Target, TargetCache, page_to_outcome
 from collector.store import Store
 from gpuscope.sim import SimulatedCluster, default_scenario
@@ -56,7 +57,7 @@ def pages_for(gpus: int) -> list[list[tuple[Target, bytes]]]:
     return out
 
 
-def run(gpus: int, cycles: int, workdir: Path) -> dict[str, float]:
+def measure(gpus: int, cycles: int, workdir: Path) -> dict[str, float]:
     page_sets = pages_for(gpus)
     series = sum(p.count(b"\n") - p.count(b"\n#") for _, p in page_sets[0])
     parse_s = store_s = 0.0
@@ -90,20 +91,34 @@ def run(gpus: int, cycles: int, workdir: Path) -> dict[str, float]:
     }
 
 
+def run(quick: bool = False) -> list[Figure]:
+    """End-to-end ingest at 1,000 and 10,000 GPUs a cycle (quick: 80 GPUs, 2 cycles)."""
+    sizes, cycles = ((80,), 2) if quick else ((1000, 10_000), 6)
+    figures = []
+    with tempfile.TemporaryDirectory(prefix="gpuscope-ingest-") as tmp:
+        for gpus in sizes:
+            r = measure(gpus, cycles, Path(tmp))
+            first = gpus == sizes[0]
+            figures += [
+                Figure(
+                    f"ingest end to end, exposition text to committed rows, {gpus:,} GPUs a cycle",
+                    r["samples_per_s"] / 1e6,
+                    "M samples/s",
+                    aim="≥ 0.5 M samples/s" if first else None,
+                    notes=f"{r['series_per_cycle']:,.0f} series; {cycles} cycles",
+                    key=True,
+                ),
+                Figure("same: parse alone", r["parse_samples_per_s"] / 1e6, "M samples/s"),
+                Figure("same: store alone", r["store_samples_per_s"] / 1e6, "M samples/s"),
+                Figure("same: one cycle", r["cycle_s"], "s"),
+            ]
+    return figures
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--cycles", type=int, default=6)
-    args = ap.parse_args()
-    with tempfile.TemporaryDirectory(prefix="gpuscope-ingest-") as tmp:
-        for gpus in (1000, 10_000):
-            r = run(gpus, args.cycles, Path(tmp))
-            print(
-                f"{gpus:>6} GPUs ({r['series_per_cycle']:,.0f} series a cycle): "
-                f"{r['samples_per_s']:,.0f} samples/s end to end "
-                f"(parse {r['parse_samples_per_s']:,.0f}/s, "
-                f"store {r['store_samples_per_s']:,.0f}/s), "
-                f"{r['cycle_s']:.2f} s a cycle"
-            )
+    ap.add_argument("--quick", action="store_true")
+    print_figures(run(ap.parse_args().quick))
 
 
 if __name__ == "__main__":

@@ -5,7 +5,7 @@ labels node/gpu/uuid/mig_instance, some with an extra label such as ECC type or 
 8 InfiniBand ports per node) and reports series/second, best of --runs, for
 `collector.parse.parse_exposition` and for prometheus_client's
 `text_string_to_metric_families` (all samples consumed).
-Run: .venv/bin/python bench/parse.py [--gpus 1000 10000] [--runs 5]
+Run: .venv/bin/python bench/parse.py [--quick]  (or `python -m bench --only parse`)
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from bench.figure import Figure, Reference, print_figures
 from collector.parse import parse_exposition
 
 GPUS_PER_NODE = 8
@@ -106,19 +107,33 @@ def best_rate(fn: Callable[[str], int], text: str, expect: int, runs: int) -> fl
     return expect / best
 
 
+def run(quick: bool = False) -> list[Figure]:
+    """Series/s of both parsers on 1,000 and 10,000 GPUs' pages (quick: 200 GPUs, one run)."""
+    sizes, runs = ((200,), 1) if quick else ((1000, 10_000), 5)
+    figures = []
+    for gpus in sizes:
+        text, series = build_exposition(gpus)
+        ref = best_rate(prometheus_client, text, series, runs)
+        mine = best_rate(ours, text, series, runs)
+        figures.append(
+            Figure(
+                f"text-format parsing, {gpus:,} GPUs' pages, collector.parse",
+                mine,
+                "series/s",
+                aim="several times prometheus_client" if gpus == sizes[0] else None,
+                reference=Reference("prometheus_client parser", ref, "series/s"),
+                notes=f"{series:,} series, {len(text.encode()) / 2**20:.1f} MiB; best of {runs}",
+                key=gpus == sizes[0],
+            )
+        )
+        figures.append(Figure(f"same, {gpus:,} GPUs: speed-up", mine / ref, "×"))
+    return figures
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--gpus", type=int, nargs="+", default=[1000, 10000])
-    ap.add_argument("--runs", type=int, default=5)
-    args = ap.parse_args()
-    print(f"{'GPUs':>6} {'series':>8} {'MiB':>6} {'parser':>18} {'series/s':>12} {'speed-up':>9}")
-    for gpus in args.gpus:
-        text, series = build_exposition(gpus)
-        mib = len(text.encode()) / 2**20
-        ref = best_rate(prometheus_client, text, series, args.runs)
-        mine = best_rate(ours, text, series, args.runs)
-        print(f"{gpus:>6} {series:>8} {mib:>6.1f} {'prometheus_client':>18} {ref:>12,.0f}")
-        print(f"{'':>6} {'':>8} {'':>6} {'collector.parse':>18} {mine:>12,.0f} {mine / ref:>8.1f}x")
+    ap.add_argument("--quick", action="store_true")
+    print_figures(run(ap.parse_args().quick))
 
 
 if __name__ == "__main__":

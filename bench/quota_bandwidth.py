@@ -1,6 +1,7 @@
 """Benchmark the quota and bandwidth detectors over 7 days of a simulated cluster.
 
-Usage: python -m bench.quota_bandwidth [--gpus 1000 10000] [--threads 2] [--dir DIR]
+Usage: python -m bench.quota_bandwidth [--quick] [--gpus 1000 10000] [--threads 2] [--dir DIR]
+(or `python -m bench --only quota_bandwidth`)
 
 The history is written straight into a store's tables by SQL (generating it through the
 scrape path would take far longer than the detectors): 8 GPUs and 8 IB rails per node,
@@ -15,13 +16,17 @@ Times are wall-clock seconds at DuckDB ``threads``.
 from __future__ import annotations
 
 import argparse
+import sys
 import tempfile
 import time
 from datetime import datetime, timedelta
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
 from analytics.bandwidth import bandwidth_history, run_bandwidth
 from analytics.quota import run_quota
+from bench.figure import Figure, Reference, print_figures
 from collector.store import Store
 from gpuscope.settings import AnalyticsSettings
 
@@ -112,46 +117,98 @@ def timed(fn: object, *args: object, **kw: object) -> tuple[float, object]:
     return time.perf_counter() - t, out
 
 
+def measure(gpus: int, threads: int, reruns: int, workdir: Path) -> dict[str, float]:
+    cfg = AnalyticsSettings()
+    path = workdir / f"bench-{gpus}.duckdb"
+    t_build, _ = timed(build, path, gpus)
+    with Store.open(path, read_only=True) as store:
+        con = store.cursor()
+        con.execute(f"SET threads = {int(threads)}")
+        rows = con.execute("SELECT count(*) FROM samples").fetchone()
+        timed(run_bandwidth, con, END, cfg)  # warm the cache like a running collector
+        t_bw, bw = timed(run_bandwidth, con, END, cfg)
+        t_q, q = timed(run_quota, con, END, cfg)
+        t_q1, _ = timed(run_quota, con, END, cfg, window=timedelta(days=1))
+        # re-runs of past windows, spread over the 7 days (compacted days included)
+        span = timedelta(days=DAYS) - timedelta(hours=1)
+        past = [END - span * i / reruns for i in range(reruns)]
+        t_re = sum(timed(run_bandwidth, con, t, cfg)[0] for t in past)
+        # full re-analysis: every 5-minute window of the 7 days in one query
+        t_hist, hist = timed(bandwidth_history, con, END - timedelta(days=DAYS), END, cfg)
+        windows = len(hist)  # type: ignore[arg-type]
+        hot_windows = sum(bool(p) for _, p in hist)  # type: ignore[attr-defined]
+    path.unlink()
+    print(
+        f"{gpus} GPUs, {rows[0] if rows else 0:,} IB samples at {STEP_S} s "
+        f"(built in {t_build:.0f} s), threads={threads}: "
+        f"{len(bw.findings)} bandwidth findings, {bw.summary['hot_ports']} hot ports, "  # type: ignore[attr-defined]
+        f"{hot_windows} hot windows, {len(q.findings)} quota findings",  # type: ignore[attr-defined]
+        file=sys.stderr,
+    )
+    return {
+        "samples": rows[0] if rows else 0,
+        "bandwidth_s": t_bw,
+        "rerun_s": t_re / len(past),
+        "history_s": t_hist,
+        "windows": windows,
+        "quota_s": t_q,
+        "quota_1d_s": t_q1,
+    }
+
+
+def run(quick: bool = False) -> list[Figure]:
+    """Quota and bandwidth at 1,000 and 10,000 GPUs (quick: 80 GPUs, 3 past windows)."""
+    sizes, reruns = ((80,), 3) if quick else ((1000, 10_000), 24)
+    figures = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for gpus in sizes:
+            r = measure(gpus, 2, reruns, Path(tmp))
+            what = f"{DAYS} d of {gpus:,} GPUs"
+            figures += [
+                Figure(
+                    f"quota, {what}: scheduled run (7-day window)",
+                    r["quota_s"],
+                    "s",
+                    notes="the full re-analysis is the same query",
+                ),
+                Figure(f"quota, {what}: 1-day window", r["quota_1d_s"], "s"),
+                Figure(
+                    f"bandwidth (IB, NVLink, PCIe), {what}: scheduled run",
+                    r["bandwidth_s"],
+                    "s",
+                    notes=f"IB at {STEP_S} s, {r['samples'] / 1e6:,.0f} M samples",
+                ),
+                Figure(
+                    f"bandwidth, {what}: full re-analysis",
+                    r["history_s"],
+                    "s",
+                    reference=Reference(
+                        f"the same {r['windows']:,.0f} windows as scheduled runs, estimated "
+                        f"from {reruns} past runs",
+                        r["rerun_s"] * r["windows"],
+                        "s",
+                    ),
+                    notes="every 5-minute window of the week in one query",
+                    key=gpus >= 10_000,
+                ),
+            ]
+    return figures
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--gpus", type=int, nargs="+", default=[1000, 10000])
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--gpus", type=int, nargs="+", default=None)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--dir", type=Path, default=None)
     ap.add_argument("--reruns", type=int, default=24, help="past bandwidth windows to re-run")
     args = ap.parse_args()
-    cfg = AnalyticsSettings()
+    if args.gpus is None:
+        print_figures(run(args.quick))
+        return
     with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
         for gpus in args.gpus:
-            path = Path(tmp) / f"bench-{gpus}.duckdb"
-            t_build, _ = timed(build, path, gpus)
-            with Store.open(path, read_only=True) as store:
-                con = store.cursor()
-                con.execute(f"SET threads = {int(args.threads)}")
-                rows = con.execute("SELECT count(*) FROM samples").fetchone()
-                timed(run_bandwidth, con, END, cfg)  # warm the cache like a running collector
-                t_bw, bw = timed(run_bandwidth, con, END, cfg)
-                t_q, q = timed(run_quota, con, END, cfg)
-                t_q1, _ = timed(run_quota, con, END, cfg, window=timedelta(days=1))
-                # re-runs of past windows, spread over the 7 days (compacted days included)
-                span = timedelta(days=DAYS) - timedelta(hours=1)
-                past = [END - span * i / args.reruns for i in range(args.reruns)]
-                t_re = sum(timed(run_bandwidth, con, t, cfg)[0] for t in past)
-                # full re-analysis: every 5-minute window of the 7 days in one query
-                t_hist, hist = timed(bandwidth_history, con, END - timedelta(days=DAYS), END, cfg)
-                windows = len(hist)  # type: ignore[arg-type]
-                hot_windows = sum(bool(p) for _, p in hist)  # type: ignore[attr-defined]
-            print(
-                f"{gpus} GPUs, {rows[0] if rows else 0:,} IB samples at {STEP_S} s "
-                f"(built in {t_build:.0f} s), threads={args.threads}:\n"
-                f"  bandwidth scheduled run {t_bw:.3f} s "
-                f"({len(bw.findings)} findings, {bw.summary['hot_ports']} hot ports)\n"  # type: ignore[attr-defined]
-                f"  bandwidth past windows: {t_re / len(past):.3f} s each "
-                f"({len(past)} over 7 days)\n"
-                f"  bandwidth history, 7 days at 5 min: {t_hist:.1f} s for {windows} windows "
-                f"({hot_windows} with hot ports; {t_re / len(past) * windows:.0f} s as runs)\n"
-                f"  quota 7-day window {t_q:.3f} s ({len(q.findings)} findings), "  # type: ignore[attr-defined]
-                f"1-day window {t_q1:.3f} s"
-            )
+            print(gpus, measure(gpus, args.threads, args.reruns, Path(tmp)))
 
 
 if __name__ == "__main__":

@@ -24,6 +24,7 @@ from pathlib import Path
 from analytics.report import weekly_report
 from analytics.report_data import build_report
 from analytics.report_week import Week
+from bench.figure import Figure
 from collector.store import Store
 from gpuscope.settings import Settings
 
@@ -131,43 +132,76 @@ def build(path: Path, gpus: int) -> None:
         con.execute("CHECKPOINT")
 
 
+def measure(gpus: int, tmp: Path, threads: int = 2) -> dict[str, float]:
+    """Build the store for ``gpus`` and time the report on it."""
+    settings = Settings.model_validate({"report": {"price_per_gpu_hour": 2.0}})
+    path = tmp / f"report-{gpus}.duckdb"
+    t = time.perf_counter()
+    build(path, gpus)
+    t_build = time.perf_counter() - t
+    with Store.open(path, read_only=True) as store:
+        con = store.cursor()
+        con.execute(f"SET threads = {int(threads)}")
+        rows = con.execute("SELECT count(*) FROM samples_5m").fetchone()
+        out = tmp / "out"
+        t = time.perf_counter()
+        result = weekly_report(con, settings, now=NOW, out_dir=out)
+        t_cold = time.perf_counter() - t
+        t = time.perf_counter()
+        result = weekly_report(con, settings, now=NOW, out_dir=out)
+        t_warm = time.perf_counter() - t
+        t = time.perf_counter()
+        report = build_report(con, WEEK, settings, now=NOW)
+        t_data = time.perf_counter() - t
+    return {
+        "build_s": t_build,
+        "rows": float(rows[0] if rows else 0),
+        "cold_s": t_cold,
+        "warm_s": t_warm,
+        "data_s": t_data,
+        "page_kb": result.html.stat().st_size / 1e3,
+        "allocated": report.metric("allocated_gpu_hours"),
+        "idle": report.metric("idle_gpu_hours"),
+        "efficiency": report.metric("efficiency"),
+    }
+
+
+def run(quick: bool = False) -> list[Figure]:
+    """The runner's entry (bench/runner.py): 1,000 and 10,000 GPUs (quick: 200)."""
+    figures: list[Figure] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for gpus in [200] if quick else [1000, 10000]:
+            m = measure(gpus, Path(tmp))
+            label = f"{gpus:,} GPUs, 7 days (and the week before)"
+            figures += [
+                Figure(
+                    f"weekly report, {label}: whole report, first run after opening",
+                    m["cold_s"], "s", aim="< 30 s at 10,000 GPUs" if gpus == 10000 else None,
+                    notes="numbers, charts, HTML, CSV and Parquet", key=gpus == 10000,
+                ),
+                Figure(f"weekly report, {label}: again", m["warm_s"], "s"),
+                Figure(f"weekly report, {label}: the numbers alone", m["data_s"], "s"),
+            ]  # fmt: skip
+    return figures
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--gpus", type=int, nargs="+", default=[1000, 10000])
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--dir", type=Path, default=None)
     args = ap.parse_args()
-    settings = Settings.model_validate({"report": {"price_per_gpu_hour": 2.0}})
     with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
         for gpus in args.gpus:
-            path = Path(tmp) / f"report-{gpus}.duckdb"
-            t = time.perf_counter()
-            build(path, gpus)
-            t_build = time.perf_counter() - t
-            with Store.open(path, read_only=True) as store:
-                con = store.cursor()
-                con.execute(f"SET threads = {int(args.threads)}")
-                rows = con.execute("SELECT count(*) FROM samples_5m").fetchone()
-                out = Path(tmp) / "out"
-                t = time.perf_counter()
-                result = weekly_report(con, settings, now=NOW, out_dir=out)
-                t_cold = time.perf_counter() - t
-                t = time.perf_counter()
-                result = weekly_report(con, settings, now=NOW, out_dir=out)
-                t_warm = time.perf_counter() - t
-                t = time.perf_counter()
-                report = build_report(con, WEEK, settings, now=NOW)
-                t_data = time.perf_counter() - t
-            size = result.html.stat().st_size
+            m = measure(gpus, Path(tmp), args.threads)
             print(
-                f"{gpus} GPUs, 14 days, {rows[0] if rows else 0:,} roll-up rows "
-                f"(built in {t_build:.0f} s), threads={args.threads}:\n"
+                f"{gpus} GPUs, 14 days, {m['rows']:,.0f} roll-up rows "
+                f"(built in {m['build_s']:.0f} s), threads={args.threads}:\n"
                 f"  whole report (numbers, charts, HTML, CSV, Parquet): first run after "
-                f"opening {t_cold:.1f} s, again {t_warm:.1f} s; numbers alone {t_data:.1f} s; "
-                f"page {size / 1e3:.0f} kB\n"
-                f"  allocated {report.metric('allocated_gpu_hours'):,.0f} GPU-h, idle "
-                f"{report.metric('idle_gpu_hours'):,.0f}, efficiency "
-                f"{report.metric('efficiency'):.3f}"
+                f"opening {m['cold_s']:.1f} s, again {m['warm_s']:.1f} s; numbers alone "
+                f"{m['data_s']:.1f} s; page {m['page_kb']:.0f} kB\n"
+                f"  allocated {m['allocated']:,.0f} GPU-h, idle {m['idle']:,.0f}, efficiency "
+                f"{m['efficiency']:.3f}"
             )
 
 

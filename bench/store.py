@@ -17,7 +17,8 @@ Measures
   sorted by (series_id, ts): bytes in used blocks, the file (freed blocks are reused by
   later days, not returned), and a fresh copy.
 
-Run: .venv/bin/python bench/store.py [--gpus 1000] [--hours 24] [--jitter-ms 40]
+Run: .venv/bin/python bench/store.py [--quick] [--gpus 1000] [--hours 24] [--jitter-ms 40]
+(or `python -m bench --only store`)
 """
 
 from __future__ import annotations
@@ -36,6 +37,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import duckdb
 import pyarrow as pa  # type: ignore[import-untyped]
 
+from bench.figure import Figure, Reference, print_figures
+from bench.machine import tool_version
 from collector.batch import Batch
 from collector.store import Store
 
@@ -300,10 +303,101 @@ def prometheus_density(gpus: int, hours: float, jitter_ms: int, workdir: Path) -
     }
 
 
+def run(
+    quick: bool = False,
+    *,
+    gpus: int | None = None,
+    hours: float | None = None,
+    jitter_ms: int = 40,
+    batches: int = 40,
+    density_run: bool = True,
+    prometheus: bool = True,
+) -> list[Figure]:
+    """Ingest rates and bytes per sample beside Prometheus's TSDB on the same series.
+
+    Full: batches of 8 / 1,000 / 10,000 GPUs, and 1,000 GPUs x 24 h for the bytes.
+    Quick: 8 / 1,000 GPUs with a few batches, and 20 GPUs x 2 h.
+    """
+    gpus = gpus or (20 if quick else 1000)
+    hours = hours or (2.0 if quick else 24.0)
+    figures = []
+    with tempfile.TemporaryDirectory(prefix="gpuscope-bench-") as tmp:
+        work = Path(tmp)
+        for size in (8, 1000) if quick else (8, 1000, 10_000):
+            n = min(2000, max(4, batches * 1000 // size))
+            if quick:
+                n = min(n, 50)
+            rate = throughput(size, n, work)
+            per_tx = size * 12
+            figures.append(
+                Figure(
+                    f"store alone, {per_tx:,} samples a transaction"
+                    + (" (one 8-GPU node's scrape)" if size == 8 else ""),
+                    rate / 1e3 if size == 8 else rate / 1e6,
+                    "k samples/s" if size == 8 else "M samples/s",
+                    notes=f"{per_tx / rate * 1e3:.1f} ms a transaction" if size == 8 else "",
+                )
+            )
+        if not density_run:
+            return figures
+        res = density(gpus, hours, jitter_ms, work)
+        prom = prometheus_density(gpus, hours, jitter_ms, work) if prometheus else {}
+    version = tool_version("promtool")
+    where = f"{gpus:,} GPUs x 12 metrics x {hours:g} h at 15 s, {res['samples']:,.0f} samples"
+    best = res["B/sample compacted (used blocks)"]
+
+    def ref(key: str, what: str) -> Reference:
+        if not prom:
+            return Reference.not_installed("promtool" if prometheus else "skipped")
+        return Reference(f"Prometheus {version} TSDB, {what}", prom[key], "B/sample")
+
+    figures += [
+        Figure(
+            "bytes on disk per raw sample after daily compaction (blocks in use)",
+            best,
+            "B/sample",
+            aim="≤ 0.85 × Prometheus",
+            reference=ref("prometheus B/sample (chunks only)", "chunks alone"),
+            notes=where,
+            key=True,
+        ),
+        Figure(
+            "same, beside Prometheus's 2-hour blocks with their indexes",
+            best,
+            "B/sample",
+            reference=ref("prometheus B/sample (blocks)", "blocks as promtool leaves them"),
+        ),
+        Figure(
+            "same, compacted day in a fresh copy",
+            res["B/sample compacted (fresh copy)"],
+            "B/sample",
+        ),
+        Figure(
+            "bytes per raw sample of the day still being written (scrape order)",
+            res["B/sample scrape order (live file)"],
+            "B/sample",
+        ),
+        Figure("daily compaction of that day", res["compact_s"], "s"),
+    ]
+    if prom:
+        figures.append(
+            Figure(
+                "compacted DuckDB / Prometheus chunks, same series",
+                best / prom["prometheus B/sample (chunks only)"],
+                "×",
+                aim="≤ 0.85×",
+                notes="promtool tsdb create-blocks-from openmetrics, same run",
+                key=True,
+            )
+        )
+    return figures
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--gpus", type=int, default=1000, help="GPUs for the bytes/sample run")
-    ap.add_argument("--hours", type=float, default=24.0)
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--gpus", type=int, default=None, help="GPUs for the bytes/sample run")
+    ap.add_argument("--hours", type=float, default=None)
     ap.add_argument("--jitter-ms", type=int, default=40, help="scrape timestamp jitter")
     ap.add_argument("--batches", type=int, default=40, help="batches per throughput run")
     ap.add_argument("--skip-density", action="store_true")
@@ -314,34 +408,17 @@ def main() -> None:
     )
     args = ap.parse_args()
     print(f"duckdb {duckdb.__version__}, {os.cpu_count()} CPUs")
-    with tempfile.TemporaryDirectory(prefix="gpuscope-bench-") as tmp:
-        work = Path(tmp)
-        for gpus in (8, 1000, 10_000):  # one node's scrape; a tick of 1,000 or 10,000 GPUs
-            batches = min(2000, max(4, args.batches * 1000 // gpus))
-            rate = throughput(gpus, batches, work)
-            print(
-                f"ingest, {gpus} GPUs ({gpus * 12} samples) per batch: {rate:,.0f} samples/s, "
-                f"{rate / (gpus * 12):,.0f} batches/s"
-            )
-        if not args.skip_density:
-            res = density(args.gpus, args.hours, args.jitter_ms, work)
-            print(f"density, {args.gpus} GPUs x 12 metrics x {args.hours:g} h at 15 s:")
-            for key, value in res.items():
-                print(f"  {key}: {value:,.3f}" if value < 1000 else f"  {key}: {value:,.0f}")
-            best = res["B/sample compacted (used blocks)"]
-            prom = (
-                {}
-                if args.skip_prometheus
-                else prometheus_density(args.gpus, args.hours, args.jitter_ms, work)
-            )
-            for key, value in prom.items():
-                print(f"  {key}: {value:,.3f}" if value < 1000 else f"  {key}: {value:,.0f}")
-            ref = prom.get("prometheus B/sample (chunks only)", 3.2)
-            where = "measured, chunks only" if prom else "reference"
-            print(
-                f"  compacted vs Prometheus TSDB {ref:.2f} B/sample ({where}): "
-                f"{best / ref:.2f}x (goal <= 0.85x)"
-            )
+    print_figures(
+        run(
+            args.quick,
+            gpus=args.gpus,
+            hours=args.hours,
+            jitter_ms=args.jitter_ms,
+            batches=args.batches,
+            density_run=not args.skip_density,
+            prometheus=not args.skip_prometheus,
+        )
+    )
 
 
 if __name__ == "__main__":
