@@ -24,10 +24,12 @@ def demo(*args: str) -> subprocess.CompletedProcess[str]:
 
 def test_demo_finds_what_the_scenario_planted(tmp_path: Path) -> None:
     """The idle notebooks, the hot rail, the over-quota project, the blocked 4-GPU job and
-    the erroring port are found, from the stored data; a second run refuses the folder."""
-    res = demo("--out", str(tmp_path), "--nodes", "8")
+    the erroring port are found, from the stored data; the alerts reach the local sink; the
+    policies plan as a dry run; the weekly report tells the week of history; a second run
+    refuses the folder. (Two days of history keep the test short; the default is seven.)"""
+    res = demo("--out", str(tmp_path), "--nodes", "8", "--days", "2")
     assert res.returncode == 0, res.stderr
-    assert "[5/5]" in res.stderr and "Traceback" not in res.stderr
+    assert "[7/7]" in res.stderr and "Traceback" not in res.stderr
     out = json.loads((tmp_path / "findings.json").read_text())
     by_kind: dict[str, list[dict[str, object]]] = {}
     for f in out["findings"]:
@@ -42,6 +44,17 @@ def test_demo_finds_what_the_scenario_planted(tmp_path: Path) -> None:
     )
     assert {f["subject"]["node"] for f in by_kind["link_errors"]} == {"gpu-node-07"}  # type: ignore[index]
     assert (tmp_path / "gpuscope.duckdb").is_file()
+    # the alerts engine delivered grouped notifications to the local webhook sink
+    sink = [json.loads(line) for line in (tmp_path / "alerts.log").read_text().splitlines()]
+    alertnames = {a["labels"]["alertname"] for n in sink for a in n["alerts"]}
+    assert {"IdleGpuSession", "ProjectOverQuotaWhileOthersWait"} <= alertnames
+    idle_notes = [n for n in sink if n["groupLabels"].get("alertname") == "IdleGpuSession"]
+    assert len(idle_notes) == 1 and len(idle_notes[0]["alerts"]) == len(idle)  # one message
+    # the weekly report of the week that just ended, from the history
+    [week] = (tmp_path / "reports").iterdir()
+    summary = (week / "summary.md").read_text()
+    assert "Allocated" in summary and (week / "report.html").stat().st_size > 10_000
+    assert (week / "tables" / "projects.csv").is_file()
     # the policies ran as a dry run: the idle notebooks would be stopped after their warning
     # (never the busy one), and the blocked 4-GPU job would get a node freed for it
     runs = json.loads((tmp_path / "actions.json").read_text())
