@@ -132,6 +132,7 @@ def run_demo(
         if days > 0:
             step(2, f"{days:g} days of history through the store's ingest path, every 5 min")
             _fill_week(service, cluster, [u for u, _ in servers], now0.timestamp(), days, origin)
+            service.retention_cycle()  # roll-ups and compaction of the closed days
         # the live data starts where the history ends
         offset[0] = time.time() - now0.timestamp()
         record_simulated_inventory(service, cluster, clock(), origin)
@@ -143,8 +144,7 @@ def run_demo(
             # the intervals between samples (and the rates made of them) are then exact
             time.sleep(1.0 - time.time() % 1.0)
             samples += service.scrape_cycle()
-        step(4, f"{service.store.samples_stored():,} samples stored; roll-ups, every detector")
-        service.retention_cycle()
+        step(4, f"{service.store.samples_stored():,} samples stored; running every detector")
         at = datetime.fromtimestamp(clock(), UTC)
         analyses = analytics_job(service)
         (out / "findings.json").write_text(json.dumps(as_json(analyses), indent=2, default=str))
