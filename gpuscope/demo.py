@@ -236,14 +236,20 @@ def _print_summary(
         print(f"  would {kind}: {', '.join(targets[:3])}{more}")
     print(f"\n{report.summary.strip()}\n")
     config = out / "demo-settings.yaml"  # its short windows, so the hint reproduces it
-    config.write_text(yaml.safe_dump({"analytics": DEMO_ANALYTICS}, sort_keys=False))
+    config.write_text(
+        yaml.safe_dump(
+            {"analytics": DEMO_ANALYTICS, "collector": {"kubernetes": "none"}}, sort_keys=False
+        )
+    )
     print(f"simulated time: {at.strftime('%Y-%m-%d %H:%M:%S')} UTC (history ends there)")
     print(f"database: {db}\nfindings: {out / 'findings.json'}\nactions: {out / 'actions.json'}")
     print(f"report:   {report.html}")
+    when = at.strftime("%Y-%m-%dT%H:%M:%SZ")
     print(
-        f"again, from the database: gpuscope analyze all --db {db} --config {config} "
-        f"--at {at.strftime('%Y-%m-%dT%H:%M:%SZ')}"
+        f"the policies again (a dry run): gpuscope act --db {db} --policy "
+        f"{out / 'demo-policies.yaml'} --config {config} --at {when}"
     )
+    print(f"again, from the database: gpuscope analyze all --db {db} --config {config} --at {when}")
 
 
 def _serve(service: CollectorService) -> None:
