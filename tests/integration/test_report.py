@@ -7,6 +7,7 @@ with a day of missing data, a project with a guarantee and no usage at all.
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -312,3 +313,38 @@ def test_written_report_replaces_the_previous_one_whole(db: Path, tmp_path: Path
         for _ in range(2):
             weekly_report(store.cursor(), Settings(), now=rw.NOW, out_dir=tmp_path)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["2025-W10"]
+
+
+def test_assembled_delivery_sends_the_summary_through_the_alerts_routes(
+    db: Path, tmp_path: Path
+) -> None:
+    """gpuscope/service.py wires the report's delivery to the alerts routes: a route on
+    kind="weekly_report" gets the summary and where the page is, in one message."""
+    from gpuscope.service import AlertsReportDelivery
+    from tests.integration.alert_receivers import receiver
+
+    with receiver() as chat:
+        alerts_file = tmp_path / "alerts.yaml"
+        alerts_file.write_text(
+            "route: {receiver: ops, routes: [{matchers: ['kind=\"weekly_report\"'], receiver: chat}]}\n"
+            "receivers:\n"
+            "  - {name: ops, type: webhook, url: http://127.0.0.1:9/never}\n"
+            f"  - {{name: chat, type: webhook, url: {chat.url}}}\n"
+        )
+        copy = tmp_path / "live.duckdb"
+        copy.write_bytes(db.read_bytes())
+        settings = load_settings(env={}, overrides={
+            "collector": {"db": copy, "kubernetes": "none"},
+            "report": {"out_dir": tmp_path / "reports", "dashboard_url": "https://grafana.example/d/x"},
+            "alerts": {"config_file": alerts_file},
+        })  # fmt: skip
+        svc = CollectorService(settings, clock=rw.NOW.timestamp)
+        try:
+            result = report_job(svc, AlertsReportDelivery(svc))
+        finally:
+            svc.stop()
+        [body] = chat.bodies()
+    [alert] = body["alerts"]
+    text = json.dumps(alert)
+    assert "GPU utilization, week 2025-W10" in text
+    assert str(result.html) in text and "https://grafana.example/d/x" in text
