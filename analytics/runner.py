@@ -45,7 +45,10 @@ def run_on_store(
         cur = store.cursor()
         try:
             if name == "idle":
-                out[name] = run_idle(store, at, a, settings.workloads, persist=persist)
+                out[name] = run_idle(
+                    store, at, a, settings.workloads, persist=persist,
+                    scrape_interval_s=settings.collector.scrape_interval_seconds,
+                )  # fmt: skip
             elif name == "fragmentation":
                 state = state_from_inventory(cur, gpu_indices=gpu_indices_of(cur))
                 out[name] = analyze_fragmentation(state, at=at, settings=a)

@@ -80,7 +80,7 @@ def collector_service(
                 "db": tmp / "gpuscope.duckdb",
                 "targets": [{"url": u} for u in agents],
                 "kubernetes": "none",
-                "scrape_interval_seconds": 1.0,
+                "scrape_interval_seconds": 5.0,  # scraped every second; idle allows 3 intervals
             },
             "analytics": DEMO_ANALYTICS,
         },

@@ -82,7 +82,9 @@ def _settings(db: Path, urls: list[str], listen: str, out: Path) -> Settings:
                 "db": db,
                 "targets": [{"url": u} for u in urls],
                 "kubernetes": "none",
-                "scrape_interval_seconds": 1.0,
+                # the demo scrapes every second itself; 5 s here is what the idle detector
+                # allows between samples (3 intervals) and what --serve schedules
+                "scrape_interval_seconds": 5.0,
                 "listen": listen,
             },
             "analytics": DEMO_ANALYTICS,
@@ -238,7 +240,11 @@ def _print_summary(
     config = out / "demo-settings.yaml"  # its short windows, so the hint reproduces it
     config.write_text(
         yaml.safe_dump(
-            {"analytics": DEMO_ANALYTICS, "collector": {"kubernetes": "none"}}, sort_keys=False
+            {
+                "analytics": DEMO_ANALYTICS,
+                "collector": {"kubernetes": "none", "scrape_interval_seconds": 5.0},
+            },
+            sort_keys=False,
         )
     )
     print(f"simulated time: {at.strftime('%Y-%m-%d %H:%M:%S')} UTC (history ends there)")

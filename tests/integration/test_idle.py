@@ -349,3 +349,20 @@ def test_idle_since_is_within_start_and_at(busy: list[bool], start_tick: int, at
     assert bool(idle) == expect_idle
     for f in idle:
         assert f.since is not None and nb.start <= f.since <= at and f.since == since
+
+
+def test_scheduled_analytics_use_the_collectors_scrape_interval(store: Store) -> None:
+    """A collector scraping every 60 s: the detectors' run (run_on_store, what the service
+    calls) allows 3 of its intervals between samples, so a minute between samples is not
+    missing data and the idle notebook is found (at the 15 s default it would be unknown)."""
+    from analytics.runner import run_on_store
+    from gpuscope.settings import Settings
+
+    nb = Work("alice", "jupyter-alice", "interactive", (A0,))
+    fill(store, [A0], [nb], lambda g, ts: 0.01, step=60)
+    at = END.replace(tzinfo=None)
+    sixty = Settings.model_validate({"collector": {"scrape_interval_seconds": 60}})
+    found = run_on_store(store, at, sixty, ["idle"], persist=False)["idle"]
+    assert [f.kind for f in found.findings] == ["idle_session"]
+    default = run_on_store(store, at, Settings(), ["idle"], persist=False)["idle"]
+    assert default.findings == [] and default.summary["unknown_workloads"] == 1
