@@ -17,6 +17,8 @@ import pytest
 from tests.conftest import free_port
 from tests.integration.helpers import ENV, agent_process, http_server, send, wait_http
 
+REPO = Path(__file__).resolve().parents[2]
+
 pytestmark = pytest.mark.integration
 TOKEN = "s3cret-token-for-tests"
 
@@ -36,7 +38,9 @@ def html_target() -> Iterator[str]:
         yield url + "/metrics"
 
 
-def start_collector(db: Path, targets: list[str], *extra: str) -> tuple[subprocess.Popen[str], str]:
+def start_collector(
+    db: Path, targets: list[str], *extra: str, env_extra: dict[str, str] | None = None
+) -> tuple[subprocess.Popen[str], str]:
     port = free_port()
     args = [
         sys.executable,
@@ -55,6 +59,7 @@ def start_collector(db: Path, targets: list[str], *extra: str) -> tuple[subproce
     for t in targets:
         args += ["--target", t]
     env = {**ENV, "GPUSCOPE_COLLECTOR__API_TOKEN_ENV": "TEST_TOKEN", "TEST_TOKEN": TOKEN}
+    env.update(env_extra or {})
     proc = subprocess.Popen(
         [*args, *extra], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env
     )
@@ -254,3 +259,47 @@ def test_a_busy_listen_address_is_one_line_and_creates_nothing(tmp_path: Path) -
         f"gpuscope collector: cannot listen on 127.0.0.1:{port}: Address already in use"
     ]
     assert not (tmp_path / "b.duckdb").exists()
+
+
+def test_collector_starts_with_policies_and_alerts_and_refuses_a_bad_policy(
+    tmp_path: Path,
+) -> None:
+    """The assembled service reads actions.policy_file and alerts.config_file at start-up:
+    the deployed examples start it (serving the actions and alerts endpoints); a policy
+    file with a bad action stops it with one line and exit 2."""
+    import yaml
+
+    docs = yaml.safe_load_all((REPO / "deploy/collector/collector.yaml").read_text())
+    data = next(d for d in docs if d and d["kind"] == "ConfigMap")["data"]
+    (tmp_path / "policies.yaml").write_text(data["policies.yaml"])
+    (tmp_path / "alerts.yaml").write_text(data["alerts.yaml"])
+    config = tmp_path / "config.yaml"
+    config.write_text(
+        yaml.safe_dump({
+            "actions": {"policy_file": str(tmp_path / "policies.yaml")},
+            "alerts": {"config_file": str(tmp_path / "alerts.yaml")},
+        })
+    )  # fmt: skip
+    secrets = {"SLACK_WEBHOOK_URL": "http://127.0.0.1:9/slack", "PD_ROUTING_KEY": "k" * 32}
+    proc, base = start_collector(
+        tmp_path / "a.duckdb", [], "--config", str(config), env_extra=secrets
+    )
+    try:
+        assert httpx.get(base + "/api/v1/actions", timeout=10).json()["total"] == 0
+        assert httpx.get(base + "/api/v1/alerts", timeout=10).status_code == 200
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+    (tmp_path / "policies.yaml").write_text(
+        "policies: [{name: bad, type: idle, action: explode}]\n"
+    )
+    config.write_text(
+        yaml.safe_dump({
+            "actions": {"policy_file": str(tmp_path / "policies.yaml")},
+            "alerts": {"enabled": False},
+        })
+    )  # fmt: skip
+    res = run_cli("collector", "--kubernetes", "none", "--db", str(tmp_path / "b.duckdb"),
+                  "--config", str(config), "--listen", "127.0.0.1:0")  # fmt: skip
+    assert res.returncode == 2, res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1 and "policies[bad].action" in res.stderr
