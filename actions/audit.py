@@ -71,10 +71,6 @@ class ActionRecord:
     message: str = ""
     actor: str = ACTOR
 
-    @property
-    def action(self) -> str:
-        return self.kind
-
     def as_record(self) -> dict[str, Any]:
         """The stored JSON (``at`` as a datetime; the store writes it as UTC)."""
         out = asdict(self)

@@ -25,7 +25,6 @@ from collections.abc import Callable, Sequence
 
 from actions.executor_core import (
     ACTION_ANNOTATION,
-    ACTS,
     WARNING_ANNOTATION,
     ExecutorCore,
     Notifier,
@@ -37,7 +36,7 @@ from actions.kube import ClusterClient, DisruptionBlocked, NotFound
 from actions.node_freeing import NodeFreeing
 from actions.plan import Step
 
-__all__ = ["ACTS", "Executor", "ExecutorCore", "Notifier", "OwnerNotice", "StopRun"]
+__all__ = ["Executor", "ExecutorCore", "Notifier", "OwnerNotice", "StopRun"]
 
 
 class Executor(NodeFreeing):

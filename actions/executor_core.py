@@ -32,8 +32,6 @@ WARNING_ANNOTATION = "gpuscope.io/idle-warning"
 ACTION_ANNOTATION = "gpuscope.io/action"
 CORDON_ANNOTATION = "gpuscope.io/cordoned-for"
 CORDON_UNTIL_ANNOTATION = "gpuscope.io/cordoned-until"
-#: Steps that count against the rate limit (warnings, cordons and notes do not).
-ACTS = frozenset({"delete", "evict", "stop-notebook", "annotate"})
 
 
 @dataclass(frozen=True, slots=True)

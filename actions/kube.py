@@ -32,9 +32,9 @@ from kubernetes import client
 
 from collector.inventory import (
     InventoryError,
-    KubeInventory,
     RetryPolicy,
     call_with_retry,
+    load_configuration,
     may_pass_later,
 )
 from gpuscope.errors import SourceError
@@ -124,14 +124,12 @@ class ClusterClient:
         if mode.startswith(("http://", "https://")):
             return cls(mode, **kwargs)
         try:
-            inventory = KubeInventory.from_environment()
+            cfg = load_configuration()
         except InventoryError as exc:
             if mode == "auto":
                 log.info("no Kubernetes API; actions plan only reason=%s", exc)
                 return None
             raise KubeError(f"collector.kubernetes={mode}: {exc}") from None
-        cfg = inventory.api_client.configuration
-        inventory.close()
         return cls(cfg, **kwargs)
 
     def close(self) -> None:

@@ -61,8 +61,9 @@ class NodeFreeing(ExecutorCore):
             if held:
                 self._record(cordon, dry, "skipped", f"{held}; {node} left alone")
                 return True
-        if self._over_rate(dry, self.clock()):
-            self._record(cordon, dry, "skipped", self._over_rate(dry, self.clock()))
+        over = self._over_rate(dry, self.clock())
+        if over:
+            self._record(cordon, dry, "skipped", over)
             return False
         if self.client is not None:
             try:

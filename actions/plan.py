@@ -19,7 +19,7 @@ cool-down apart.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -53,9 +53,6 @@ class Step:
     gpu_hours_freed: float | None = None
     #: For stop-notebook: the Kubeflow Notebook that owns the pod.
     notebook: str = ""
-    #: For tolerate: the pod's tolerations now (a merge patch replaces the list).
-    tolerations: tuple[Mapping[str, Any], ...] = ()
-    extra: Mapping[str, Any] = field(default_factory=dict)
 
 
 def idle_key(policy: Policy, pod: PodInfo) -> str:
@@ -83,7 +80,7 @@ def _selected(
     pod = pods.get(f"{ns}/{name}")
     if pod is None or not pod.uid or pod.node is None:
         return None  # not in the inventory (yet): nothing to check the UID against
-    if ns in protected or pod.protected or pod.labels.get("gpuscope.io/protect") == "true":
+    if ns in protected or pod.protected:  # the label and annotation set pod.protected
         return None
     if pod.kind != WorkloadKind.INTERACTIVE:
         return None  # batch workloads are never idle-killed

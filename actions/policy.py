@@ -19,10 +19,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from gpuscope.errors import ConfigError
+from gpuscope.settings import read_yaml_file
 
 PolicyType = Literal["idle", "time_limit", "consolidation"]
 IdleAction = Literal["delete", "evict", "stop-notebook", "annotate"]
@@ -115,16 +115,4 @@ def parse_policies(data: Any, where: str = "policy file") -> list[Policy]:
 
 def load_policies(path: Path) -> list[Policy]:
     """Policies from a YAML file; a missing or malformed file is one ConfigError line."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ConfigError(f"policy file {path} does not exist") from None
-    except OSError as exc:
-        raise ConfigError(f"policy file {path} cannot be read: {exc.strerror}") from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark is not None else ""
-        raise ConfigError(f"policy file {path} is not valid YAML{where}") from None
-    return parse_policies(data, f"policy file {path}")
+    return parse_policies(read_yaml_file(path, "policy file"), f"policy file {path}")

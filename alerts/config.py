@@ -31,6 +31,7 @@ from pydantic import (
 
 from alerts.matchers import Matcher, parse_matchers
 from gpuscope.errors import ConfigError
+from gpuscope.settings import read_yaml_file
 
 _UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d|w)")
@@ -269,18 +270,7 @@ def default_config() -> AlertsConfig:
 
 
 def _read_yaml(path: Path) -> Mapping[str, Any]:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ConfigError(f"alerts config {path} does not exist") from None
-    except OSError as exc:
-        raise ConfigError(f"alerts config {path} cannot be read: {exc.strerror}") from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark is not None else ""
-        raise ConfigError(f"alerts config {path} is not valid YAML{where}") from None
+    data = read_yaml_file(path, "alerts config")
     if data is None:
         return {}
     if not isinstance(data, Mapping):

@@ -56,6 +56,8 @@ __all__ = [
     "QuotaInfo",
     "RetryPolicy",
     "call_with_retry",
+    "load_configuration",
+    "may_pass_later",
     "node_from_json",
     "pod_from_json",
     "quota_from_clusterqueue",
@@ -137,6 +139,25 @@ def call_with_retry(
     raise AssertionError("unreachable")  # pragma: no cover
 
 
+def load_configuration(
+    *, kubeconfig: str | None = None, context: str | None = None
+) -> client.Configuration:
+    """The API server and credentials: the in-cluster service account when running in a
+    pod, else the kubeconfig. Shared by the inventory and the actions' client."""
+    cfg = client.Configuration()
+    try:
+        if kubeconfig is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
+            config.load_incluster_config(client_configuration=cfg)
+        else:
+            config.load_kube_config(
+                config_file=kubeconfig, context=context, client_configuration=cfg
+            )
+    except (config.ConfigException, OSError, ValueError, KeyError, TypeError) as exc:
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise InventoryError(f"no usable Kubernetes configuration: {first}") from None
+    return cfg
+
+
 # -- the inventory ----------------------------------------------------------------------------
 class KubeInventory:
     """Nodes, pods and quotas of one cluster, kept current by list and watch."""
@@ -177,18 +198,7 @@ class KubeInventory:
         cls, *, kubeconfig: str | None = None, context: str | None = None, **kwargs: Any
     ) -> KubeInventory:
         """In-cluster service account when running in a pod, else the kubeconfig."""
-        cfg = client.Configuration()
-        try:
-            if kubeconfig is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
-                config.load_incluster_config(client_configuration=cfg)
-            else:
-                config.load_kube_config(
-                    config_file=kubeconfig, context=context, client_configuration=cfg
-                )
-        except (config.ConfigException, OSError, ValueError, KeyError, TypeError) as exc:
-            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-            raise InventoryError(f"no usable Kubernetes configuration: {first}") from None
-        return cls(cfg, **kwargs)
+        return cls(load_configuration(kubeconfig=kubeconfig, context=context), **kwargs)
 
     @property
     def api_client(self) -> client.ApiClient:

@@ -24,12 +24,11 @@ import httpx
 from prometheus_client.exposition import MetricsHandler
 from prometheus_client.registry import CollectorRegistry
 
-from agent.exposition import AgentCollector
-from agent.server import AgentHttpServer
-from agent.sim import SimAttributor, SimGpuSource, SimIbSource, scenario_clock
+from agent.sim import scenario_clock
 from collector.service import CollectorService
 from gpuscope.demo import DEMO_ANALYTICS
 from gpuscope.demo_parts import record_simulated_inventory
+from gpuscope.demo_parts import start_agents as demo_agents
 from gpuscope.errors import UserError
 from gpuscope.service import analytics_job
 from gpuscope.settings import load_settings
@@ -48,23 +47,15 @@ class Stack:
 
 
 def start_agents(cluster: SimulatedCluster, stack: ExitStack, clock: Clock) -> list[str]:
-    """One agent HTTP server per simulated node, on the scenario's timeline of ``clock``."""
-    timeline = scenario_clock(cluster.scenario, now=clock)
+    """The demo's agents (one HTTP server per simulated node, on the scenario's timeline of
+    ``clock``), stopped when ``stack`` closes."""
     urls = []
-    for node in cluster.node_names:
-        collector = AgentCollector(
-            node,
-            SimGpuSource(cluster, node, timeline),
-            SimIbSource(cluster, node, timeline),
-            SimAttributor(cluster, node, timeline),
-        )
-        registry = CollectorRegistry(auto_describe=False)
-        registry.register(collector)
-        server = AgentHttpServer(("127.0.0.1", 0), registry, collector)
-        server.start_in_thread()
+    for url, server in demo_agents(
+        cluster, cluster.node_names, scenario_clock(cluster.scenario, now=clock)
+    ):
         stack.callback(server.server_close)
         stack.callback(server.shutdown)
-        urls.append(f"http://127.0.0.1:{server.server_address[1]}/metrics")
+        urls.append(url)
     return urls
 
 

@@ -232,10 +232,8 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
     else:
         if args.db is None:
             raise UserError("give --db PATH (or --nodes FILE --pods FILE for fragmentation)")
-        from collector.store import Store
-
         which = list(DETECTORS) if args.what == "all" else [args.what]
-        with _open_read_only(Store, args.db) as store:
+        with open_store(args.db) as store:
             analyses = run_on_store(store, at, settings, which, persist=False)
     if args.json:
         print(json.dumps(as_json(analyses), indent=2, default=str))
@@ -244,16 +242,24 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
     return 0
 
 
-def _open_read_only(store_cls: Any, path: Path) -> Any:
+def open_store(
+    path: Path,
+    *,
+    read_only: bool = True,
+    busy: str = "analyse a copy of it, or use the collector's API",
+) -> Any:
+    """The database for a CLI command, with one clear line when a running collector holds
+    it (``busy`` says what to do instead) or it cannot be opened."""
     import duckdb
 
+    from collector.store import Store
+
     try:
-        return store_cls.open(path, read_only=True)
+        return Store.open(path, read_only=read_only)
     except duckdb.IOException as exc:
         if "lock" in str(exc).lower():
             raise UserError(
-                f"{path} is in use by another process (a running collector?): analyse a "
-                "copy of it, or use the collector's API"
+                f"{path} is in use by another process (a running collector?): {busy}"
             ) from None
         raise UserError(f"cannot open {path}: {str(exc).splitlines()[0]}") from None
 

@@ -36,12 +36,10 @@ def add_act_parser(
 
 
 def run_act(args: argparse.Namespace, at: object) -> int:
-    import duckdb
-
     from actions.kube import ClusterClient, KubeError
     from actions.policy import load_policies
     from actions.runner import run_policies
-    from collector.store import Store
+    from gpuscope.cli import open_store
 
     settings = load_settings(args.config)
     policies = load_policies(args.policy)
@@ -58,15 +56,11 @@ def run_act(args: argparse.Namespace, at: object) -> int:
             "--execute needs a Kubernetes API (collector.kubernetes: in-cluster, kubeconfig "
             "or a URL); without one, run without --execute to plan"
         )
-    try:
-        store = Store.open(args.db)
-    except duckdb.IOException as exc:
-        if "lock" in str(exc).lower():
-            raise UserError(
-                f"{args.db} is in use by a running collector: its schedule runs the policies "
-                "(actions.policy_file)"
-            ) from None
-        raise UserError(f"cannot open {args.db}: {str(exc).splitlines()[0]}") from None
+    store = open_store(
+        args.db,
+        read_only=False,
+        busy="its schedule runs the policies (actions.policy_file)",
+    )
     try:
         run = run_policies(
             store,

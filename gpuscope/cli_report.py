@@ -40,8 +40,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     """Write the report and print its chat summary (which names the HTML file)."""
     from analytics.report import weekly_report
     from analytics.report_week import Week
-    from collector.store import Store
-    from gpuscope.cli import _open_read_only
+    from gpuscope.cli import open_store
     from gpuscope.errors import UserError
 
     settings = load_settings(args.config)
@@ -49,7 +48,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     db = args.db if args.db is not None else settings.collector.db
     if not Path(db).exists():
         raise UserError(f"database {db} does not exist")
-    with _open_read_only(Store, db) as store:
+    with open_store(db) as store:
         cur = store.cursor()
         try:
             result = weekly_report(

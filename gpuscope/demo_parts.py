@@ -13,6 +13,7 @@ import threading
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
@@ -115,9 +116,7 @@ class AlertSink:
 def demo_alerts_config(sink_url: str, out: Path) -> Path:
     """An alerts config routing everything to the local sink; the shipped rules with their
     ``for`` durations cut to 0, as the analysis windows are cut to fit the demo's minutes."""
-    shipped = yaml.safe_load(
-        (Path(__file__).resolve().parents[1] / "alerts" / "default_rules.yaml").read_text()
-    )
+    shipped = yaml.safe_load(files("alerts").joinpath("default_rules.yaml").read_text("utf-8"))
     rules = [{**r, "for": "0s"} for r in shipped["rules"] if r.get("type") == "finding"]
     config = {
         "route": {"receiver": "local-sink", "group_by": ["alertname", "namespace"]},

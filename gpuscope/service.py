@@ -26,6 +26,7 @@ from gpuscope.settings import Settings
 if TYPE_CHECKING:
     from actions.executor import OwnerNotice
     from alerts.engine import AlertsEngine
+    from alerts.model import Severity
 
 log = logging.getLogger(__name__)
 
@@ -99,9 +100,11 @@ def add_analytics(service: CollectorService) -> None:
     )
 
 
-class AlertsOwnerNotifier:
-    """The actions executor's :class:`~actions.executor.Notifier` over the alerts routes: a
-    warning to a workload's owner goes where its labels (namespace, pod, policy) route."""
+class AlertsNotices:
+    """One-off messages through the alerts routes (their labels pick the receiver): the
+    actions executor's warnings to a workload's owner (its
+    :class:`~actions.executor.Notifier`), and each weekly report's summary and where the page
+    is (a route matching ``kind="weekly_report"`` picks the chat channel)."""
 
     def __init__(self, service: CollectorService) -> None:
         from alerts.config import load_alerts_config
@@ -109,20 +112,28 @@ class AlertsOwnerNotifier:
         self._service = service
         self._config = load_alerts_config(service.settings.alerts.config_file)
 
-    def notify(self, notice: OwnerNotice) -> bool:
+    def _send(self, title: str, text: str, labels: dict[str, str], severity: Severity) -> bool:
         from alerts.model import Notice
         from alerts.notify import send_notice
 
         outcomes = send_notice(
             self._config,
-            Notice(notice.title, notice.text, dict(notice.labels), "warning"),
+            Notice(title, text, labels, severity),
             clock=self._service.clock,
             on_attempt=lambda a: self._service.store.record_deliveries([a]),
         )
         return any(o.ok for o in outcomes)
 
+    def notify(self, notice: OwnerNotice) -> bool:
+        return self._send(notice.title, notice.text, dict(notice.labels), "warning")
 
-def add_actions(service: CollectorService) -> None:
+    def deliver_report(self, summary: str, html: Path) -> None:
+        link = self._service.settings.report.dashboard_url
+        text = f"{summary}\n\nReport: {html}" + (f"\nDashboards: {link}" if link else "")
+        self._send("Weekly GPU utilization report", text, {"kind": "weekly_report"}, "info")
+
+
+def add_actions(service: CollectorService, notices: AlertsNotices | None = None) -> None:
     """The action policies on their schedule, when ``actions.policy_file`` is set. The file
     is read now, so a malformed one stops the start with one line."""
     from actions.kube import ClusterClient, KubeError
@@ -138,13 +149,12 @@ def add_actions(service: CollectorService) -> None:
         client = ClusterClient.from_setting(service.settings.collector.kubernetes)
     except KubeError as exc:
         raise UserError(str(exc)) from None
-    notifier = AlertsOwnerNotifier(service) if service.settings.alerts.enabled else None
 
     def job() -> None:
         at = datetime.fromtimestamp(service.clock(), UTC)
         run = run_policies(
             service.store, policies, service.settings, client=client,
-            execute=cfg.execute and client is not None, at=at, notifier=notifier,
+            execute=cfg.execute and client is not None, at=at, notifier=notices,
         )  # fmt: skip
         for rec in run.records:
             service.metrics.actions.labels(rec.kind, rec.result, str(rec.dry_run).lower()).inc()
@@ -198,37 +208,14 @@ def add_report(service: CollectorService, deliver: Deliver | None = None) -> Non
     )
 
 
-class AlertsReportDelivery:
-    """Sends each weekly report's summary (and where the page is) through the alerts routes:
-    a route matching ``kind="weekly_report"`` picks the chat channel."""
-
-    def __init__(self, service: CollectorService) -> None:
-        from alerts.config import load_alerts_config
-
-        self._service = service
-        self._config = load_alerts_config(service.settings.alerts.config_file)
-
-    def __call__(self, summary: str, html: Path) -> None:
-        from alerts.model import Notice
-        from alerts.notify import send_notice
-
-        link = self._service.settings.report.dashboard_url
-        text = f"{summary}\n\nReport: {html}" + (f"\nDashboards: {link}" if link else "")
-        send_notice(
-            self._config,
-            Notice("Weekly GPU utilization report", text, {"kind": "weekly_report"}, "info"),
-            clock=self._service.clock,
-            on_attempt=lambda a: self._service.store.record_deliveries([a]),
-        )
-
-
 def extend_service(service: CollectorService, deliver: Deliver | None = None) -> None:
     """Everything above the collector: analytics (and the alerts after each run), the
     actions that read their findings, and the weekly report."""
     add_analytics(service)
-    add_actions(service)
-    if deliver is None and service.settings.alerts.enabled:
-        deliver = AlertsReportDelivery(service)
+    notices = AlertsNotices(service) if service.settings.alerts.enabled else None
+    add_actions(service, notices)
+    if deliver is None and notices is not None:
+        deliver = notices.deliver_report
     add_report(service, deliver)
 
 

@@ -272,19 +272,26 @@ class Settings(_Section):
     report: ReportSettings = Field(default_factory=ReportSettings)
 
 
-def _read_file(path: Path) -> dict[str, Any]:
+def read_yaml_file(path: Path, what: str) -> Any:
+    """The YAML document in ``path`` (None when empty); a missing, unreadable or malformed
+    file is one :class:`ConfigError` line naming ``what`` it is ("config file", "policy
+    file", ...). Shared by every YAML file gpuscope reads, so they fail alike."""
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise ConfigError(f"config file {path} does not exist") from None
+        raise ConfigError(f"{what} {path} does not exist") from None
     except OSError as exc:
-        raise ConfigError(f"config file {path} cannot be read: {exc.strerror}") from None
+        raise ConfigError(f"{what} {path} cannot be read: {exc.strerror}") from None
     try:
-        data = yaml.safe_load(text)
+        return yaml.safe_load(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark is not None else ""
-        raise ConfigError(f"config file {path} is not valid YAML{where}") from None
+        raise ConfigError(f"{what} {path} is not valid YAML{where}") from None
+
+
+def _read_file(path: Path) -> dict[str, Any]:
+    data = read_yaml_file(path, "config file")
     if data is None:
         return {}
     if not isinstance(data, dict):

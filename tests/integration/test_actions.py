@@ -350,11 +350,6 @@ def test_rate_limit_caps_acts_per_hour(cluster: Cluster) -> None:
     assert any("rate limit" in r.message for r in run.records)
 
 
-def test_batch_workloads_are_never_idle_killed(cluster: Cluster) -> None:
-    run = cluster.run([idle_policy(namespaces=["ml"])], execute=True)
-    assert "train-0" not in {r.pod for r in run.records}
-
-
 # -- consolidation ------------------------------------------------------------------------------
 @pytest.fixture
 def packed(cluster: Cluster) -> Cluster:

@@ -320,7 +320,7 @@ def test_assembled_delivery_sends_the_summary_through_the_alerts_routes(
 ) -> None:
     """gpuscope/service.py wires the report's delivery to the alerts routes: a route on
     kind="weekly_report" gets the summary and where the page is, in one message."""
-    from gpuscope.service import AlertsReportDelivery
+    from gpuscope.service import AlertsNotices
     from tests.integration.alert_receivers import receiver
 
     with receiver() as chat:
@@ -340,7 +340,7 @@ def test_assembled_delivery_sends_the_summary_through_the_alerts_routes(
         })  # fmt: skip
         svc = CollectorService(settings, clock=rw.NOW.timestamp)
         try:
-            result = report_job(svc, AlertsReportDelivery(svc))
+            result = report_job(svc, AlertsNotices(svc).deliver_report)
         finally:
             svc.stop()
         [body] = chat.bodies()
