@@ -152,11 +152,15 @@ def manifests(values: dict[str, Any] | None = None) -> dict[Path, str]:
 
 def stale() -> list[Path]:
     """Chart copies and plain manifests that are missing or differ from a fresh render."""
-    out = [c for c, s in chart_sources().items() if not c.exists() or c.read_bytes() != s.read_bytes()]
+    out = [
+        c for c, s in chart_sources().items() if not c.exists() or c.read_bytes() != s.read_bytes()
+    ]
     if out:
         return out  # the render would read the stale copies
     return [
-        p for p, text in manifests().items() if not p.exists() or p.read_text(encoding="utf-8") != text
+        p
+        for p, text in manifests().items()
+        if not p.exists() or p.read_text(encoding="utf-8") != text
     ]
 
 
@@ -168,7 +172,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.check:
             bad = stale()
             for p in bad:
-                print(f"stale: {p.relative_to(ROOT)} (run scripts/render-manifests)", file=sys.stderr)
+                print(
+                    f"stale: {p.relative_to(ROOT)} (run scripts/render-manifests)", file=sys.stderr
+                )
             return 1 if bad else 0
         for p in sync_chart_files():
             print(p.relative_to(ROOT))

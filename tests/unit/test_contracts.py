@@ -64,7 +64,11 @@ def test_every_setting_is_documented() -> None:
 
 @pytest.mark.parametrize(
     "path",
-    [p for p in sorted((REPO / "deploy").rglob("*.yaml")) if "helm" not in p.relative_to(REPO).parts],
+    [
+        p
+        for p in sorted((REPO / "deploy").rglob("*.yaml"))
+        if "helm" not in p.relative_to(REPO).parts
+    ],
     ids=lambda p: str(p.relative_to(REPO)),
 )
 def test_manifests_validate_against_kubernetes_schemas(path: Path) -> None:

@@ -561,7 +561,9 @@ def test_load_dcgm_bindings_missing_folder_is_source_error(tmp_path: Path) -> No
 
 
 @pytest.mark.usefixtures("clean_modules")
-@pytest.mark.parametrize(("value", "hostname"), [("10.1.2.3:5555", "10.1.2.3:5555"), ("embedded", None)])
+@pytest.mark.parametrize(
+    ("value", "hostname"), [("10.1.2.3:5555", "10.1.2.3:5555"), ("embedded", None)]
+)
 def test_the_agent_connects_to_the_configured_hostengine(
     tmp_path: Path, value: str, hostname: str | None
 ) -> None:
