@@ -192,8 +192,25 @@ def test_the_other_dcgm_sources() -> None:
 
     agent = _agent_settings(container(rendered(COMBOS["nvml-only"]), "DaemonSet")).agent
     assert (agent.gpu_source, agent.dcgm_exporter_url) == ("nvml", "")
-    with pytest.raises(RenderError, match=r"dcgm\.source must be exporter, hostengine or none"):
+    with pytest.raises(RenderError, match="at '/dcgm/source': value must be one of 'exporter'"):
         render({"dcgm": {"source": "dcgm-exporter"}})
+
+
+@pytest.mark.parametrize(
+    ("values", "where"),
+    [
+        ({"dcgm": {"sorce": "none"}}, "/dcgm"),  # a misspelt key is not silently ignored
+        (
+            {"monitoring": {"serviceMonitors": {"honorLabels": "yes"}}},
+            "/monitoring/serviceMonitors",
+        ),
+        ({"apiToken": {"key": ""}}, "/apiToken/key"),
+    ],
+)
+def test_values_outside_the_schema_stop_the_render(values: dict[str, Any], where: str) -> None:
+    """values.schema.json: Helm refuses the values with one message naming the key."""
+    with pytest.raises(RenderError, match=f"at '{where}"):
+        render(values)
 
 
 def test_the_collector_config_and_args_are_what_the_collector_accepts() -> None:
