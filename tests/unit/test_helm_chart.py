@@ -124,6 +124,47 @@ def test_the_token_is_generated_at_install_never_shipped() -> None:
     assert config["collector"]["api_token_file"] == "/etc/gpuscope/secret/token"
 
 
+PROBE = """
+{{- $site := dict "api-token" (b64enc "kept-token-of-the-install") "slack-webhook-url" (b64enc "https://hooks.example/x") }}
+apiVersion: v1
+kind: Secret
+metadata: {name: upgrade}
+data:
+  {{- include "gpuscope.tokenSecretData" (dict "live" (dict "data" $site) "key" "api-token") | nindent 2 }}
+---
+apiVersion: v1
+kind: Secret
+metadata: {name: no-token-yet}
+data:
+  {{- include "gpuscope.tokenSecretData" (dict "live" (dict "data" (omit $site "api-token")) "key" "api-token") | nindent 2 }}
+"""
+
+
+def test_an_upgrade_keeps_the_live_token_and_the_keys_a_site_added(tmp_path: Path) -> None:
+    """What the Secret template does with the Secret `lookup` returns on upgrade (offline,
+    lookup finds nothing; a probe template on a copy of the chart hands the same helper a
+    live Secret): its data is kept as it is; a token is added only where none is."""
+    import base64
+    import shutil
+
+    chart = tmp_path / "gpuscope"
+    shutil.copytree(CHART, chart)
+    (chart / "templates" / "probe.yaml").write_text(PROBE)
+    docs = {
+        d["metadata"]["name"]: d["data"]
+        for d in objects(render({}, chart=chart))
+        if d["kind"] == "Secret"
+    }
+    kept = {k: base64.b64decode(v).decode() for k, v in docs["upgrade"].items()}
+    assert kept == {
+        "api-token": "kept-token-of-the-install",
+        "slack-webhook-url": "https://hooks.example/x",
+    }
+    added = {k: base64.b64decode(v).decode() for k, v in docs["no-token-yet"].items()}
+    assert added["slack-webhook-url"] == "https://hooks.example/x"
+    assert len(added["api-token"]) == 48
+
+
 def test_the_plain_manifests_hold_no_secret() -> None:
     """The kubectl path has the site create the token Secret (docs/quickstart.md)."""
     assert not [d for d in rendered(PLAIN_VALUES) if d["kind"] == "Secret"]

@@ -56,3 +56,14 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- printf "http://%s-dcgm-exporter-local.%s.svc:%d%s" (include "gpuscope.fullname" .) $e.namespace (int $e.port) $e.path -}}
 {{- end -}}
 {{- end -}}
+
+{{/* The token Secret's data: the live Secret's (found by lookup on upgrade), so neither the
+token nor keys a site added change; a new random token where there is none. Arguments:
+"live", the Secret lookup returned (empty at install and in `helm template`), "key". */}}
+{{- define "gpuscope.tokenSecretData" -}}
+{{- $data := deepCopy ((index .live "data") | default dict) -}}
+{{- if not (index $data .key) -}}
+{{- $_ := set $data .key (randAlphaNum 48 | b64enc) -}}
+{{- end -}}
+{{- toYaml $data -}}
+{{- end -}}
