@@ -71,7 +71,8 @@ def _dcgm_source(settings: AgentSettings) -> GpuSource:
     except SourceError as exc:
         log.warning("NVML unavailable beside DCGM; no process list error=%s", exc)
         base = None
-    return DcgmSource.from_bindings(settings.dcgm_bindings_path, base=base)
+    hostengine = None if settings.dcgm_hostengine == "embedded" else settings.dcgm_hostengine
+    return DcgmSource.from_bindings(settings.dcgm_bindings_path, base=base, hostname=hostengine)
 
 
 def _gpu_source(settings: AgentSettings) -> GpuSource:

@@ -1,9 +1,10 @@
 """Writes the Grafana dashboards' JSON and their provisioning from the Python definitions.
 
-``python -m dashboards.build`` writes ``dashboards/*.json``, the Grafana file-provisioning
-provider ``dashboards/provisioning/gpuscope.yml`` and the Kubernetes ConfigMaps in
-``deploy/grafana/``; ``--check`` writes nothing and exits 1 when a committed file differs
-from what the definitions give (a test runs it, so the JSON and the source stay in step).
+``python -m dashboards.build`` writes ``dashboards/*.json`` and the Grafana file-provisioning
+provider ``dashboards/provisioning/gpuscope.yml``; ``--check`` writes nothing and exits 1
+when a committed file differs from what the definitions give (a test runs it, so the JSON
+and the source stay in step). The Kubernetes ConfigMaps in ``deploy/grafana/`` come from the
+Helm chart, which carries these files: run ``scripts/render-manifests`` after this.
 """
 
 from __future__ import annotations
@@ -59,50 +60,11 @@ def json_text(d: Dashboard) -> str:
     return json.dumps(dashboard_json(d), indent=2, ensure_ascii=False) + "\n"
 
 
-class _Literal(str):
-    """A string YAML writes as a literal block, so the ConfigMap reads like the file."""
-
-
-def _literal(dumper: yaml.SafeDumper, text: _Literal) -> yaml.Node:
-    return dumper.represent_scalar("tag:yaml.org,2002:str", str(text), style="|")
-
-
-class _Dumper(yaml.SafeDumper):
-    pass
-
-
-_Dumper.add_representer(_Literal, _literal)
-
-
-def _config_map(name: str, data: dict[str, str], labels: dict[str, str]) -> str:
-    doc = {
-        "apiVersion": "v1",
-        "kind": "ConfigMap",
-        "metadata": {
-            "name": name,
-            "namespace": "gpuscope",
-            "labels": {"app.kubernetes.io/name": "gpuscope", **labels},
-        },
-        "data": {k: _Literal(v) for k, v in data.items()},
-    }
-    return yaml.dump(doc, Dumper=_Dumper, sort_keys=False, width=1000)
-
-
 def outputs() -> dict[Path, str]:
     """Every generated file and its content."""
     files = {ROOT / "dashboards" / f"{d.uid}.json": json_text(d) for d in all_dashboards()}
     provider = yaml.safe_dump(PROVIDER, sort_keys=False)
     files[ROOT / "dashboards" / "provisioning" / "gpuscope.yml"] = HEADER + provider
-    # the Grafana Helm chart's sidecar picks up ConfigMaps labelled grafana_dashboard=1;
-    # without it, mount this one at MOUNT and the provider below in provisioning/dashboards
-    dashboards_cm = _config_map(
-        "gpuscope-grafana-dashboards",
-        {path.name: text for path, text in files.items() if path.suffix == ".json"},
-        {"grafana_dashboard": "1"},
-    )
-    provider_cm = _config_map("gpuscope-grafana-provider", {"gpuscope.yml": provider}, {})
-    files[ROOT / "deploy" / "grafana" / "dashboards.yaml"] = HEADER + dashboards_cm
-    files[ROOT / "deploy" / "grafana" / "provider.yaml"] = HEADER + provider_cm
     return files
 
 
@@ -128,6 +90,7 @@ def main(argv: list[str] | None = None) -> int:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text, encoding="utf-8")
         print(path.relative_to(ROOT))
+    print("now run scripts/render-manifests (the Helm chart carries these files)")
     return 0
 
 

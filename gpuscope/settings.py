@@ -71,6 +71,9 @@ class AgentSettings(_Section):
     #: A local dcgm-exporter to read instead of DCGM's bindings, e.g. http://localhost:9400/metrics.
     dcgm_exporter_url: str = ""
     dcgm_bindings_path: Path = Path("/usr/local/dcgm/bindings/python3")
+    #: nv-hostengine's address for DCGM's bindings (``host`` or ``host:port``, port 5555 by
+    #: default); ``embedded`` starts a host engine inside the agent.
+    dcgm_hostengine: str = "localhost"
     #: Where pod metadata (labels, owner) comes from: the API server, or nowhere.
     pod_metadata: Literal["apiserver", "none"] = "apiserver"
     pod_metadata_ttl_seconds: float = Field(default=30.0, gt=0)

@@ -558,3 +558,27 @@ def test_load_dcgm_bindings_missing_folder_is_source_error(tmp_path: Path) -> No
     missing = tmp_path / "no-dcgm"
     with pytest.raises(SourceError, match="DCGM bindings not found under"):
         load_dcgm_bindings(missing)
+
+
+@pytest.mark.usefixtures("clean_modules")
+@pytest.mark.parametrize(
+    ("value", "hostname"), [("10.1.2.3:5555", "10.1.2.3:5555"), ("embedded", None)]
+)
+def test_the_agent_connects_to_the_configured_hostengine(
+    tmp_path: Path, value: str, hostname: str | None
+) -> None:
+    """GPUSCOPE_AGENT__DCGM_HOSTENGINE (what the Helm chart sets to the node's address) reaches
+    DcgmReader; "embedded" asks for a host engine inside the agent (hostname None)."""
+    from agent.build import _dcgm_source
+    from gpuscope.settings import load_settings
+
+    for name, text in _FAKE_BINDINGS.items():
+        (tmp_path / name).write_text(text)
+    env = {
+        "GPUSCOPE_AGENT__DCGM_HOSTENGINE": value,
+        "GPUSCOPE_AGENT__DCGM_BINDINGS_PATH": str(tmp_path),
+    }
+    source = _dcgm_source(load_settings(env=env).agent)
+    source.read()
+    ((made_for, *_),) = sys.modules["DcgmReader"].made
+    assert made_for == hostname

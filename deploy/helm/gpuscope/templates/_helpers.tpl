@@ -1,0 +1,69 @@
+{{/* Names start with fullnameOverride ("gpuscope"), not the release name: the rules and
+dashboards name the jobs gpuscope-agent and gpuscope-collector. */}}
+{{- define "gpuscope.fullname" -}}
+{{- .Values.fullnameOverride | default .Chart.Name | trunc 50 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "gpuscope.agentName" -}}
+{{- printf "%s-agent" (include "gpuscope.fullname" .) -}}
+{{- end -}}
+
+{{- define "gpuscope.collectorName" -}}
+{{- printf "%s-collector" (include "gpuscope.fullname" .) -}}
+{{- end -}}
+
+{{/* The Secret holding the API token: the site's, or the one the chart generates. */}}
+{{- define "gpuscope.secretName" -}}
+{{- .Values.apiToken.existingSecret | default (include "gpuscope.collectorName" .) -}}
+{{- end -}}
+
+{{- define "gpuscope.selectorLabels" -}}
+app.kubernetes.io/name: gpuscope
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "gpuscope.labels" -}}
+{{ include "gpuscope.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
+{{- end -}}
+
+{{/* Labels for the Prometheus Operator objects: the release label its selectors match. */}}
+{{- define "gpuscope.monitoringLabels" -}}
+{{- $labels := deepCopy (.Values.monitoring.labels | default dict) -}}
+{{- with .Values.monitoring.release }}{{ $_ := set $labels "release" . }}{{ end -}}
+{{- if $labels }}{{ toYaml $labels }}{{ end -}}
+{{- end -}}
+
+{{- define "gpuscope.image" -}}
+{{- $root := index . 0 -}}
+{{- $repository := index . 1 -}}
+{{- $tag := $root.Values.image.tag | default $root.Chart.AppVersion -}}
+{{- with $root.Values.image.registry -}}
+{{- printf "%s/%s:%s" (trimSuffix "/" .) $repository $tag -}}
+{{- else -}}
+{{- printf "%s:%s" $repository $tag -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The dcgm-exporter page the agent reads: the site's URL, or the node-local Service. */}}
+{{- define "gpuscope.dcgmExporterUrl" -}}
+{{- $e := .Values.dcgm.exporter -}}
+{{- if $e.url -}}
+{{- $e.url -}}
+{{- else -}}
+{{- printf "http://%s-dcgm-exporter-local.%s.svc:%d%s" (include "gpuscope.fullname" .) $e.namespace (int $e.port) $e.path -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The token Secret's data: the live Secret's (found by lookup on upgrade), so neither the
+token nor keys a site added change; a new random token where there is none. Arguments:
+"live", the Secret lookup returned (empty at install and in `helm template`), "key". */}}
+{{- define "gpuscope.tokenSecretData" -}}
+{{- $data := deepCopy ((index .live "data") | default dict) -}}
+{{- if not (index $data .key) -}}
+{{- $_ := set $data .key (randAlphaNum 48 | b64enc) -}}
+{{- end -}}
+{{- toYaml $data -}}
+{{- end -}}

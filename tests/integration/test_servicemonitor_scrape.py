@@ -1,0 +1,236 @@
+"""The chart's agent ServiceMonitor, scraped as the Prometheus Operator configures Prometheus.
+
+A real Prometheus (the Debian package) scrapes a real simulated agent over loopback with the
+scrape configuration the Operator generates from the rendered ServiceMonitor: its
+relabelling (prometheus-operator pkg/prometheus/promcfg.go, generateServiceMonitorConfig)
+is reproduced here from the ServiceMonitor's fields. There is no Kubernetes service
+discovery on loopback, so the target is a static one carrying the same ``__meta_kubernetes_*``
+labels the endpoints discovery would give it, taken from the rendered Service and
+DaemonSet. The scrape interval is shortened to 1 s; nothing else is changed.
+
+The agent's ``gpuscope_gpu_workload_info`` names the workload's namespace and pod; the
+target's own labels (the agent pod's namespace ``gpuscope``) must not overwrite them.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import yaml
+from prometheus_client.parser import text_string_to_metric_families
+
+from deploy.render import objects, render
+from tests.conftest import free_port
+from tests.integration.helpers import agent_process
+
+pytestmark = pytest.mark.integration
+
+NODE = "gpu-node-09"  # its simulated GPUs run pods of two namespaces
+NAMESPACE = "gpuscope"  # the release's, where the agent pods run
+
+
+def _sanitize(name: str) -> str:
+    return re.sub(r"[^a-zA-Z0-9_]", "_", name)
+
+
+def _relabeling(rule: dict[str, Any]) -> dict[str, Any]:
+    """A ServiceMonitor RelabelConfig (camelCase) as Prometheus's relabel_config."""
+    keys = {"sourceLabels": "source_labels", "targetLabel": "target_label"}
+    return {keys.get(k, k): v for k, v in rule.items()}
+
+
+def operator_scrape_config(
+    monitor: dict[str, Any], service: dict[str, Any], target: str, meta: dict[str, str]
+) -> dict[str, Any]:
+    """The scrape config the Operator writes for the monitor's first endpoint (role
+    endpoints), with ``meta`` as the discovered target's labels."""
+    ep = monitor["spec"]["endpoints"][0]
+    relabel: list[dict[str, Any]] = [
+        {"source_labels": ["job"], "target_label": "__tmp_prometheus_job_name"},
+        {
+            "action": "keep",
+            "source_labels": ["__meta_kubernetes_endpoint_port_name"],
+            "regex": ep["port"],
+        },
+    ]
+    kind_name = [
+        "__meta_kubernetes_endpoint_address_target_kind",
+        "__meta_kubernetes_endpoint_address_target_name",
+    ]
+    for kind, label in (("Node", "node"), ("Pod", "pod")):
+        relabel.append({
+            "source_labels": kind_name, "separator": ";", "regex": f"{kind};(.*)",
+            "replacement": "${1}", "target_label": label,
+        })  # fmt: skip
+    for source, label in (
+        ("__meta_kubernetes_namespace", "namespace"),
+        ("__meta_kubernetes_service_name", "service"),
+        ("__meta_kubernetes_pod_name", "pod"),
+        ("__meta_kubernetes_pod_container_name", "container"),
+    ):
+        relabel.append({"source_labels": [source], "target_label": label})
+    relabel.append({
+        "action": "drop", "source_labels": ["__meta_kubernetes_pod_phase"],
+        "regex": "(Failed|Succeeded)",
+    })  # fmt: skip
+    relabel.append({
+        "source_labels": ["__meta_kubernetes_service_name"], "target_label": "job",
+        "replacement": "${1}",
+    })  # fmt: skip
+    if job_label := monitor["spec"].get("jobLabel"):
+        relabel.append({
+            "source_labels": [f"__meta_kubernetes_service_label_{_sanitize(job_label)}"],
+            "target_label": "job", "regex": "(.+)", "replacement": "${1}",
+        })  # fmt: skip
+    relabel.append({"target_label": "endpoint", "replacement": ep["port"]})
+    relabel += [_relabeling(r) for r in ep.get("relabelings", [])]
+    name = monitor["metadata"]["name"]
+    return {
+        "job_name": f"serviceMonitor/{monitor['metadata']['namespace']}/{name}/0",
+        "honor_labels": bool(ep.get("honorLabels", False)),
+        "scrape_interval": "1s",
+        "metrics_path": ep.get("path", "/metrics"),
+        "static_configs": [{"targets": [target], "labels": meta}],
+        "relabel_configs": relabel,
+    }
+
+
+def discovered_labels(service: dict[str, Any], daemonset: dict[str, Any]) -> dict[str, str]:
+    """What Kubernetes endpoints discovery attaches to the agent pod on NODE."""
+    pod = f"{daemonset['metadata']['name']}-x7k2p"
+    (c,) = daemonset["spec"]["template"]["spec"]["containers"]
+    (port,) = service["spec"]["ports"]
+    meta = {
+        "__meta_kubernetes_namespace": service["metadata"]["namespace"],
+        "__meta_kubernetes_service_name": service["metadata"]["name"],
+        "__meta_kubernetes_endpoint_port_name": port["name"],
+        "__meta_kubernetes_endpoint_address_target_kind": "Pod",
+        "__meta_kubernetes_endpoint_address_target_name": pod,
+        "__meta_kubernetes_pod_name": pod,
+        "__meta_kubernetes_pod_container_name": c["name"],
+        "__meta_kubernetes_pod_node_name": NODE,
+        "__meta_kubernetes_pod_phase": "Running",
+    }
+    for key, value in service["metadata"]["labels"].items():
+        meta[f"__meta_kubernetes_service_label_{_sanitize(key)}"] = value
+        meta[f"__meta_kubernetes_service_labelpresent_{_sanitize(key)}"] = "true"
+    return meta
+
+
+def scrape_config(values: dict[str, Any], agent_url: str) -> dict[str, Any]:
+    docs = objects(render(values))
+    monitor = next(
+        d for d in docs if d["kind"] == "ServiceMonitor" and d["metadata"]["name"].endswith("agent")
+    )
+    selector = monitor["spec"]["selector"]["matchLabels"]
+    (service,) = [
+        d for d in docs
+        if d["kind"] == "Service"
+        and d["metadata"]["namespace"] == monitor["metadata"]["namespace"]
+        and selector.items() <= d["metadata"]["labels"].items()
+    ]  # fmt: skip
+    daemonset = next(d for d in docs if d["kind"] == "DaemonSet")
+    url = httpx.URL(agent_url)
+    return operator_scrape_config(
+        monitor, service, f"{url.host}:{url.port}", discovered_labels(service, daemonset)
+    )
+
+
+@contextmanager
+def operator_prometheus(tmp: Path, config: dict[str, Any]) -> Iterator[str]:
+    """A real Prometheus with one scrape config; yields its base URL."""
+    import shutil
+    import subprocess
+
+    from tests.integration.helpers import wait_http
+
+    binary = shutil.which("prometheus")
+    if binary is None:
+        pytest.skip("prometheus is not installed (scripts/install-test-servers installs it)")
+    cfg = tmp / "prometheus.yml"
+    cfg.write_text(
+        yaml.safe_dump({"global": {"scrape_interval": "1s"}, "scrape_configs": [config]})
+    )
+    port = free_port()
+    proc = subprocess.Popen(
+        [
+            binary,
+            f"--config.file={cfg}",
+            f"--storage.tsdb.path={tmp / 'data'}",
+            f"--web.listen-address=127.0.0.1:{port}",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        wait_http(base + "/-/ready", proc)
+        yield base
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
+
+
+def query(base: str, expr: str) -> list[dict[str, Any]]:
+    body = httpx.get(f"{base}/api/v1/query", params={"query": expr}, timeout=10).json()
+    assert body["status"] == "success", body
+    return list(body["data"]["result"])
+
+
+def wait_for(base: str, expr: str, timeout: float = 60) -> list[dict[str, Any]]:
+    deadline = time.monotonic() + timeout
+    while not (result := query(base, expr)):
+        assert time.monotonic() < deadline, f"no data for {expr}"
+        time.sleep(0.5)
+    return result
+
+
+def agent_namespaces(agent_url: str) -> set[str]:
+    page = httpx.get(agent_url, timeout=10).text
+    return {
+        s.labels["namespace"]
+        for f in text_string_to_metric_families(page)
+        if f.name == "gpuscope_gpu_workload_info"
+        for s in f.samples
+    }
+
+
+@pytest.mark.parametrize("honor_labels", [True, False], ids=["chart", "without-honorLabels"])
+def test_workload_labels_survive_the_operator_scrape(tmp_path: Path, honor_labels: bool) -> None:
+    """With the chart's ServiceMonitor, `count by (namespace)` shows the workloads'
+    namespaces and no exported_namespace appears. Rendered with honorLabels false (the
+    manifests before the fix), the same scrape files every series under the agent pod's
+    namespace and moves the real one to exported_namespace: what the chart prevents."""
+    values = {"monitoring": {"serviceMonitors": {"honorLabels": honor_labels}}}
+    with agent_process(NODE) as agent_url:
+        config = scrape_config(values, agent_url)
+        assert config["honor_labels"] is honor_labels
+        before = agent_namespaces(agent_url)
+        with operator_prometheus(tmp_path, config) as base:
+            up = wait_for(base, 'up{job="gpuscope-agent"} == 1')
+            by_ns = wait_for(base, "count by (namespace) (gpuscope_gpu_workload_info)")
+            exported = query(base, 'count(gpuscope_gpu_workload_info{exported_namespace!=""})')
+            exported_ns = query(base, "count by (exported_namespace) (gpuscope_gpu_workload_info)")
+        seen = before | agent_namespaces(agent_url)
+    assert len(before) >= 2 and NAMESPACE not in seen
+    # the rules' GpuNodeDown selects this job; the target's own labels are the Operator's
+    (target,) = up
+    assert target["metric"]["namespace"] == NAMESPACE
+    assert target["metric"]["node"] == NODE
+    assert target["metric"]["service"] == "gpuscope-agent"
+    namespaces = {r["metric"].get("namespace") for r in by_ns}
+    if honor_labels:
+        assert namespaces and namespaces <= seen
+        assert exported == []
+    else:
+        assert namespaces == {NAMESPACE}
+        assert {r["metric"]["exported_namespace"] for r in exported_ns} <= seen
+        assert exported
