@@ -51,9 +51,11 @@ def connection_reason(exc: BaseException) -> str:
         return f"DNS lookup of {host.group(1) if host else 'the host'} failed: {reason}".rstrip(
             ": "
         )
+    if reason:  # refused, unreachable: urllib3's NewConnectionError is also a timeout class
+        return reason
     if isinstance(cause, (TimeoutError, urllib3.exceptions.TimeoutError)):
         return "timed out"
-    return reason or type(cause).__name__
+    return type(cause).__name__
 
 
 def status_hint(status: int) -> str:
