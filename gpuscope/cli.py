@@ -319,6 +319,9 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
     if args.nodes is not None:
         if args.what not in ("fragmentation", "consolidation", "all"):
             raise UserError(f"{args.what} needs --db: a snapshot only holds placement")
+        for flag, path in (("--nodes", args.nodes), ("--pods", args.pods)):
+            if path.is_dir():
+                raise UserError(f"{flag} {path} is a folder; expected a file")
         what = "consolidation" if args.what == "consolidation" else "fragmentation"
         analyses = {what: run_on_snapshot(args.nodes, args.pods, at, settings, what)}
     else:

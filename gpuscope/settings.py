@@ -130,9 +130,7 @@ class TargetSettings(_Section):
     @field_validator("url")
     @classmethod
     def _check_url(cls, value: str) -> str:
-        if not value.startswith(("http://", "https://")):
-            raise ValueError(f"expected an http(s) URL, got {value!r}")
-        return value
+        return check_http_url(value)
 
 
 class DiscoverySettings(_Section):

@@ -100,6 +100,7 @@ COLLECTOR = ["collector", "--db", "new.duckdb", "--listen", "127.0.0.1:0", "--ku
         (["--prometheus-url", "notaurl"], "collector.prometheus_url"),
         (["--prometheus-url", "http://host:99999"], "collector.prometheus_url"),
         (["--kubernetes", "in-cluster"], "collector.kubernetes"),
+        (["--target", "http://"], "collector.targets.0.url"),
         (["--db", "no-such-folder/x.duckdb"], "folder no-such-folder does not exist"),
     ],
 )
@@ -132,6 +133,11 @@ def test_a_bogus_log_level_in_the_environment_is_one_line(work: Path) -> None:
         ),
         (["report", "weekly", "--db", "good.duckdb", "--week", "0001-W01", "--out", "r"], "--week"),
         (["report", "weekly", "--db", "good.duckdb", "--week", "9999-W52", "--out", "r"], "--week"),
+        (
+            ["report", "weekly", "--db", "good.duckdb", "--week", "2999-W01", "--out", "r"],
+            "is not over",
+        ),
+        (["analyze", "fragmentation", "--nodes", ".", "--pods", "."], "--nodes . is a folder"),
         (["demo", "--seconds", "-5", "--out", "d"], "argument --seconds"),
         (["demo", "--seconds", "nan", "--out", "d"], "argument --seconds"),
         (["demo", "--days", "inf", "--out", "d"], "argument --days"),
