@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
 import yaml
@@ -268,17 +268,19 @@ class AnalyticsSettings(_Section):
     #: NVLink capacity per GPU and direction in bytes/s, by a substring of the
     #: ``gpuscope_gpu_info`` ``model`` label (the longest matching key wins; a model no key
     #: matches gets no NVLink ratio). H100/H200: 18 NVLink 4 links x 25 GB/s; A100: 12 x 25.
-    nvlink_bytes_per_second: dict[str, float] = Field(
+    nvlink_bytes_per_second: dict[str, Annotated[float, Field(gt=0)]] = Field(
         default_factory=lambda: {"H100": 450e9, "H200": 450e9, "A100": 300e9}
     )
     #: PCIe capacity per GPU and direction in bytes/s, by model substring as above: the
     #: usable rate of the GPU's x16 slot, Gen5 (~64 GB/s) for H100/H200, Gen4 (~32 GB/s)
     #: for A100. A model no key matches gets no PCIe ratio.
-    pcie_bytes_per_second: dict[str, float] = Field(
+    pcie_bytes_per_second: dict[str, Annotated[float, Field(gt=0)]] = Field(
         default_factory=lambda: {"H100": 64e9, "H200": 64e9, "A100": 32e9}
     )
     #: Job sizes (GPUs on one node) that node fragmentation checks, besides pending ones.
-    job_sizes: list[int] = Field(default_factory=lambda: [1, 2, 4, 8])
+    job_sizes: list[Annotated[int, Field(ge=1, le=1024)]] = Field(
+        default_factory=lambda: [1, 2, 4, 8]
+    )
     #: Share of tasks the FGD task mix keeps (most frequent groups first).
     fgd_task_coverage: float = Field(default=0.95, gt=0, le=1)
     #: Minutes between scheduled runs of the detectors in the collector.
