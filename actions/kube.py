@@ -34,10 +34,11 @@ from collector.inventory import (
     InventoryError,
     RetryPolicy,
     call_with_retry,
-    load_configuration,
+    kube_configuration,
     may_pass_later,
 )
 from gpuscope.errors import SourceError
+from gpuscope.settings import CollectorSettings
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -116,21 +117,19 @@ class ClusterClient:
         self._timeout = (5, request_timeout_seconds)
 
     @classmethod
-    def from_setting(cls, mode: str, **kwargs: Any) -> ClusterClient | None:
-        """``collector.kubernetes``: ``none`` gives None, a URL that server, ``auto`` the
-        in-cluster account or kubeconfig (None when there is neither)."""
-        if mode == "none":
-            return None
-        if mode.startswith(("http://", "https://")):
-            return cls(mode, **kwargs)
+    def from_setting(cls, access: CollectorSettings, **kwargs: Any) -> ClusterClient | None:
+        """``collector.kubernetes``: ``none`` gives None, a URL that server (with the
+        ``collector.kubernetes_*`` CA, certificate and token files), ``auto`` the in-cluster
+        account or kubeconfig (None when there is neither)."""
+        mode = access.kubernetes
         try:
-            cfg = load_configuration()
+            cfg = kube_configuration(access)
         except InventoryError as exc:
             if mode == "auto":
                 log.info("no Kubernetes API; actions plan only reason=%s", exc)
                 return None
             raise KubeError(f"collector.kubernetes={mode}: {exc}") from None
-        return cls(cfg, **kwargs)
+        return None if cfg is None else cls(cfg, **kwargs)
 
     def close(self) -> None:
         self._api.close()

@@ -151,7 +151,7 @@ ACTIONS_COUNT = "SELECT count(*) FROM actions WHERE ($kind IS NULL OR kind = $ki
 SERIES_COUNT = "SELECT count(*) FROM series"
 
 #: The culler arbiter (GET /api/v1/arbiter/idle): does the pod hold GPUs now, and is it in
-#: an open idle finding of the last analytics run (as of the idle state's watermark)?
+#: an open idle finding of the last analytics run (as of that run, never before its findings)?
 ARBITER_IDLE = """
 WITH held AS (
     SELECT count(DISTINCT gpu_uuid) AS gpus
@@ -164,7 +164,17 @@ idle AS (
       AND subject->>'namespace' = $namespace AND subject->>'pod' = $pod
     ORDER BY observed_at DESC LIMIT 1
 ),
-as_of AS (SELECT max(CAST(value AS TIMESTAMP)) AS ts FROM meta WHERE key = 'idle_state_until')
+-- when the last idle analysis ran: its findings carry that time (observed_at); the saved
+-- state's watermark lags the run by the late-sample delay, so alone it can be earlier than
+-- an idle_since the run just found
+as_of AS (
+    SELECT greatest(
+        (SELECT max(CAST(value AS TIMESTAMP)) FROM meta WHERE key = 'idle_state_until'),
+        (SELECT max(observed_at) FROM findings
+         WHERE kind IN ('idle_session', 'workload_idle', 'session_time_limit')
+           AND resolved_at IS NULL)
+    ) AS ts
+)
 SELECT held.gpus, idle.since, as_of.ts
 FROM held CROSS JOIN as_of LEFT JOIN idle ON true
 """

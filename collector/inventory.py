@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import re
 import threading
 import time
 from collections.abc import Callable
@@ -26,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import urllib3
-from kubernetes import client, config, watch
+from kubernetes import client, watch
 from kubernetes.client.rest import ApiException
 
 from collector.inventory_records import (
@@ -40,7 +38,13 @@ from collector.inventory_records import (
     quota_from_kai_queue,
     quota_from_resourcequota,
 )
-from gpuscope.errors import SourceError
+from collector.kube_config import (
+    InventoryError,
+    connection_reason,
+    kube_configuration,
+    load_configuration,
+    status_hint,
+)
 from gpuscope.settings import WorkloadSettings
 
 log = logging.getLogger(__name__)
@@ -56,6 +60,7 @@ __all__ = [
     "QuotaInfo",
     "RetryPolicy",
     "call_with_retry",
+    "kube_configuration",
     "load_configuration",
     "may_pass_later",
     "node_from_json",
@@ -66,14 +71,6 @@ __all__ = [
 ]
 KUEUE = ("kueue.x-k8s.io", "v1beta1", "clusterqueues")
 KAI = ("scheduling.run.ai", "v2", "queues")
-
-
-class InventoryError(SourceError):
-    """The API server cannot give the inventory now; one line, with the HTTP status."""
-
-    def __init__(self, message: str, status: int | None = None) -> None:
-        super().__init__(message)
-        self.status = status
 
 
 # -- errors and retries ---------------------------------------------------------------------
@@ -92,12 +89,6 @@ def _api_message(exc: ApiException) -> str:
     except (ValueError, KeyError, TypeError):
         message = str(exc.reason or "")
     return " ".join(message.split())
-
-
-def _connection_reason(exc: BaseException) -> str:
-    text = str(getattr(exc, "reason", None) or exc)
-    found = re.search(r"\[Errno -?\d+\] ([^'\")]+)", text)
-    return found.group(1).strip() if found else type(exc).__name__
 
 
 def may_pass_later(status: int) -> bool:
@@ -124,7 +115,9 @@ def call_with_retry(
             status = int(exc.status or 0)
             if not retryable(status) or attempt == policy.attempts:
                 raise InventoryError(
-                    f"Kubernetes API {what} at {host} failed: {status} {_api_message(exc)}", status
+                    f"Kubernetes API {what} at {host} failed: {status} {_api_message(exc)}"
+                    f"{status_hint(status)}",
+                    status,
                 ) from None
             after = (exc.headers or {}).get("Retry-After", "")
             delay = min(policy.max_delay, float(after)) if after.isdigit() else delay
@@ -132,30 +125,11 @@ def call_with_retry(
         except (urllib3.exceptions.HTTPError, OSError) as exc:
             if attempt == policy.attempts:
                 raise InventoryError(
-                    f"cannot reach the Kubernetes API at {host} ({what}): {_connection_reason(exc)}"
+                    f"cannot reach the Kubernetes API at {host} ({what}): {connection_reason(exc)}"
                 ) from None
             log.debug("%s: %s, retrying in %.2fs", what, exc, delay)
         sleep(delay)
     raise AssertionError("unreachable")  # pragma: no cover
-
-
-def load_configuration(
-    *, kubeconfig: str | None = None, context: str | None = None
-) -> client.Configuration:
-    """The API server and credentials: the in-cluster service account when running in a
-    pod, else the kubeconfig. Shared by the inventory and the actions' client."""
-    cfg = client.Configuration()
-    try:
-        if kubeconfig is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
-            config.load_incluster_config(client_configuration=cfg)
-        else:
-            config.load_kube_config(
-                config_file=kubeconfig, context=context, client_configuration=cfg
-            )
-    except (config.ConfigException, OSError, ValueError, KeyError, TypeError) as exc:
-        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        raise InventoryError(f"no usable Kubernetes configuration: {first}") from None
-    return cfg
 
 
 # -- the inventory ----------------------------------------------------------------------------

@@ -21,7 +21,7 @@ from typing import Any
 from apscheduler.schedulers.background import BackgroundScheduler
 
 from collector.api import ApiState, create_app
-from collector.inventory import InventoryError, KubeInventory
+from collector.inventory import InventoryError, KubeInventory, kube_configuration
 from collector.inventory_gauges import InventoryGauges
 from collector.inventory_records import QuotaInfo
 from collector.metrics import CollectorMetrics
@@ -80,18 +80,14 @@ class CollectorService:
 
     def _make_inventory(self) -> KubeInventory | None:
         mode = self.settings.collector.kubernetes
-        workloads = self.settings.workloads
-        if mode == "none":
-            return None
-        if mode.startswith(("http://", "https://")):
-            return KubeInventory(mode, settings=workloads)
         try:
-            return KubeInventory.from_environment(settings=workloads)
+            cfg = kube_configuration(self.settings.collector)
         except InventoryError as exc:
             if mode == "auto":
                 log.info("no Kubernetes API; inventory and discovery off reason=%s", exc)
                 return None
             raise UserError(f"collector.kubernetes={mode}: {exc}") from None
+        return None if cfg is None else KubeInventory(cfg, settings=self.settings.workloads)
 
     # -- jobs -------------------------------------------------------------------------------
     def scrape_cycle(self) -> int:

@@ -100,6 +100,12 @@ class Store(MaintenanceMixin, RecordsMixin, AlertsMixin):
                 )
             if version < schema.LATEST_VERSION:
                 migrate(con)
+        except duckdb.Error as exc:  # a damaged file: a header DuckDB accepts, pages it cannot
+            con.close()
+            first = (str(exc).splitlines() or [type(exc).__name__])[0]
+            raise UserError(
+                f"cannot read database {path} (damaged or truncated?): {first}"
+            ) from None
         except BaseException:
             con.close()
             raise

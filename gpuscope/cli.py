@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import argparse
 import logging
+import math
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, NoReturn
@@ -19,9 +20,14 @@ from gpuscope import __version__
 from gpuscope.cli_alerts import add_alerts_parser, cmd_alerts
 from gpuscope.cli_report import add_report_parser, cmd_report
 from gpuscope.errors import UserError
-from gpuscope.settings import load_settings
+from gpuscope.settings import Settings, load_settings
 
 log = logging.getLogger("gpuscope")
+
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+#: ``--at`` and ``--week`` are refused outside these years: further out, the detectors'
+#: look-back windows and the report's week arithmetic leave the calendar.
+FIRST_YEAR, LAST_YEAR = 1970, 2999
 
 
 class _Parser(argparse.ArgumentParser):
@@ -35,9 +41,28 @@ def _add_logging(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--log-level",
         default=os.environ.get("GPUSCOPE_LOG_LEVEL", "INFO"),
-        choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+        choices=LOG_LEVELS,
         help="log verbosity (default INFO)",
     )
+
+
+def number(
+    kind: type[int] | type[float], low: float, high: float = math.inf
+) -> Callable[[str], float]:
+    """An argparse type: a finite ``kind`` between ``low`` and ``high`` (inclusive); NaN,
+    infinities and values out of range are usage errors (one line, exit 2)."""
+
+    def parse(text: str) -> float:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        if not (math.isfinite(value) and low <= value <= high):
+            bound = f"at least {low:g}" if high == math.inf else f"between {low:g} and {high:g}"
+            raise argparse.ArgumentTypeError(f"{text!r}: expected a number {bound}")
+        return value
+
+    return parse
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -146,16 +171,18 @@ def build_parser() -> argparse.ArgumentParser:
 
     demo = sub.add_parser("demo", help="run the whole pipeline on a simulated cluster")
     demo.add_argument("--out", type=Path, metavar="DIR", help="output folder (default: a new one)")
-    demo.add_argument("--nodes", type=int, default=32, help="simulated nodes (default 32)")
+    demo.add_argument(
+        "--nodes", type=number(int, 6, 4096), default=32, help="simulated nodes (default 32)"
+    )
     demo.add_argument(
         "--seconds",
-        type=float,
+        type=number(float, 0, 86_400),
         default=25.0,
         help="seconds of live scraping after the history (default 25)",
     )
     demo.add_argument(
         "--days",
-        type=float,
+        type=number(float, 0, 14),
         default=7.0,
         help="days of simulated history before the live scraping (default 7; 0 for none)",
     )
@@ -202,7 +229,69 @@ def _cmd_collector(args: argparse.Namespace) -> int:
         "kubernetes": args.kubernetes,
     }
     settings = load_settings(args.config, overrides={"collector": flags})
+    check_service_inputs(settings)
     return run_service(settings)
+
+
+def check_service_inputs(settings: Settings) -> None:
+    """Read every file the service will need, before the service creates its database:
+    a bad token file, alerts config, policy file, Kubernetes credential or damaged database
+    is one line, and nothing is created or changed on disk."""
+    from collector.inventory import InventoryError, kube_configuration
+
+    cs = settings.collector
+    cs.resolve_api_token()
+    if settings.alerts.enabled:
+        from alerts.config import load_alerts_config
+
+        load_alerts_config(settings.alerts.config_file)
+    if settings.actions.policy_file is not None:
+        from actions.policy import load_policies
+
+        load_policies(settings.actions.policy_file)
+    try:
+        kube_configuration(cs)
+    except InventoryError as exc:
+        if cs.kubernetes != "auto":
+            raise UserError(f"collector.kubernetes={cs.kubernetes}: {exc}") from None
+    db = Path(cs.db)
+    if db.exists():
+        if db.is_dir():
+            raise UserError(f"{db} is not a DuckDB database; refusing to open or overwrite it")
+        check_database(db)
+    elif not db.parent.is_dir():
+        raise UserError(f"cannot create database {db}: folder {db.parent} does not exist")
+    for what, folder in (("collector.parquet_dir", cs.parquet_dir),
+                         ("report.out_dir", settings.report.out_dir)):  # fmt: skip
+        if folder is not None and folder.exists() and not folder.is_dir():
+            raise UserError(f"{what} {folder} is not a folder")
+
+
+def check_database(path: Path) -> None:
+    """Open an existing database read-only and read its schema version: a damaged,
+    foreign, newer or locked file is refused here with one line, untouched."""
+    import duckdb
+
+    from collector import schema
+    from collector.store_sql import is_duckdb_file
+
+    if not is_duckdb_file(path):
+        raise UserError(f"{path} is not a DuckDB database; refusing to open or overwrite it")
+    try:
+        con = duckdb.connect(str(path), read_only=True)
+    except duckdb.Error as exc:
+        raise _open_error(path, exc, "stop the other process first") from None
+    try:
+        version = schema.schema_version(con)
+    except duckdb.Error as exc:
+        raise _open_error(path, exc, "") from None
+    finally:
+        con.close()
+    if version > schema.LATEST_VERSION:
+        raise UserError(
+            f"database {path} has schema version {version}, newer than this gpuscope "
+            f"supports ({schema.LATEST_VERSION}); upgrade gpuscope to open it"
+        )
 
 
 def _parse_at(text: str | None) -> datetime:
@@ -212,7 +301,10 @@ def _parse_at(text: str | None) -> datetime:
         at = datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError:
         raise UserError(f"--at {text!r}: expected a time like 2026-11-16T09:00:00Z") from None
-    return at if at.tzinfo else at.replace(tzinfo=UTC)
+    at = at if at.tzinfo else at.replace(tzinfo=UTC)
+    if not FIRST_YEAR <= at.astimezone(UTC).year <= LAST_YEAR:
+        raise UserError(f"--at {text!r}: expected a time between {FIRST_YEAR} and {LAST_YEAR}")
+    return at
 
 
 def _cmd_analyze(args: argparse.Namespace) -> int:
@@ -227,6 +319,9 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
     if args.nodes is not None:
         if args.what not in ("fragmentation", "consolidation", "all"):
             raise UserError(f"{args.what} needs --db: a snapshot only holds placement")
+        for flag, path in (("--nodes", args.nodes), ("--pods", args.pods)):
+            if path.is_dir():
+                raise UserError(f"{flag} {path} is a folder; expected a file")
         what = "consolidation" if args.what == "consolidation" else "fragmentation"
         analyses = {what: run_on_snapshot(args.nodes, args.pods, at, settings, what)}
     else:
@@ -256,12 +351,17 @@ def open_store(
 
     try:
         return Store.open(path, read_only=read_only)
-    except duckdb.IOException as exc:
-        if "lock" in str(exc).lower():
-            raise UserError(
-                f"{path} is in use by another process (a running collector?): {busy}"
-            ) from None
-        raise UserError(f"cannot open {path}: {str(exc).splitlines()[0]}") from None
+    except duckdb.Error as exc:
+        raise _open_error(path, exc, busy) from None
+
+
+def _open_error(path: Path, exc: Exception, busy: str) -> UserError:
+    """One line for a database DuckDB cannot open: held by another process, or damaged."""
+    if "lock" in str(exc).lower():
+        hint = f": {busy}" if busy else ""
+        return UserError(f"{path} is in use by another process (a running collector?){hint}")
+    first = (str(exc).splitlines() or [type(exc).__name__])[0]
+    return UserError(f"cannot read database {path} (damaged or truncated?): {first}")
 
 
 def _cmd_act(args: argparse.Namespace) -> int:
@@ -291,8 +391,16 @@ _COMMANDS = {
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    level = str(getattr(args, "log_level", "INFO")).upper()
+    if level not in LOG_LEVELS:  # a flag is checked by argparse; this came from the environment
+        print(
+            f"gpuscope {args.command}: GPUSCOPE_LOG_LEVEL={args.log_level!r}: expected one of "
+            f"{', '.join(LOG_LEVELS)}",
+            file=sys.stderr,
+        )
+        return 2
     logging.basicConfig(
-        level=getattr(args, "log_level", "INFO"),
+        level=level,
         format="%(asctime)s %(levelname)s %(name)s %(message)s",
         stream=sys.stderr,
     )

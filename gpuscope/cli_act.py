@@ -48,7 +48,7 @@ def run_act(args: argparse.Namespace, at: object) -> int:
     if not args.db.exists():
         raise UserError(f"database {args.db} does not exist")
     try:
-        client = ClusterClient.from_setting(settings.collector.kubernetes)
+        client = ClusterClient.from_setting(settings.collector)
     except KubeError as exc:
         raise UserError(str(exc)) from None
     if args.execute and client is None:

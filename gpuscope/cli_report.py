@@ -40,20 +40,23 @@ def cmd_report(args: argparse.Namespace) -> int:
     """Write the report and print its chat summary (which names the HTML file)."""
     from analytics.report import weekly_report
     from analytics.report_week import Week
-    from gpuscope.cli import open_store
+    from gpuscope.cli import FIRST_YEAR, LAST_YEAR, open_store
     from gpuscope.errors import UserError
 
     settings = load_settings(args.config)
     week = Week.parse(args.week) if args.week else None
+    if week is not None and not FIRST_YEAR <= week.year <= LAST_YEAR:
+        raise UserError(f"--week {args.week}: expected a week between {FIRST_YEAR} and {LAST_YEAR}")
+    now = datetime.now(UTC)
+    if week is not None:
+        week.check_over(now)  # before the report's folder is made
     db = args.db if args.db is not None else settings.collector.db
     if not Path(db).exists():
         raise UserError(f"database {db} does not exist")
     with open_store(db) as store:
         cur = store.cursor()
         try:
-            result = weekly_report(
-                cur, settings, now=datetime.now(UTC), week=week, out_dir=args.out
-            )
+            result = weekly_report(cur, settings, now=now, week=week, out_dir=args.out)
         finally:
             cur.close()
     print(result.summary, end="")

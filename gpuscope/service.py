@@ -146,7 +146,7 @@ def add_actions(service: CollectorService, notices: AlertsNotices | None = None)
         return
     policies = load_policies(cfg.policy_file)
     try:
-        client = ClusterClient.from_setting(service.settings.collector.kubernetes)
+        client = ClusterClient.from_setting(service.settings.collector)
     except KubeError as exc:
         raise UserError(str(exc)) from None
 

@@ -11,16 +11,29 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from gpuscope.errors import ConfigError
 
 ENV_PREFIX = "GPUSCOPE_"
 #: Environment variable that names the config file when no ``--config`` flag is given.
 CONFIG_ENV = "GPUSCOPE_CONFIG"
+#: Upper bounds of durations: past them a schedule or a time window overflows the clock (and
+#: no site means them): intervals up to a day, windows up to a week, retention a century.
+DAY_SECONDS = 86_400
+WEEK_MINUTES = 7 * 24 * 60
+MAX_DAYS = 36_500
 
 
 def parse_listen(value: str) -> tuple[str, int]:
@@ -35,8 +48,22 @@ def parse_listen(value: str) -> tuple[str, int]:
     return host, port
 
 
+def check_http_url(value: str) -> str:
+    """``value`` when it is an http(s) URL with a host (and a valid port, if given); the
+    error names neither a password nor a token that the URL might carry."""
+    parts = urlsplit(value)
+    try:
+        parts.port  # noqa: B018 - raises ValueError for a port out of range or not a number
+    except ValueError:
+        raise ValueError(f"{parts.scheme}://{parts.hostname}: bad port") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError("expected an http(s) URL such as http://host:9090")
+    return value
+
+
 class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # No NaN or infinity anywhere: ``inf`` seconds or days overflow every clock sum.
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class WorkloadRule(_Section):
@@ -76,7 +103,7 @@ class AgentSettings(_Section):
     dcgm_hostengine: str = "localhost"
     #: Where pod metadata (labels, owner) comes from: the API server, or nowhere.
     pod_metadata: Literal["apiserver", "none"] = "apiserver"
-    pod_metadata_ttl_seconds: float = Field(default=30.0, gt=0)
+    pod_metadata_ttl_seconds: float = Field(default=30.0, gt=0, le=DAY_SECONDS)
     #: The most a scrape waits for any one source before reporting it down.
     source_timeout_seconds: float = Field(default=2.0, gt=0, le=60)
     #: Scenario file for ``--gpu-source sim`` (the embedded default when empty).
@@ -88,6 +115,11 @@ class AgentSettings(_Section):
     def _check_listen(cls, value: str) -> str:
         parse_listen(value)
         return value
+
+    @field_validator("dcgm_exporter_url")
+    @classmethod
+    def _check_dcgm_url(cls, value: str) -> str:
+        return value and check_http_url(value)
 
 
 class TargetSettings(_Section):
@@ -101,9 +133,7 @@ class TargetSettings(_Section):
     @field_validator("url")
     @classmethod
     def _check_url(cls, value: str) -> str:
-        if not value.startswith(("http://", "https://")):
-            raise ValueError(f"expected an http(s) URL, got {value!r}")
-        return value
+        return check_http_url(value)
 
 
 class DiscoverySettings(_Section):
@@ -126,12 +156,21 @@ class ProjectSettings(_Section):
     namespaces: list[str] = Field(default_factory=list)
 
 
+#: The files of an https connection to the Kubernetes API (``collector.kubernetes_*``).
+KUBE_ACCESS_FILES = (
+    "kubernetes_ca_file",
+    "kubernetes_client_cert_file",
+    "kubernetes_client_key_file",
+    "kubernetes_token_file",
+)
+
+
 class CollectorSettings(_Section):
     db: Path = Path("gpuscope.duckdb")
     listen: str = "127.0.0.1:8080"
     targets: list[TargetSettings] = Field(default_factory=list)
     discovery: DiscoverySettings = Field(default_factory=DiscoverySettings)
-    scrape_interval_seconds: float = Field(default=15.0, gt=0)
+    scrape_interval_seconds: float = Field(default=15.0, ge=1, le=DAY_SECONDS)
     scrape_timeout_seconds: float = Field(default=10.0, gt=0)
     #: A target exporting more series than this is cut off there (and the cut reported).
     max_series_per_target: int = Field(default=200_000, gt=0)
@@ -139,12 +178,19 @@ class CollectorSettings(_Section):
     #: Ingest from this Prometheus-compatible query API instead of scraping (DESIGN.md, Scale).
     prometheus_url: str = ""
     #: Kubernetes API access: ``auto`` (in-cluster, else kubeconfig, else none), ``none``,
-    #: or an explicit API server URL (tests, proxies).
+    #: or an explicit API server URL (``kubectl proxy``, or https with the options below).
     kubernetes: str = "auto"
-    inventory_interval_seconds: float = Field(default=60.0, gt=0)
-    raw_retention_days: float = Field(default=14.0, gt=0)
-    rollup_5m_retention_days: float = Field(default=90.0, gt=0)
-    rollup_1h_retention_days: float = Field(default=730.0, gt=0)
+    #: With an https URL in ``kubernetes``: the CA bundle that signed the API server's
+    #: certificate (else the system's), a client certificate and its key, and a file holding
+    #: a bearer token (re-read when it changes, as a projected service-account token does).
+    kubernetes_ca_file: Path | None = None
+    kubernetes_client_cert_file: Path | None = None
+    kubernetes_client_key_file: Path | None = None
+    kubernetes_token_file: Path | None = None
+    inventory_interval_seconds: float = Field(default=60.0, ge=1, le=DAY_SECONDS)
+    raw_retention_days: float = Field(default=14.0, gt=0, le=MAX_DAYS)
+    rollup_5m_retention_days: float = Field(default=90.0, gt=0, le=MAX_DAYS)
+    rollup_1h_retention_days: float = Field(default=730.0, gt=0, le=MAX_DAYS)
     #: Closed days are exported here as day-partitioned Parquet when set.
     parquet_dir: Path | None = None
     #: Bearer token for endpoints that change anything: given here, or read from a file or
@@ -161,6 +207,32 @@ class CollectorSettings(_Section):
     def _check_listen(cls, value: str) -> str:
         parse_listen(value)
         return value
+
+    @field_validator("prometheus_url")
+    @classmethod
+    def _check_prometheus_url(cls, value: str) -> str:
+        return value and check_http_url(value)
+
+    @field_validator("kubernetes")
+    @classmethod
+    def _check_kubernetes(cls, value: str) -> str:
+        if value in ("auto", "none"):
+            return value
+        try:
+            return check_http_url(value)
+        except ValueError:
+            raise ValueError("expected auto, none, or the API server's http(s) URL") from None
+
+    @model_validator(mode="after")
+    def _check_kubernetes_access(self) -> CollectorSettings:
+        given = [name for name in KUBE_ACCESS_FILES if getattr(self, name) is not None]
+        if given and not self.kubernetes.startswith("https://"):
+            raise ValueError(f"{given[0]} needs an https:// URL in collector.kubernetes")
+        if (self.kubernetes_client_cert_file is None) != (self.kubernetes_client_key_file is None):
+            raise ValueError(
+                "kubernetes_client_cert_file and kubernetes_client_key_file go together"
+            )
+        return self
 
     def resolve_api_token(self, env: Mapping[str, str] | None = None) -> str:
         """The token from the setting, the file or the environment variable, in that order."""
@@ -183,37 +255,39 @@ class AnalyticsSettings(_Section):
 
     #: A workload is idle when each of its GPUs stays under this for the whole window.
     idle_utilization_below: float = Field(default=0.05, ge=0, le=1)
-    idle_window_minutes: float = Field(default=30, gt=0)
+    idle_window_minutes: float = Field(default=30, gt=0, le=WEEK_MINUTES)
     #: Also require GPU memory traffic under the threshold (catches data-loading loops).
     idle_include_memory_activity: bool = False
     #: No workload is called idle in its first minutes.
-    startup_grace_minutes: float = Field(default=10, ge=0)
+    startup_grace_minutes: float = Field(default=10, ge=0, le=WEEK_MINUTES)
     #: Interactive sessions older than this get a session_time_limit finding (0: off).
-    max_session_age_hours: float = Field(default=72, ge=0)
+    max_session_age_hours: float = Field(default=72, ge=0, le=MAX_DAYS * 24)
     #: A port is hot when its throughput stays over this share of link rate for the window.
     ib_hot_ratio: float = Field(default=0.8, gt=0, le=1)
-    ib_hot_window_minutes: float = Field(default=5, gt=0)
+    ib_hot_window_minutes: float = Field(default=5, gt=0, le=WEEK_MINUTES)
     #: An NVLink/PCIe link is hot when a GPU's throughput stays over this share of the
     #: link's capacity for ``ib_hot_window_minutes`` (the same rule as an IB port).
     gpu_link_hot_ratio: float = Field(default=0.8, gt=0, le=1)
     #: NVLink capacity per GPU and direction in bytes/s, by a substring of the
     #: ``gpuscope_gpu_info`` ``model`` label (the longest matching key wins; a model no key
     #: matches gets no NVLink ratio). H100/H200: 18 NVLink 4 links x 25 GB/s; A100: 12 x 25.
-    nvlink_bytes_per_second: dict[str, float] = Field(
+    nvlink_bytes_per_second: dict[str, Annotated[float, Field(gt=0)]] = Field(
         default_factory=lambda: {"H100": 450e9, "H200": 450e9, "A100": 300e9}
     )
     #: PCIe capacity per GPU and direction in bytes/s, by model substring as above: the
     #: usable rate of the GPU's x16 slot, Gen5 (~64 GB/s) for H100/H200, Gen4 (~32 GB/s)
     #: for A100. A model no key matches gets no PCIe ratio.
-    pcie_bytes_per_second: dict[str, float] = Field(
+    pcie_bytes_per_second: dict[str, Annotated[float, Field(gt=0)]] = Field(
         default_factory=lambda: {"H100": 64e9, "H200": 64e9, "A100": 32e9}
     )
     #: Job sizes (GPUs on one node) that node fragmentation checks, besides pending ones.
-    job_sizes: list[int] = Field(default_factory=lambda: [1, 2, 4, 8])
+    job_sizes: list[Annotated[int, Field(ge=1, le=1024)]] = Field(
+        default_factory=lambda: [1, 2, 4, 8]
+    )
     #: Share of tasks the FGD task mix keeps (most frequent groups first).
     fgd_task_coverage: float = Field(default=0.95, gt=0, le=1)
     #: Minutes between scheduled runs of the detectors in the collector.
-    interval_minutes: float = Field(default=5, gt=0)
+    interval_minutes: float = Field(default=5, gt=0, le=WEEK_MINUTES)
 
 
 class ActionsSettings(_Section):
@@ -232,7 +306,7 @@ class ActionsSettings(_Section):
     #: (``gpuscope act`` needs ``--execute`` instead).
     execute: bool = False
     #: Minutes between scheduled runs of the policies.
-    interval_minutes: float = Field(default=5, gt=0)
+    interval_minutes: float = Field(default=5, gt=0, le=WEEK_MINUTES)
 
 
 class AlertsSettings(_Section):
@@ -360,8 +434,13 @@ def load_settings(
     except ValidationError as exc:
         err = exc.errors()[0]
         loc = [str(p) for p in err["loc"]]
-        where = origin.get((loc[0], loc[1] if len(loc) > 1 else ""), "defaults")
+        where = origin.get((loc[0], loc[1] if len(loc) > 1 else ""))
+        if where is None:  # a check across a section's keys: the last layer that set one
+            where = next(
+                (o for (sec, _), o in reversed(origin.items()) if sec == loc[0]), "defaults"
+            )
         dotted = ".".join(loc)
         if err["type"] == "extra_forbidden":
             raise ConfigError(f"unknown setting {dotted} (from {where})") from None
-        raise ConfigError(f"invalid setting {dotted} (from {where}): {err['msg']}") from None
+        message = str(err["msg"]).removeprefix("Value error, ")
+        raise ConfigError(f"invalid setting {dotted} (from {where}): {message}") from None

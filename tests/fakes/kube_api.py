@@ -10,7 +10,10 @@ JSON-merge PATCH, DELETE (404 when missing), create (409 when the name is taken)
 :attr:`FakeKubeApi.store` (changes reach open watches), count requests and plant failures.
 
 RBAC is opt-in: :meth:`FakeKubeApi.deny` refuses a verb on a resource with the API server's
-403. Simplified: no authentication, no namespace existence checks, no json-patch, no
+403. So are TLS and authentication: with ``tls`` (a server-side SSL context) it serves https,
+and with ``token`` every request needs ``Authorization: Bearer <token>`` or a client
+certificate the context verified, else the API server's 401 ``Unauthorized`` Status.
+Simplified: no namespace existence checks, no json-patch, no
 pagination (``limit``/``continue`` are ignored), PUT is not served, and both merge-patch and
 strategic-merge-patch are applied as a JSON merge.
 """
@@ -18,6 +21,7 @@ strategic-merge-patch are applied as a JSON merge.
 from __future__ import annotations
 
 import json
+import ssl
 import threading
 import time
 from collections.abc import Iterator
@@ -88,8 +92,15 @@ def _route(store: KubeStore, path: str) -> _Route:
 class FakeKubeApi:
     """The fake API server; use as a context manager, or ``start()`` and ``stop()``."""
 
-    def __init__(self, installed: set[str] | frozenset[str] = DEFAULT_INSTALLED) -> None:
+    def __init__(
+        self,
+        installed: set[str] | frozenset[str] = DEFAULT_INSTALLED,
+        *,
+        tls: ssl.SSLContext | None = None,
+        token: str | None = None,
+    ) -> None:
         self.store = KubeStore(installed)
+        self.token = token
         self.requests: list[RecordedRequest] = []
         self._faults: list[_Fault] = []
         #: (verb, resource) pairs RBAC refuses, e.g. ("delete", "pods"), ("create", "pods/eviction")
@@ -98,12 +109,15 @@ class FakeKubeApi:
         self._lock = threading.Lock()
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
         self._server.daemon_threads = True
+        if tls is not None:
+            self._server.socket = tls.wrap_socket(self._server.socket, server_side=True)
+        self._scheme = "https" if tls is not None else "http"
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
     @property
     def url(self) -> str:
         host, port = self._server.server_address[:2]
-        return f"http://{host!s}:{port}"
+        return f"{self._scheme}://{host!s}:{port}"
 
     def start(self) -> FakeKubeApi:
         self._thread.start()
@@ -223,6 +237,7 @@ def _handler(api: FakeKubeApi) -> type[BaseHTTPRequestHandler]:
             query = {k: v[-1] for k, v in parse_qs(url.query).items()}
             body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
             try:
+                self._authenticate()
                 planted = api._record(method, url.path, query)
                 if planted is not None:
                     raise planted
@@ -231,6 +246,14 @@ def _handler(api: FakeKubeApi) -> type[BaseHTTPRequestHandler]:
                 self._dispatch(method, route, query, body)
             except ApiError as err:
                 self._send(err.code, err.status())
+
+        def _authenticate(self) -> None:
+            if api.token is None:
+                return
+            bearer = self.headers.get("Authorization", "") == f"Bearer {api.token}"
+            cert = isinstance(self.connection, ssl.SSLSocket) and self.connection.getpeercert()
+            if not (bearer or cert):
+                raise ApiError(401, "Unauthorized", "Unauthorized")
 
         def _send(self, code: int, body: Obj) -> None:
             data = json.dumps(body).encode()

@@ -75,3 +75,67 @@ def test_parse_listen_rejects(text: str) -> None:
     """Forms without a valid port are refused."""
     with pytest.raises(ValueError):
         parse_listen(text)
+
+
+@pytest.mark.parametrize(
+    ("section", "values", "message"),
+    [
+        # NaN and infinities overflowed the clock sums (OverflowError, exit 1)
+        ("collector", {"scrape_interval_seconds": "inf"}, "finite number"),
+        ("collector", {"raw_retention_days": "nan"}, "finite number"),
+        ("collector", {"projects": [{"name": "p", "guaranteed_gpus": "inf"}]}, "finite number"),
+        ("agent", {"source_timeout_seconds": "-inf"}, "finite number"),
+        # past a day the schedule's date arithmetic overflowed; under a second is no interval
+        ("collector", {"scrape_interval_seconds": 1e12}, "less than or equal to 86400"),
+        ("collector", {"scrape_interval_seconds": 1e-9}, "greater than or equal to 1"),
+        ("collector", {"inventory_interval_seconds": 0.001}, "greater than or equal to 1"),
+        ("analytics", {"interval_minutes": 1e9}, "less than or equal to 10080"),
+        ("analytics", {"idle_window_minutes": 1e12}, "less than or equal to 10080"),
+        ("collector", {"rollup_1h_retention_days": 1e9}, "less than or equal to 36500"),
+        # divisors and sizes
+        ("analytics", {"job_sizes": [0]}, "analytics.job_sizes.0"),
+        ("analytics", {"nvlink_bytes_per_second": {"H100": 0}}, "nvlink_bytes_per_second.H100"),
+        ("analytics", {"pcie_bytes_per_second": {"A100": -1}}, "pcie_bytes_per_second.A100"),
+        # URLs need a scheme and a host (notaurl started, then failed every cycle)
+        ("collector", {"prometheus_url": "notaurl"}, "expected an http(s) URL"),
+        ("collector", {"prometheus_url": "http://"}, "expected an http(s) URL"),
+        ("collector", {"targets": [{"url": "http://:9835/metrics"}]}, "collector.targets.0.url"),
+        ("agent", {"dcgm_exporter_url": "localhost:9400"}, "expected an http(s) URL"),
+        ("collector", {"kubernetes": "kubeconfig"}, "expected auto, none, or the API server"),
+        # the https connection's files
+        ("collector", {"kubernetes_token_file": "/t"}, "needs an https:// URL"),
+        (
+            "collector",
+            {"kubernetes": "https://k:6443", "kubernetes_client_key_file": "/k"},
+            "go together",
+        ),
+    ],
+)
+def test_out_of_range_values_give_one_line(
+    section: str, values: dict[str, object], message: str
+) -> None:
+    with pytest.raises(ConfigError) as err:
+        load_settings(env={}, overrides={section: values})
+    text = str(err.value)
+    assert message in text and "\n" not in text
+    assert "(from flags)" in text
+
+
+def test_a_password_in_a_bad_url_is_not_echoed() -> None:
+    with pytest.raises(ConfigError) as err:
+        load_settings(env={}, overrides={"collector": {"prometheus_url": "http://u:pw@h:99999"}})
+    assert "pw" not in str(err.value) and "bad port" in str(err.value)
+
+
+def test_https_kubernetes_with_its_files_validates() -> None:
+    s = load_settings(
+        env={},
+        overrides={
+            "collector": {
+                "kubernetes": "https://10.0.0.1:6443",
+                "kubernetes_ca_file": "/ca.crt",
+                "kubernetes_token_file": "/token",
+            }
+        },
+    )
+    assert s.collector.kubernetes_ca_file == Path("/ca.crt")
