@@ -204,6 +204,9 @@ def task_of(pod: PodInfo) -> Task | None:
         "ephemeral_mib": pod.ephemeral_mib,
         "tolerations": frozenset(pod.tolerations),
     }
+    if pod.gpu_spec and (pod.gpu_request > 0 or pod.gpu_fraction):
+        common["gpu_spec"] = pod.gpu_spec
+        common["gpu_models"] = frozenset(m for m in pod.gpu_spec.split("|") if m)
     if pod.gpu_request > 0:
         return Task(gpu_count=pod.gpu_request, gpu_share=1.0, **common)
     if pod.gpu_fraction:

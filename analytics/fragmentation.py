@@ -198,14 +198,13 @@ def node_placements(
     return now, packed
 
 
-def _pool_detail(nodes: list[NodeState], sizes: Sequence[int], mix: TaskMix) -> dict[str, Any]:
+def _pool_detail(nodes: list[NodeState], sizes: Sequence[int], frag: float) -> dict[str, Any]:
     free = [n.whole_free_gpus for n in nodes]
     caps = [len(n.gpus) for n in nodes]
     fit_now: dict[str, int] = {}
     fit_packed: dict[str, int] = {}
     for k in sizes:
         fit_now[str(k)], fit_packed[str(k)] = node_placements(free, k, caps)
-    frag = sum(fgd_node(n, mix) for n in nodes)
     return {
         "nodes": len(nodes),
         "total_gpus": sum(caps),
@@ -307,8 +306,11 @@ def analyze_fragmentation(
             pools.setdefault(node.pool, []).append(node)
     findings: list[Finding] = []
     details: dict[str, dict[str, Any]] = {}
+    frag = 0.0
     for pool, nodes in sorted(pools.items()):
-        detail = details[pool] = _pool_detail(nodes, sizes, mix)
+        pool_frag = sum(fgd_node(n, mix) for n in nodes)
+        frag += pool_frag
+        detail = details[pool] = _pool_detail(nodes, sizes, pool_frag)
         # blocked by fragmentation: nothing of size k fits now, yet the same free GPUs
         # packed would hold one (nodes too small for k are capacity, not fragmentation)
         blocked = [
@@ -320,7 +322,6 @@ def analyze_fragmentation(
             pending_blocked = [k for k in blocked if k in pending_sizes]
             findings.append(_node_finding(pool, nodes, detail, blocked, pending_blocked, at))
     free = sum(n.free_gpus for n in usable)
-    frag = sum(d["fgd_fragmented_gpus"] for d in details.values())
     ratio = min(1.0, frag / free) if free > EPS else 0.0
     open_state = ClusterState(tuple(usable), state.running, state.pending)
     gpu_finding = _gpu_finding(open_state, mix, frag, ratio, free, at)

@@ -105,6 +105,9 @@ class PodInfo:
     #: the toleration leaves them out); the defaults every pod gets for ``not-ready`` and
     #: ``unreachable`` are left out (such nodes are not placeable anyway).
     tolerations: tuple[str, ...] = ()
+    #: GPU models the pod may run on, as its ``nodeSelector`` or required node affinity on
+    #: ``nvidia.com/gpu.product`` lists them (``A|B``, as written); "" for any.
+    gpu_spec: str = ""
 
     @property
     def gpus(self) -> float:
@@ -376,7 +379,26 @@ def pod_from_json(
         tolerations=tuple(
             sorted({t for t in map(_toleration, spec.get("tolerations") or ()) if t is not None})
         ),
+        gpu_spec=_gpu_spec(spec),
     )
+
+
+def _gpu_spec(spec: Mapping[str, Any]) -> str:
+    """The GPU models a pod is pinned to: ``nodeSelector`` on the product label, else the
+    ``In`` values of required node affinity on it (terms OR'ed: their values joined)."""
+    label = names.GPU_PRODUCT_LABEL
+    selected = (spec.get("nodeSelector") or {}).get(label)
+    if selected:
+        return str(selected)
+    affinity = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ) or {}
+    values: list[str] = []
+    for term in affinity.get("nodeSelectorTerms") or ():
+        for expr in term.get("matchExpressions") or ():
+            if expr.get("key") == label and expr.get("operator") == "In":
+                values += [str(v) for v in expr.get("values") or ()]
+    return "|".join(values)
 
 
 def _gpu_resources(spec: Mapping[str, Any]) -> Iterable[Mapping[str, Any]]:
