@@ -12,10 +12,12 @@ the same state.
 What the scheduler counts, the model counts: a node's free CPU, memory and ephemeral
 storage are its allocatable less the requests of every pod placed on it that is not
 finished (DaemonSets and system pods included: they hold what they request). A node takes
-a task only if it is Ready, not cordoned, and every ``NoSchedule``/``NoExecute`` taint on
-it is tolerated by the task (:func:`fits`). Memory and ephemeral storage are checked only
-where the node reports them (a total of 0 means unknown, as in the Alibaba trace, whose
-simulator ignores memory); CPU always.
+a task only if it is Ready and every ``NoSchedule``/``NoExecute`` taint on it is tolerated
+by the task (:func:`fits`); a cordon counts as the ``node.kubernetes.io/unschedulable``
+taint, as the scheduler treats it, so only pods that tolerate it (DaemonSets, or the pod
+the consolidation executor steers onto the node it reserved) may land there. Memory and
+ephemeral storage are checked only where the node reports them (a total of 0 means
+unknown, as in the Alibaba trace, whose simulator ignores memory); CPU always.
 
 Which GPU of its node a pod holds is reconstructed by :mod:`analytics.allocation_gpus`
 where the agents do not report it (its docstring explains the model).
@@ -48,6 +50,8 @@ log = logging.getLogger(__name__)
 __all__ = ["EPS", "ClusterState", "GpuSlot", "NodeState", "Task", "fits", "state_from_records"]
 
 _ACTIVE_PHASES = frozenset({"Pending", "Running", "Unknown"})
+#: The taint a cordon (``spec.unschedulable``) amounts to for the scheduler.
+CORDON_TAINT = "node.kubernetes.io/unschedulable:NoSchedule"
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,8 +107,8 @@ class Task:
 class NodeState:
     """One node's free resources; ``gpus`` holds the free share of each GPU.
 
-    ``schedulable``: Ready and not cordoned. ``taints``: its hard taints
-    (``key=value:effect``); a task must tolerate each (:func:`fits`).
+    ``schedulable``: Ready. ``taints``: its hard taints (``key=value:effect``), a cordon
+    included as :data:`CORDON_TAINT`; a task must tolerate each (:func:`fits`).
     """
 
     name: str
@@ -153,7 +157,7 @@ class ClusterState:
 
 
 def admits(node: NodeState, task: Task) -> bool:
-    """Whether the node takes the task at all: Ready, not cordoned, every hard taint
+    """Whether the node takes the task at all: Ready, every hard taint (a cordon included)
     tolerated, the GPU model allowed (resources aside)."""
     if not node.schedulable:
         return False
@@ -183,9 +187,9 @@ def fits(node: NodeState, task: Task) -> bool:
 
 
 def open_nodes(state: ClusterState) -> set[str]:
-    """Nodes some work could be placed on now: Ready, not cordoned, and each hard taint
-    tolerated by at least one task of the workload (a taint nothing tolerates closes the
-    node to everyone)."""
+    """Nodes some work could be placed on now: Ready, and each hard taint (a cordon
+    included) tolerated by at least one task of the workload (a taint nothing tolerates
+    closes the node to everyone)."""
     tolerations = [t.tolerations for t in state.tasks]
     return {
         n.name
@@ -292,12 +296,14 @@ def _node_state(node: NodeInfo, pods: list[PodInfo], known: GpuIndices) -> NodeS
         cpu_milli_total=node.cpu_milli,
         mig_free=tuple(sorted((p, max(0, c - mig_used.get(p, 0))) for p, c in node.mig.items())),
         mig_total=tuple(sorted(node.mig.items())),
-        schedulable=node.ready and not node.unschedulable,
+        # a cordon is the scheduler's ``node.kubernetes.io/unschedulable`` taint: closed to
+        # every pod but those that tolerate it (as the consolidation executor's target pod)
+        schedulable=node.ready,
         memory_mib_free=max(0, node.memory_mib - memory),
         memory_mib_total=node.memory_mib,
         ephemeral_mib_free=max(0, node.ephemeral_mib - storage),
         ephemeral_mib_total=node.ephemeral_mib,
-        taints=frozenset(node.taints),
+        taints=frozenset(node.taints) | ({CORDON_TAINT} if node.unschedulable else set()),
     )
 
 

@@ -107,7 +107,7 @@ class World:
         return 0 < k <= len(node.gpus)
 
     def admits(self, name: str, tolerations: frozenset[str]) -> bool:
-        """Ready, not cordoned, and every hard taint tolerated."""
+        """Ready, and every hard taint (a cordon included) tolerated."""
         node = self.info[name]
         return node.schedulable and all(tolerates(tolerations, t) for t in node.taints)
 

@@ -20,7 +20,7 @@ storage and tolerations, which the simulator does not know, extend the group key
 those fields (constant on its traces, so its ranking is unchanged there).
 
 Only nodes that could take work now count (:func:`analytics.allocation.open_nodes`:
-Ready, not cordoned, taints tolerated by some task); the free GPUs of the others are
+Ready, every taint and cordon tolerated by some task); the free GPUs of the others are
 reported apart (``unschedulable_free_gpus``), neither free nor fragmented. A task fits a
 node only if the node admits it and has its CPU, memory and storage free
 (:func:`analytics.allocation.fits`), so a free GPU on a node without the CPU for any

@@ -168,6 +168,20 @@ def test_a_tolerated_taint_keeps_the_node_open(tmp_path: Path) -> None:
     assert s["pending_fit_now"] == 1
 
 
+def test_a_cordon_is_open_to_the_pod_that_tolerates_it(tmp_path: Path) -> None:
+    """The consolidation executor cordons the node it frees and adds the
+    ``node.kubernetes.io/unschedulable`` toleration to the pending pod: that pod may land
+    there, as the scheduler would let it."""
+    tolerate = [{"key": "node.kubernetes.io/unschedulable", "operator": "Exists"}]
+    nodes = [k8s_node("reserved", 8, cordoned=True), k8s_node("other", 8, cordoned=True)]
+    pods = [k8s_pod("job", None, gpus=8, tolerations=tolerate)]
+    s = analyze(tmp_path, nodes, pods, "fragmentation").summary
+    assert s["pending_fit_now"] == 1 and s["largest_placeable_job_gpus"] == 8
+    pods = [k8s_pod("job", None, gpus=8)]
+    s = analyze(tmp_path, nodes, pods, "fragmentation").summary
+    assert s["pending_fit_now"] == 0 and s["unschedulable_free_gpus"] == 16
+
+
 # --- fractions from kubectl files --------------------------------------------------------
 
 
