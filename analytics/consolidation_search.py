@@ -34,6 +34,8 @@ from analytics.consolidation_world import (
 #: On a node with at most this many movable pods the eviction set is searched exhaustively.
 EXHAUSTIVE_PODS = 14
 _EXHAUSTIVE_BUDGET = 4000
+#: Options of equal evictions whose victims' room is checked, cheapest first.
+_TIE_CHECKS = 4
 
 
 def greedy_node(world: World, name: str, unit: Unit) -> Option | None:
@@ -152,13 +154,19 @@ def choose_planner(world: World, unit: Unit, budget: int | None) -> tuple[str, O
     least = min(len(o.evictions) for _, o in candidates)
     tied = [(n, o) for n, o in candidates if len(o.evictions) == least]
     # at the same eviction count, prefer victims that can be re-placed over sending running
-    # pods back to the queue; then the fewest GPU-hours lost
+    # pods back to the queue; then the fewest GPU-hours lost (the first, cheapest option
+    # whose victims all find room ends the search; at most _TIE_CHECKS are tried, so a full
+    # cluster where no victim finds room costs a bounded number of scans per unit)
+    tied.sort(key=lambda no: (no[1].gph, no[0]))
+    best_name, best = tied[0]
     if len(tied) > 1:
-        best_name, best = min(
-            tied, key=lambda no: (stranded(world, no[0], unit, no[1]), no[1].gph, no[0])
-        )
-    else:
-        best_name, best = tied[0]
+        fewest_left = None
+        for name, option in tied[:_TIE_CHECKS]:
+            left = stranded(world, name, unit, option)
+            if fewest_left is None or left < fewest_left:
+                fewest_left, best_name, best = left, name, option
+            if left == 0:
+                break
     if budget is not None and len(best.evictions) > budget:
         return f"needs {len(best.evictions)} evictions, over the max_evictions budget"
     return best_name, best
@@ -269,15 +277,47 @@ def plan_with(
 
 
 def stranded(world: World, name: str, unit: Unit, option: Option) -> int:
-    """How many of the pods evicted so far would go back to pending (no room left for them)
-    if the unit took this option: a tie-breaker between options of equal evictions."""
-    trial = world.copy()
-    trial.evict([trial.pods[p.idx] for p in option.evictions])
-    gpus = option.gpus or pick_gpus(trial, name, trial.k_of(name, unit), unit.share)
-    trial.reserve(name, gpus, unit.share, unit.res)
+    """How many of the option's victims would find no node to go back to (first fit, in
+    the room left once the unit took this option): a tie-breaker between options of equal
+    evictions. Works on copies of the few nodes it touches, not of the world."""
+    free: dict[str, list[float]] = {}
+    res: dict[str, list[int]] = {}
+
+    def mine(node: str) -> tuple[list[float], list[int]]:
+        if node not in free:
+            free[node], res[node] = list(world.free[node]), list(world.res[node])
+        return free[node], res[node]
+
+    for pod in option.evictions:
+        f, r = mine(pod.node)
+        for g in pod.gpus:
+            f[g] = min(1.0, f[g] + pod.share)
+        for i in range(3):
+            r[i] += pod.res[i]
+    f, r = mine(name)
+    ready = sorted((g for g, x in enumerate(f) if x >= unit.share - EPS), key=lambda g: (f[g], g))
+    for g in option.gpus or ready[: world.k_of(name, unit)]:
+        f[g] -= unit.share
+    for i in range(3):
+        r[i] -= unit.res[i]
     left = 0
-    for pod in sorted(trial.evicted, key=lambda p: (-len(p.gpus) * p.share, p.idx)):
-        if not relocate(trial, pod, pod.node)[0]:
+    for pod in sorted(option.evictions, key=lambda p: (-len(p.gpus) * p.share, p.idx)):
+        for node in world.nodes:
+            n = node.name
+            f, r = free.get(n, world.free[n]), res.get(n, world.res[n])
+            counted = world.counted[n]
+            if any(counted[i] and pod.res[i] > r[i] for i in range(3)):
+                continue
+            room = [g for g, x in enumerate(f) if x >= pod.share - EPS][: len(pod.gpus)]
+            if len(room) < len(pod.gpus) or not world.admits(n, pod.tolerations):
+                continue
+            f, r = mine(n)
+            for g in room:
+                f[g] -= pod.share
+            for i in range(3):
+                r[i] -= pod.res[i]
+            break
+        else:
             left += 1
     return left
 
