@@ -288,3 +288,25 @@ def test_gpuspec_traces_match_the_reference(name: str) -> None:
     pod_csv = CSV / f"openb_pod_list_{name}.csv"
     got = run_on_snapshot(CSV / "openb_node_list_gpu_node.csv", pod_csv, AT, Settings())
     assert abs(got.summary["fgd_fragmented_gpus"] - _trace_reference(pod_csv)) < 1e-6
+
+
+# --- GPU reconstruction from kubectl files ----------------------------------------------
+
+
+@settings(
+    max_examples=250, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow]
+)
+@given(states())
+def test_reconstruction_never_claims_more_than_the_truth(case: Any) -> None:
+    """Without the agents' GPU indices (a kubectl file) the reconstruction keeps every
+    node's free capacity, over-commits no GPU, and never finds more whole free GPUs on a
+    node than the true placement left (the old best fit found 303 too many over 250
+    states)."""
+    ref_nodes, _, _, infos, pods, _ = case
+    state = state_from_records(infos, pods)
+    by_name = {n.name: n for n in ref_nodes}
+    for node in state.nodes:
+        truth = by_name[node.name]
+        assert all(-1e-9 <= f <= 1.0 + 1e-9 for f in node.gpus)
+        assert abs(node.free_gpus - sum(truth.free_milli) / 1000) < 1e-6
+        assert node.whole_free_gpus <= sum(1 for f in truth.free_milli if f == 1000)
