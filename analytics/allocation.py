@@ -40,8 +40,8 @@ from collector.inventory_records import (
     PodInfo,
     node_from_json,
     pod_from_json,
-    tolerates,
 )
+from collector.scheduling_rules import tolerates
 from gpuscope.records import WorkloadKind
 from gpuscope.settings import WorkloadSettings
 

@@ -21,7 +21,7 @@ from typing import Any
 
 from analytics.allocation import EPS, NodeState
 from analytics.consolidation_model import Goal, Placed
-from collector.inventory_records import tolerates
+from collector.scheduling_rules import tolerates
 
 #: ``k`` of a unit that needs every GPU of its node (free_nodes).
 ALL_GPUS = -1
