@@ -186,6 +186,58 @@ def fits(node: NodeState, task: Task) -> bool:
     return sum(1 for f in node.gpus if f >= task.gpu_share - EPS) >= task.gpu_count
 
 
+#: Why a pending GPU task cannot start now (:func:`blocker`), in the order they are tested.
+BLOCKERS = (
+    "model",
+    "closed",
+    "cpu",
+    "memory",
+    "storage",
+    "resources",
+    "fragmentation",
+    "capacity",
+)
+
+
+def blocker(nodes: Sequence[NodeState], task: Task) -> str:
+    """Why the scheduler could not start the GPU task now, "" when it fits some node:
+
+    - ``model``: no node has a GPU model the task allows;
+    - ``closed``: every node of an allowed model is NotReady, cordoned or tainted against it;
+    - ``cpu`` / ``memory`` / ``storage``: nodes that admit it have the GPUs, but every such
+      node lacks this (the first short resource of each, when they all agree; else
+      ``resources``);
+    - ``fragmentation``: the nodes that admit it hold enough usable GPUs together, no one
+      node enough (consolidation would help);
+    - ``capacity``: not even together do they.
+    """
+    if task.gpu_count == 0:
+        return ""
+    models = [
+        n for n in nodes if n.gpus and (not task.gpu_models or n.gpu_model in task.gpu_models)
+    ]
+    if not models:
+        return "model"
+    admitting = [n for n in models if admits(n, task)]
+    if not admitting:
+        return "closed"
+    usable = [sum(1 for f in n.gpus if f >= task.gpu_share - EPS) for n in admitting]
+    with_gpus = [n for n, u in zip(admitting, usable, strict=True) if u >= task.gpu_count]
+    if with_gpus:
+        short = set()
+        for n in with_gpus:
+            if has_room(n, task.cpu_milli, task.memory_mib, task.ephemeral_mib):
+                return ""
+            if task.cpu_milli > n.cpu_milli_free:
+                short.add("cpu")
+            elif n.memory_mib_total and task.memory_mib > n.memory_mib_free:
+                short.add("memory")
+            else:
+                short.add("storage")
+        return short.pop() if len(short) == 1 else "resources"
+    return "fragmentation" if sum(usable) >= task.gpu_count else "capacity"
+
+
 def open_nodes(state: ClusterState) -> set[str]:
     """Nodes some work could be placed on now: Ready, and each hard taint (a cordon
     included) tolerated by at least one task of the workload (a taint nothing tolerates

@@ -55,6 +55,7 @@ from analytics.allocation import (
     GpuIndices,
     NodeState,
     Task,
+    blocker,
     fits,
     open_nodes,
     state_from_records,
@@ -329,6 +330,7 @@ def analyze_fragmentation(
         findings.insert(0, gpu_finding)
     partial = [f for n in usable for f in n.gpus if EPS < f < 1.0 - EPS]
     pending_gpu = [t for t in state.pending if t.gpu_count]
+    blocked_by = [blocker(state.nodes, t) for t in pending_gpu]
     summary: dict[str, Any] = {
         "nodes": len(state.nodes),
         "total_gpus": sum(len(n.gpus) for n in state.nodes),
@@ -352,6 +354,8 @@ def analyze_fragmentation(
         # pending GPU tasks the scheduler could start now (GPUs, CPU, memory, taints)
         "pending_gpu_tasks": len(pending_gpu),
         "pending_fit_now": sum(1 for t in pending_gpu if any(fits(n, t) for n in usable)),
+        # why the others wait, by reason (analytics.allocation.blocker)
+        "pending_blocked_by": dict(sorted(Counter(b for b in blocked_by if b).items())),
         "job_sizes": sizes,
         "jobs_fit_now": {
             str(k): sum(d["jobs_fit_now"][str(k)] for d in details.values()) for k in sizes

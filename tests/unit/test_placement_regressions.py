@@ -111,6 +111,7 @@ def test_free_gpu_without_the_cpu_for_any_task_is_fragmented(tmp_path: Path) -> 
     assert s["fgd_fragmented_gpus"] == pytest.approx(1.0)
     assert s["fgd_fragmentation_ratio"] == pytest.approx(1.0)
     assert s["pending_gpu_tasks"] == 3 and s["pending_fit_now"] == 0
+    assert s["pending_blocked_by"] == {"cpu": 3}
     [finding] = [f for f in result.findings if f.kind == "gpu_fragmentation"]
     assert finding.severity == "critical"
 
@@ -122,6 +123,7 @@ def test_memory_counts_like_cpu(tmp_path: Path) -> None:
     s = analyze(tmp_path, nodes, pods, "fragmentation").summary
     assert s["fgd_fragmentation_ratio"] == pytest.approx(1.0)
     assert s["pending_fit_now"] == 0
+    assert s["pending_blocked_by"] == {"memory": 3}
 
 
 # --- cordoned, NotReady, tainted ---------------------------------------------------------
@@ -149,6 +151,8 @@ def test_unschedulable_capacity_is_not_placeable(tmp_path: Path, closed: dict[st
     assert s["largest_placeable_job_gpus"] == 2
     assert s["jobs_fit_now"]["8"] == 0
     assert s["pending_fit_now"] == 0
+    # 2 usable GPUs on the open node: not enough even packed; the closed node's 8 don't count
+    assert s["pending_blocked_by"] == {"capacity": 1}
     # FGD over the capacity the scheduler can use: the 2 free GPUs are fragment to an
     # 8-GPU job, the 1-GPU tasks use them; nothing of the closed node is counted
     assert s["fgd_fragmented_gpus"] <= s["free_gpus"]
@@ -180,6 +184,20 @@ def test_a_cordon_is_open_to_the_pod_that_tolerates_it(tmp_path: Path) -> None:
     pods = [k8s_pod("job", None, gpus=8)]
     s = analyze(tmp_path, nodes, pods, "fragmentation").summary
     assert s["pending_fit_now"] == 0 and s["unschedulable_free_gpus"] == 16
+    assert s["pending_blocked_by"] == {"closed": 1}
+
+
+def test_blockers_name_fragmentation_and_models(tmp_path: Path) -> None:
+    """Two nodes with 2 free GPUs each and a 4-GPU job: the GPUs are there, scattered
+    (fragmentation); a job pinned to a model no node has waits on the model."""
+    nodes = [k8s_node("a", 4), k8s_node("b", 4)]
+    pods = [k8s_pod(f"{n}{i}", n, gpus=1) for n in "ab" for i in range(2)]
+    pods.append(k8s_pod("job", None, gpus=4))
+    pinned = k8s_pod("pinned", None, gpus=1)
+    pinned["spec"]["nodeSelector"] = {"nvidia.com/gpu.product": "NVIDIA-H100"}
+    pods.append(pinned)
+    s = analyze(tmp_path, nodes, pods, "fragmentation").summary
+    assert s["pending_blocked_by"] == {"fragmentation": 1, "model": 1}
 
 
 # --- fractions from kubectl files --------------------------------------------------------
