@@ -11,6 +11,8 @@ greedy planner in :mod:`analytics.consolidation`. The model is the planner's:
     s.t. sum_n z_{u,n} = 1                                    every unit is met
          sum_g w_{u,n,g} = k_u z_{u,n}                        k GPUs on one node
          sum_u s_u w_{u,n,g} - sum_{p on g} s_p e_p <= free_g  no GPU over-committed
+         sum_u r_u z_{u,n} - sum_{p on n} r_p e_p <= free_r(n)  for r in CPU, memory,
+                                                      storage (where the node counts it)
 
 Evicted pods may always go back to pending, so where they go does not change the count.
 """
@@ -51,9 +53,14 @@ def exact_min_evictions(
     e = {p.idx: new(1.0) for p in movable}
     rows: list[tuple[float, float, list[int], list[float]]] = []
     gpu_terms: dict[tuple[str, int], list[tuple[int, float]]] = {}
+    #: (node, resource index) -> terms; resource rows as GPU rows, in CPU/MiB units
+    res_terms: dict[tuple[str, int], list[tuple[int, float]]] = {}
     for p in movable:
         for g in p.gpus:
             gpu_terms.setdefault((p.node, g), []).append((e[p.idx], -p.share))
+        for r in range(3):
+            if p.res[r]:
+                res_terms.setdefault((p.node, r), []).append((e[p.idx], -float(p.res[r])))
     for unit in units:
         zs = []
         for node in world.nodes:
@@ -63,6 +70,9 @@ def exact_min_evictions(
             k = world.k_of(name, unit)
             z = new(0.0)
             zs.append(z)
+            for r in range(3):
+                if unit.res[r]:
+                    res_terms.setdefault((name, r), []).append((z, float(unit.res[r])))
             ws = []
             for g in range(len(node.gpus)):
                 w = new(0.0)
@@ -79,6 +89,16 @@ def exact_min_evictions(
             free = world.free[name][g]
             rows.append(
                 (-highspy.kHighsInf, free + 1e-7, [i for i, _ in terms], [v for _, v in terms])
+            )
+    for (name, r), terms in res_terms.items():
+        if world.counted[name][r] and any(v > 0 for _, v in terms):
+            rows.append(
+                (
+                    -highspy.kHighsInf,
+                    float(world.res[name][r]),
+                    [i for i, _ in terms],
+                    [v for _, v in terms],
+                )
             )
     if max_evictions is not None and e:
         rows.append((0.0, float(max_evictions), list(e.values()), [1.0] * len(e)))

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from analytics.allocation import EPS, NodeState
 from analytics.consolidation_model import Goal, Placed, Plan
 from analytics.consolidation_search import EXHAUSTIVE_PODS, Chooser, greedy_node
-from analytics.consolidation_world import Option, Unit, World, no_room, units_of, usable_count
+from analytics.consolidation_world import Option, Unit, World, no_room, units_of
 
 #: Instances with more units or nodes than these are left to the greedy planner.
 MAX_UNITS = 64
@@ -67,7 +67,7 @@ class _Search:
             self.visits += 1
             child = world.copy()
             child.evict([child.pods[p.idx] for p in option.evictions])
-            child.reserve(name, option.gpus, unit.share)
+            child.reserve(name, option.gpus, unit.share, unit.res)
             steps.append(Step(name, tuple(p.idx for p in option.evictions), option.gpus))
             self.run(child, i + 1, failed, steps)
             steps.pop()
@@ -96,7 +96,10 @@ class _Search:
             signature = (
                 node.gpu_model,
                 node.schedulable,
+                node.taints,
                 tuple(world.free[name]),
+                tuple(world.res[name]),
+                world.counted[name],
                 tuple(sorted((p.gpus, p.share, p.movable) for p in world.on[name])),
             )
             if signature in seen:
@@ -104,12 +107,12 @@ class _Search:
             seen.add(signature)
             k = world.k_of(name, unit)
             ready = world.ready(name, unit.share)
-            if len(ready) >= k:
+            if world.room_after(name, unit):
                 for gpus in _picks(world.free[name], ready, k, unit.share):
                     key = (sum(world.free[name][g] for g in ready),)
                     fit.append((key, name, Option((), 0.0, gpus)))
             elif allow > 0 and not fit:
-                for option in _eviction_sets(world, name, k, unit.share, allow):
+                for option in _eviction_sets(world, name, unit, allow):
                     after = list(world.free[name])
                     for p in option.evictions:
                         for g in p.gpus:
@@ -138,20 +141,19 @@ def _picks(
     return [fullest] if emptiest == fullest else [fullest, emptiest]
 
 
-def _eviction_sets(world: World, name: str, k: int, share: float, allow: int) -> list[Option]:
+def _eviction_sets(world: World, name: str, unit: Unit, allow: int) -> list[Option]:
     """Minimal sets of at most ``allow`` movable pods whose eviction makes room for the unit,
     fewest pods then fewest GPU-hours first; the greedy's set where the node has many pods."""
     movable = sorted((p for p in world.on[name] if p.movable), key=lambda p: p.idx)
-    base = world.free[name]
     if len(movable) > EXHAUSTIVE_PODS:
-        option = greedy_node(world, name, k, share)
+        option = greedy_node(world, name, unit)
         return [option] if option is not None and len(option.evictions) <= allow else []
     found: list[Option] = []
     for r in range(1, min(allow, len(movable)) + 1):
         for combo in itertools.combinations(movable, r):
-            if usable_count(base, combo, share) < k:
+            if not world.room_after(name, unit, combo):
                 continue
-            if any(usable_count(base, combo[:j] + combo[j + 1 :], share) >= k for j in range(r)):
+            if any(world.room_after(name, unit, combo[:j] + combo[j + 1 :]) for j in range(r)):
                 continue  # not minimal
             found.append(Option(combo, sum(p.gph for p in combo)))
     found.sort(key=lambda o: o.rank)

@@ -19,7 +19,14 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
 
-from analytics.allocation import _ACTIVE_PHASES, EPS, ClusterState, GpuIndices, task_of
+from analytics.allocation import (
+    _ACTIVE_PHASES,
+    ClusterState,
+    GpuIndices,
+    holders_on,
+    task_of,
+)
+from analytics.allocation_gpus import assign_gpus
 from collector.inventory_records import PodInfo
 from gpuscope.records import WorkloadKind
 
@@ -46,6 +53,12 @@ class Placed:
     reason_fixed: str = ""
     #: GPU-hours of work an eviction loses (since the last checkpoint or the start).
     gpu_hours_lost: float = 0.0
+    #: What it requests besides GPUs, freed on its node when it is evicted and needed
+    #: wherever it is re-placed.
+    cpu_milli: int = 0
+    memory_mib: int = 0
+    ephemeral_mib: int = 0
+    tolerations: frozenset[str] = frozenset()
 
     @property
     def key(self) -> str:
@@ -63,6 +76,11 @@ class Goal:
     label: str = ""
     #: GPU models the goal may use (empty: any).
     gpu_models: frozenset[str] = frozenset()
+    #: What each unit of a pending job asks for besides GPUs, and its tolerations.
+    cpu_milli: int = 0
+    memory_mib: int = 0
+    ephemeral_mib: int = 0
+    tolerations: frozenset[str] = frozenset()
 
     @property
     def name(self) -> str:
@@ -156,9 +174,9 @@ def placement_from_state(
     protected_namespaces: Iterable[str] = (),
     pdb_blocked: frozenset[str] | set[str] = frozenset(),
 ) -> list[Placed]:
-    """The pods on each node with their GPUs, placed as :mod:`analytics.allocation` does
-    (known indices exactly; whole GPUs lowest index first; fractions largest first, best
-    fit), and whether each may move (module docstring)."""
+    """The pods on each node with their GPUs, placed as :mod:`analytics.allocation_gpus`
+    does (the same reconstruction as the state's), and whether each may move (module
+    docstring)."""
     known = gpu_indices or {}
     protected = frozenset(protected_namespaces)
     sizes = {n.name: len(n.gpus) for n in state.nodes}
@@ -168,60 +186,32 @@ def placement_from_state(
             by_node.setdefault(pod.node, []).append(pod)
     out: list[Placed] = []
     for node_name, node_pods in sorted(by_node.items()):
-        free = [1.0] * sizes[node_name]
-        entries: list[tuple[PodInfo, int, float]] = []
+        holders = holders_on(node_pods, node_name)
+        _, taken = assign_gpus(sizes[node_name], holders, known)
         for pod in node_pods:
+            key = f"{pod.namespace}/{pod.name}"
             task = task_of(pod)
-            if task is None or task.gpu_count == 0:
+            if task is None or key not in taken:
                 continue
-            entries.append((pod, task.gpu_count, task.gpu_share))
-        placed: dict[str, tuple[int, ...]] = {}
-        for pod, _, share in entries:
-            key = f"{pod.namespace}/{pod.name}"
-            idx = tuple(i for i in known.get(key, ()) if 0 <= i < len(free))
-            if idx:
-                placed[key] = idx
-                for i in idx:
-                    free[i] = max(0.0, free[i] - share)
-        rest = [e for e in entries if f"{e[0].namespace}/{e[0].name}" not in placed]
-        rest.sort(key=lambda e: (e[2] < 1.0 - EPS, -e[2], e[0].namespace, e[0].name))
-        for pod, count, share in rest:
-            idx = _take(free, count, share, best_fit=share < 1.0 - EPS)
-            placed[f"{pod.namespace}/{pod.name}"] = idx
-        for pod, _, share in entries:
-            key = f"{pod.namespace}/{pod.name}"
             reason = _fixed_reason(pod, protected, pdb_blocked)
-            idx = placed[key]
+            idx = taken[key]
             out.append(
                 Placed(
                     namespace=pod.namespace,
                     pod=pod.name,
                     node=node_name,
                     gpus=idx,
-                    share=share,
+                    share=task.gpu_share,
                     movable=not reason,
                     reason_fixed=reason,
-                    gpu_hours_lost=len(idx) * share * _hours_since(pod, at),
+                    gpu_hours_lost=len(idx) * task.gpu_share * _hours_since(pod, at),
+                    cpu_milli=task.cpu_milli,
+                    memory_mib=task.memory_mib,
+                    ephemeral_mib=task.ephemeral_mib,
+                    tolerations=task.tolerations,
                 )
             )
     return out
-
-
-def _take(free: list[float], count: int, share: float, *, best_fit: bool) -> tuple[int, ...]:
-    """GPU indices for a pod reconstructed onto a node (clamped when over-committed)."""
-    chosen: list[int] = []
-    for _ in range(count):
-        fits = [i for i, f in enumerate(free) if f >= share - EPS and i not in chosen]
-        if fits:
-            i = min(fits, key=lambda j: (free[j], j)) if best_fit else fits[0]
-        else:
-            rest = [j for j in range(len(free)) if j not in chosen]
-            if not rest:
-                break
-            i = max(rest, key=lambda j: (free[j], -j))
-        free[i] = max(0.0, free[i] - share)
-        chosen.append(i)
-    return tuple(sorted(chosen))
 
 
 def goals_from_pending(pods: Iterable[PodInfo]) -> list[Goal]:
@@ -239,6 +229,10 @@ def goals_from_pending(pods: Iterable[PodInfo]) -> list[Goal]:
                 gpus=task.gpu_count,
                 share=task.gpu_share,
                 label=f"{pod.namespace}/{pod.name}",
+                cpu_milli=task.cpu_milli,
+                memory_mib=task.memory_mib,
+                ephemeral_mib=task.ephemeral_mib,
+                tolerations=task.tolerations,
             )
         )
     return sorted(goals, key=lambda g: g.label)

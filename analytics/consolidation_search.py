@@ -34,19 +34,23 @@ from analytics.consolidation_world import (
 #: On a node with at most this many movable pods the eviction set is searched exhaustively.
 EXHAUSTIVE_PODS = 14
 _EXHAUSTIVE_BUDGET = 4000
+#: Options of equal evictions whose victims' room is checked, cheapest first.
+_TIE_CHECKS = 4
 
 
-def greedy_node(world: World, name: str, k: int, share: float) -> Option | None:
-    """A small set of movable pods whose eviction leaves k GPUs of the node with ``share``
-    free: the eviction making most GPUs usable per pod first, then redundant ones dropped."""
+def greedy_node(world: World, name: str, unit: Unit) -> Option | None:
+    """A small set of movable pods whose eviction makes room for the unit on the node: the
+    eviction making most GPUs usable per pod first, then, where CPU, memory or storage is
+    still short, the pods that free most of it, then redundant evictions dropped."""
+    k, share = world.k_of(name, unit), unit.share
     free = list(world.free[name])
     movable = [p for p in world.on[name] if p.movable]
+    if not world.room_after(name, unit, movable):
+        return None
     cap = list(free)
     for pod in movable:
         for g in pod.gpus:
             cap[g] += pod.share
-    if sum(1 for c in cap if c >= share - EPS) < k:
-        return None
     chosen: list[Pod] = []
     usable = sum(1 for f in free if f >= share - EPS)
     while usable < k:
@@ -80,18 +84,28 @@ def greedy_node(world: World, name: str, k: int, share: float) -> Option | None:
             for g in p.gpus:
                 free[g] += p.share
         usable = sum(1 for f in free if f >= share - EPS)
+    if not world.res_fit(name, unit.res, chosen):
+        short = [i for i in range(3) if unit.res[i]]
+        rest = sorted(
+            (p for p in movable if p not in chosen),
+            key=lambda p: (-sum(p.res[i] for i in short), p.gph, p.idx),
+        )
+        for p in rest:
+            chosen.append(p)
+            if world.res_fit(name, unit.res, chosen):
+                break
+        else:
+            return None
     # drop evictions not needed, dearest first
-    base = world.free[name]
     for p in sorted(chosen, key=lambda p: (-p.gph, p.idx)):
-        rest = [q for q in chosen if q is not p]
-        if usable_count(base, rest, share) >= k:
-            chosen = rest
+        rest_ = [q for q in chosen if q is not p]
+        if world.room_after(name, unit, rest_):
+            chosen = rest_
     return Option(tuple(chosen), sum(p.gph for p in chosen))
 
 
-def _exhaustive_node(world: World, name: str, k: int, share: float, bound: Option) -> Option:
+def _exhaustive_node(world: World, name: str, unit: Unit, bound: Option) -> Option:
     """The best eviction set of at most ``len(bound)`` pods, where the search is small."""
-    base = world.free[name]
     movable = sorted((p for p in world.on[name] if p.movable), key=lambda p: p.idx)
     if len(movable) > EXHAUSTIVE_PODS or not bound.evictions:
         return bound
@@ -103,7 +117,7 @@ def _exhaustive_node(world: World, name: str, k: int, share: float, bound: Optio
             budget -= 1
             if budget < 0:
                 return best
-            if usable_count(base, combo, share) >= k:
+            if world.room_after(name, unit, combo):
                 option = Option(combo, sum(p.gph for p in combo))
                 if option.rank < best.rank:
                     best = option
@@ -118,7 +132,7 @@ Chooser = Callable[[World, Unit, int | None], "tuple[str, Option] | str"]
 
 
 def _greedy_scorer(world: World, name: str, unit: Unit) -> tuple[tuple[Any, ...], Option] | None:
-    option = greedy_node(world, name, world.k_of(name, unit), unit.share)
+    option = greedy_node(world, name, unit)
     if option is None or not option.evictions:
         return None
     return option.rank, option
@@ -132,13 +146,27 @@ def choose_planner(world: World, unit: Unit, budget: int | None) -> tuple[str, O
     if not options:
         return no_room(world, unit)
     fewest = options[0][0][0]
-    best_name, best = options[0][1], options[0][2]
+    candidates: list[tuple[str, Option]] = []
     for _, name, option in options:
         if len(option.evictions) > fewest + 1:
             break
-        refined = _exhaustive_node(world, name, world.k_of(name, unit), unit.share, option)
-        if (refined.rank, name) < (best.rank, best_name):
-            best_name, best = name, refined
+        candidates.append((name, _exhaustive_node(world, name, unit, option)))
+    least = min(len(o.evictions) for _, o in candidates)
+    tied = [(n, o) for n, o in candidates if len(o.evictions) == least]
+    # at the same eviction count, prefer victims that can be re-placed over sending running
+    # pods back to the queue; then the fewest GPU-hours lost (the first, cheapest option
+    # whose victims all find room ends the search; at most _TIE_CHECKS are tried, so a full
+    # cluster where no victim finds room costs a bounded number of scans per unit)
+    tied.sort(key=lambda no: (no[1].gph, no[0]))
+    best_name, best = tied[0]
+    if len(tied) > 1:
+        fewest_left = None
+        for name, option in tied[:_TIE_CHECKS]:
+            left = stranded(world, name, unit, option)
+            if fewest_left is None or left < fewest_left:
+                fewest_left, best_name, best = left, name, option
+            if left == 0:
+                break
     if budget is not None and len(best.evictions) > budget:
         return f"needs {len(best.evictions)} evictions, over the max_evictions budget"
     return best_name, best
@@ -153,16 +181,15 @@ def choose_first(world: World, unit: Unit, budget: int | None) -> tuple[str, Opt
 
 
 def _evict_in_order(
-    world: World, name: str, k: int, share: float, order: Callable[[Pod], Any]
+    world: World, name: str, unit: Unit, order: Callable[[Pod], Any]
 ) -> Option | None:
     movable = sorted((p for p in world.on[name] if p.movable), key=order)
     taken: list[Pod] = []
-    base = world.free[name]
-    if usable_count(base, taken, share) >= k:
+    if world.room_after(name, unit):
         return Option((), 0.0)
     for pod in movable:
         taken.append(pod)
-        if usable_count(base, taken, share) >= k:
+        if world.room_after(name, unit, taken):
             return Option(tuple(taken), sum(p.gph for p in taken))
     return None
 
@@ -176,7 +203,7 @@ def _baseline_chooser(
     tag: str, node_order: Callable[[World, str], Any], pod_order: Callable[[Pod], Any]
 ) -> Chooser:
     def scorer(world: World, name: str, unit: Unit) -> tuple[tuple[Any, ...], Option] | None:
-        option = _evict_in_order(world, name, world.k_of(name, unit), unit.share, pod_order)
+        option = _evict_in_order(world, name, unit, pod_order)
         if option is None:
             return None
         return (node_order(world, name),), option
@@ -229,7 +256,7 @@ def plan_with(
         world.evict(option.evictions)
         k = world.k_of(name, unit)
         gpus = option.gpus or pick_gpus(world, name, k, unit.share)
-        world.reserve(name, gpus, unit.share)
+        world.reserve(name, gpus, unit.share, unit.res)
         targets.append((goals[unit.goal].name, name))
     moves = []
     for pod in sorted(world.evicted, key=lambda p: (-len(p.gpus) * p.share, p.idx)):
@@ -249,5 +276,54 @@ def plan_with(
     )
 
 
-def plan_rank(plan: Plan) -> tuple[int, int, float]:
-    return -plan.goals_met, len(plan.evictions), plan.gpu_hours_lost
+def stranded(world: World, name: str, unit: Unit, option: Option) -> int:
+    """How many of the option's victims would find no node to go back to (first fit, in
+    the room left once the unit took this option): a tie-breaker between options of equal
+    evictions. Works on copies of the few nodes it touches, not of the world."""
+    free: dict[str, list[float]] = {}
+    res: dict[str, list[int]] = {}
+
+    def mine(node: str) -> tuple[list[float], list[int]]:
+        if node not in free:
+            free[node], res[node] = list(world.free[node]), list(world.res[node])
+        return free[node], res[node]
+
+    for pod in option.evictions:
+        f, r = mine(pod.node)
+        for g in pod.gpus:
+            f[g] = min(1.0, f[g] + pod.share)
+        for i in range(3):
+            r[i] += pod.res[i]
+    f, r = mine(name)
+    ready = sorted((g for g, x in enumerate(f) if x >= unit.share - EPS), key=lambda g: (f[g], g))
+    for g in option.gpus or ready[: world.k_of(name, unit)]:
+        f[g] -= unit.share
+    for i in range(3):
+        r[i] -= unit.res[i]
+    left = 0
+    for pod in sorted(option.evictions, key=lambda p: (-len(p.gpus) * p.share, p.idx)):
+        for node in world.nodes:
+            n = node.name
+            f, r = free.get(n, world.free[n]), res.get(n, world.res[n])
+            counted = world.counted[n]
+            if any(counted[i] and pod.res[i] > r[i] for i in range(3)):
+                continue
+            room = [g for g, x in enumerate(f) if x >= pod.share - EPS][: len(pod.gpus)]
+            if len(room) < len(pod.gpus) or not world.admits(n, pod.tolerations):
+                continue
+            f, r = mine(n)
+            for g in room:
+                f[g] -= pod.share
+            for i in range(3):
+                r[i] -= pod.res[i]
+            break
+        else:
+            left += 1
+    return left
+
+
+def plan_rank(plan: Plan) -> tuple[int, int, int, float]:
+    """Plans compare by goals met, then evictions, then running pods sent back to pending
+    (no room to re-place them), then GPU-hours lost."""
+    pending = sum(1 for m in plan.moves if not m.to_node)
+    return -plan.goals_met, len(plan.evictions), pending, plan.gpu_hours_lost

@@ -4,6 +4,12 @@ Shared by the planner, the baselines (:mod:`analytics.consolidation_search`) and
 solver (:mod:`analytics.consolidation_exact`), so that all three read one cluster the same
 way: goals cut into units (one node's worth of a goal each), nodes indexed by a score that
 is kept up to date as the plan changes them, and evicted pods placed best fit at the end.
+
+Besides GPU shares the world keeps each node's free CPU, memory and ephemeral storage
+(memory and storage only where the node reports them, as
+:func:`analytics.allocation.has_room`): a unit lands only where its requests fit, an
+eviction frees the pod's requests, and an evicted pod is re-placed only where its own fit
+and its tolerations allow. Every room test goes through :meth:`World.room_after`.
 """
 
 from __future__ import annotations
@@ -15,9 +21,14 @@ from typing import Any
 
 from analytics.allocation import EPS, NodeState
 from analytics.consolidation_model import Goal, Placed
+from collector.scheduling_rules import tolerates
 
 #: ``k`` of a unit that needs every GPU of its node (free_nodes).
 ALL_GPUS = -1
+
+
+#: CPU millicores, memory MiB, ephemeral storage MiB.
+Resources = tuple[int, int, int]
 
 
 @dataclass(slots=True)
@@ -28,6 +39,8 @@ class Pod:
     share: float
     movable: bool
     gph: float
+    res: Resources = (0, 0, 0)
+    tolerations: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +50,8 @@ class Unit:
     share: float
     models: frozenset[str]
     schedulable: bool
+    res: Resources = (0, 0, 0)
+    tolerations: frozenset[str] = frozenset()
 
 
 class World:
@@ -46,8 +61,24 @@ class World:
         self.nodes = [n for n in nodes if n.gpus]
         self.info = {n.name: n for n in self.nodes}
         self.free: dict[str, list[float]] = {n.name: list(n.gpus) for n in self.nodes}
+        #: Free CPU, memory, storage; a limit of None is not counted (not reported).
+        self.res: dict[str, list[int]] = {
+            n.name: [n.cpu_milli_free, n.memory_mib_free, n.ephemeral_mib_free] for n in self.nodes
+        }
+        self.counted: dict[str, tuple[bool, bool, bool]] = {
+            n.name: (True, n.memory_mib_total > 0, n.ephemeral_mib_total > 0) for n in self.nodes
+        }
         self.pods = [
-            Pod(i, p.node, p.gpus, p.share, p.movable, p.gpu_hours_lost)
+            Pod(
+                i,
+                p.node,
+                p.gpus,
+                p.share,
+                p.movable,
+                p.gpu_hours_lost,
+                (p.cpu_milli, p.memory_mib, p.ephemeral_mib),
+                p.tolerations,
+            )
             for i, p in enumerate(placed)
         ]
         self.on: dict[str, list[Pod]] = {n.name: [] for n in self.nodes}
@@ -68,12 +99,35 @@ class World:
 
     def eligible(self, name: str, unit: Unit) -> bool:
         node = self.info[name]
-        if unit.schedulable and not node.schedulable:
+        if unit.schedulable and not self.admits(name, unit.tolerations):
             return False
         if unit.models and node.gpu_model not in unit.models:
             return False
         k = len(node.gpus) if unit.k == ALL_GPUS else unit.k
         return 0 < k <= len(node.gpus)
+
+    def admits(self, name: str, tolerations: frozenset[str]) -> bool:
+        """Ready, and every hard taint (a cordon included) tolerated."""
+        node = self.info[name]
+        return node.schedulable and all(tolerates(tolerations, t) for t in node.taints)
+
+    def res_fit(self, name: str, need: Resources, pods: Iterable[Pod] = ()) -> bool:
+        """Whether the node's free CPU, memory and storage, with ``pods`` evicted, hold
+        ``need``."""
+        have = list(self.res[name])
+        for pod in pods:
+            for i in range(3):
+                have[i] += pod.res[i]
+        counted = self.counted[name]
+        return all(not counted[i] or need[i] <= have[i] for i in range(3))
+
+    def room_after(self, name: str, unit: Unit, pods: Iterable[Pod] = ()) -> bool:
+        """Whether the unit fits on the node once ``pods`` are evicted from it."""
+        pods = tuple(pods)
+        k = self.k_of(name, unit)
+        if usable_count(self.free[name], pods, unit.share) < k:
+            return False
+        return self.res_fit(name, unit.res, pods)
 
     def k_of(self, name: str, unit: Unit) -> int:
         return len(self.free[name]) if unit.k == ALL_GPUS else unit.k
@@ -86,6 +140,9 @@ class World:
             free = self.free[pod.node]
             for g in pod.gpus:
                 free[g] = min(1.0, free[g] + pod.share)
+            res = self.res[pod.node]
+            for i in range(3):
+                res[i] += pod.res[i]
             self.on[pod.node].remove(pod)
             pod.movable = False
             self.evicted.append(pod)
@@ -96,16 +153,23 @@ class World:
         new = object.__new__(World)
         new.nodes, new.info = self.nodes, self.info
         new.free = {name: list(free) for name, free in self.free.items()}
+        new.res = {name: list(res) for name, res in self.res.items()}
+        new.counted = self.counted
         new.pods = [replace(p) for p in self.pods]
         new.on = {name: [new.pods[p.idx] for p in pods] for name, pods in self.on.items()}
         new.evicted = [new.pods[p.idx] for p in self.evicted]
         new.log, new.version, new.indexes = [], dict(self.version), {}
         return new
 
-    def reserve(self, name: str, gpus: Iterable[int], share: float) -> None:
+    def reserve(
+        self, name: str, gpus: Iterable[int], share: float, res: Resources = (0, 0, 0)
+    ) -> None:
         free = self.free[name]
         for g in gpus:
             free[g] = max(0.0, free[g] - share)
+        have = self.res[name]
+        for i in range(3):
+            have[i] -= res[i]
         self.touch(name)
 
 
@@ -139,7 +203,9 @@ def units_of(goals: Sequence[Goal], *, decreasing: bool = True) -> list[Unit]:
     units: list[Unit] = []
     for i, goal in enumerate(goals):
         if goal.kind == "pending_job":
-            units += [Unit(i, goal.gpus, goal.share, goal.gpu_models, True)] * goal.count
+            res = (goal.cpu_milli, goal.memory_mib, goal.ephemeral_mib)
+            unit = Unit(i, goal.gpus, goal.share, goal.gpu_models, True, res, goal.tolerations)
+            units += [unit] * goal.count
         elif goal.kind == "free_gpus":
             units += [Unit(i, 1, 1.0, goal.gpu_models, False)] * (goal.gpus * goal.count)
         elif goal.kind == "free_nodes":
@@ -196,7 +262,7 @@ class NodeIndex:
 
 
 def node_index(world: World, unit: Unit, tag: str, scorer: Scorer) -> NodeIndex:
-    key = (tag, unit.k, unit.share, unit.models, unit.schedulable)
+    key = (tag, unit.k, unit.share, unit.models, unit.schedulable, unit.res, unit.tolerations)
     index = world.indexes.get(key)
     if index is None:
         index = world.indexes[key] = NodeIndex(world, unit, scorer)
@@ -204,14 +270,14 @@ def node_index(world: World, unit: Unit, tag: str, scorer: Scorer) -> NodeIndex:
 
 
 def fit_best(world: World, name: str, unit: Unit) -> tuple[tuple[Any, ...], None] | None:
-    ready = world.ready(name, unit.share)
-    if len(ready) < world.k_of(name, unit):
+    if not world.room_after(name, unit):
         return None
+    ready = world.ready(name, unit.share)
     return (sum(world.free[name][g] for g in ready),), None
 
 
 def fit_first(world: World, name: str, unit: Unit) -> tuple[tuple[Any, ...], None] | None:
-    if len(world.ready(name, unit.share)) < world.k_of(name, unit):
+    if not world.room_after(name, unit):
         return None
     return (), None
 
@@ -235,7 +301,9 @@ def relocate(world: World, pod: Pod, from_node: str) -> tuple[str, tuple[int, ..
     best: tuple[float, str, tuple[int, ...]] | None = None
     need = len(pod.gpus)
     for node in world.nodes:
-        if not node.schedulable:
+        if not world.admits(node.name, pod.tolerations):
+            continue
+        if not world.res_fit(node.name, pod.res):
             continue
         free = world.free[node.name]
         fits = sorted(
@@ -251,5 +319,5 @@ def relocate(world: World, pod: Pod, from_node: str) -> tuple[str, tuple[int, ..
                 break
     if best is None:
         return "", ()
-    world.reserve(best[1], best[2], pod.share)
+    world.reserve(best[1], best[2], pod.share, pod.res)
     return best[1], best[2]

@@ -11,9 +11,20 @@ expectation over the task mix M of the workload:
                                                   than are free)
            = sum of free_g over GPUs g with free_g < share(m)   otherwise
 
-The mix is learnt as the paper's simulator does by default: tasks grouped by (CPU, per-GPU
-share, GPU count, allowed models), the most frequent groups kept until they cover 95 % of
-the tasks, popularity renormalised over the kept groups.
+The mix is learnt as the paper's simulator (``GetTypicalPods`` in its ``frag.go``) does:
+tasks grouped by (CPU, per-GPU share in milli-GPU, GPU count, the GPU-model constraint as
+written), groups ranked by count, ties broken as its sort does (larger CPU first, then
+larger share, more GPUs, the model text in reverse order), the most frequent kept until
+they cover 95 % of the tasks, popularity renormalised over the kept groups. Memory,
+storage and tolerations, which the simulator does not know, extend the group key after
+those fields (constant on its traces, so its ranking is unchanged there).
+
+Only nodes that could take work now count (:func:`analytics.allocation.open_nodes`:
+Ready, every taint and cordon tolerated by some task); the free GPUs of the others are
+reported apart (``unschedulable_free_gpus``), neither free nor fragmented. A task fits a
+node only if the node admits it and has its CPU, memory and storage free
+(:func:`analytics.allocation.fits`), so a free GPU on a node without the CPU for any
+typical task is fragmented.
 
 Node fragmentation is the whole-GPU view: a job of k GPUs on one node cannot start
 although the pool has k free GPUs, because they are spread over nodes. For each size the
@@ -38,8 +49,19 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from analytics.allocation import EPS, ClusterState, NodeState, Task
+from analytics.allocation import (
+    EPS,
+    ClusterState,
+    GpuIndices,
+    NodeState,
+    Task,
+    blocker,
+    fits,
+    open_nodes,
+    state_from_records,
+)
 from analytics.base import Analysis
+from collector.inventory_records import NodeInfo, PodInfo
 from gpuscope.records import Finding, Severity, finding_id
 from gpuscope.settings import AnalyticsSettings
 
@@ -53,7 +75,9 @@ MIN_FRAGMENTED_GPUS = 1.0
 #: Nodes listed in a finding's evidence, worst first.
 EVIDENCE_NODES = 20
 
-GroupKey = tuple[int, float, int, frozenset[str]]
+#: (CPU milli, share in milli-GPU, GPU count, model constraint text, memory MiB, storage
+#: MiB, tolerations): frag.go's PodResource first, then what it does not know.
+GroupKey = tuple[int, int, int, str, int, int, tuple[str, ...]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,18 +93,54 @@ class TaskMix:
 
 
 def group_key(task: Task) -> GroupKey:
-    """Shares to the milli-GPU, so 0.5 and 0.5000001 are one group."""
-    return (task.cpu_milli, round(task.gpu_share, 3), task.gpu_count, task.gpu_models)
+    """Shares to the milli-GPU, as the simulator keys them, so 0.5 and 0.5000001 are one
+    group; the model constraint as written, so ``V100M16|V100M32|V100M32`` is its own."""
+    milli = round(task.gpu_share * 1000) if task.gpu_count else 0
+    return (
+        task.cpu_milli,
+        milli,
+        task.gpu_count,
+        task.spec_text if task.gpu_count else "",
+        task.memory_mib,
+        task.ephemeral_mib,
+        tuple(sorted(task.tolerations)),
+    )
+
+
+def _group_task(key: GroupKey) -> Task:
+    cpu, milli, count, spec, memory, storage, tolerations = key
+    return Task(
+        cpu_milli=cpu,
+        gpu_count=count,
+        gpu_share=milli / 1000,
+        gpu_models=frozenset(m for m in spec.split("|") if m),
+        memory_mib=memory,
+        ephemeral_mib=storage,
+        gpu_spec=spec,
+        tolerations=frozenset(tolerations),
+    )
+
+
+class _Desc(str):
+    """A string that sorts in reverse, for the model text's place in the ranking."""
+
+    def __lt__(self, other: str) -> bool:
+        return str.__gt__(self, other)
 
 
 def learn_task_mix(tasks: Iterable[Task], coverage: float = 0.95) -> TaskMix:
-    """Most frequent groups until they cover ``coverage`` of the tasks, renormalised."""
+    """Most frequent groups until they cover ``coverage`` of the tasks, renormalised; ties
+    broken as frag.go's sort (module docstring), so the mix does not depend on input order."""
     counts = Counter(group_key(t) for t in tasks)
     total = sum(counts.values())
     if not total:
         return TaskMix()
-    # ties broken by the key so the mix does not depend on the order of the input
-    ranked = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0][:3], tuple(sorted(kv[0][3]))))
+
+    def rank(kv: tuple[GroupKey, int]) -> tuple[Any, ...]:
+        (cpu, milli, count, spec, memory, storage, tolerations), n = kv
+        return (-n, -cpu, -milli, -count, _Desc(spec), -memory, -storage, tolerations)
+
+    ranked = sorted(counts.items(), key=rank)
     kept: list[tuple[GroupKey, int]] = []
     covered = 0
     for key, n in ranked:
@@ -89,23 +149,12 @@ def learn_task_mix(tasks: Iterable[Task], coverage: float = 0.95) -> TaskMix:
         kept.append((key, n))
         covered += n
     return TaskMix(
-        tasks=tuple(Task(cpu, count, share, models) for (cpu, share, count, models), _ in kept),
+        tasks=tuple(_group_task(key) for key, _ in kept),
         weights=tuple(n / covered for _, n in kept),
         coverage=covered / total,
         groups_seen=len(counts),
         tasks_seen=total,
     )
-
-
-def fits(node: NodeState, task: Task) -> bool:
-    """Whether the task can start on the node now (GPU model, GPUs, CPU)."""
-    if task.gpu_count == 0 or not node.schedulable:
-        return False
-    if task.gpu_models and node.gpu_model not in task.gpu_models:
-        return False
-    if task.cpu_milli > node.cpu_milli_free:
-        return False
-    return sum(1 for f in node.gpus if f >= task.gpu_share - EPS) >= task.gpu_count
 
 
 def task_fragment(node: NodeState, task: Task) -> float:
@@ -150,14 +199,13 @@ def node_placements(
     return now, packed
 
 
-def _pool_detail(nodes: list[NodeState], sizes: Sequence[int], mix: TaskMix) -> dict[str, Any]:
+def _pool_detail(nodes: list[NodeState], sizes: Sequence[int], frag: float) -> dict[str, Any]:
     free = [n.whole_free_gpus for n in nodes]
     caps = [len(n.gpus) for n in nodes]
     fit_now: dict[str, int] = {}
     fit_packed: dict[str, int] = {}
     for k in sizes:
         fit_now[str(k)], fit_packed[str(k)] = node_placements(free, k, caps)
-    frag = sum(fgd_node(n, mix) for n in nodes)
     return {
         "nodes": len(nodes),
         "total_gpus": sum(caps),
@@ -244,19 +292,26 @@ def analyze_fragmentation(
     settings: AnalyticsSettings,
     mix: TaskMix | None = None,
 ) -> Analysis:
-    """Both fragmentations of a state; the mix is learnt from its tasks when not given."""
+    """Both fragmentations of a state; the mix is learnt from its tasks when not given.
+    Free, placeable and fragmented capacity count open nodes only (module docstring)."""
     if mix is None:
         mix = learn_task_mix(state.tasks, settings.fgd_task_coverage)
     pending_sizes = sorted({t.gpu_count for t in state.pending if t.whole})
     sizes = sorted({k for k in settings.job_sizes if k > 0} | set(pending_sizes))
+    is_open = open_nodes(state)
+    usable = [n for n in state.nodes if n.name in is_open]
+    closed = [n for n in state.nodes if n.name not in is_open and n.gpus]
     pools: dict[str, list[NodeState]] = {}
-    for node in state.nodes:
+    for node in usable:
         if node.gpus:
             pools.setdefault(node.pool, []).append(node)
     findings: list[Finding] = []
     details: dict[str, dict[str, Any]] = {}
+    frag = 0.0
     for pool, nodes in sorted(pools.items()):
-        detail = details[pool] = _pool_detail(nodes, sizes, mix)
+        pool_frag = sum(fgd_node(n, mix) for n in nodes)
+        frag += pool_frag
+        detail = details[pool] = _pool_detail(nodes, sizes, pool_frag)
         # blocked by fragmentation: nothing of size k fits now, yet the same free GPUs
         # packed would hold one (nodes too small for k are capacity, not fragmentation)
         blocked = [
@@ -267,18 +322,24 @@ def analyze_fragmentation(
         if blocked:
             pending_blocked = [k for k in blocked if k in pending_sizes]
             findings.append(_node_finding(pool, nodes, detail, blocked, pending_blocked, at))
-    free = sum(n.free_gpus for n in state.nodes)
-    frag = sum(d["fgd_fragmented_gpus"] for d in details.values())
+    free = sum(n.free_gpus for n in usable)
     ratio = min(1.0, frag / free) if free > EPS else 0.0
-    gpu_finding = _gpu_finding(state, mix, frag, ratio, free, at)
+    open_state = ClusterState(tuple(usable), state.running, state.pending)
+    gpu_finding = _gpu_finding(open_state, mix, frag, ratio, free, at)
     if gpu_finding is not None:
         findings.insert(0, gpu_finding)
-    partial = [f for n in state.nodes for f in n.gpus if EPS < f < 1.0 - EPS]
+    partial = [f for n in usable for f in n.gpus if EPS < f < 1.0 - EPS]
+    pending_gpu = [t for t in state.pending if t.gpu_count]
+    blocked_by = [blocker(state.nodes, t) for t in pending_gpu]
     summary: dict[str, Any] = {
         "nodes": len(state.nodes),
         "total_gpus": sum(len(n.gpus) for n in state.nodes),
         "free_gpus": round(free, 6),
-        "whole_free_gpus": sum(n.whole_free_gpus for n in state.nodes),
+        "whole_free_gpus": sum(n.whole_free_gpus for n in usable),
+        # free capacity the scheduler cannot use now (cordoned, NotReady, untolerated taint)
+        "unschedulable_nodes": len(closed),
+        "unschedulable_free_gpus": round(sum(n.free_gpus for n in closed), 6),
+        "unschedulable_whole_free_gpus": sum(n.whole_free_gpus for n in closed),
         "largest_placeable_job_gpus": max(
             (d["largest_placeable_job_gpus"] for d in details.values()), default=0
         ),
@@ -288,8 +349,13 @@ def analyze_fragmentation(
         # free share left on GPUs that are partly taken: only fractional tasks can use it
         "stranded_gpu_capacity": round(sum(partial), 6),
         "mig_instances_total": sum(c for n in state.nodes for _, c in n.mig_total),
-        "mig_instances_free": sum(c for n in state.nodes for _, c in n.mig_free),
+        "mig_instances_free": sum(c for n in usable for _, c in n.mig_free),
         "pending_tasks": len(state.pending),
+        # pending GPU tasks the scheduler could start now (GPUs, CPU, memory, taints)
+        "pending_gpu_tasks": len(pending_gpu),
+        "pending_fit_now": sum(1 for t in pending_gpu if any(fits(n, t) for n in usable)),
+        # why the others wait, by reason (analytics.allocation.blocker)
+        "pending_blocked_by": dict(sorted(Counter(b for b in blocked_by if b).items())),
         "job_sizes": sizes,
         "jobs_fit_now": {
             str(k): sum(d["jobs_fit_now"][str(k)] for d in details.values()) for k in sizes
@@ -310,3 +376,18 @@ def analyze_fragmentation(
     }
     log.debug("fragmentation: %s fragmented of %s free", summary["fgd_fragmented_gpus"], free)
     return Analysis(kinds=KINDS, findings=findings, summary=summary)
+
+
+def summarize(
+    nodes: Iterable[NodeInfo],
+    pods: Iterable[PodInfo],
+    at: datetime,
+    *,
+    settings: AnalyticsSettings | None = None,
+    gpu_indices: GpuIndices | None = None,
+) -> dict[str, Any]:
+    """The fragmentation summary of one inventory snapshot (nodes and pods valid at ``at``),
+    exactly as the scheduled detector computes it: the entry for callers that walk the
+    inventory history (the weekly report) and need one figure per state."""
+    state = state_from_records(nodes, pods, gpu_indices)
+    return analyze_fragmentation(state, at=at, settings=settings or AnalyticsSettings()).summary

@@ -6,8 +6,11 @@ num_gpu,gpu_milli[,gpu_spec,qos,pod_phase,creation_time,deletion_time,scheduled_
 the ``multigpu`` files have only the first five columns). As in the paper's simulator the
 cluster is taken as empty and the tasks are the workload: every task is kept, CPU-only ones
 included, with its per-GPU share ``gpu_milli / 1000`` and the GPU models ``gpu_spec``
-allows (``V100M16|V100M32``; empty means any). Nodes are pooled by GPU model, since the
-trace's cluster is partitioned that way and model-constrained jobs see one model at a time.
+allows (``V100M16|V100M32``; empty means any), kept also as written, since the
+simulator's task types are keyed by that text (``V100M16|V100M32|V100M32`` is a type of its
+own there). Memory is left out on both sides, as the simulator leaves it out. Nodes are
+pooled by GPU model, since the trace's cluster is partitioned that way and
+model-constrained jobs see one model at a time.
 """
 
 from __future__ import annotations
@@ -33,6 +36,12 @@ def parse_gpu_spec(spec: str) -> frozenset[str]:
     if spec.strip().lower() in ("", "nan", "none"):
         return frozenset()
     return frozenset(m.strip() for m in spec.split("|") if m.strip())
+
+
+def spec_text(spec: str) -> str:
+    """The constraint as written, "" for any model (``nan`` in the CSV)."""
+    text = spec.strip()
+    return "" if text.lower() in ("", "nan", "none") else text
 
 
 def _rows(path: Path, required: tuple[str, ...]) -> Iterator[tuple[int, Mapping[str, str]]]:
@@ -101,13 +110,15 @@ def read_tasks(path: Path) -> list[Task]:
             share = 1.0  # a GPU task that does not say its share takes whole GPUs
         else:
             share = milli / 1000
+        spec = spec_text(row.get("gpu_spec") or "") if count else ""
         tasks.append(
             Task(
                 cpu_milli=_int(path, line, row, "cpu_milli"),
                 gpu_count=count,
                 gpu_share=share,
-                gpu_models=parse_gpu_spec(row.get("gpu_spec") or "") if count else frozenset(),
+                gpu_models=parse_gpu_spec(spec),
                 name=row["name"],
+                gpu_spec=spec,
             )
         )
     return tasks

@@ -57,6 +57,7 @@ ENTITY_LABELS: dict[tuple[str, str], str] = {
     ("fragmentation", "jobs_fit_packed"): "job_gpus",
     ("fragmentation", "node_free_gpus"): "node",
     ("fragmentation", "node_whole_free_gpus"): "node",
+    ("fragmentation", "pending_blocked_by"): "reason",
 }
 
 

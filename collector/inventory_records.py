@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from collector.scheduling_rules import HARD_EFFECTS, gpu_spec, taint_text, toleration
 from gpuscope.records import WorkloadKind
 from gpuscope.settings import WorkloadSettings
 from gpuscope.sim import kube as names
@@ -53,6 +54,14 @@ class NodeInfo:
     ready: bool = True
     #: Cordoned (``spec.unschedulable``).
     unschedulable: bool = False
+    #: Allocatable memory in MiB (``status.allocatable.memory``); 0 when not reported.
+    memory_mib: int = 0
+    #: Allocatable ephemeral storage in MiB; 0 when not reported (then not counted).
+    ephemeral_mib: int = 0
+    #: Taints that keep pods off (effects ``NoSchedule`` and ``NoExecute``), each as
+    #: ``key=value:effect`` (``key:effect`` without a value). ``PreferNoSchedule`` is only a
+    #: preference and is left out.
+    taints: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +95,20 @@ class PodInfo:
     annotations: Mapping[str, str] = field(default_factory=dict)
     #: Why a pending pod waits (``Unschedulable``), "" otherwise.
     pending_reason: str = ""
+    #: CPU requested in millicores, as the scheduler counts it (containers' sum or the
+    #: largest init container, plus the pod overhead).
+    cpu_milli: int = 0
+    #: Memory requested in MiB, counted the same way.
+    memory_mib: int = 0
+    #: Ephemeral storage requested in MiB, counted the same way.
+    ephemeral_mib: int = 0
+    #: Tolerations of hard taints, each as ``key|operator|value|effect`` (empty parts where
+    #: the toleration leaves them out); the defaults every pod gets for ``not-ready`` and
+    #: ``unreachable`` are left out (such nodes are not placeable anyway).
+    tolerations: tuple[str, ...] = ()
+    #: GPU models the pod may run on, as its ``nodeSelector`` or required node affinity on
+    #: ``nvidia.com/gpu.product`` lists them (``A|B``, as written); "" for any.
+    gpu_spec: str = ""
 
     @property
     def gpus(self) -> float:
@@ -199,12 +222,25 @@ def node_from_json(obj: Mapping[str, Any]) -> NodeInfo:
         shared_gpus=int(_num(alloc.get(names.SHARED_GPU_RESOURCE, 0))),
         ready=ready or not status.get("conditions"),
         unschedulable=bool(obj.get("spec", {}).get("unschedulable", False)),
+        memory_mib=_mib(alloc.get("memory", 0)),
+        ephemeral_mib=_mib(alloc.get("ephemeral-storage", 0)),
+        taints=tuple(
+            sorted(
+                taint_text(t.get("key", ""), t.get("value", ""), t.get("effect", ""))
+                for t in (obj.get("spec") or {}).get("taints") or ()
+                if t.get("effect") in HARD_EFFECTS
+            )
+        ),
     )
 
 
+def _mib(value: Any) -> int:
+    return round(_num(value) / 2**20)
+
+
 def _requests(spec: Mapping[str, Any]) -> dict[str, float]:
-    """Effective extended-resource requests of a pod: the containers' sum, or the largest
-    init container's if that is more (as the scheduler counts them)."""
+    """Effective requests of a pod: the containers' sum, or the largest init container's if
+    that is more, plus the pod overhead (as the scheduler counts them)."""
 
     def of(container: Mapping[str, Any]) -> dict[str, float]:
         res = container.get("resources") or {}
@@ -218,6 +254,8 @@ def _requests(spec: Mapping[str, Any]) -> dict[str, float]:
     for c in spec.get("initContainers") or ():
         for k, v in of(c).items():
             total[k] = max(total.get(k, 0.0), v)
+    for k, v in (spec.get("overhead") or {}).items():
+        total[k] = total.get(k, 0.0) + _num(v)
     return total
 
 
@@ -291,6 +329,13 @@ def pod_from_json(
         labels=labels,
         annotations=annotations,
         pending_reason=pending,
+        cpu_milli=round(requests.get("cpu", 0.0) * 1000),
+        memory_mib=round(requests.get("memory", 0.0) / 2**20),
+        ephemeral_mib=round(requests.get("ephemeral-storage", 0.0) / 2**20),
+        tolerations=tuple(
+            sorted({t for t in map(toleration, spec.get("tolerations") or ()) if t is not None})
+        ),
+        gpu_spec=gpu_spec(spec),
     )
 
 

@@ -157,7 +157,7 @@ def test_gpu_fragmentation_finding_and_summary_counts() -> None:
     assert len(found.evidence["nodes"]) == 4
 
 
-def test_placed_pods_take_whole_gpus_then_fractions_best_fit() -> None:
+def test_placed_pods_take_whole_gpus_then_fractions_spread() -> None:
     def pod(name: str, *, gpus: int = 0, fraction: float | None = None) -> PodInfo:
         return PodInfo(
             "ns", name, name, "n", "Running", None, gpu_request=gpus, gpu_fraction=fraction
@@ -166,16 +166,17 @@ def test_placed_pods_take_whole_gpus_then_fractions_best_fit() -> None:
     pods = [pod("a", fraction=0.25), pod("b", fraction=0.5), pod("c", gpus=1)]
     pods += [pod("d", fraction=0.5), PodInfo("ns", "w", "w", None, "Pending", None, gpu_request=2)]
     state = state_from_records([NodeInfo("n", allocatable_gpus=4, pool="p")], pods)
-    # c takes GPU 0; b, d (0.5 each) fill GPU 1; a (0.25) breaks GPU 2
-    assert state.nodes[0].gpus == (0.0, 0.0, 0.75, 1.0)
+    # c takes GPU 0; b, d, a each onto the emptiest GPU left: no GPU is claimed whole that
+    # the scheduler may have broken (analytics.allocation_gpus)
+    assert state.nodes[0].gpus == (0.0, 0.5, 0.5, 0.75)
     assert state.pending == (Task(gpu_count=2, gpu_share=1.0, name="ns/w"),)
     assert len(state.running) == 4
     # where the agents know the GPUs, they are used instead of the reconstruction
     known = state_from_records(
         [NodeInfo("n", allocatable_gpus=4, pool="p")], pods, {"ns/b": [2], "ns/d": [3]}
     )
-    # b, d on GPUs 2 and 3; c takes GPU 0; a best-fits onto the half-free GPU 2
-    assert known.nodes[0].gpus == (0.0, 1.0, 0.25, 0.5)
+    # b, d on GPUs 2 and 3; c takes GPU 0; a onto the emptiest GPU left, GPU 1
+    assert known.nodes[0].gpus == (0.0, 0.75, 0.5, 0.5)
 
 
 free_lists = st.lists(
