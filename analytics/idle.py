@@ -28,7 +28,7 @@ from typing import Any
 
 import duckdb
 import pyarrow as pa  # type: ignore[import-untyped]
-import pyarrow.compute  # type: ignore[import-untyped]  # noqa: F401
+import pyarrow.compute  # type: ignore[import-untyped]
 
 from analytics.base import Analysis
 from collector.schema import GET_META, SET_META, begin

@@ -416,7 +416,7 @@ def test_session_age_counts_from_the_pods_start(store: Store) -> None:
                "phase": "Running", "gpu_request": 1,
                "start_time": (started - datetime(1970, 1, 1)).total_seconds()}],
     )  # fmt: skip
-    summary, findings = analyze(store, max_session_age_hours=24)
+    _, findings = analyze(store, max_session_age_hours=24)
     [f] = findings
     assert f.kind == "session_time_limit"
     assert f.evidence["age_hours"] == pytest.approx(55)
