@@ -23,7 +23,7 @@ table. The previous week is read in the same pass, for the changes.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 import duckdb
@@ -120,8 +120,7 @@ def build_report(
     guarantees = frame(con, Q["guarantees"], **params)
     ib = frame(con, Q["ib_hot_ports"], **params)
     actions = frame(con, Q["actions"], **params)
-    step = timedelta(hours=rs.fragmentation_step_hours)
-    fragmentation = fragmentation_over(con, week, an, step)
+    fragmentation = fragmentation_over(con, week, an)
 
     start = pl.lit(week.start).cast(pl.Datetime("us"))
     hourly = hourly.with_columns(pl.col("hour").cast(pl.Datetime("us")))

@@ -287,3 +287,15 @@ FROM workload_intervals
 WHERE start_ts <= $at AND (end_ts IS NULL OR end_ts > $at)
   AND TRY_CAST(gpu AS INTEGER) IS NOT NULL
 GROUP BY ALL;
+
+-- name: inventory_changes
+-- Every instant in ($start, $end) at which a node or pod version begins or ends: where
+-- the allocation state (and so fragmentation) can change.
+SELECT DISTINCT t FROM (
+    SELECT valid_from AS t FROM inventory_nodes
+    UNION ALL SELECT valid_to FROM inventory_nodes
+    UNION ALL SELECT valid_from FROM inventory_pods
+    UNION ALL SELECT valid_to FROM inventory_pods
+)
+WHERE t > $start AND t < $end
+ORDER BY t;
