@@ -8,11 +8,11 @@ with a day of missing data, a project with a guarantee and no usage at all.
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 import re
 import subprocess
 import sys
 from collections.abc import Iterator
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
