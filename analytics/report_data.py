@@ -7,8 +7,11 @@ Definitions (the report states them too):
 * **used**: allocated GPU-hours weighted by the GPU's mean utilization
   (``gpuscope_gpu_utilization_ratio``) in each 5-minute bucket; a shared GPU's utilization
   is split over its holders by their shares;
-* **idle**: allocated GPU-hours in 5-minute buckets where the GPU stayed under
-  ``analytics.idle_utilization_below`` throughout (its highest sample under it);
+* **idle**: allocated GPU-hours in 5-minute buckets where the holder stayed under
+  ``analytics.idle_utilization_below`` throughout, by the idle detector's definition: the
+  busy signal is SM activity where the GPU has it, else NVML utilization (plus memory
+  activity with ``idle_include_memory_activity``); a fractional pod is judged on its own
+  utilization over its share where the agents report it;
 * **no data**: allocated GPU-hours in buckets with no sample of the GPU. Unknown is not
   idle: these hours are neither idle nor used, and efficiency leaves them out
   (``efficiency = used / (allocated - no data)``);
@@ -108,6 +111,7 @@ def build_report(
         "end": week.end,
         "frontier": utc(frontier_row[0]) if frontier_row else EPOCH,
         "threshold": an.idle_utilization_below,
+        "memory": an.idle_include_memory_activity,
         "hot": an.ib_hot_ratio,
     }
     run(con, Q["create_held"], **params)
