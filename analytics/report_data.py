@@ -32,6 +32,7 @@ from typing import Any
 import duckdb
 import polars as pl
 
+from analytics.quota import over_quota_hours
 from analytics.report_fragmentation import fragmentation_over
 from analytics.report_sql import Q, frame, run
 from analytics.report_tables import (
@@ -209,7 +210,7 @@ def build_report(
         "projects": projects,
         "namespaces": namespaces,
         "idle_sessions": idle,
-        "quotas": quota_table(this, guarantees, week),
+        "quotas": quota_table(this, guarantees, week, over_quota_hours(con, week.start, week.end)),
         "fragmentation": fragmentation,
         "ib_hotspots": ib.head(rs.top_n),
         "actions_summary": actions_summary(actions),

@@ -384,3 +384,28 @@ def test_assembled_delivery_sends_the_summary_through_the_alerts_routes(
     text = json.dumps(alert)
     assert "GPU utilization, week 2025-W10" in text
     assert str(result.html) in text and "https://grafana.example/d/x" in text
+
+
+def test_no_over_quota_before_the_first_quota_row(tmp_path: Path) -> None:
+    """Regression (issue 12): "research over guarantee 1.0 h" came from reading the
+    guarantees at the start of the hour (00:00), before the first quota row (00:10). The
+    pods and quotas appear together at 00:10; research holds 1 GPU of its 16 all week:
+    never over, by the quota detector's own definition integrated over the week."""
+    from collector.inventory_records import PodInfo, QuotaInfo
+
+    start = rw.W10 + timedelta(minutes=10)
+    nb = PodInfo(namespace="research", name="nb", uid="nb", node="n1", phase="Running",
+                 start_time=None, gpu_request=1, project="research")  # fmt: skip
+    with Store.open(tmp_path / "q.duckdb") as store:
+        store.record_inventory(start, nodes=rw.NODES, pods=[nb],
+                               quotas=[QuotaInfo(project="research", guaranteed_gpus=16)])  # fmt: skip
+        labels = {"node": "n1", "gpu": "0", "uuid": "GPU-0", "namespace": "research",
+                  "pod": "nb", "container": "main", "project": "research"}  # fmt: skip
+        for t in (start, rw.W11 - timedelta(minutes=5)):
+            batch = Batch("n1", int(t.replace(tzinfo=UTC).timestamp() * 1000), [rw.INFO],
+                          [tuple(sorted(labels.items()))], [1.0], {})  # fmt: skip
+            store.append_cycle([(batch, 0.01)])
+        report = build_report(store.cursor(), W10, Settings(), now=rw.NOW)
+    q = rows(report.tables["quotas"], "project")["research"]
+    assert q["hours_over_guarantee"] == 0 and q["gpu_hours_over_guarantee"] == 0
+    assert q["allocated_gpu_hours"] > 160
