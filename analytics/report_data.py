@@ -230,3 +230,27 @@ def build_report(
         tables=tables,
         notes=tuple(notes),
     )
+
+
+def pod_usage(
+    con: duckdb.DuckDBPyConnection, start: datetime, end: datetime, settings: Settings
+) -> pl.DataFrame:
+    """GPU-hours per pod over ``[start, end)`` by the report's definitions (allocated,
+    used, idle, no_data): the report's numbers for any window, so they can be checked
+    against the detectors' on the same one (tests/integration/test_consistency.py)."""
+    frontier_row = con.execute(GET_META, ["rollup_5m_until"]).fetchone()
+    an = settings.analytics
+    params: dict[str, Any] = {
+        "lo": utc(start),
+        "start": utc(start),
+        "end": utc(end),
+        "frontier": utc(frontier_row[0]) if frontier_row else EPOCH,
+        "threshold": an.idle_utilization_below,
+        "memory": an.idle_include_memory_activity,
+    }
+    run(con, Q["create_held"], **params)
+    try:
+        hourly = frame(con, Q["hourly_use"], **params)
+    finally:
+        con.execute("DROP TABLE IF EXISTS report_held")
+    return sum_by(hourly, "namespace", "pod")
