@@ -262,6 +262,16 @@ def test_demo_idle_notebooks_agree_with_the_report(demo: Path) -> None:
             assert f.evidence["gpu_hours_wasted"] <= week_idle * 1.05 + BUCKET_H
 
 
+def test_demo_dry_run_quotes_the_idle_time_in_hours_not_seconds(demo: Path) -> None:
+    """Regression (issue 12): the dry-run actions quoted "GPU idle 0.42 min" for notebooks
+    idle for hours (idle since the last live minute). Each idle-notebook action now quotes
+    the idle time the history shows: hours."""
+    import re
+
+    reasons = re.findall(r"GPU idle ([0-9.]+) min", (demo / "actions.json").read_text())
+    assert reasons and min(float(m) for m in reasons) > 60
+
+
 def test_demo_report_worst_fragmentation_is_the_worst_state(demo: Path) -> None:
     """The report's worst fragmentation is the worst any state of the week had: checked
     against the detector at every inventory change and every 5 minutes of the week."""
