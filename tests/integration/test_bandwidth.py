@@ -53,7 +53,7 @@ class Node:
         self.wait = dict.fromkeys(profiles, 0.0)
         self.errors: dict[tuple[str, str], float] = {}
         self.workloads: list[tuple[str, str]] = []  # (pod, gpu)
-        self.step = STEP
+        self.step: float = STEP
         self.link_rate: Profile = const(RATE)  # the link-rate gauge over time
 
     def scrape(self, t: float) -> None:
