@@ -46,7 +46,7 @@ RAW_HORIZON = timedelta(hours=2)
 HISTORY = timedelta(days=7)
 #: Raw samples read before a fold's range, only to learn each key's sample spacing from
 #: its earlier gaps (a fold of a few new samples has too few gaps of its own).
-LOOKBACK = timedelta(hours=2)
+LOOKBACK = timedelta(minutes=45)
 WATERMARK_KEY = "idle_state_until"
 CONFIG_KEY = "idle_state_config"
 _EPOCH = datetime(1970, 1, 1)

@@ -65,17 +65,31 @@ per_time AS (
 with_gaps AS (
     SELECT t.uuid, t.ts, t.value, t.busy,
            epoch(t.ts) - epoch(CASE WHEN lag(t.ts) OVER w IS NOT NULL THEN lag(t.ts) OVER w
-                                    WHEN t.ts > $lo THEN p.last_sample_ts END) AS gap_s
+                                    WHEN t.ts > $lo THEN p.last_sample_ts END) AS gap_s,
+           row_number() OVER w AS rn,
+           count(*) OVER (PARTITION BY t.uuid) AS n
     FROM per_time AS t LEFT JOIN prior AS p USING (uuid)
     WINDOW w AS (PARTITION BY t.uuid ORDER BY t.ts)
 ),
+asked AS (
+    -- the median of the previous eight gaps is needed only where a gap is longer than the
+    -- declared tolerance (most are not), and of the last eight at the end (the spacing);
+    -- an equi-join on (uuid, rn - k) keeps it linear in those rows
+    SELECT uuid, rn, 'usual' AS what, unnest(range(1, 9)) AS k
+    FROM with_gaps WHERE gap_s > 3 * $declared_s AND ts > $lo
+    UNION ALL
+    SELECT uuid, rn, 'spacing', unnest(range(0, 8)) FROM with_gaps WHERE rn = n
+),
+medians AS (
+    SELECT a.uuid, a.rn, a.what, median(g.gap_s) AS gap_s
+    FROM asked AS a JOIN with_gaps AS g ON g.uuid = a.uuid AND g.rn = a.rn - a.k
+    GROUP BY a.uuid, a.rn, a.what
+),
 judged AS (
-    SELECT *,
-           median(gap_s) OVER (PARTITION BY uuid ORDER BY ts
-                               ROWS BETWEEN 8 PRECEDING AND 1 PRECEDING) AS usual_s,
-           median(gap_s) OVER (PARTITION BY uuid ORDER BY ts
-                               ROWS BETWEEN 7 PRECEDING AND CURRENT ROW) AS spacing_s
-    FROM with_gaps
+    SELECT w.*, u.gap_s AS usual_s, s.gap_s AS spacing_s
+    FROM with_gaps AS w
+    LEFT JOIN medians AS u ON u.uuid = w.uuid AND u.rn = w.rn AND u.what = 'usual'
+    LEFT JOIN medians AS s ON s.uuid = w.uuid AND s.rn = w.rn AND s.what = 'spacing'
 ),
 folded AS (
     SELECT uuid, min(ts) AS first_ts, max(ts) AS last_sample_ts,
@@ -84,12 +98,12 @@ folded AS (
            max(ts) FILTER (WHERE gap_s > 3 * greatest($declared_s,
                                         coalesce(usual_s, least(gap_s, $lookback_s / 3))))
                AS after_gap,
-           arg_max(spacing_s, ts) AS spacing
+           max(spacing_s) AS spacing
     FROM judged WHERE ts > $lo GROUP BY uuid
 ),
 context AS (
     -- keys with samples in the look-back only: their spacing still tells how fresh they are
-    SELECT uuid, arg_max(spacing_s, ts) AS spacing FROM judged GROUP BY uuid
+    SELECT uuid, max(spacing_s) AS spacing FROM judged GROUP BY uuid
 ),
 signals AS (SELECT DISTINCT key AS uuid, signal FROM busy_series)
 SELECT uuid,
