@@ -111,8 +111,12 @@ def check_over_quota(store: Store, start: datetime, end: datetime, cfg: Settings
     points = [*change_points_quota(store, start, end), end]
     by_hand: dict[str, float] = {}
     for t, until in itertools.pairwise(points):
-        summary = run_quota(store.cursor(), t, cfg.analytics).summary
+        found = run_quota(store.cursor(), t, cfg.analytics)
+        summary = found.summary
+        published = gauges({"quota": found})
         for project, p in summary["projects"].items():
+            key = ("gpuscope_quota_over_quota_gpus", (("project", project),))
+            assert published[key] == pytest.approx(p["over_quota_gpus"])
             hours = (until - t).total_seconds() / 3600
             by_hand[project] = by_hand.get(project, 0.0) + p["over_quota_gpus"] * hours
     report = over_quota_hours(store.cursor(), start, end)
