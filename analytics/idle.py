@@ -28,6 +28,7 @@ from typing import Any
 
 import duckdb
 import pyarrow as pa  # type: ignore[import-untyped]
+import pyarrow.compute  # type: ignore[import-untyped]
 
 from analytics.base import Analysis
 from collector.schema import GET_META, SET_META, begin
@@ -43,16 +44,22 @@ LATE_DELAY = timedelta(seconds=60)
 RAW_HORIZON = timedelta(hours=2)
 #: How far back a full re-analysis looks in the roll-ups.
 HISTORY = timedelta(days=7)
+#: Raw samples read before a fold's range, only to learn each key's sample spacing from
+#: its earlier gaps (a fold of a few new samples has too few gaps of its own).
+LOOKBACK = timedelta(minutes=45)
 WATERMARK_KEY = "idle_state_until"
 CONFIG_KEY = "idle_state_config"
 _EPOCH = datetime(1970, 1, 1)
-_STATE_COLUMNS = (
+#: Columns persisted in gpu_activity_state; ``spacing`` (the learned sample spacing in
+#: seconds) rides along in memory only and is learned again from the look-back.
+_PERSISTED = (
     "uuid", "last_busy_ts", "last_busy_value", "last_sample_ts", "covered_since", "signal"
 )  # fmt: skip
+_STATE_COLUMNS = (*_PERSISTED, "spacing")
 _STATE_SCHEMA = pa.schema([
     ("uuid", pa.string()), ("last_busy_ts", pa.timestamp("us")),
     ("last_busy_value", pa.float64()), ("last_sample_ts", pa.timestamp("us")),
-    ("covered_since", pa.timestamp("us")), ("signal", pa.string()),
+    ("covered_since", pa.timestamp("us")), ("signal", pa.string()), ("spacing", pa.float64()),
 ])  # fmt: skip
 
 
@@ -72,13 +79,14 @@ def _floor(ts: datetime, seconds: int) -> datetime:
     return _EPOCH + timedelta(seconds=int((ts - _EPOCH).total_seconds()) // seconds * seconds)
 
 
-def _config(settings: AnalyticsSettings, max_gap: timedelta) -> str:
+def _config(settings: AnalyticsSettings, declared_s: float) -> str:
     """What the state depends on: a state built under other settings is rebuilt."""
     return json.dumps(
         {
             "threshold": settings.idle_utilization_below,
             "memory": settings.idle_include_memory_activity,
-            "max_gap_s": max_gap.total_seconds(),
+            "declared_interval_s": declared_s,
+            "rule": "learned-spacing-v1",
         },
         sort_keys=True,
     )
@@ -128,14 +136,15 @@ def activity_state(
     a look into the past must not move the scheduled run's state back).
     """
     at = utc(at).replace(microsecond=0)
-    max_gap = timedelta(seconds=3 * scrape_interval_s)
     params: dict[str, Any] = {
         "at": at,
         "threshold": settings.idle_utilization_below,
         "memory": settings.idle_include_memory_activity,
-        "max_gap": max_gap,
+        "declared_s": float(scrape_interval_s),
+        "lookback": LOOKBACK,
+        "lookback_s": LOOKBACK.total_seconds(),
     }
-    config = _config(settings, max_gap)
+    config = _config(settings, float(scrape_interval_s))
     cur = store.cursor()
     try:
         saved_until = _meta(cur, WATERMARK_KEY)
@@ -151,7 +160,7 @@ def activity_state(
             lo = _floor(at - RAW_HORIZON, 300)
             lo = min(lo, utc(rolled)) if rolled else _EPOCH
             if lo > _EPOCH:
-                history = {k: v for k, v in params.items() if k != "max_gap"}
+                history = {k: v for k, v in params.items() if k != "lookback"}
                 history |= {"lo": lo, "since": at - HISTORY}
                 prior = cur.sql(Q["rollup_prior"], params=history).to_arrow_table()
                 prior = prior.select(list(_STATE_COLUMNS)).cast(_STATE_SCHEMA)
@@ -165,7 +174,7 @@ def activity_state(
         if keep:
             with begin(cur):
                 cur.execute("DELETE FROM gpu_activity_state")
-                cur.register("saved", saved)
+                cur.register("saved", saved.select(list(_PERSISTED)))
                 try:
                     cur.execute("INSERT OR REPLACE INTO gpu_activity_state SELECT * FROM saved")
                 finally:
@@ -200,7 +209,7 @@ def _workload_rows(
         "at": at,
         "window_start": at - window,
         "grace_start": at - timedelta(minutes=settings.startup_grace_minutes),
-        "data_since": at - timedelta(seconds=3 * scrape_interval_s),
+        "declared_s": float(scrape_interval_s),
         # an interval unseen this long (its agent gone, never closed) is no longer held
         "stale": at - max(4 * window, timedelta(hours=1)),
         "protected": list(workloads.protected_namespaces),
@@ -235,6 +244,7 @@ def _findings(
         "unknown_workloads": 0,
     }
     for row in rows:
+        row["gpus"] = _gpus(row["gpus"])
         interactive = bool(row["interactive"])
         summary["interactive_sessions"] += interactive
         summary["unknown_workloads"] += row["status"] == "unknown"
@@ -286,7 +296,22 @@ def _findings(
                         row["start_ts"] + max_age, at, evidence, _recommendation(row))
             )  # fmt: skip
     summary["gpu_hours_wasted"] = round(summary["gpu_hours_wasted"], 4)
+    summary["idle_gpus"] = _gpus(summary["idle_gpus"])
     return findings, summary
+
+
+def _gpus(value: float) -> float | int:
+    """GPUs held: a whole number as an int, a fractional pod's share to 3 decimals."""
+    rounded = round(float(value), 3)
+    return int(rounded) if rounded.is_integer() else rounded
+
+
+def data_until(state: pa.Table) -> datetime | None:
+    """The newest sample the state has seen: the time the analysis's data reaches."""
+    if state.num_rows == 0:
+        return None
+    newest = pa.compute.max(state.column("last_sample_ts")).as_py()
+    return newest if isinstance(newest, datetime) else None
 
 
 def run_idle(
@@ -312,6 +337,8 @@ def run_idle(
     )
     rows = _workload_rows(store, state, at, settings, workloads, scrape_interval_s)
     findings, summary = _findings(rows, at, settings)
+    newest = data_until(state)
+    summary["data_until"] = newest.isoformat() if newest else None
     if saved:  # a look into the past saves nothing: its findings would resolve today's
         store.record_findings(findings, at, kinds=KINDS)
     return Analysis(kinds=KINDS, findings=findings, summary=summary)

@@ -207,10 +207,10 @@ def fragmentation(report: WeeklyReport) -> str | None:
         return None
     fig, ax = _figure(height=3.0)
     at = f["at"].to_list()
-    ax.plot(
+    ax.step(
         at,
         f["fgd_fragmentation_ratio"].to_list(),
-        "o-",
+        where="post",
         color=COLOURS["ratio"],
         label="FGD fragmentation (share of free GPU capacity)",
     )

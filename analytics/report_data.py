@@ -7,8 +7,11 @@ Definitions (the report states them too):
 * **used**: allocated GPU-hours weighted by the GPU's mean utilization
   (``gpuscope_gpu_utilization_ratio``) in each 5-minute bucket; a shared GPU's utilization
   is split over its holders by their shares;
-* **idle**: allocated GPU-hours in 5-minute buckets where the GPU stayed under
-  ``analytics.idle_utilization_below`` throughout (its highest sample under it);
+* **idle**: allocated GPU-hours in 5-minute buckets where the holder stayed under
+  ``analytics.idle_utilization_below`` throughout, by the idle detector's definition: the
+  busy signal is SM activity where the GPU has it, else NVML utilization (plus memory
+  activity with ``idle_include_memory_activity``); a fractional pod is judged on its own
+  utilization over its share where the agents report it;
 * **no data**: allocated GPU-hours in buckets with no sample of the GPU. Unknown is not
   idle: these hours are neither idle nor used, and efficiency leaves them out
   (``efficiency = used / (allocated - no data)``);
@@ -23,12 +26,13 @@ table. The previous week is read in the same pass, for the changes.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 import duckdb
 import polars as pl
 
+from analytics.quota import over_quota_hours
 from analytics.report_fragmentation import fragmentation_over
 from analytics.report_sql import Q, frame, run
 from analytics.report_tables import (
@@ -108,6 +112,7 @@ def build_report(
         "end": week.end,
         "frontier": utc(frontier_row[0]) if frontier_row else EPOCH,
         "threshold": an.idle_utilization_below,
+        "memory": an.idle_include_memory_activity,
         "hot": an.ib_hot_ratio,
     }
     run(con, Q["create_held"], **params)
@@ -120,8 +125,7 @@ def build_report(
     guarantees = frame(con, Q["guarantees"], **params)
     ib = frame(con, Q["ib_hot_ports"], **params)
     actions = frame(con, Q["actions"], **params)
-    step = timedelta(hours=rs.fragmentation_step_hours)
-    fragmentation = fragmentation_over(con, week, an, step)
+    fragmentation = fragmentation_over(con, week, an)
 
     start = pl.lit(week.start).cast(pl.Datetime("us"))
     hourly = hourly.with_columns(pl.col("hour").cast(pl.Datetime("us")))
@@ -206,7 +210,7 @@ def build_report(
         "projects": projects,
         "namespaces": namespaces,
         "idle_sessions": idle,
-        "quotas": quota_table(this, guarantees, week),
+        "quotas": quota_table(this, guarantees, week, over_quota_hours(con, week.start, week.end)),
         "fragmentation": fragmentation,
         "ib_hotspots": ib.head(rs.top_n),
         "actions_summary": actions_summary(actions),
@@ -226,3 +230,27 @@ def build_report(
         tables=tables,
         notes=tuple(notes),
     )
+
+
+def pod_usage(
+    con: duckdb.DuckDBPyConnection, start: datetime, end: datetime, settings: Settings
+) -> pl.DataFrame:
+    """GPU-hours per pod over ``[start, end)`` by the report's definitions (allocated,
+    used, idle, no_data): the report's numbers for any window, so they can be checked
+    against the detectors' on the same one (tests/integration/test_consistency.py)."""
+    frontier_row = con.execute(GET_META, ["rollup_5m_until"]).fetchone()
+    an = settings.analytics
+    params: dict[str, Any] = {
+        "lo": utc(start),
+        "start": utc(start),
+        "end": utc(end),
+        "frontier": utc(frontier_row[0]) if frontier_row else EPOCH,
+        "threshold": an.idle_utilization_below,
+        "memory": an.idle_include_memory_activity,
+    }
+    run(con, Q["create_held"], **params)
+    try:
+        hourly = frame(con, Q["hourly_use"], **params)
+    finally:
+        con.execute("DROP TABLE IF EXISTS report_held")
+    return sum_by(hourly, "namespace", "pod")

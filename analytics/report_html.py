@@ -15,6 +15,7 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 
 from analytics.report_charts import render_charts
 from analytics.report_data import WeeklyReport
+from analytics.report_fragmentation import weighted_mean
 
 _RATIOS = ("efficiency", "idle_share", "ratio", "use_of_guarantee", "data_coverage")
 _COUNTS = (
@@ -41,8 +42,8 @@ SECTIONS: dict[str, tuple[str, str]] = {
     "quotas": ("Quota use", "Each project's guarantee against the GPUs it held, hour by hour."),
     "fragmentation": (
         "Fragmentation",
-        "FGD fragmentation of free GPU capacity, measured "
-        "through the week from the inventory history.",
+        "FGD fragmentation of free GPU capacity at every inventory change of the week "
+        "(each state weighted by how long it lasted; the worst is the worst state).",
     ),
     "ib_hotspots": (
         "InfiniBand hot spots",
@@ -132,7 +133,7 @@ def render_html(report: WeeklyReport) -> str:
         tables=tables,
         sections=SECTIONS,
         charts=render_charts(report),
-        frag_mean=frag["fgd_fragmentation_ratio"].mean() if frag.height else None,
+        frag_mean=weighted_mean(frag),
         frag_max=frag["fgd_fragmentation_ratio"].max() if frag.height else None,
         fmt=lambda column, value: format_cell(column, value, report.currency),
     )

@@ -12,6 +12,7 @@ from pathlib import Path
 import polars as pl
 
 from analytics.report_data import WeeklyReport
+from analytics.report_fragmentation import weighted_mean
 from analytics.report_html import format_cell
 from analytics.report_tables import EPS
 
@@ -90,7 +91,7 @@ def render_markdown(report: WeeklyReport, html: Path | None = None) -> str:
     frag = report.tables["fragmentation"]
     if frag.height:
         lines.append(
-            f"- Fragmentation: mean {fmt('ratio', frag['fgd_fragmentation_ratio'].mean())}, "
+            f"- Fragmentation: mean {fmt('ratio', weighted_mean(frag))} (time-weighted), "
             f"worst {fmt('ratio', frag['fgd_fragmentation_ratio'].max())} of free GPU capacity"
         )
     links = []

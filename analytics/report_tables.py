@@ -130,8 +130,18 @@ def week_hours(week: Week) -> pl.DataFrame:
     )
 
 
-def quota_table(this: pl.DataFrame, guarantees: pl.DataFrame, week: Week) -> pl.DataFrame:
-    """Per project: its guarantee over the week against the GPU-hours it held, hour by hour."""
+def quota_table(
+    this: pl.DataFrame,
+    guarantees: pl.DataFrame,
+    week: Week,
+    over_quota: dict[str, tuple[float, float]] | None = None,
+) -> pl.DataFrame:
+    """Per project: its guarantee over the week against the GPU-hours it held, hour by hour.
+
+    ``over_quota`` (project -> GPU-hours over the guarantee, hours over it) is the quota
+    detector's over-use integrated over the week (:func:`analytics.quota.over_quota_hours`);
+    it replaces the hourly estimate so the report and the detector share one definition.
+    """
     alloc = sum_by(this, "hour", "project").select("hour", "project", "allocated")
     projects = pl.concat([guarantees.select("project"), alloc.select("project")]).unique()
     grid = week_hours(week).join(projects, how="cross")
@@ -153,6 +163,20 @@ def quota_table(this: pl.DataFrame, guarantees: pl.DataFrame, week: Week) -> pl.
     out = out.with_columns(
         ratio("allocated_gpu_hours", "guaranteed_gpu_hours").alias("use_of_guarantee")
     )
+    if over_quota is not None:
+        detector = pl.DataFrame(
+            [(p, g, h) for p, (g, h) in over_quota.items()],
+            schema={"project": pl.Utf8, "gpu_hours_over": pl.Float64, "hours_over": pl.Float64},
+            orient="row",
+        )
+        out = (
+            out.join(detector, on="project", how="left")
+            .with_columns(
+                pl.col("hours_over").fill_null(0.0).alias("hours_over_guarantee"),
+                pl.col("gpu_hours_over").fill_null(0.0).alias("gpu_hours_over_guarantee"),
+            )
+            .drop("hours_over", "gpu_hours_over")
+        )
     return out.sort("guaranteed_gpus", "project", descending=[True, False])
 
 

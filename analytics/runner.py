@@ -9,12 +9,12 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 from analytics.base import Analysis
-from collector.store import Store
+from collector.store import Store, utc
 from gpuscope.errors import UserError
 from gpuscope.settings import Settings
 
@@ -33,11 +33,12 @@ def run_on_store(
     ``persist`` lets incremental detectors keep their state in the store (the collector);
     the CLI passes False and so never writes to a database it analyses.
     """
-    from analytics.allocation import state_from_inventory
+    from analytics.allocation import state_from_records
     from analytics.bandwidth import run_bandwidth
     from analytics.fragmentation import analyze_fragmentation
     from analytics.idle import run_idle
     from analytics.quota import run_quota
+    from analytics.report_fragmentation import analysis_at
 
     out: dict[str, Analysis] = {}
     a = settings.analytics
@@ -50,8 +51,12 @@ def run_on_store(
                     scrape_interval_s=settings.collector.scrape_interval_seconds,
                 )  # fmt: skip
             elif name == "fragmentation":
-                state = state_from_inventory(cur, gpu_indices=gpu_indices_of(cur))
-                out[name] = analyze_fragmentation(state, at=at, settings=a)
+                # the inventory state valid at `at` (not the latest: an analysis of the
+                # past must not present today's allocation as then)
+                found = analysis_at(cur, utc(at), a)
+                if found is None:
+                    found = analyze_fragmentation(state_from_records([], []), at=at, settings=a)
+                out[name] = found
             elif name == "consolidation":
                 out[name] = _consolidation_from_store(cur, at, settings)
             elif name == "quota":
@@ -60,9 +65,58 @@ def run_on_store(
                 out[name] = run_bandwidth(cur, at, a)
             else:
                 raise UserError(f"unknown analysis {name!r}")
+            # the data-age rule: every analysis states how far its data reaches
+            if "data_until" not in out[name].summary:
+                newest = newest_data(cur, at)
+                out[name].summary["data_until"] = newest.isoformat() if newest else None
         finally:
             cur.close()
     return out
+
+
+#: The newest data the store holds: the last sample of any series, the last inventory
+#: change (the inventory is recorded as versions, so an unchanged one adds nothing).
+NEWEST_DATA = """
+SELECT greatest((SELECT max(last_seen) FROM series),
+                (SELECT max(valid_from) FROM inventory_nodes),
+                (SELECT max(valid_from) FROM inventory_pods))
+"""
+
+
+def newest_data(con: Any, at: datetime | None = None) -> datetime | None:
+    """When the store's data ends, as of ``at`` (data after ``at`` means it reaches ``at``);
+    None for an empty store."""
+    row = con.execute(NEWEST_DATA).fetchone()
+    newest = row[0] if row else None
+    if not isinstance(newest, datetime):
+        return None
+    return min(newest, utc(at)) if at is not None else newest
+
+
+#: Data older than this many scrape intervals (and at least STALE_MIN) is not current.
+STALE_INTERVALS = 5
+STALE_MIN = timedelta(minutes=2)
+
+
+def analysis_time(
+    newest: datetime | None, now: datetime, scrape_interval_s: float
+) -> tuple[datetime, str | None]:
+    """The data-age rule of ``gpuscope analyze`` without ``--at``: analyse at ``now`` when
+    the data is current, else at the newest data (idle sessions and hot links are judged
+    where the data ends, not 13 h later with nothing left to see), with a one-line note
+    saying so. Pure: the caller reads ``newest`` and the clock."""
+    now = utc(now)
+    if newest is None:
+        return now, None
+    age = now - newest
+    if age <= max(STALE_MIN, timedelta(seconds=STALE_INTERVALS * scrape_interval_s)):
+        return now, None
+    hours = age.total_seconds() / 3600
+    note = (
+        f"the newest data is from {newest.isoformat(timespec='seconds')}Z, {hours:.1f} h ago: "
+        "analysing as of then (give --at to choose another time)"
+    )
+    return newest, note
 
 
 #: Which GPUs (indices on their node) each pod holds now, as the agents report it: the

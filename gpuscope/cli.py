@@ -329,12 +329,30 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
             raise UserError("give --db PATH (or --nodes FILE --pods FILE for fragmentation)")
         which = list(DETECTORS) if args.what == "all" else [args.what]
         with open_store(args.db) as store:
+            if args.at is None:
+                at = _data_age_at(store, at, settings.collector.scrape_interval_seconds)
             analyses = run_on_store(store, at, settings, which, persist=False)
     if args.json:
         print(json.dumps(as_json(analyses), indent=2, default=str))
     else:
         print(render_text(analyses), end="")
     return 0
+
+
+def _data_age_at(store: Any, now: datetime, scrape_interval_s: float) -> datetime:
+    """The data-age rule: a database whose data ended a while ago is analysed as of its
+    newest data, with one line on stderr saying so (``--at`` overrides)."""
+    from analytics.runner import analysis_time, newest_data
+
+    cur = store.cursor()
+    try:
+        newest = newest_data(cur)
+    finally:
+        cur.close()
+    at, note = analysis_time(newest, now, scrape_interval_s)
+    if note:
+        print(f"gpuscope analyze: {note}", file=sys.stderr)
+    return at
 
 
 def open_store(

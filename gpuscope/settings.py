@@ -335,7 +335,8 @@ class ReportSettings(_Section):
     dashboard_url: str = ""
     #: Rows in the top-N sections (idle sessions, IB hot spots, actions).
     top_n: int = Field(default=10, ge=1, le=1000)
-    #: Hours between the instants the week's fragmentation is measured at.
+    #: No longer used: the week's fragmentation is evaluated at every inventory change
+    #: (analytics/report_fragmentation.py). Kept so existing settings files still load.
     fragmentation_step_hours: float = Field(default=6, gt=0, le=168)
 
 

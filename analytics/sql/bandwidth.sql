@@ -40,6 +40,26 @@ steps AS (
                         WHERE metric <> 'gpuscope_ib_port_rate_bytes_per_second')
     QUALIFY ts > $lo
 ),
+chunks AS (
+    -- the peak and the time hot are judged over spans of about 10 s: timestamps are
+    -- whole seconds, so
+    -- one 1-second step's true elapsed time is anywhere in (0, 2) s and its rate can read
+    -- far over the line rate; over 10 s the error is under a tenth
+    SELECT series_id, sum(value) AS increase, sum(dt) AS span_s
+    FROM steps WHERE dt > 0
+    GROUP BY series_id, floor((epoch(ts) - epoch($lo)) / 10)
+),
+peaks AS (
+    -- the peak, and the time over $hot, both judged on those spans
+    SELECT c.series_id,
+           coalesce(max(c.increase / c.span_s) FILTER (WHERE c.span_s >= 10),
+                    sum(c.increase) / sum(c.span_s)) AS peak_rate,
+           sum(c.span_s) FILTER (WHERE l.rate > 0 AND c.increase / c.span_s >= $hot * l.rate)
+               AS hot_s
+    FROM chunks AS c JOIN ib AS i USING (series_id)
+    LEFT JOIN link AS l USING (node, device, port)
+    GROUP BY c.series_id
+),
 per_series AS (
     -- sub-intervals ending in the window; the first may start a little before it
     SELECT i.node, i.device, i.port, i.metric,
@@ -47,11 +67,12 @@ per_series AS (
            sum(s.dt) AS span_s,
            least(epoch(max(s.ts)), epoch($at))
              - greatest(min(epoch(s.ts) - s.dt), epoch($lo)) AS covered_s,
-           sum(s.dt) FILTER (WHERE l.rate > 0 AND s.value / s.dt >= $hot * l.rate) AS hot_s,
-           max(s.value / s.dt) AS peak_rate,
+           any_value(k.hot_s) AS hot_s,
+           any_value(k.peak_rate) AS peak_rate,
            any_value(l.rate) AS rate
     FROM steps AS s
     JOIN ib AS i USING (series_id)
+    LEFT JOIN peaks AS k USING (series_id)
     LEFT JOIN link AS l USING (node, device, port)
     WHERE s.dt > 0
     GROUP BY ALL
@@ -59,7 +80,9 @@ per_series AS (
 directions AS (
     SELECT node, device, port, metric, rate, covered_s, increase / span_s AS bytes_per_s,
            CASE WHEN rate > 0 THEN increase / span_s / rate END AS ratio,
-           CASE WHEN rate > 0 THEN peak_rate / rate END AS peak_ratio,
+           -- a link cannot carry more than its rate: what is left of the timestamps'
+           -- rounding over 10 s is capped there
+           CASE WHEN rate > 0 THEN least(peak_rate / rate, 1.0) END AS peak_ratio,
            coalesce(hot_s, 0) / span_s AS hot_share
     FROM per_series
     WHERE metric IN ('gpuscope_ib_transmit_bytes_total', 'gpuscope_ib_receive_bytes_total')

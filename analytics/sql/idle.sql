@@ -3,8 +3,17 @@
 -- idle.py registers. {busy_series} is filled in from the block of that name at load.
 
 -- name: busy_series
--- The busy signal of each GPU (or MIG device) uuid: DCGM SM activity where the GPU has it,
--- NVML utilization otherwise; with $memory, memory-controller utilization too.
+-- The busy signal of each activity key. A GPU (or MIG device) uuid: DCGM SM activity
+-- where the GPU has it, NVML utilization otherwise; with $memory, memory-controller
+-- utilization too. A fractional pod (its inventory record's gpu_fraction under 1) also
+-- gets its own key, `uuid|namespace/pod/container`, from its per-process utilization on
+-- that GPU divided by its share: a 0.25-GPU pod at 4.8 % of the whole GPU is at 19 % of
+-- what it holds, and is judged on that (its GPU's signal stays its fallback).
+fractions AS (
+    SELECT key AS pod_key, TRY_CAST(record->>'gpu_fraction' AS DOUBLE) AS share
+    FROM inventory_pods WHERE valid_from <= $at
+    QUALIFY row_number() OVER (PARTITION BY key ORDER BY valid_from DESC) = 1
+),
 busy_candidates AS (
     SELECT series_id, uuid, metric
     FROM series
@@ -19,23 +28,35 @@ gpu_signal AS (
     FROM busy_candidates GROUP BY uuid
 ),
 busy_series AS (
-    SELECT c.series_id, c.uuid, g.signal
+    SELECT c.series_id, c.uuid AS key, g.signal, 1.0 AS share
     FROM busy_candidates AS c JOIN gpu_signal AS g USING (uuid)
     WHERE (g.signal = 'sm_active' AND c.metric = 'gpuscope_gpu_sm_active_ratio')
        OR (g.signal = 'utilization' AND c.metric = 'gpuscope_gpu_utilization_ratio')
        OR ($memory AND c.metric = 'gpuscope_gpu_memory_utilization_ratio')
+    UNION ALL
+    SELECT s.series_id, s.uuid || '|' || s.namespace || '/' || s.pod || '/' || s.container,
+           'share_utilization', f.share
+    FROM series AS s JOIN fractions AS f ON f.pod_key = s.namespace || '/' || s.pod
+    WHERE s.metric = 'gpuscope_gpu_workload_utilization_ratio' AND s.first_seen <= $at
+      AND s.uuid IS NOT NULL AND s.uuid <> '' AND f.share > 0 AND f.share < 1
 )
 
 -- name: fold
 -- The state after the samples in ($lo, $hi]: `prior` folded with them. A sample time is
--- busy when any busy series of its GPU is at or over $threshold there; a gap over $max_gap
--- between consecutive sample times (the prior state's last one included) restarts
+-- busy when any busy series of its key is at or over $threshold there. The sample spacing
+-- is learned from the data: a gap is missing data when it is over three times the larger
+-- of $declared_s (the collector's scrape interval) and the median of the key's previous
+-- eight gaps, so a 1 s, 15 s, 60 s or 5-minute history is judged at its own pace. A gap
+-- with no earlier gap to compare with is taken as the spacing unless it is longer than a
+-- third of the look-back (then it is missing data). The samples of the
+-- $lookback before $lo are read for those earlier gaps only; a missing-data gap restarts
 -- covered_since, so data missing in a window is seen as unknown, never as idle.
+-- `spacing` (seconds, not persisted) is the median of the last eight gaps at the end.
 WITH {busy_series},
 new_samples AS (
-    SELECT b.uuid, s.ts, s.value
+    SELECT b.key AS uuid, s.ts, s.value / b.share AS value
     FROM samples AS s JOIN busy_series AS b USING (series_id)
-    WHERE s.ts > $lo AND s.ts <= $hi
+    WHERE s.ts > $lo - $lookback AND s.ts <= $hi
 ),
 per_time AS (
     SELECT uuid, ts, max(value) AS value, max(value) >= $threshold AS busy
@@ -43,18 +64,48 @@ per_time AS (
 ),
 with_gaps AS (
     SELECT t.uuid, t.ts, t.value, t.busy,
-           t.ts - coalesce(lag(t.ts) OVER (PARTITION BY t.uuid ORDER BY t.ts),
-                           p.last_sample_ts) AS gap
+           epoch(t.ts) - epoch(CASE WHEN lag(t.ts) OVER w IS NOT NULL THEN lag(t.ts) OVER w
+                                    WHEN t.ts > $lo THEN p.last_sample_ts END) AS gap_s,
+           row_number() OVER w AS rn,
+           count(*) OVER (PARTITION BY t.uuid) AS n
     FROM per_time AS t LEFT JOIN prior AS p USING (uuid)
+    WINDOW w AS (PARTITION BY t.uuid ORDER BY t.ts)
+),
+asked AS (
+    -- the median of the previous eight gaps is needed only where a gap is longer than the
+    -- declared tolerance (most are not), and of the last eight at the end (the spacing);
+    -- an equi-join on (uuid, rn - k) keeps it linear in those rows
+    SELECT uuid, rn, 'usual' AS what, unnest(range(1, 9)) AS k
+    FROM with_gaps WHERE gap_s > 3 * $declared_s AND ts > $lo
+    UNION ALL
+    SELECT uuid, rn, 'spacing', unnest(range(0, 8)) FROM with_gaps WHERE rn = n
+),
+medians AS (
+    SELECT a.uuid, a.rn, a.what, median(g.gap_s) AS gap_s
+    FROM asked AS a JOIN with_gaps AS g ON g.uuid = a.uuid AND g.rn = a.rn - a.k
+    GROUP BY a.uuid, a.rn, a.what
+),
+judged AS (
+    SELECT w.*, u.gap_s AS usual_s, s.gap_s AS spacing_s
+    FROM with_gaps AS w
+    LEFT JOIN medians AS u ON u.uuid = w.uuid AND u.rn = w.rn AND u.what = 'usual'
+    LEFT JOIN medians AS s ON s.uuid = w.uuid AND s.rn = w.rn AND s.what = 'spacing'
 ),
 folded AS (
     SELECT uuid, min(ts) AS first_ts, max(ts) AS last_sample_ts,
            max(ts) FILTER (WHERE busy) AS last_busy_ts,
            arg_max(value, ts) FILTER (WHERE busy) AS last_busy_value,
-           max(ts) FILTER (WHERE gap > $max_gap) AS after_gap
-    FROM with_gaps GROUP BY uuid
+           max(ts) FILTER (WHERE gap_s > 3 * greatest($declared_s,
+                                        coalesce(usual_s, least(gap_s, $lookback_s / 3))))
+               AS after_gap,
+           max(spacing_s) AS spacing
+    FROM judged WHERE ts > $lo GROUP BY uuid
 ),
-signals AS (SELECT DISTINCT uuid, signal FROM busy_series)
+context AS (
+    -- keys with samples in the look-back only: their spacing still tells how fresh they are
+    SELECT uuid, max(spacing_s) AS spacing FROM judged GROUP BY uuid
+),
+signals AS (SELECT DISTINCT key AS uuid, signal FROM busy_series)
 SELECT uuid,
        coalesce(f.last_busy_ts, p.last_busy_ts) AS last_busy_ts,
        CASE WHEN f.last_busy_ts IS NOT NULL THEN f.last_busy_value
@@ -63,11 +114,14 @@ SELECT uuid,
        CASE WHEN f.after_gap IS NOT NULL THEN f.after_gap
             WHEN p.covered_since IS NOT NULL THEN p.covered_since
             ELSE f.first_ts END AS covered_since,
-       coalesce(g.signal, p.signal) AS signal
-FROM folded AS f FULL JOIN prior AS p USING (uuid) LEFT JOIN signals AS g USING (uuid);
+       coalesce(g.signal, p.signal) AS signal,
+       coalesce(f.spacing, c.spacing, p.spacing) AS spacing
+FROM folded AS f FULL JOIN prior AS p USING (uuid)
+LEFT JOIN context AS c USING (uuid) LEFT JOIN signals AS g USING (uuid);
 
 -- name: load_state
-SELECT uuid, last_busy_ts, last_busy_value, last_sample_ts, covered_since, signal
+SELECT uuid, last_busy_ts, last_busy_value, last_sample_ts, covered_since, signal,
+       NULL::DOUBLE AS spacing
 FROM gpu_activity_state;
 
 -- name: rollup_prior
@@ -77,25 +131,43 @@ FROM gpu_activity_state;
 -- cannot be seen in roll-ups), and the last sample as the last bucket's end.
 WITH {busy_series},
 buckets AS (
-    SELECT b.uuid, b.signal, r.bucket, r.max
+    SELECT b.key AS uuid, b.signal, r.bucket, max(r.max / b.share) AS max
     FROM samples_5m AS r JOIN busy_series AS b USING (series_id)
     WHERE r.bucket >= $since AND r.bucket < $lo
+    GROUP BY ALL
+),
+gaps AS (
+    SELECT *, epoch(bucket) - epoch(lag(bucket) OVER w) AS gap_s
+    FROM buckets WINDOW w AS (PARTITION BY uuid ORDER BY bucket)
+),
+judged AS (
+    -- the same learned-spacing rule as the fold, on bucket starts
+    SELECT *, median(gap_s) OVER (PARTITION BY uuid ORDER BY bucket
+                                  ROWS BETWEEN 8 PRECEDING AND 1 PRECEDING) AS usual_s
+    FROM gaps
 )
 SELECT uuid,
        max(bucket + INTERVAL 5 MINUTE) FILTER (WHERE max >= $threshold) AS last_busy_ts,
        arg_max(max, bucket) FILTER (WHERE max >= $threshold) AS last_busy_value,
        least(max(bucket) + INTERVAL 5 MINUTE, $lo) AS last_sample_ts,
-       min(bucket) AS covered_since,
-       any_value(signal) AS signal
-FROM buckets GROUP BY uuid;
+       coalesce(max(bucket) FILTER (WHERE gap_s > 3 * greatest($declared_s, 300,
+                                    coalesce(usual_s, least(gap_s, $lookback_s / 3)))),
+                min(bucket)) AS covered_since,
+       any_value(signal) AS signal,
+       NULL::DOUBLE AS spacing
+FROM judged GROUP BY uuid;
 
 -- name: workloads
--- `state`: the activity state at $at (one row per uuid). Per workload (namespace, pod,
--- container) holding GPUs at $at: its start, GPUs, idle since (after its GPUs' last busy
--- sample, bounded below by its start on each GPU and by the start of gap-free data), and a
--- status: starting (within the start-up grace), active, unknown (a GPU without data through
--- the window), idle. Protected workloads (namespace list, or the pod's inventory record
--- says protected / gpuscope.io/protect=true) are left out.
+-- `state`: the activity state at $at (one row per key). Per workload (namespace, pod,
+-- container) holding GPUs at $at: its start (the pod's start time in the inventory, else
+-- its first sample), the GPUs it holds (a fractional pod its share), idle since (after
+-- its last busy sample, bounded below by its start on each GPU and by the start of
+-- gap-free data), and a status: starting (within the start-up grace), active, unknown (a
+-- GPU without data through the window, or none fresh: the last sample older than three
+-- learned spacings), idle. A fractional pod is judged on its own key (its utilization
+-- over its share) where the agents report it, else on its GPU's. Protected workloads
+-- (namespace list, or the pod's inventory record says protected / gpuscope.io/protect=true)
+-- are left out.
 WITH held AS (
     SELECT namespace, pod, container, gpu_uuid,
            any_value(node) AS node, any_value(kind) AS kind,
@@ -106,27 +178,46 @@ WITH held AS (
       AND NOT list_contains($protected, namespace)
     GROUP BY namespace, pod, container, gpu_uuid
 ),
+pod_records AS (
+    SELECT key,
+           TRY_CAST(record->>'gpu_fraction' AS DOUBLE) AS fraction,
+           TIMESTAMP '1970-01-01' + to_seconds(TRY_CAST(record->>'start_time' AS DOUBLE))
+               AS pod_start
+    FROM inventory_pods WHERE valid_from <= $at
+    QUALIFY row_number() OVER (PARTITION BY key ORDER BY valid_from DESC) = 1
+),
 protected_pods AS (
     SELECT DISTINCT key FROM inventory_pods
     WHERE valid_from <= $at AND (valid_to IS NULL OR valid_to > $at)
       AND (coalesce(TRY_CAST((record->>'protected') AS BOOLEAN), false)
            OR coalesce((record->'labels'->>'gpuscope.io/protect') = 'true', false))
 ),
-per_gpu AS (
-    SELECT h.*, s.last_busy_value, s.signal,
-           s.last_busy_ts >= h.start_ts AND s.last_busy_ts > $window_start AS busy_recent,
-           coalesce(s.last_sample_ts >= $data_since AND s.covered_since <= $window_start,
-                    false) AS data_ok,
-           greatest(h.start_ts, s.covered_since, s.last_busy_ts) AS gpu_idle_since,
-           CASE WHEN s.last_busy_ts >= h.start_ts THEN s.last_busy_ts END AS busy_ts
-    FROM held AS h LEFT JOIN state AS s ON s.uuid = h.gpu_uuid
+keyed AS (
+    SELECT h.*,
+           CASE WHEN r.fraction > 0 AND r.fraction < 1 THEN r.fraction ELSE 1.0 END AS share,
+           least(h.start_ts, coalesce(r.pod_start, h.start_ts)) AS pod_start,
+           coalesce(w.uuid, h.gpu_uuid) AS skey
+    FROM held AS h
+    LEFT JOIN pod_records AS r ON r.key = h.namespace || '/' || h.pod
+    LEFT JOIN state AS w
+      ON w.uuid = h.gpu_uuid || '|' || h.namespace || '/' || h.pod || '/' || h.container
     WHERE h.namespace || '/' || h.pod NOT IN (SELECT key FROM protected_pods)
+),
+per_gpu AS (
+    SELECT k.*, s.last_busy_value, s.signal,
+           s.last_busy_ts >= k.start_ts AND s.last_busy_ts > $window_start AS busy_recent,
+           coalesce(s.last_sample_ts >= $at - to_seconds(
+                        3 * greatest($declared_s, coalesce(s.spacing, $declared_s)))
+                    AND s.covered_since <= $window_start, false) AS data_ok,
+           greatest(k.start_ts, s.covered_since, s.last_busy_ts) AS gpu_idle_since,
+           CASE WHEN s.last_busy_ts >= k.start_ts THEN s.last_busy_ts END AS busy_ts
+    FROM keyed AS k LEFT JOIN state AS s ON s.uuid = k.skey
 ),
 per_workload AS (
     SELECT namespace, pod, container,
            string_agg(DISTINCT node, ',' ORDER BY node) AS node,
            any_value(kind) AS kind, bool_or(interactive) AS interactive,
-           min(start_ts) AS start_ts, count(*) AS gpus,
+           min(pod_start) AS start_ts, sum(share) AS gpus,
            list(gpu_uuid ORDER BY gpu_uuid) AS gpu_uuids,
            coalesce(bool_or(busy_recent), false) AS busy_recent,
            bool_and(data_ok) AS data_ok,

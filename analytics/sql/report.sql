@@ -39,11 +39,18 @@ WHERE h.e > h.s;
 
 -- name: hourly_use
 -- Per hour and pod: GPU-hours allocated (share x time held), used (allocated x the GPU's
--- mean utilization in each 5-minute bucket), idle (allocated in buckets where the GPU
--- never reached $threshold) and without data (allocated in buckets with no sample of the
--- GPU: unknown, never counted idle). Held time is cut into 5-minute buckets and each piece
--- joined to its GPU's bucket. For speed, joins and groups are on integers: a dense GPU id
--- and the bucket number fold into one key, pods are numbered, and labels join at the end.
+-- mean utilization in each 5-minute bucket), idle (allocated in buckets where the pod was
+-- idle by the idle detector's definition, below) and without data (allocated in buckets
+-- with no sample of the GPU: unknown, never counted idle). Held time is cut into 5-minute
+-- buckets and each piece joined to its GPU's bucket. For speed, joins and groups are on
+-- integers: a dense GPU id and the bucket number fold into one key, pods are numbered,
+-- and labels join at the end.
+-- Idle, as analytics/idle.py decides it: the bucket's highest busy signal under
+-- $threshold. The busy signal is DCGM SM activity where the GPU reports it, NVML
+-- utilization otherwise (with $memory, memory-controller activity too); a fractional
+-- pod (share under 1) is judged on its own per-process utilization over its share where
+-- the agents report it (a 0.25-GPU pod at 4.8 % of the whole GPU is at 19 % of its
+-- share: busy), else on its GPU's signal.
 WITH util_series AS (
     SELECT series_id, uuid
     FROM series
@@ -81,9 +88,54 @@ util AS (
     )
     GROUP BY gid, bucket
 ),
+signal_series AS (
+    -- SM activity (sm) and, with $memory, memory-controller activity (NOT sm) per GPU
+    SELECT x.series_id, g.gid, x.metric = 'gpuscope_gpu_sm_active_ratio' AS sm
+    FROM series AS x JOIN gpu_ids AS g USING (uuid)
+    WHERE (x.metric = 'gpuscope_gpu_sm_active_ratio'
+           OR ($memory AND x.metric = 'gpuscope_gpu_memory_utilization_ratio'))
+      AND x.last_seen >= $lo AND x.first_seen < $end
+),
+signals AS (
+    SELECT gid * 1048576 + (epoch(bucket) // 300)::BIGINT % 1048576 AS k,
+           max(m) FILTER (WHERE sm) AS sm_peak, max(m) FILTER (WHERE NOT sm) AS memory_peak
+    FROM (
+        SELECT i.gid, i.sm, r.bucket, r.max AS m
+        FROM samples_5m AS r JOIN signal_series AS i USING (series_id)
+        WHERE r.bucket >= $lo AND r.bucket < $end AND r.bucket < $frontier
+        UNION ALL
+        SELECT i.gid, i.sm, time_bucket(INTERVAL 5 MINUTE, x.ts), x.value
+        FROM samples AS x JOIN signal_series AS i USING (series_id)
+        WHERE x.ts >= $lo AND x.ts < $end AND x.ts >= $frontier
+    )
+    GROUP BY gid, bucket
+),
 pods AS (
     SELECT namespace, pod, project, row_number() OVER (ORDER BY namespace, pod) AS pid
     FROM (SELECT DISTINCT namespace, pod, project FROM report_held)
+),
+share_series AS (
+    -- fractional pods' own utilization on each GPU they share
+    SELECT x.series_id, g.gid, p.pid
+    FROM series AS x
+    JOIN gpu_ids AS g USING (uuid)
+    JOIN pods AS p ON p.namespace = x.namespace AND p.pod = x.pod
+    WHERE x.metric = 'gpuscope_gpu_workload_utilization_ratio'
+      AND x.last_seen >= $lo AND x.first_seen < $end
+      AND (x.namespace, x.pod) IN (SELECT (namespace, pod) FROM report_held WHERE share < 1)
+),
+share_util AS (
+    SELECT pid, gid * 1048576 + (epoch(bucket) // 300)::BIGINT % 1048576 AS k, max(m) AS peak
+    FROM (
+        SELECT i.pid, i.gid, r.bucket, r.max AS m
+        FROM samples_5m AS r JOIN share_series AS i USING (series_id)
+        WHERE r.bucket >= $lo AND r.bucket < $end AND r.bucket < $frontier
+        UNION ALL
+        SELECT i.pid, i.gid, time_bucket(INTERVAL 5 MINUTE, x.ts), x.value
+        FROM samples AS x JOIN share_series AS i USING (series_id)
+        WHERE x.ts >= $lo AND x.ts < $end AND x.ts >= $frontier
+    )
+    GROUP BY pid, gid, bucket
 ),
 spans AS (
     SELECT p.pid, h.share, h.s, h.e, g.gid,
@@ -94,20 +146,29 @@ spans AS (
     LEFT JOIN gpu_ids AS g USING (uuid)
 ),
 pieces AS (
-    SELECT pid, bucket,
+    SELECT pid, bucket, share,
            gid * 1048576 + (epoch(bucket) // 300)::BIGINT % 1048576 AS k,
            share * (epoch(least(e, bucket + INTERVAL 5 MINUTE))
                     - epoch(greatest(s, bucket))) / 3600.0 AS gpu_hours
     FROM spans
 ),
-per_pod AS (
-    SELECT time_bucket(INTERVAL 1 HOUR, p.bucket) AS hour, p.pid,
-           sum(p.gpu_hours) AS allocated,
-           coalesce(sum(p.gpu_hours * u.mean), 0) AS used,
-           coalesce(sum(p.gpu_hours) FILTER (WHERE u.peak < $threshold), 0) AS idle,
-           coalesce(sum(p.gpu_hours) FILTER (WHERE u.k IS NULL), 0) AS no_data
+judged AS (
+    SELECT p.pid, p.bucket, p.gpu_hours, u.mean,
+           u.k IS NULL AND b.k IS NULL AND w.k IS NULL AS no_data,
+           CASE WHEN p.share < 1 AND w.peak IS NOT NULL THEN w.peak / p.share
+                ELSE greatest(coalesce(b.sm_peak, u.peak), b.memory_peak) END AS busy
     FROM pieces AS p
     LEFT JOIN util AS u USING (k)
+    LEFT JOIN signals AS b USING (k)
+    LEFT JOIN share_util AS w ON w.pid = p.pid AND w.k = p.k
+),
+per_pod AS (
+    SELECT time_bucket(INTERVAL 1 HOUR, bucket) AS hour, pid,
+           sum(gpu_hours) AS allocated,
+           coalesce(sum(gpu_hours * mean), 0) AS used,
+           coalesce(sum(gpu_hours) FILTER (WHERE busy < $threshold), 0) AS idle,
+           coalesce(sum(gpu_hours) FILTER (WHERE no_data), 0) AS no_data
+    FROM judged
     GROUP BY ALL
 )
 SELECT x.hour, p.namespace, p.pod, p.project, x.allocated, x.used, x.idle, x.no_data
@@ -287,3 +348,15 @@ FROM workload_intervals
 WHERE start_ts <= $at AND (end_ts IS NULL OR end_ts > $at)
   AND TRY_CAST(gpu AS INTEGER) IS NOT NULL
 GROUP BY ALL;
+
+-- name: inventory_changes
+-- Every instant in ($start, $end) at which a node or pod version begins or ends: where
+-- the allocation state (and so fragmentation) can change.
+SELECT DISTINCT t FROM (
+    SELECT valid_from AS t FROM inventory_nodes
+    UNION ALL SELECT valid_to FROM inventory_nodes
+    UNION ALL SELECT valid_from FROM inventory_pods
+    UNION ALL SELECT valid_to FROM inventory_pods
+)
+WHERE t > $start AND t < $end
+ORDER BY t;

@@ -53,7 +53,7 @@ class Node:
         self.wait = dict.fromkeys(profiles, 0.0)
         self.errors: dict[tuple[str, str], float] = {}
         self.workloads: list[tuple[str, str]] = []  # (pod, gpu)
-        self.step = STEP
+        self.step: float = STEP
         self.link_rate: Profile = const(RATE)  # the link-rate gauge over time
 
     def scrape(self, t: float) -> None:
@@ -452,3 +452,20 @@ def test_history_follows_a_link_rate_that_changes(store: Store) -> None:
         assert [p.device for p in ports] == expect, e
     # the window ending at 30 minutes already ends with the new rate: it judges by its last
     assert [e for e, p in history if p] == [at(1800 + 300 * k) for k in range(7)]
+
+
+def test_peak_never_reads_over_the_line_rate_with_whole_second_timestamps(store: Store) -> None:
+    """Regression (issue 12): a hot-spot evidence peak of 1.18 x line rate. Scraped once a
+    second with the scrape's true time anywhere in its second (the store keeps whole
+    seconds), a port at 97 % showed single steps of up to 1.9 s of traffic "in 1 s". The
+    peak is judged over spans of at least 10 s and capped at the line rate."""
+    node = Node(store, "n1", {"mlx5_0": const(0.97)})
+    times = [k + (0.9 if k % 7 == 3 else 0.05 * (k % 5)) for k in range(301)]
+    for t, nxt in zip(times, [*times[1:], times[-1] + 1], strict=True):
+        node.step = nxt - t
+        node.scrape(t)
+        node.advance(t)
+    result = run_bandwidth(store.cursor(), at(300), CFG)
+    [f] = [f for f in result.findings if f.kind == "bandwidth_hotspot"]
+    assert 0.9 <= f.evidence["peak_ratio"] <= 1.0
+    assert f.evidence["ratio"] == pytest.approx(0.97, abs=0.01)

@@ -37,7 +37,12 @@ def test_demo_finds_what_the_scenario_planted(tmp_path: Path) -> None:
     idle = {f["subject"]["pod"] for f in by_kind["idle_session"]}  # type: ignore[index]
     assert "nb-user01-0" in idle and "nb-user00-0" not in idle  # user00's session is busy
     assert {f["subject"]["node"] for f in by_kind["bandwidth_hotspot"]} == {"gpu-node-02"}  # type: ignore[index]
-    assert {f["subject"]["project"] for f in by_kind["quota_overuse"]} == {"nlp"}  # type: ignore[index]
+    [quota] = by_kind["quota_overuse"]
+    assert quota["subject"] == {"project": "nlp"}
+    # vision's 4-GPU job is admissible (the cohort has unused guarantees): it waits on
+    # fragmentation, which the consolidation plan solves; nlp's over-use is not the cause
+    assert quota["severity"] == "info" and quota["recommendation"] is None
+    assert quota["evidence"]["waiting_projects"][0]["waiting_on"] == "fragmentation"  # type: ignore[index]
     assert any(
         f["recommendation"]["target"]["job_gpus"] == 4  # type: ignore[index]
         for f in by_kind["node_fragmentation"]
@@ -47,7 +52,8 @@ def test_demo_finds_what_the_scenario_planted(tmp_path: Path) -> None:
     # the alerts engine delivered grouped notifications to the local webhook sink
     sink = [json.loads(line) for line in (tmp_path / "alerts.log").read_text().splitlines()]
     alertnames = {a["labels"]["alertname"] for n in sink for a in n["alerts"]}
-    assert {"IdleGpuSession", "ProjectOverQuotaWhileOthersWait"} <= alertnames
+    assert "IdleGpuSession" in alertnames
+    assert "ProjectOverQuotaWhileOthersWait" not in alertnames  # no one waits on quota
     idle_notes = [n for n in sink if n["groupLabels"].get("alertname") == "IdleGpuSession"]
     assert len(idle_notes) == 1 and len(idle_notes[0]["alerts"]) == len(idle)  # one message
     # the weekly report of the week that just ended, from the history

@@ -351,10 +351,10 @@ def test_idle_since_is_within_start_and_at(busy: list[bool], start_tick: int, at
         assert f.since is not None and nb.start <= f.since <= at and f.since == since
 
 
-def test_scheduled_analytics_use_the_collectors_scrape_interval(store: Store) -> None:
+def test_scheduled_analytics_pass_the_collectors_scrape_interval(store: Store) -> None:
     """A collector scraping every 60 s: the detectors' run (run_on_store, what the service
-    calls) allows 3 of its intervals between samples, so a minute between samples is not
-    missing data and the idle notebook is found (at the 15 s default it would be unknown)."""
+    calls) finds the idle notebook whether 60 s or the 15 s default is declared: the
+    spacing is learned from the samples, so a minute between them is not missing data."""
     from analytics.runner import run_on_store
     from gpuscope.settings import Settings
 
@@ -362,7 +362,63 @@ def test_scheduled_analytics_use_the_collectors_scrape_interval(store: Store) ->
     fill(store, [A0], [nb], lambda g, ts: 0.01, step=60)
     at = END.replace(tzinfo=None)
     sixty = Settings.model_validate({"collector": {"scrape_interval_seconds": 60}})
-    found = run_on_store(store, at, sixty, ["idle"], persist=False)["idle"]
-    assert [f.kind for f in found.findings] == ["idle_session"]
-    default = run_on_store(store, at, Settings(), ["idle"], persist=False)["idle"]
-    assert default.findings == [] and default.summary["unknown_workloads"] == 1
+    for settings_ in (sixty, Settings()):
+        found = run_on_store(store, at, settings_, ["idle"], persist=False)["idle"]
+        assert [(f.kind, f.since) for f in found.findings] == [("idle_session", T0)]
+
+
+@pytest.mark.parametrize("step", [1, 15, 60, 300])
+def test_sample_spacing_is_learned_from_the_history(tmp_path: Path, step: int) -> None:
+    """Regression (issue 12): a history stored every 5 minutes under a declared 5 s scrape
+    interval read every step as missing data, so idle since was the last minute. Now a 1 s,
+    15 s, 60 s or 5-minute history (1 s declared) is judged at its own spacing: the notebook
+    busy until 30 steps in is idle since then; an outage of 5 spacings after that is
+    missing data (unknown, not idle) until a whole window of data follows it."""
+    nb = Work("alice", "jupyter-alice", "interactive", (A0,))
+    span = timedelta(seconds=step * 80)
+    busy_until = T0 + timedelta(seconds=step * 30)
+    window = step * 20 / 60
+    cfg = AnalyticsSettings(idle_window_minutes=window, startup_grace_minutes=0)
+    util: Util = lambda g, ts: 0.5 if ts <= busy_until else 0.01  # noqa: E731
+    with Store.open(tmp_path / "a.duckdb") as s:
+        fill(s, [A0], [nb], util, end=T0 + span, step=step)
+        found = run_idle(s, T0 + span, cfg, WorkloadSettings(), scrape_interval_s=1).findings
+        assert [(f.kind, f.since) for f in found] == [("idle_session", busy_until)]
+        assert found[0].evidence["gpu_hours_wasted"] == pytest.approx(
+            (span - timedelta(seconds=step * 30)).total_seconds() / 3600, abs=1e-3
+        )
+    outage = (T0 + timedelta(seconds=step * 60), T0 + timedelta(seconds=step * 65))
+
+    def gappy(g: Gpu, ts: datetime) -> float | None:
+        return None if outage[0] < ts < outage[1] else util(g, ts)
+
+    with Store.open(tmp_path / "b.duckdb") as s:
+        fill(s, [A0], [nb], gappy, end=T0 + span, step=step)
+        result = run_idle(s, T0 + span, cfg, WorkloadSettings(), scrape_interval_s=1)
+        assert result.findings == [] and result.summary["unknown_workloads"] == 1
+        later = T0 + span + timedelta(seconds=step * 10)
+        fill(s, [A0], [nb], gappy, start=T0 + span + timedelta(seconds=step), end=later,
+             step=step)  # fmt: skip
+        found = run_idle(s, later, cfg, WorkloadSettings(), scrape_interval_s=1).findings
+        assert [(f.kind, f.since) for f in found] == [("idle_session", outage[1])]
+
+
+def test_session_age_counts_from_the_pods_start(store: Store) -> None:
+    """Regression (issue 12): a notebook that started 54 h before its first stored sample
+    is 55 h old at the end of an hour of samples, not 1 h (the pod's start time from the
+    inventory, not the first sample)."""
+    nb = Work("alice", "jupyter-alice", "interactive", (A0,))
+    fill(store, [A0], [nb], lambda g, ts: 0.5)
+    started = T0 - timedelta(hours=54)
+    store.record_inventory(
+        T0,
+        pods=[{"namespace": "alice", "name": "jupyter-alice", "node": "node-a",
+               "phase": "Running", "gpu_request": 1,
+               "start_time": (started - datetime(1970, 1, 1)).total_seconds()}],
+    )  # fmt: skip
+    _, findings = analyze(store, max_session_age_hours=24)
+    [f] = findings
+    assert f.kind == "session_time_limit"
+    assert f.evidence["age_hours"] == pytest.approx(55)
+    assert f.evidence["started_at"] == started.isoformat()
+    assert f.since == started + timedelta(hours=24)

@@ -12,6 +12,7 @@ import re
 import subprocess
 import sys
 from collections.abc import Iterator
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -151,13 +152,48 @@ def test_top_idle_sessions_and_who_owns_them(report: WeeklyReport) -> None:
 
 
 def test_fragmentation_through_the_week(report: WeeklyReport) -> None:
-    """Until Wednesday 4.5 of 8 GPUs are held (half a GPU stranded); then 2 more are free."""
+    """Until Wednesday 4.5 of 8 GPUs are held (half a GPU stranded); then 2 more are free.
+    One row per inventory state, weighted by how long it lasted in the week."""
     f = {r["at"]: r for r in report.tables["fragmentation"].iter_rows(named=True)}
-    assert len(f) == 28  # every 6 hours
+    assert sorted(f) == [rw.W10, rw.WED]
+    assert (f[rw.W10]["hours"], f[rw.WED]["hours"]) == (48, 120)
     assert f[rw.W10]["total_gpus"] == 8
     assert f[rw.W10]["free_gpus"] == pytest.approx(3.5)
     assert f[rw.W10]["stranded_gpu_capacity"] == pytest.approx(0.5)
     assert f[rw.WED]["free_gpus"] == pytest.approx(4.5)
+
+
+def test_worst_fragmentation_is_the_worst_state_of_the_week(db: Path, tmp_path: Path) -> None:
+    """Regression (issue 12): sampled every 6 h from the week's start, the report said
+    "worst 13 %" of a week whose last hours sat at 54 % with a 4-GPU job blocked. A state
+    that lasts only Sunday 20:00-24:00 (a 4-GPU job pending, a 1-GPU pod on n1) is a row
+    of 4 hours, the week's worst, and the summary's worst; the mean is time-weighted."""
+    from analytics.report_fragmentation import weighted_mean
+    from analytics.report_markdown import render_markdown
+
+    copy = tmp_path / "late.duckdb"
+    copy.write_bytes(db.read_bytes())
+    late = rw.W10 + timedelta(days=6, hours=20)
+    blocked = replace(rw.pod("vision", "big-e", "", gpus=4), node=None, phase="Pending")
+    with Store.open(copy) as store:
+        store.record_inventory(
+            late, pods=[rw.A, rw.C, rw.D, rw.pod("nlp", "one-f", "n1", gpus=1), blocked]
+        )
+    report = _report(copy)
+    frag = report.tables["fragmentation"]
+    last = frag.filter(pl.col("at") == late).to_dicts()
+    assert len(last) == 1 and last[0]["hours"] == pytest.approx(4)
+    assert last[0]["pending_tasks"] == 1
+    earlier = frag.filter(pl.col("at") < late)["fgd_fragmentation_ratio"].max()
+    assert last[0]["fgd_fragmentation_ratio"] > earlier
+    assert frag["fgd_fragmentation_ratio"].max() == last[0]["fgd_fragmentation_ratio"]
+    assert frag["hours"].sum() == pytest.approx(168)
+    mean = weighted_mean(frag)
+    assert mean == pytest.approx(
+        sum(r["fgd_fragmentation_ratio"] * r["hours"] for r in frag.to_dicts()) / 168
+    )
+    worst = f"{100 * last[0]['fgd_fragmentation_ratio']:.1f} %"
+    assert f"worst {worst}" in render_markdown(report, None)
 
 
 def test_infiniband_hot_spot(report: WeeklyReport) -> None:
@@ -348,3 +384,28 @@ def test_assembled_delivery_sends_the_summary_through_the_alerts_routes(
     text = json.dumps(alert)
     assert "GPU utilization, week 2025-W10" in text
     assert str(result.html) in text and "https://grafana.example/d/x" in text
+
+
+def test_no_over_quota_before_the_first_quota_row(tmp_path: Path) -> None:
+    """Regression (issue 12): "research over guarantee 1.0 h" came from reading the
+    guarantees at the start of the hour (00:00), before the first quota row (00:10). The
+    pods and quotas appear together at 00:10; research holds 1 GPU of its 16 all week:
+    never over, by the quota detector's own definition integrated over the week."""
+    from collector.inventory_records import PodInfo, QuotaInfo
+
+    start = rw.W10 + timedelta(minutes=10)
+    nb = PodInfo(namespace="research", name="nb", uid="nb", node="n1", phase="Running",
+                 start_time=None, gpu_request=1, project="research")  # fmt: skip
+    with Store.open(tmp_path / "q.duckdb") as store:
+        store.record_inventory(start, nodes=rw.NODES, pods=[nb],
+                               quotas=[QuotaInfo(project="research", guaranteed_gpus=16)])  # fmt: skip
+        labels = {"node": "n1", "gpu": "0", "uuid": "GPU-0", "namespace": "research",
+                  "pod": "nb", "container": "main", "project": "research"}  # fmt: skip
+        for t in (start, rw.W11 - timedelta(minutes=5)):
+            batch = Batch("n1", int(t.replace(tzinfo=UTC).timestamp() * 1000), [rw.INFO],
+                          [tuple(sorted(labels.items()))], [1.0], {})  # fmt: skip
+            store.append_cycle([(batch, 0.01)])
+        report = build_report(store.cursor(), W10, Settings(), now=rw.NOW)
+    q = rows(report.tables["quotas"], "project")["research"]
+    assert q["hours_over_guarantee"] == 0 and q["gpu_hours_over_guarantee"] == 0
+    assert q["allocated_gpu_hours"] > 160
