@@ -47,8 +47,9 @@ busy_series AS (
 -- is learned from the data: a gap is missing data when it is over three times the larger
 -- of $declared_s (the collector's scrape interval) and the median of the key's previous
 -- eight gaps, so a 1 s, 15 s, 60 s or 5-minute history is judged at its own pace. A gap
--- with no earlier gap to compare with is taken as the spacing unless it is longer than a
--- third of the look-back (then it is missing data). The samples of the
+-- with no earlier gap to compare with is judged by the next eight gaps where there are
+-- some, else taken as the spacing unless it is longer than a third of the look-back (then
+-- it is missing data). The samples of the
 -- $lookback before $lo are read for those earlier gaps only; a missing-data gap restarts
 -- covered_since, so data missing in a window is seen as unknown, never as idle.
 -- `spacing` (seconds, not persisted) is the median of the last eight gaps at the end.
@@ -78,6 +79,11 @@ asked AS (
     SELECT uuid, rn, 'usual' AS what, unnest(range(1, 9)) AS k
     FROM with_gaps WHERE gap_s > 3 * $declared_s AND ts > $lo
     UNION ALL
+    -- a long gap with no earlier gap to compare with (the first of a history) is judged
+    -- by the next eight gaps where the window has them
+    SELECT uuid, rn, 'next', unnest(range(-8, 0)) FROM with_gaps
+    WHERE gap_s > 3 * $declared_s AND ts > $lo
+    UNION ALL
     SELECT uuid, rn, 'spacing', unnest(range(0, 8)) FROM with_gaps WHERE rn = n
 ),
 medians AS (
@@ -86,9 +92,10 @@ medians AS (
     GROUP BY a.uuid, a.rn, a.what
 ),
 judged AS (
-    SELECT w.*, u.gap_s AS usual_s, s.gap_s AS spacing_s
+    SELECT w.*, coalesce(u.gap_s, x.gap_s) AS usual_s, s.gap_s AS spacing_s
     FROM with_gaps AS w
     LEFT JOIN medians AS u ON u.uuid = w.uuid AND u.rn = w.rn AND u.what = 'usual'
+    LEFT JOIN medians AS x ON x.uuid = w.uuid AND x.rn = w.rn AND x.what = 'next'
     LEFT JOIN medians AS s ON s.uuid = w.uuid AND s.rn = w.rn AND s.what = 'spacing'
 ),
 folded AS (
@@ -142,8 +149,11 @@ gaps AS (
 ),
 judged AS (
     -- the same learned-spacing rule as the fold, on bucket starts
-    SELECT *, median(gap_s) OVER (PARTITION BY uuid ORDER BY bucket
-                                  ROWS BETWEEN 8 PRECEDING AND 1 PRECEDING) AS usual_s
+    SELECT *, coalesce(median(gap_s) OVER (PARTITION BY uuid ORDER BY bucket
+                                           ROWS BETWEEN 8 PRECEDING AND 1 PRECEDING),
+                       median(gap_s) OVER (PARTITION BY uuid ORDER BY bucket
+                                           ROWS BETWEEN 1 FOLLOWING AND 8 FOLLOWING))
+               AS usual_s
     FROM gaps
 )
 SELECT uuid,
