@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from collector.batch import Batch
+from collector.batch import Batch, Labels
 from collector.fetch import redact_url
 from collector.ingest import IngestWriter
 from collector.limits import ChurnGuard, IngestLimits, LimitExceeded, check_page
@@ -166,7 +166,7 @@ def test_the_writer_keeps_a_churning_targets_known_series(tmp_path: Path) -> Non
         metrics = CollectorMetrics()
         writer = IngestWriter(store, registry, metrics, limits, clock=lambda: 7200.0)
         for i in range(6):
-            labs = [GPU0] + [(("id", f"{i}-{j}"),) for j in range(5)]
+            labs: list[Labels] = [GPU0, *((("id", f"{i}-{j}"),) for j in range(5))]
             b = Batch("http://churn:1/metrics", at(i), [UTIL] * 6, labs, [0.5] * 6, {})
             o = ScrapeOutcome(Target("http://churn:1/metrics"), at(i) / 1000, 0.0, True, batch=b)
             writer.write([o])
