@@ -138,7 +138,7 @@ def test_series_churn_is_bounded_per_target_and_overall() -> None:
     known: set[tuple[str, tuple[tuple[str, str], ...]]] = set()
 
     def page(target: str, scrape: int) -> Batch:
-        labs = [(("id", f"{target}-{scrape}-{i}"),) for i in range(4)]
+        labs: list[Labels] = [(("id", f"{target}-{scrape}-{i}"),) for i in range(4)]
         return Batch(target, 0, ["m"] * 4, labs, [1.0] * 4)
 
     def admit(b: Batch) -> tuple[int, Counter[str]]:
