@@ -154,12 +154,7 @@ class IngestWriter:
                 except (duckdb.Error, OSError, BadBatch) as exc:
                     if not isinstance(exc, BadBatch):
                         self._check_writable(exc)
-                    log.warning(
-                        "batch refused by the store target=%s error=%s",
-                        o.target.url,
-                        first_line(exc),
-                    )
-                    o = _refused(o, first_line(exc))  # noqa: PLW2901
+                    o = _refused(o, first_line(exc))  # noqa: PLW2901 (the registry logs it)
             final.append(o)
         down = [o for o in final if not (o.up and o.batch is not None)]
         try:
@@ -180,7 +175,12 @@ class IngestWriter:
         return sum(self.store.append_cycle(up, down))
 
     def _check_writable(self, cause: BaseException) -> None:
-        """Raise :class:`_StoreDown` unless a one-row write commits."""
+        """Raise :class:`_StoreDown` for an error of the store itself (I/O, a failed commit,
+        an invalidated database: a disk with a few bytes left takes a probe but not a
+        page), or when a one-row write does not commit either."""
+        text = str(cause)
+        if isinstance(cause, _STORE_ERRORS) or any(m in text for m in _STORE_MESSAGES):
+            raise _StoreDown(first_line(cause))
         try:
             self.store.probe_write()
         except Exception as exc:  # any failure of the probe is the store's
@@ -222,6 +222,11 @@ class IngestWriter:
             m.samples_dropped.labels(url, why).inc(n)
         if o.up and o.batch is not None:
             self.churn.stored(url)
+
+
+#: Errors that are the database's, never a batch's content.
+_STORE_ERRORS = (OSError, duckdb.IOException, duckdb.FatalException, duckdb.InternalException)
+_STORE_MESSAGES = ("invalidated", "Failed to commit", "Could not write", "No space left")
 
 
 class _StoreDown(Exception):
