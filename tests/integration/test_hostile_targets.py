@@ -6,7 +6,6 @@ cases to the benchmark); the agent's samples must keep flowing and ``/readyz`` s
 """
 
 import base64
-import resource
 import signal
 import subprocess
 import sys
@@ -31,6 +30,12 @@ from tests.integration.helpers import ENV, agent_process, send, wait_http
 pytestmark = pytest.mark.integration
 TEXT = "text/plain; version=0.0.4; charset=utf-8"
 PASSWORD = "hunter2-very-secret"
+#: Runs the CLI with a file-size limit: SIGXFSZ ignored, so write() fails instead of killing.
+SMALL_DISK = (
+    "import os, resource, signal, sys; signal.signal(signal.SIGXFSZ, signal.SIG_IGN); "
+    "n = int(sys.argv[1]); resource.setrlimit(resource.RLIMIT_FSIZE, (n, n)); "
+    "os.execv(sys.executable, [sys.executable, '-m', 'gpuscope.cli', *sys.argv[2:]])"
+)
 
 
 @pytest.fixture(scope="module")
@@ -44,10 +49,15 @@ def collector(
     targets: Sequence[str],
     *extra: str,
     env: dict[str, str] | None = None,
-    preexec: Callable[[], None] | None = None,
+    file_size_limit: int | None = None,
 ) -> tuple[subprocess.Popen[str], str]:
+    """A real ``gpuscope collector`` at a 1 s interval. ``file_size_limit``: no file the
+    process writes may grow past it (a small disk: writes fail with EFBIG, as ENOSPC)."""
     port = free_port()
-    args = [sys.executable, "-m", "gpuscope.cli", "collector", "--db", str(db),
+    cmd = [sys.executable, "-m", "gpuscope.cli"]
+    if file_size_limit is not None:
+        cmd = [sys.executable, "-c", SMALL_DISK, str(file_size_limit)]
+    args = [*cmd, "collector", "--db", str(db),
             "--listen", f"127.0.0.1:{port}", "--scrape-interval", "1", "--kubernetes", "none"]  # fmt: skip
     for t in targets:
         args += ["--target", t]
@@ -57,7 +67,6 @@ def collector(
         stderr=subprocess.PIPE,
         text=True,
         env={**ENV, **(env or {})},
-        preexec_fn=preexec,
     )
     base = f"http://127.0.0.1:{port}"
     wait_http(base + "/healthz", proc)
@@ -244,10 +253,6 @@ def test_a_full_disk_fails_readiness_then_exits_in_one_line_and_keeps_committed_
     db = tmp_path / "full.duckdb"
     limit = 4 * 2**20  # every file the process writes stops growing here (EFBIG)
 
-    def small_disk() -> None:
-        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # write() fails instead of killing
-        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
-
     scrape = [0]
 
     def fat_page(h: BaseHTTPRequestHandler) -> None:  # fills the WAL in seconds, not minutes
@@ -258,7 +263,7 @@ def test_a_full_disk_fails_readiness_then_exits_in_one_line_and_keeps_committed_
     with serve(fat_page) as fat:
         proc, base = collector(
             db, [agent, fat], env={"GPUSCOPE_COLLECTOR__STORE_FAILURE_EXIT_SECONDS": "4"},
-            preexec=small_disk,
+            file_size_limit=limit,
         )  # fmt: skip
         seen_503, acknowledged, err = watch_until_exit(proc, base)
     assert proc.returncode == 1, err
