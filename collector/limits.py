@@ -38,7 +38,7 @@ class IngestLimits:
     #: Bytes of one label value; a longer one drops its line, counted as a parse error.
     label_value_length_limit: int = 4096
     #: Bytes of a page after inflation; more fails the scrape while it is read.
-    body_size_limit: int = 16 * 2**20
+    body_size_limit: int = 8 * 2**20
     #: New series one target may create per hour after its first stored page.
     new_series_per_target_per_hour: int = 10_000
     #: New series all targets together may create per hour after their first pages.

@@ -168,7 +168,7 @@ class Scraper:
             outcome.dropped,
         )
 
-    def _ingest(self, target: Target, body: bytearray, started: float) -> ScrapeOutcome:
+    def _ingest(self, target: Target, body: bytes, started: float) -> ScrapeOutcome:
         with _PARSE_LOCK:
             return page_to_outcome(target, body, started, limits=self.limits)
 

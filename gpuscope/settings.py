@@ -145,7 +145,7 @@ class CollectorSettings(_Section):
     #: Prometheus's label_limit: a series with more labels fails its scrape.
     max_labels_per_series: int = Field(default=64, gt=0)
     #: Bytes of a page once inflated; more fails the scrape (bounds memory, gzip bombs).
-    max_body_bytes: int = Field(default=16 * 2**20, gt=0)
+    max_body_bytes: int = Field(default=8 * 2**20, gt=0)
     #: Series churn: new series per hour one target, and all together, may create after
     #: their first page; more are dropped and counted.
     max_new_series_per_target_per_hour: int = Field(default=10_000, ge=0)
