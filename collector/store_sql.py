@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import re
 import threading
 from collections.abc import Iterable, Mapping, Sequence
@@ -93,14 +94,33 @@ def as_dict(row: Any) -> dict[str, Any]:
 
 
 def json_records(rows: Iterable[Any], times: Sequence[str]) -> pa.Table:
-    """Mappings or dataclasses as one ``record`` column of canonical JSON, times naive UTC."""
+    """Mappings or dataclasses as one ``record`` column of canonical JSON, times naive UTC.
+
+    JSON has no NaN or infinity: such a value (a detector's mean over NaN gauges) is stored
+    as null, so the record stays valid for DuckDB's JSON functions and the API."""
     texts = []
     for rec in map(as_dict, rows):
         for key in times:
             if rec.get(key) is not None:
                 rec[key] = utc(rec[key]).isoformat()
-        texts.append(json.dumps(rec, sort_keys=True, separators=(",", ":"), default=str))
+        try:
+            text = json.dumps(rec, sort_keys=True, separators=(",", ":"), default=str,
+                              allow_nan=False)  # fmt: skip
+        except ValueError:  # a NaN or infinity: null, as valid JSON must have it
+            text = json.dumps(_finite(rec), sort_keys=True, separators=(",", ":"), default=str)
+        texts.append(text)
     return pa.table({"record": pa.array(texts, pa.string())})
+
+
+def _finite(value: Any) -> Any:
+    """``value`` with every NaN or infinite float replaced by None, at any depth."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, Mapping):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    return value
 
 
 def run_with(

@@ -184,3 +184,17 @@ def test_credentials_in_a_target_url_are_redacted_but_used_to_fetch() -> None:
     assert "hunter2" not in repr(t) and "hunter2" not in json.dumps(t.url)
     assert redact_url("http://10.0.0.1:9835/metrics") == "http://10.0.0.1:9835/metrics"
     assert redact_url("https://user@h/p") == "https://user@h/p"
+
+
+def test_a_nan_in_a_stored_record_becomes_null_so_the_json_stays_valid(tmp_path: Path) -> None:
+    """Before: json.dumps wrote a NaN literal into the findings' JSON column."""
+    finding = {
+        "id": "f1", "kind": "idle_session", "severity": "info", "subject": {"node": "n1"},
+        "since": T0, "observed_at": T0, "recommendation": None,
+        "evidence": {"mean_utilization": math.nan, "peaks": [1.0, math.inf]},
+    }  # fmt: skip
+    with Store.open(tmp_path / "f.duckdb") as store:
+        store.record_findings([finding], T0, kinds=["idle_session"])
+        (got,) = store.findings()
+    assert got["evidence"] == {"mean_utilization": None, "peaks": [1.0, None]}
+    json.dumps(got["evidence"], allow_nan=False)
