@@ -150,7 +150,7 @@ class CollectorSettings(_Section):
     #: their first page; more are dropped and counted.
     max_new_series_per_target_per_hour: int = Field(default=10_000, ge=0)
     max_new_series_per_hour: int = Field(default=100_000, ge=0)
-    #: Series the collector holds at most (about 400 bytes of memory each).
+    #: Series the collector holds at most (up to about 600 bytes of memory each).
     max_series: int = Field(default=1_000_000, gt=0)
     #: How long ingest retries a database that refuses writes before the process exits.
     store_failure_exit_seconds: float = Field(default=60.0, gt=0, le=86_400)
