@@ -108,16 +108,16 @@ class ScrapeLoop:
             await asyncio.gather(*tasks.values(), return_exceptions=True)
 
     async def _target_loop(self, client: httpx.AsyncClient, target: Target) -> None:
+        now = time.time()
+        tick = float(math.ceil(now))  # the first scrape at once, on a whole second
         while True:
-            now = time.time()
-            tick = math.floor(now / self.interval + 1) * self.interval
-            await asyncio.sleep(tick - now)
+            await asyncio.sleep(max(tick - now, 0.0))
             try:
-                outcome = await self.scraper.scrape_one(client, target)
+                self._offer(await self.scraper.scrape_one(client, target))
             except Exception:  # a bug, not a target's fault: log it, keep the schedule
                 log.exception("scrape failed target=%s", target.url)
-                continue
-            self._offer(outcome)
+            now = time.time()  # the next multiple of the interval
+            tick = math.floor(now / self.interval + 1) * self.interval
 
     def _offer(self, outcome: ScrapeOutcome) -> None:
         n = outcome.samples
