@@ -97,7 +97,8 @@ def responder(case: str, *, quick: bool = False, stop: threading.Event | None = 
             scrapes[0] += 1
             value = "NaN" if scrapes[0] % 2 else str(1e12 + scrapes[0])
             page = f"# TYPE evil_bytes_total counter\nevil_bytes_total {value}\n"
-            _send(h, (page + "evil_gauge_ratio +Inf\n").encode())
+            gauge = 'gpuscope_gpu_utilization_ratio{gpu="0",node="nan-node",uuid="GPU-NAN"} NaN\n'
+            _send(h, (page + gauge).encode())
 
         return nan
     if case == "type_poisoning":

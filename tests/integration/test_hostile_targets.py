@@ -155,8 +155,11 @@ def test_hostile_targets_never_stop_a_healthy_agent(tmp_path: Path, agent: str) 
             )
             assert 'reason="out_of_bounds"' in metrics
             assert PASSWORD not in str(st) and PASSWORD not in metrics
+            # the NaN utilization of "nan-node" is kept, but never makes the mean NaN
             util = httpx.get(base + "/api/v1/utilization", params={"step": 1}, timeout=10)
             assert util.status_code == 200 and "NaN" not in util.text
+            points = [p for series in util.json()["series"] for p in series["points"]]
+            assert points and all(0 <= p[1] <= 5 for p in points)
         finally:
             stop.set()
             proc.send_signal(signal.SIGTERM)
