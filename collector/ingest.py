@@ -135,10 +135,15 @@ class IngestWriter:
             try:
                 return self._append(outcomes), outcomes
             except BadBatch as exc:  # refused before the transaction: that target only
-                outcomes = [
-                    _refused(o, str(exc)) if o.target.url == exc.target and o.up else o
+                marked = [
+                    _refused(o, str(exc))
+                    if o.target.url == exc.target and o.up and o.batch is not None
+                    else o
                     for o in outcomes
                 ]
+                if marked == outcomes:  # not one of these targets' batches: one by one
+                    return self._one_by_one(outcomes)
+                outcomes = marked
             except (duckdb.Error, OSError) as exc:
                 self._check_writable(exc)
                 return self._one_by_one(outcomes)
