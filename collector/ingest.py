@@ -22,10 +22,11 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import duckdb
 
+from collector.batch import Batch
 from collector.limits import ChurnGuard, IngestLimits
 from collector.metrics import CollectorMetrics
 from collector.scrape import ScrapeOutcome
@@ -33,6 +34,7 @@ from collector.store import BadBatch, Store
 from collector.targets import TargetRegistry
 
 log = logging.getLogger(__name__)
+_T = TypeVar("_T")
 
 
 class StoreFailed(Exception):
@@ -88,29 +90,49 @@ class IngestWriter:
         then raises :class:`StoreFailed`."""
         with self._lock:
             admitted = [self._admit(o) for o in outcomes]
-            delay = 0.5
-            while True:
-                try:
-                    stored, final = self._store(admitted)
-                    break
-                except _StoreDown as exc:
-                    self._failing(exc.error)
-                    assert self._failing_since is not None
-                    waited = self._monotonic() - self._failing_since
-                    if waited >= self.retry_seconds:
-                        raise StoreFailed(
-                            f"the database {self.store.path} has refused every write for "
-                            f"{waited:.0f}s ({exc.error}); exiting so that the collector is "
-                            "restarted"
-                        ) from None
-                    self._sleep(min(delay, self.retry_seconds - waited))
-                    delay = min(delay * 2, 10.0)
-            self._recovered()
-            self.commits += 1
+            stored, final = self._retrying(lambda: self._store(admitted))
             self.metrics.samples_ingested.inc(stored)
             for o in final:
                 self._account(o)
             return stored
+
+    def write_batch(self, batch: Batch) -> int:
+        """Store one batch of query-API ingest with the same store health and retry."""
+
+        def append() -> int:
+            try:
+                return self.store.append_scrape(batch)
+            except (duckdb.Error, OSError) as exc:
+                self._check_writable(exc)
+                raise
+
+        with self._lock:
+            stored = self._retrying(append)
+            self.metrics.samples_ingested.inc(stored)
+            return stored
+
+    def _retrying(self, attempt: Callable[[], _T]) -> _T:
+        """``attempt()`` until it gets past a store that cannot write, or the retry ends."""
+        delay = 0.5
+        while True:
+            try:
+                result = attempt()
+                break
+            except _StoreDown as exc:
+                self._failing(exc.error)
+                assert self._failing_since is not None
+                waited = self._monotonic() - self._failing_since
+                if waited >= self.retry_seconds:
+                    raise StoreFailed(
+                        f"the database {self.store.path} has refused every write for "
+                        f"{waited:.0f}s ({exc.error}); exiting so that the collector is "
+                        "restarted"
+                    ) from None
+                self._sleep(min(delay, self.retry_seconds - waited))
+                delay = min(delay * 2, 10.0)
+        self._recovered()
+        self.commits += 1
+        return result
 
     # -- the steps -------------------------------------------------------------------------
     def _admit(self, o: ScrapeOutcome) -> ScrapeOutcome:

@@ -143,8 +143,7 @@ class CollectorService:
             end = self.clock() - self.settings.collector.scrape_interval_seconds  # let it land
             stored = 0
             for batch in self.query_source.fetch(self._query_from, end):
-                stored += self.store.append_scrape(batch)
-            self.metrics.samples_ingested.inc(stored)
+                stored += self.writer.write_batch(batch)
             self._query_from = end + self.query_source.step_seconds
             self._cycles += 1
             return stored

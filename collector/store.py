@@ -30,11 +30,14 @@ from collector.store_sql import (  # re-exported: the store's public names stay 
     INTERVAL_LABELS,
     LABEL_COLUMNS,
     WORKLOAD_INFO,
+    BadBatch,
     IntervalKey,
     Labels,
     Q,
     Retention,
     SeriesKey,
+    check_time,
+    inserted_rows,
     is_duckdb_file,
     json_records,
     run_with,
@@ -44,30 +47,6 @@ from collector.store_sql import (  # re-exported: the store's public names stay 
 from gpuscope.errors import UserError
 
 __all__ = ["BadBatch", "Retention", "Store", "series_kind", "utc"]
-
-#: Sample times the store accepts, Unix ms: 1970 up to the year 2200 (DuckDB's timestamps
-#: end in the year 294247; a target's 2^62 ms would fail the whole transaction).
-MAX_TS_MS = 7_258_118_400_000
-
-
-class BadBatch(ValueError):
-    """A batch the store refuses before its transaction; ``target`` names whose it is."""
-
-    def __init__(self, target: str, message: str) -> None:
-        super().__init__(message)
-        self.target = target
-
-
-def _check_time(batch: Batch, *times_ms: int) -> None:
-    for t in times_ms:
-        if not 0 <= t <= MAX_TS_MS:
-            raise BadBatch(batch.target, f"sample timestamp {t} ms is out of range")
-
-
-def _count(result: duckdb.DuckDBPyConnection) -> int:
-    """The row count an INSERT reports."""
-    row = result.fetchone()
-    return int(row[0]) if row else 0
 
 
 class Store(MaintenanceMixin, RecordsMixin, AlertsMixin):
@@ -223,12 +202,12 @@ class Store(MaintenanceMixin, RecordsMixin, AlertsMixin):
         last = dict(zip(sids, range(len(sids)), strict=True))  # series id -> its last sample
         keep = None if len(last) == len(sids) else list(last.values())
         values = list(batch.values) if keep is None else [batch.values[i] for i in keep]
-        _check_time(batch, batch.ts_ms)
+        check_time(batch, batch.ts_ms)
         secs: Any = pa.repeat(pa.scalar(batch.ts_ms // 1000, pa.timestamp("s")), len(last))
         if (times := batch.timestamps_ms) is not None:
             times = times if keep is None else [times[i] for i in keep]
             secs = [(batch.ts_ms if t is None else t) // 1000 for t in times]
-            _check_time(batch, *(s * 1000 for s in (min(secs), max(secs)) if secs))
+            check_time(batch, *(s * 1000 for s in (min(secs), max(secs)) if secs))
         columns = [pa.array(list(last), pa.uint32()), pa.array(secs, pa.timestamp("s"))]
         columns.append(pa.array(values, pa.float64()))
         table = pa.table(columns, names=["series_id", "ts", "value"])
@@ -243,7 +222,7 @@ class Store(MaintenanceMixin, RecordsMixin, AlertsMixin):
         with self._transaction(**tables) as c:
             if new:
                 c.execute(Q["insert_series"], {"ts": ts})
-            stored = _count(c.execute(Q["append_samples"]))
+            stored = inserted_rows(c.execute(Q["append_samples"]))
             c.execute(Q["update_series"])
             c.execute(Q["add_samples_stored"], {"n": stored})
             c.execute(Q["insert_scrape"], [batch.target, ts, True, duration_s, stored, None])
@@ -283,7 +262,7 @@ class Store(MaintenanceMixin, RecordsMixin, AlertsMixin):
         kinds: dict[SeriesKey, str] = {}
         get = ids.get
         for batch, _ in batches:
-            _check_time(batch, batch.ts_ms)
+            check_time(batch, batch.ts_ms)
             keys = list(zip(batch.names, batch.labels, strict=True))
             sids = [get(k) for k in keys]
             if None in sids:  # new series: ids in order of first appearance
@@ -295,7 +274,7 @@ class Store(MaintenanceMixin, RecordsMixin, AlertsMixin):
             times = batch.timestamps_ms
             if times is not None and any(t is not None for t in times):
                 given = [t for t in times if t is not None]
-                _check_time(batch, min(given), max(given))
+                check_time(batch, min(given), max(given))
                 all_secs += [secs if t is None else t // 1000 for t in times]
             else:
                 all_secs += [secs] * len(sids)
@@ -355,7 +334,7 @@ class Store(MaintenanceMixin, RecordsMixin, AlertsMixin):
             if new:
                 c.execute(Q["insert_series"], {"ts": first_ts})
             if rows:
-                stored = _count(c.execute(Q["append_samples"]))
+                stored = inserted_rows(c.execute(Q["append_samples"]))
                 c.execute(Q["update_series"])
                 c.execute(Q["add_samples_stored"], {"n": stored})
             c.execute(Q["insert_scrapes"])

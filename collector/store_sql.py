@@ -22,6 +22,8 @@ from typing import Any
 import duckdb
 import pyarrow as pa  # type: ignore[import-untyped]
 
+from collector.batch import Batch
+
 Labels = tuple[tuple[str, str], ...]
 SeriesKey = tuple[str, Labels]
 #: namespace, pod, container, node, gpu uuid
@@ -33,6 +35,32 @@ LABEL_COLUMNS += ("namespace", "pod", "container")
 INTERVAL_LABELS = ("namespace", "pod", "container", "node", "uuid")
 WORKLOAD_INFO = "gpuscope_gpu_workload_info"
 EPOCH = datetime(1970, 1, 1)
+
+
+#: Sample times the store accepts, Unix ms: 1970 up to the year 2200 (DuckDB's timestamps
+#: end in the year 294247; a target's 2^62 ms would fail the whole transaction).
+MAX_TS_MS = 7_258_118_400_000
+
+
+class BadBatch(ValueError):
+    """A batch the store refuses before its transaction; ``target`` names whose it is."""
+
+    def __init__(self, target: str, message: str) -> None:
+        super().__init__(message)
+        self.target = target
+
+
+def check_time(batch: Batch, *times_ms: int) -> None:
+    """Raise :class:`BadBatch` for a sample time outside what the store keeps."""
+    for t in times_ms:
+        if not 0 <= t <= MAX_TS_MS:
+            raise BadBatch(batch.target, f"sample timestamp {t} ms is out of range")
+
+
+def inserted_rows(result: duckdb.DuckDBPyConnection) -> int:
+    """The row count an INSERT reports."""
+    row = result.fetchone()
+    return int(row[0]) if row else 0
 
 
 def _load_queries() -> dict[str, str]:
