@@ -34,6 +34,7 @@ BENCHMARKS: tuple[Benchmark, ...] = (
     Benchmark("ingest", "Collector"),
     Benchmark("store", "Collector"),
     Benchmark("api", "Collector"),
+    Benchmark("hostile_targets", "Collector"),
     Benchmark("idle", "Analytics"),
     Benchmark("quota_bandwidth", "Analytics"),
     Benchmark("fragmentation", "Analytics"),

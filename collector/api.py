@@ -7,6 +7,7 @@ paginated (``limit`` at most 1000). The OpenAPI document is at ``/openapi.json``
 
 from __future__ import annotations
 
+import contextlib
 import hmac
 import json
 import time
@@ -16,6 +17,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
+import duckdb
 from fastapi import APIRouter, Depends, FastAPI, HTTPException, Query, Request, Response
 from prometheus_client import generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
@@ -49,6 +51,8 @@ class ApiState:
     retention_now: Callable[[], dict[str, int]] | None = None
     reports_dir: Path | None = None
     ready: Callable[[], bool] = lambda: True
+    #: Store health, series held and the ingest limits, for GET /api/v1/status.
+    ingest_status: Callable[[], dict[str, Any]] = dict
     clock: Callable[[], float] = time.time
     extra_status: dict[str, Any] = field(default_factory=dict)
     #: The culler arbiter calls an idle analysis older than this stale.
@@ -142,22 +146,34 @@ def create_app(state: ApiState) -> FastAPI:
 
     @app.get("/metrics", tags=["health"], response_class=Response)
     def metrics() -> Response:
-        state.metrics.samples_stored.set(state.store.samples_stored())
+        with contextlib.suppress(duckdb.Error):  # a failed store: the other metrics still
+            state.metrics.samples_stored.set(state.store.samples_stored())
         return Response(generate_latest(state.metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
     @app.get("/api/v1/status", dependencies=reader, tags=["status"])
     def status() -> dict[str, Any]:
-        cur = state.store.cursor()
+        """Targets' health (with the reason of a failure and what was dropped, by reason),
+        the store's health and the ingest limits; the store's counts are null while the
+        database cannot be read."""
+        facts: dict[str, Any] = {"schema_version": None, "samples_stored": None, "series": None}
         try:
-            series = cur.execute(Q.SERIES_COUNT).fetchone()
-        finally:
-            cur.close()
+            cur = state.store.cursor()
+            try:
+                series = cur.execute(Q.SERIES_COUNT).fetchone()
+            finally:
+                cur.close()
+            facts = {
+                "schema_version": state.store.schema_version,
+                "samples_stored": state.store.samples_stored(),
+                "series": series[0] if series else 0,
+            }
+        except duckdb.Error:
+            pass
         return {
             "version": __version__,
-            "schema_version": state.store.schema_version,
-            "samples_stored": state.store.samples_stored(),
-            "series": series[0] if series else 0,
+            **facts,
             "targets": state.targets.status(),
+            "ingest": state.ingest_status(),
             **state.extra_status,
         }
 

@@ -66,10 +66,11 @@ WHERE s.metric = '{metric}'
   AND s.last_seen >= $start
 """
 
-#: Raw samples, each its own weight.
+#: Raw samples, each its own weight; a NaN or infinite gauge sample is left out of means
+#: (it would make the step NaN, and DuckDB's JSON would then hold a NaN literal).
 _RAW = """
     SELECT series_id, ts, value AS vsum, 1 AS n FROM samples
-    WHERE ts >= $start AND ts < $end
+    WHERE ts >= $start AND ts < $end AND isfinite(value)
 """
 #: Roll-ups up to their frontier (meta), raw samples after it: week-long views read a few
 #: rows per series instead of thousands, and the newest minutes are still exact.
@@ -78,7 +79,7 @@ _ROLLED = """
     WHERE bucket >= $start AND bucket < $end AND bucket < $frontier
     UNION ALL
     SELECT series_id, ts, value, 1 FROM samples
-    WHERE ts >= $start AND ts < $end AND ts >= $frontier
+    WHERE ts >= $start AND ts < $end AND ts >= $frontier AND isfinite(value)
 """
 #: How far each roll-up is complete (read first and bound as a constant, so that DuckDB
 #: can skip the raw row groups before it by their min/max statistics).

@@ -27,6 +27,31 @@ class CollectorMetrics:
             ["target"],
             registry=r,
         )
+        self.scrape_failures = Counter(
+            "gpuscope_collector_scrape_failures",
+            "Failed scrapes by target and reason (timeout, connect, http, page, "
+            "body_size_limit, sample_limit, label_limit, store).",
+            ["target", "reason"],
+            registry=r,
+        )
+        self.samples_dropped = Counter(
+            "gpuscope_collector_samples_dropped",
+            "Samples of scraped pages left out, by target and reason (out_of_bounds, "
+            "duplicate, series_churn, series_churn_total, series_limit, store_backlog).",
+            ["target", "reason"],
+            registry=r,
+        )
+        self.store_up = Gauge(
+            "gpuscope_collector_store_up",
+            "1 while the database accepts writes; 0 while writes fail (the collector exits "
+            "after collector.store_failure_exit_seconds).",
+            registry=r,
+        )
+        self.store_write_failures = Counter(
+            "gpuscope_collector_store_write_failures",
+            "Ingest writes the database refused for a reason of its own (disk full, I/O).",
+            registry=r,
+        )
         self.target_up = Gauge(
             "gpuscope_collector_target_up",
             "1 if the target's last scrape succeeded.",

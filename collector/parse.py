@@ -147,8 +147,11 @@ def _parse_known(lines: list[str], cache: SeriesCache, limit: int) -> ParseResul
         return None
     types: dict[str, str] = {}
     helps: dict[str, str] = {}
-    for line in seen_comments:
-        _comment(line, types, helps)
+    try:
+        for line in seen_comments:
+            _comment(line, types, helps)
+    except _LineError:  # e.g. a TYPE line twice: the full parser reports it
+        return None
     return ParseResult(Samples(names, labels, values, [None] * len(names)), types, helps, [],
                        False, 0)  # fmt: skip
 
@@ -172,12 +175,12 @@ class _Problems:
             self.kept.append(f"line {lineno}: {msg}")
 
 
-def _decode(data: bytes, problems: _Problems) -> str:
+def _decode(data: bytes | bytearray, problems: _Problems) -> str:
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError:  # find the bad lines, blank them out, keep the rest
         out = []
-        for lineno, raw in enumerate(data.split(b"\n"), 1):
+        for lineno, raw in enumerate(bytes(data).split(b"\n"), 1):
             try:
                 out.append(raw.decode("utf-8"))
             except UnicodeDecodeError as exc:
@@ -277,7 +280,7 @@ def _comment(line: str, types: dict[str, str], helps: dict[str, str]) -> bool:
 
 
 def parse_exposition(
-    text: str | bytes,
+    text: str | bytes | bytearray,
     *,
     max_series: int | None = None,
     max_label_value_bytes: int = 4096,
@@ -289,8 +292,10 @@ def parse_exposition(
     steady-state page a matter of lookups; it never changes what a page parses to.
     """
     problems = _Problems()
-    if isinstance(text, bytes | bytearray | memoryview):
-        text = _decode(bytes(text), problems)
+    if isinstance(text, memoryview):
+        text = bytes(text)
+    if isinstance(text, bytes | bytearray):  # decoded in place: a big page is not copied
+        text = _decode(text, problems)
     if text.startswith("\ufeff"):
         text = text[1:]
     names: list[str] = []

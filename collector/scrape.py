@@ -1,18 +1,22 @@
-"""Scraping: fetch every target concurrently, each with its own deadline, into batches.
+"""Scraping: fetch targets concurrently, each with its own deadline, into checked batches.
 
 One ingest path for two kinds of page: a gpuscope agent's (already in catalogue terms) and a
 dcgm-exporter's (translated). Every scrape gives an outcome with ``up``; a target that fails
 gives no samples at all, so its last values are never repeated as if fresh (staleness is
-visible as a gap plus ``up = 0``). Bad input (HTML, garbage, a huge page, too many series,
-a 10 kB label value) is counted and reported per target and never reaches the store half-way.
+visible as a gap plus ``up = 0``). A page is fetched with its size capped while it inflates
+(collector/fetch.py), parsed one page at a time in a worker thread (so a huge page neither
+blocks the other targets' I/O nor doubles the memory peak), and checked against the limits
+(collector/limits.py) before it becomes a batch: bad input never reaches the store half-way.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
+import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -20,20 +24,37 @@ import httpx
 
 from collector.batch import Batch, Labels
 from collector.dcgm_ingest import dcgm_batch
+from collector.fetch import ACCEPT, ScrapeError, fetch_page, redact_url
+from collector.limits import IngestLimits, LimitExceeded, check_page
 from collector.parse import SeriesCache, parse_exposition
+
+__all__ = ["ScrapeError", "ScrapeOutcome", "Scraper", "Target", "page_to_outcome", "redact_url"]
 
 log = logging.getLogger(__name__)
 
 TargetKind = Literal["agent", "dcgm-exporter"]
-_ACCEPT = "text/plain;version=0.0.4;q=0.9,application/openmetrics-text;version=1.0.0;q=0.5"
 
 
 @dataclass(frozen=True, slots=True)
 class Target:
+    """A scrape target. ``url`` is what everything shows (its password, if any, redacted);
+    the URL as given, credentials included, is kept apart and used only to fetch."""
+
     url: str
     kind: TargetKind = "agent"
     #: Node a dcgm-exporter page belongs to when its series carry no Hostname label.
     node: str = ""
+    secret_url: str = field(default="", repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        public = redact_url(self.url)
+        if public != self.url:
+            object.__setattr__(self, "secret_url", self.url)
+            object.__setattr__(self, "url", public)
+
+    @property
+    def fetch_url(self) -> str:
+        return self.secret_url or self.url
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,14 +67,20 @@ class ScrapeOutcome:
     parse_errors: int = 0
     truncated: bool = False
     batch: Batch | None = None
+    #: Why the scrape failed, as a label value (timeout, connect, http, body_size_limit,
+    #: sample_limit, label_limit, page, store); empty when up.
+    reason: str = ""
+    #: Samples of the page left out, by reason (collector/limits.py).
+    dropped: Mapping[str, int] = field(default_factory=dict)
 
     @property
     def samples(self) -> int:
         return len(self.batch) if self.batch is not None else 0
 
 
-class ScrapeError(Exception):
-    """Why a target gave no usable page (one line)."""
+#: One page is parsed at a time in the whole process: what a parse holds in memory
+#: (the page's text, its lines and samples) is then bounded by one page, not by targets.
+_PARSE_LOCK = threading.Lock()
 
 
 class Scraper:
@@ -63,57 +90,71 @@ class Scraper:
         self,
         *,
         timeout_seconds: float = 5.0,
-        max_series: int = 200_000,
-        max_body_bytes: int = 64 * 2**20,
-        max_label_value_bytes: int = 4096,
+        max_series: int | None = None,
+        max_body_bytes: int | None = None,
+        max_label_value_bytes: int | None = None,
+        limits: IngestLimits | None = None,
         concurrency: int = 64,
         clock: Callable[[], float] = time.time,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
+        limits = limits or IngestLimits()
+        changes = {
+            "sample_limit": max_series,
+            "body_size_limit": max_body_bytes,
+            "label_value_length_limit": max_label_value_bytes,
+        }
+        self.limits = dataclasses.replace(
+            limits, **{k: v for k, v in changes.items() if v is not None}
+        )
         self.timeout_seconds = timeout_seconds
-        self.max_series = max_series
-        self.max_body_bytes = max_body_bytes
-        self.max_label_value_bytes = max_label_value_bytes
         self.concurrency = concurrency
         self.clock = clock
         self._transport = transport
-        self._caches: dict[str, TargetCache] = {}
 
     def scrape(self, targets: Sequence[Target]) -> list[ScrapeOutcome]:
         """Scrape all targets once (blocking; for scheduler threads)."""
         return asyncio.run(self.scrape_async(targets))
 
-    async def scrape_async(self, targets: Sequence[Target]) -> list[ScrapeOutcome]:
-        limits = httpx.Limits(max_connections=self.concurrency)
-        gate = asyncio.Semaphore(self.concurrency)
-        async with httpx.AsyncClient(
+    def client(self) -> httpx.AsyncClient:
+        """An HTTP client for :meth:`scrape_one` (one per event loop)."""
+        return httpx.AsyncClient(
             timeout=self.timeout_seconds,
-            limits=limits,
+            limits=httpx.Limits(max_connections=self.concurrency),
             transport=self._transport,
-            headers={"Accept": _ACCEPT, "User-Agent": "gpuscope-collector"},
-        ) as client:
+            headers={"Accept": ACCEPT, "User-Agent": "gpuscope-collector"},
+        )
+
+    async def scrape_async(self, targets: Sequence[Target]) -> list[ScrapeOutcome]:
+        gate = asyncio.Semaphore(self.concurrency)
+        async with self.client() as client:
 
             async def one(t: Target) -> ScrapeOutcome:
                 async with gate:
-                    return await self._scrape_one(client, t)
+                    return await self.scrape_one(client, t)
 
             return list(await asyncio.gather(*(one(t) for t in targets)))
 
-    async def _scrape_one(self, client: httpx.AsyncClient, target: Target) -> ScrapeOutcome:
+    async def scrape_one(self, client: httpx.AsyncClient, target: Target) -> ScrapeOutcome:
+        """Fetch, parse and check one target's page within its timeout."""
         started = self.clock()
         t0 = time.perf_counter()
         try:
-            body = await asyncio.wait_for(self._fetch(client, target.url), self.timeout_seconds)
-            outcome = self._ingest(target, body, started)
+            async with asyncio.timeout(self.timeout_seconds):
+                body = await fetch_page(client, target.fetch_url, self.limits.body_size_limit)
+            outcome = await asyncio.to_thread(self._ingest, target, body, started)
         except TimeoutError:
-            outcome = self._down(target, started, f"timeout after {self.timeout_seconds:g}s")
+            error = f"timeout after {self.timeout_seconds:g}s"
+            outcome = self._down(target, started, error, "timeout")
         except ScrapeError as exc:
-            outcome = self._down(target, started, str(exc))
+            outcome = self._down(target, started, str(exc), exc.reason)
+        except LimitExceeded as exc:
+            outcome = self._down(target, started, str(exc), exc.reason)
         except httpx.HTTPError as exc:
-            outcome = self._down(target, started, _describe(exc))
+            outcome = self._down(target, started, *_describe(exc, target))
         elapsed = time.perf_counter() - t0
         if not outcome.up:
-            log.debug("target down url=%s error=%s", target.url, outcome.error)
+            log.debug("target down target=%s error=%s", target.url, outcome.error)
         return ScrapeOutcome(
             outcome.target,
             started,
@@ -123,36 +164,17 @@ class Scraper:
             outcome.parse_errors,
             outcome.truncated,
             outcome.batch,
+            outcome.reason,
+            outcome.dropped,
         )
-
-    async def _fetch(self, client: httpx.AsyncClient, url: str) -> bytes:
-        async with client.stream("GET", url) as resp:
-            if resp.status_code != 200:
-                raise ScrapeError(f"HTTP {resp.status_code}")
-            ctype = resp.headers.get("content-type", "").split(";")[0].strip().lower()
-            if ctype in ("text/html", "application/json", "application/xml"):
-                raise ScrapeError(f"answered {ctype}, not a Prometheus exposition")
-            chunks: list[bytes] = []
-            size = 0
-            async for chunk in resp.aiter_bytes():
-                size += len(chunk)
-                if size > self.max_body_bytes:
-                    raise ScrapeError(f"page larger than {self.max_body_bytes} bytes")
-                chunks.append(chunk)
-            return b"".join(chunks)
 
     def _ingest(self, target: Target, body: bytes, started: float) -> ScrapeOutcome:
-        return page_to_outcome(
-            target,
-            body,
-            started,
-            max_series=self.max_series,
-            max_label_value_bytes=self.max_label_value_bytes,
-        )
+        with _PARSE_LOCK:
+            return page_to_outcome(target, body, started, limits=self.limits)
 
     @staticmethod
-    def _down(target: Target, started: float, error: str) -> ScrapeOutcome:
-        return ScrapeOutcome(target, started, 0.0, False, error)
+    def _down(target: Target, started: float, error: str, reason: str) -> ScrapeOutcome:
+        return ScrapeOutcome(target, started, 0.0, False, error, reason=reason)
 
 
 @dataclass
@@ -176,28 +198,42 @@ class TargetCache:
 
 def page_to_outcome(
     target: Target,
-    body: bytes,
+    body: bytes | bytearray,
     started: float,
     *,
-    max_series: int = 200_000,
-    max_label_value_bytes: int = 4096,
+    max_series: int | None = None,
+    max_label_value_bytes: int | None = None,
+    limits: IngestLimits | None = None,
     cache: TargetCache | None = None,
 ) -> ScrapeOutcome:
-    """Parse one fetched page into a batch (raises ScrapeError when it holds no samples)."""
+    """Parse and check one fetched page into a batch.
+
+    Raises :class:`ScrapeError` when it holds no samples and :class:`LimitExceeded` when it
+    is over a limit that fails the scrape.
+    """
+    limits = limits or IngestLimits()
+    sample_limit = limits.sample_limit if max_series is None else max_series
+    value_limit = (
+        limits.label_value_length_limit if max_label_value_bytes is None else max_label_value_bytes
+    )
     if body.lstrip()[:1] == b"<":
-        raise ScrapeError("answered HTML, not a Prometheus exposition")
+        raise ScrapeError("answered HTML, not a Prometheus exposition", "page")
     if cache is not None:
         cache.trim()
     parsed = parse_exposition(
         body,
-        max_series=max_series,
-        max_label_value_bytes=max_label_value_bytes,
+        max_series=sample_limit,
+        max_label_value_bytes=value_limit,
         cache=None if cache is None else cache.series,
     )
+    if parsed.truncated:
+        raise LimitExceeded(
+            f"sample_limit exceeded: more than {sample_limit} samples", "sample_limit"
+        )
     cols = parsed.samples
     if not cols.names:
         first = parsed.errors[0] if parsed.errors else "empty page"
-        raise ScrapeError(f"no samples ({first})")
+        raise ScrapeError(f"no samples ({first})", "page")
     ts_ms = int(started * 1000)
     if target.kind == "dcgm-exporter":
         series = [
@@ -215,15 +251,15 @@ def page_to_outcome(
             dict(parsed.types),
             cols.timestamps_ms,
         )
-    error = ""
-    if parsed.truncated:
-        error = f"more than {max_series} series; the rest were dropped"
-    elif parsed.errors:
-        error = f"{parsed.error_count} malformed lines, first: {parsed.errors[0]}"
+    batch, dropped = check_page(batch, limits)
+    problems = [f"{n} samples dropped ({why})" for why, n in sorted(dropped.items())]
+    if parsed.errors:
+        problems.append(f"{parsed.error_count} malformed lines, first: {parsed.errors[0]}")
+    error = "; ".join(problems)
     if error:
-        log.debug("target page problems url=%s error=%s", target.url, error)
+        log.debug("target page problems target=%s error=%s", target.url, error)
     return ScrapeOutcome(
-        target, started, 0.0, True, error, parsed.error_count, parsed.truncated, batch
+        target, started, 0.0, True, error, parsed.error_count, False, batch, "", dropped
     )
 
 
@@ -259,9 +295,14 @@ def _host(url: str) -> str:
     return httpx.URL(url).host or url
 
 
-def _describe(exc: httpx.HTTPError) -> str:
+def _describe(exc: httpx.HTTPError, target: Target) -> tuple[str, str]:
+    """One line and a reason for an HTTP failure, with no credential of the URL in it."""
     if isinstance(exc, httpx.ConnectError):
-        return f"cannot connect: {exc}" if str(exc) else "cannot connect"
-    if isinstance(exc, httpx.TimeoutException):
-        return "timeout"
-    return f"{type(exc).__name__}: {exc}"
+        text, reason = (f"cannot connect: {exc}" if str(exc) else "cannot connect"), "connect"
+    elif isinstance(exc, httpx.TimeoutException):
+        text, reason = "timeout", "timeout"
+    else:
+        text, reason = f"{type(exc).__name__}: {exc}", "http"
+    if target.secret_url:
+        text = text.replace(target.secret_url, target.url)
+    return text, reason

@@ -30,11 +30,14 @@ from collector.store_sql import (  # re-exported: the store's public names stay 
     INTERVAL_LABELS,
     LABEL_COLUMNS,
     WORKLOAD_INFO,
+    BadBatch,
     IntervalKey,
     Labels,
     Q,
     Retention,
     SeriesKey,
+    check_time,
+    inserted_rows,
     is_duckdb_file,
     json_records,
     run_with,
@@ -43,7 +46,7 @@ from collector.store_sql import (  # re-exported: the store's public names stay 
 )
 from gpuscope.errors import UserError
 
-__all__ = ["Retention", "Store", "series_kind", "utc"]
+__all__ = ["BadBatch", "Retention", "Store", "series_kind", "utc"]
 
 
 class Store(MaintenanceMixin, RecordsMixin, AlertsMixin):
@@ -148,6 +151,20 @@ class Store(MaintenanceMixin, RecordsMixin, AlertsMixin):
         """The id of a series this writer knows (None for an unknown one)."""
         return self._ids.get((metric, labels))
 
+    def is_new_series(self, metric: str, labels: Labels) -> bool:
+        return (metric, labels) not in self._ids
+
+    @property
+    def series_known(self) -> int:
+        """Series this writer holds in memory (every series of the database)."""
+        return len(self._ids)
+
+    def probe_write(self) -> None:
+        """One tiny committed write: raises when the database cannot write at all (a full
+        disk, an I/O error, a database DuckDB has invalidated)."""
+        with self._transaction() as con:
+            con.execute(Q["probe_write"])
+
     @contextmanager
     def _transaction(self, **tables: pa.Table) -> Iterator[duckdb.DuckDBPyConnection]:
         """One transaction on the writer connection, with Arrow tables registered by name."""
@@ -170,7 +187,11 @@ class Store(MaintenanceMixin, RecordsMixin, AlertsMixin):
 
         ``batch.labels[i]`` are sorted by name; ``batch.types`` maps a family (a counter's
         name without ``_total``) to its type. Series resolve through the in-memory cache, so
-        a steady-state batch inserts no series. A series twice in a batch keeps its last.
+        a steady-state batch inserts no series. A series twice in a batch keeps its last
+        (the scrape path has already dropped and counted such duplicates). A NaN or infinite
+        counter value is not stored and leaves the counter's last value as it was, so the
+        next sample is the increase since the last real value. Raises :class:`BadBatch`,
+        before any write, for a sample time outside 1970..2200.
         Thread-safe: batches are resolved and written one at a time.
         """
         with self._lock:
@@ -187,10 +208,12 @@ class Store(MaintenanceMixin, RecordsMixin, AlertsMixin):
         last = dict(zip(sids, range(len(sids)), strict=True))  # series id -> its last sample
         keep = None if len(last) == len(sids) else list(last.values())
         values = list(batch.values) if keep is None else [batch.values[i] for i in keep]
+        check_time(batch, batch.ts_ms)
         secs: Any = pa.repeat(pa.scalar(batch.ts_ms // 1000, pa.timestamp("s")), len(last))
         if (times := batch.timestamps_ms) is not None:
             times = times if keep is None else [times[i] for i in keep]
             secs = [(batch.ts_ms if t is None else t) // 1000 for t in times]
+            check_time(batch, *(s * 1000 for s in (min(secs), max(secs)) if secs))
         columns = [pa.array(list(last), pa.uint32()), pa.array(secs, pa.timestamp("s"))]
         columns.append(pa.array(values, pa.float64()))
         table = pa.table(columns, names=["series_id", "ts", "value"])
@@ -200,21 +223,20 @@ class Store(MaintenanceMixin, RecordsMixin, AlertsMixin):
             if name == WORKLOAD_INFO and value and (lab := dict(labels))
         }
         ts = utc(batch.ts_ms / 1000)
-        tables = {"batch": table} | (
-            {"new_series": self._series_table(new, batch.types)} if new else {}
-        )
+        kinds = {key: series_kind(key[0], batch.types) for key in new}
+        tables = {"batch": table} | ({"new_series": self._series_table(new, kinds)} if new else {})
         with self._transaction(**tables) as c:
             if new:
                 c.execute(Q["insert_series"], {"ts": ts})
-            c.execute(Q["append_samples"])
+            stored = inserted_rows(c.execute(Q["append_samples"]))
             c.execute(Q["update_series"])
-            c.execute(Q["add_samples_stored"], {"n": len(last)})
-            c.execute(Q["insert_scrape"], [batch.target, ts, True, duration_s, len(last), None])
+            c.execute(Q["add_samples_stored"], {"n": stored})
+            c.execute(Q["insert_scrape"], [batch.target, ts, True, duration_s, stored, None])
             still_open = self._update_intervals(c, batch.target, ts, workloads)
         ids.update(new)
         self._next_id += len(new)
         self._open[batch.target] = still_open
-        return len(last)
+        return stored
 
     def append_cycle(
         self,
@@ -242,19 +264,23 @@ class Store(MaintenanceMixin, RecordsMixin, AlertsMixin):
         all_secs: list[int] = []
         all_values: list[float] = []
         counts: list[int] = []
-        types: dict[str, str] = {}
+        #: each new series' kind from the types of the page it came in (TYPE per target)
+        kinds: dict[SeriesKey, str] = {}
         get = ids.get
         for batch, _ in batches:
-            types.update(batch.types)
+            check_time(batch, batch.ts_ms)
             keys = list(zip(batch.names, batch.labels, strict=True))
             sids = [get(k) for k in keys]
             if None in sids:  # new series: ids in order of first appearance
                 for i, sid in enumerate(sids):
                     if sid is None:
                         sids[i] = new.setdefault(keys[i], next_id + len(new))
+                        kinds.setdefault(keys[i], series_kind(keys[i][0], batch.types))
             secs = batch.ts_ms // 1000
             times = batch.timestamps_ms
             if times is not None and any(t is not None for t in times):
+                given = [t for t in times if t is not None]
+                check_time(batch, min(given), max(given))
                 all_secs += [secs if t is None else t // 1000 for t in times]
             else:
                 all_secs += [secs] * len(sids)
@@ -308,15 +334,15 @@ class Store(MaintenanceMixin, RecordsMixin, AlertsMixin):
                                      "ts": pa.array(touch["ts"], pa.timestamp("us"))}),
         }  # fmt: skip
         if new:
-            tables["new_series"] = self._series_table(new, types)
+            tables["new_series"] = self._series_table(new, kinds)
         first_ts = utc(batches[0][0].ts_ms / 1000) if batches else utc(0)
         with self._transaction(**tables) as c:
             if new:
                 c.execute(Q["insert_series"], {"ts": first_ts})
             if rows:
-                c.execute(Q["append_samples"])
+                stored = inserted_rows(c.execute(Q["append_samples"]))
                 c.execute(Q["update_series"])
-                c.execute(Q["add_samples_stored"], {"n": len(rows)})
+                c.execute(Q["add_samples_stored"], {"n": stored})
             c.execute(Q["insert_scrapes"])
             if touch["target"]:
                 c.execute(Q["touch_intervals_many"])
@@ -330,14 +356,14 @@ class Store(MaintenanceMixin, RecordsMixin, AlertsMixin):
         return counts
 
     @staticmethod
-    def _series_table(new: Mapping[SeriesKey, int], types: Mapping[str, str]) -> pa.Table:
+    def _series_table(new: Mapping[SeriesKey, int], kinds: Mapping[SeriesKey, str]) -> pa.Table:
         cols: dict[str, list[Any]] = {c: [] for c in ("series_id", "metric", "kind")}
         cols.update({c: [] for c in (*LABEL_COLUMNS, "labels")})
         for (metric, labels), sid in new.items():
             rest = dict(labels)
             cols["series_id"].append(sid)
             cols["metric"].append(metric)
-            cols["kind"].append(series_kind(metric, types))
+            cols["kind"].append(kinds[(metric, labels)])
             for column in LABEL_COLUMNS:
                 cols[column].append(rest.pop(column, None))
             cols["labels"].append(list(rest.items()))

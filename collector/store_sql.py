@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import re
 import threading
 from collections.abc import Iterable, Mapping, Sequence
@@ -21,6 +22,8 @@ from typing import Any
 import duckdb
 import pyarrow as pa  # type: ignore[import-untyped]
 
+from collector.batch import Batch
+
 Labels = tuple[tuple[str, str], ...]
 SeriesKey = tuple[str, Labels]
 #: namespace, pod, container, node, gpu uuid
@@ -32,6 +35,32 @@ LABEL_COLUMNS += ("namespace", "pod", "container")
 INTERVAL_LABELS = ("namespace", "pod", "container", "node", "uuid")
 WORKLOAD_INFO = "gpuscope_gpu_workload_info"
 EPOCH = datetime(1970, 1, 1)
+
+
+#: Sample times the store accepts, Unix ms: 1970 up to the year 2200 (DuckDB's timestamps
+#: end in the year 294247; a target's 2^62 ms would fail the whole transaction).
+MAX_TS_MS = 7_258_118_400_000
+
+
+class BadBatch(ValueError):
+    """A batch the store refuses before its transaction; ``target`` names whose it is."""
+
+    def __init__(self, target: str, message: str) -> None:
+        super().__init__(message)
+        self.target = target
+
+
+def check_time(batch: Batch, *times_ms: int) -> None:
+    """Raise :class:`BadBatch` for a sample time outside what the store keeps."""
+    for t in times_ms:
+        if not 0 <= t <= MAX_TS_MS:
+            raise BadBatch(batch.target, f"sample timestamp {t} ms is out of range")
+
+
+def inserted_rows(result: duckdb.DuckDBPyConnection) -> int:
+    """The row count an INSERT reports."""
+    row = result.fetchone()
+    return int(row[0]) if row else 0
 
 
 def _load_queries() -> dict[str, str]:
@@ -93,14 +122,33 @@ def as_dict(row: Any) -> dict[str, Any]:
 
 
 def json_records(rows: Iterable[Any], times: Sequence[str]) -> pa.Table:
-    """Mappings or dataclasses as one ``record`` column of canonical JSON, times naive UTC."""
+    """Mappings or dataclasses as one ``record`` column of canonical JSON, times naive UTC.
+
+    JSON has no NaN or infinity: such a value (a detector's mean over NaN gauges) is stored
+    as null, so the record stays valid for DuckDB's JSON functions and the API."""
     texts = []
     for rec in map(as_dict, rows):
         for key in times:
             if rec.get(key) is not None:
                 rec[key] = utc(rec[key]).isoformat()
-        texts.append(json.dumps(rec, sort_keys=True, separators=(",", ":"), default=str))
+        try:
+            text = json.dumps(rec, sort_keys=True, separators=(",", ":"), default=str,
+                              allow_nan=False)  # fmt: skip
+        except ValueError:  # a NaN or infinity: null, as valid JSON must have it
+            text = json.dumps(_finite(rec), sort_keys=True, separators=(",", ":"), default=str)
+        texts.append(text)
     return pa.table({"record": pa.array(texts, pa.string())})
+
+
+def _finite(value: Any) -> Any:
+    """``value`` with every NaN or infinite float replaced by None, at any depth."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, Mapping):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    return value
 
 
 def run_with(

@@ -1,8 +1,9 @@
 """Which targets to scrape (static and discovered) and how each one is doing.
 
 Discovery asks the Kubernetes API for the agent pods: the EndpointSlices of the agent's
-Service, or pods by label. Health is kept per target URL for ``/api/v1/status``: a target
-that stops answering shows ``up: false`` with its last error while the others go on.
+Service, or pods by label. Health is kept per target URL (its password redacted, see
+collector/fetch.py) for ``/api/v1/status``: a target that stops answering, or whose page
+is over a limit, shows ``up: false`` with its last error and reason while the others go on.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from collector.scrape import ScrapeOutcome, Target
@@ -34,6 +35,11 @@ class TargetHealth:
     scrapes: int = 0
     failures: int = 0
     parse_errors: int = 0
+    #: Why the last failed scrape failed (timeout, sample_limit, ...); empty while up.
+    last_reason: str = ""
+    #: Failed scrapes and samples left out since the collector started, by reason.
+    failures_by_reason: dict[str, int] = field(default_factory=dict)
+    samples_dropped: dict[str, int] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -49,6 +55,9 @@ class TargetHealth:
             "scrapes": self.scrapes,
             "failures": self.failures,
             "parse_errors": self.parse_errors,
+            "last_reason": self.last_reason or None,
+            "failures_by_reason": dict(sorted(self.failures_by_reason.items())),
+            "samples_dropped": dict(sorted(self.samples_dropped.items())),
         }
 
 
@@ -84,10 +93,18 @@ class TargetRegistry:
             h.last_duration_seconds = outcome.duration_seconds
             h.last_samples = outcome.samples
             h.parse_errors += outcome.parse_errors
+            h.last_reason = "" if outcome.up else outcome.reason
+            for why, n in outcome.dropped.items():
+                h.samples_dropped[why] = h.samples_dropped.get(why, 0) + n
+            if not outcome.up:
+                why = outcome.reason or "other"
+                h.failures_by_reason[why] = h.failures_by_reason.get(why, 0) + 1
             if outcome.up:
                 if h.consecutive_failures:
                     log.info(
-                        "target up again url=%s after_failures=%d", h.url, h.consecutive_failures
+                        "target up again target=%s after_failures=%d",
+                        h.url,
+                        h.consecutive_failures,
                     )
                 h.last_success = outcome.started_at
                 h.consecutive_failures = 0
@@ -95,7 +112,12 @@ class TargetRegistry:
                 h.failures += 1
                 h.consecutive_failures += 1
                 if h.consecutive_failures == 1:  # log the change, not every failed scrape
-                    log.warning("target down url=%s error=%s", h.url, outcome.error)
+                    log.warning(
+                        "target down target=%s reason=%s error=%s",
+                        h.url,
+                        outcome.reason,
+                        outcome.error,
+                    )
 
     def status(self) -> list[dict[str, Any]]:
         with self._lock:

@@ -20,6 +20,7 @@ from pydantic import (
     ConfigDict,
     Field,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -171,10 +172,24 @@ class CollectorSettings(_Section):
     targets: list[TargetSettings] = Field(default_factory=list)
     discovery: DiscoverySettings = Field(default_factory=DiscoverySettings)
     scrape_interval_seconds: float = Field(default=15.0, ge=1, le=DAY_SECONDS)
+    #: Must be less than the interval when given; unset, 10 s or 90 % of the interval.
     scrape_timeout_seconds: float = Field(default=10.0, gt=0)
-    #: A target exporting more series than this is cut off there (and the cut reported).
-    max_series_per_target: int = Field(default=200_000, gt=0)
+    #: Prometheus's sample_limit: a page with more samples fails its scrape.
+    max_series_per_target: int = Field(default=50_000, gt=0)
+    #: Prometheus's label_value_length_limit (bytes): a longer value drops its line.
     max_label_value_bytes: int = Field(default=4096, gt=0)
+    #: Prometheus's label_limit: a series with more labels fails its scrape.
+    max_labels_per_series: int = Field(default=64, gt=0)
+    #: Bytes of a page once inflated; more fails the scrape (bounds memory, gzip bombs).
+    max_body_bytes: int = Field(default=8 * 2**20, gt=0)
+    #: Series churn: new series per hour one target, and all together, may create after
+    #: their first page; more are dropped and counted.
+    max_new_series_per_target_per_hour: int = Field(default=10_000, ge=0)
+    max_new_series_per_hour: int = Field(default=100_000, ge=0)
+    #: Series the collector holds at most (up to about 600 bytes of memory each).
+    max_series: int = Field(default=1_000_000, gt=0)
+    #: How long ingest retries a database that refuses writes before the process exits.
+    store_failure_exit_seconds: float = Field(default=60.0, gt=0, le=86_400)
     #: Ingest from this Prometheus-compatible query API instead of scraping (DESIGN.md, Scale).
     prometheus_url: str = ""
     #: Kubernetes API access: ``auto`` (in-cluster, else kubeconfig, else none), ``none``,
@@ -233,6 +248,20 @@ class CollectorSettings(_Section):
                 "kubernetes_client_cert_file and kubernetes_client_key_file go together"
             )
         return self
+
+    @field_validator("scrape_timeout_seconds")
+    @classmethod
+    def _check_timeout(cls, value: float, info: ValidationInfo) -> float:
+        interval = info.data.get("scrape_interval_seconds")
+        if interval is not None and value >= interval:
+            raise ValueError(f"must be less than scrape_interval_seconds ({interval:g})")
+        return value
+
+    def effective_scrape_timeout(self) -> float:
+        """The timeout given, or (unset) 10 s capped to 90 % of the interval."""
+        if "scrape_timeout_seconds" in self.model_fields_set:
+            return self.scrape_timeout_seconds
+        return min(self.scrape_timeout_seconds, 0.9 * self.scrape_interval_seconds)
 
     def resolve_api_token(self, env: Mapping[str, str] | None = None) -> str:
         """The token from the setting, the file or the environment variable, in that order."""

@@ -17,7 +17,10 @@ FROM new_series;
 -- name: append_samples
 -- batch: series_id, ts, value (one row per series). A counter sample becomes its
 -- increase since the previous sample of its series: a decrease is a reset, so the increase
--- is the new value; the first sample of a series is its baseline (increase 0).
+-- is the new value; the first sample of a series is its baseline (increase 0). A gauge keeps
+-- NaN and infinities as given (as Prometheus does); a counter's NaN or infinite value is not
+-- stored and does not become its last value, so it can neither poison sums nor make the
+-- next sample one increase of the whole total.
 INSERT INTO samples
 SELECT b.series_id, b.ts,
        CASE WHEN s.kind <> 'counter' THEN b.value
@@ -25,15 +28,22 @@ SELECT b.series_id, b.ts,
             WHEN b.value >= s.last_raw THEN b.value - s.last_raw
             ELSE b.value END
 FROM batch AS b JOIN series AS s ON s.series_id = b.series_id
+WHERE s.kind <> 'counter' OR isfinite(b.value)
 ORDER BY b.series_id;
 
 -- name: update_series
-UPDATE series SET last_seen = b.ts, last_raw = b.value
+UPDATE series SET last_seen = b.ts,
+       last_raw = CASE WHEN series.kind = 'counter' AND NOT isfinite(b.value)
+                       THEN series.last_raw ELSE b.value END
 FROM batch AS b WHERE series.series_id = b.series_id;
 
 -- name: add_samples_stored
 UPDATE meta SET value = CAST(CAST(value AS HUGEINT) + $n AS VARCHAR)
 WHERE key = 'samples_stored';
+
+-- name: probe_write
+-- A write that changes nothing but must reach the WAL on commit (store health).
+UPDATE meta SET value = value WHERE key = 'samples_stored';
 
 -- name: insert_scrape
 -- target, ts, up, duration_s, samples, error
@@ -77,7 +87,7 @@ FROM (SELECT CAST(record AS JSON) AS r FROM opened);
 INSERT INTO samples_5m
 SELECT series_id, time_bucket(INTERVAL 5 MINUTE, ts) AS bucket,
        min(value), max(value), sum(value), count(*), arg_max(value, ts)
-FROM samples WHERE ts >= $lo AND ts < $hi
+FROM samples WHERE ts >= $lo AND ts < $hi AND isfinite(value)  -- a NaN gauge: no mean of NaN
 GROUP BY series_id, bucket;
 
 -- name: rollup_1h

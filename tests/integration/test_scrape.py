@@ -78,8 +78,9 @@ def test_html_hang_and_garbage_are_down_while_others_go_on(agents: list[str]) ->
     assert took < 5  # the hang cost its timeout, not the sum of everything
 
 
-def test_bad_lines_and_series_cap_are_counted_not_fatal() -> None:
-    """A 10 kB label value is dropped and counted; a page over the series cap is cut there."""
+def test_bad_lines_are_counted_and_a_page_over_the_sample_limit_fails_whole() -> None:
+    """A 10 kB label value is dropped and counted; a page over the sample limit fails its
+    scrape with the reason (as Prometheus's sample_limit: no random first-N subset)."""
     good = "".join(f'm_ratio{{i="{i}"}} 0.5\n' for i in range(50))
     huge = 'm_ratio{i="' + "x" * 10_000 + '"} 1\n'
     body = ("# TYPE m_ratio gauge\n" + good + huge + "not a line at all {\n").encode()
@@ -92,7 +93,8 @@ def test_bad_lines_and_series_cap_are_counted_not_fatal() -> None:
         (cut,) = Scraper(max_series=10).scrape([Target(url)])
     assert ok.up and ok.samples == 50 and ok.parse_errors == 2
     assert "malformed" in ok.error
-    assert cut.up and cut.truncated and cut.samples == 10 and "more than 10 series" in cut.error
+    assert not cut.up and cut.batch is None and cut.reason == "sample_limit"
+    assert "sample_limit exceeded: more than 10 samples" in cut.error
 
 
 def test_page_over_the_size_cap_is_refused() -> None:
@@ -105,6 +107,7 @@ def test_page_over_the_size_cap_is_refused() -> None:
     with http_server(page) as url:
         (o,) = Scraper(max_body_bytes=100_000).scrape([Target(url)])
     assert not o.up and "larger than" in o.error and o.batch is None
+    assert o.reason == "body_size_limit"
 
 
 def test_dcgm_exporter_page_is_translated_into_the_catalogue(shared_data: Path) -> None:
