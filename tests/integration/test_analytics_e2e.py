@@ -1,16 +1,28 @@
 """The assembled service end to end: agents -> collector -> detectors -> findings, gauges,
-and `gpuscope analyze` on the database afterwards, on the default scenario's story."""
+and `gpuscope analyze` on the database afterwards, on the default scenario's story.
+
+The agents and the collector share one injected clock that the test steps by exactly the
+scrape interval: samples land on whole seconds one interval apart and hold exactly one
+interval of the scenario's traffic, however loaded the machine is. (With the wall clock,
+scrapes drifted to 1.2 s apart under load while samples are stored in whole seconds, and
+the hot rail's share of time over the threshold fell below the detector's bar.)
+"""
 
 import json
 import subprocess
 import sys
 import time
-from contextlib import ExitStack
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from datetime import UTC, datetime
 
 import pytest
 from fastapi.testclient import TestClient
+from prometheus_client.registry import CollectorRegistry
 
+from agent.exposition import AgentCollector
+from agent.server import AgentHttpServer
+from agent.sim import SimAttributor, SimGpuSource, SimIbSource, scenario_clock
 from collector.api import create_app
 from collector.service import CollectorService
 from gpuscope.service import analytics_job
@@ -18,10 +30,48 @@ from gpuscope.settings import load_settings
 from gpuscope.sim import SimulatedCluster, default_scenario
 from gpuscope.sim.kube import namespaces_json, nodes_json, pods_json, quotas_json
 from tests.fakes.kube_api import FakeKubeApi
-from tests.integration.helpers import ENV, agent_process
+from tests.integration.helpers import ENV
 
 pytestmark = pytest.mark.integration
 NODES = ("gpu-node-08", "gpu-node-10", "gpu-node-30", "gpu-node-31")
+INTERVAL = 1.0
+
+
+class SteppedClock:
+    """Unix time that moves only when the test says, starting on a whole second."""
+
+    def __init__(self) -> None:
+        self.now = float(int(time.time()))
+
+    def __call__(self) -> float:
+        return self.now
+
+    def step(self, seconds: float) -> None:
+        self.now += seconds
+
+
+@contextmanager
+def sim_agent(node: str, clock: SteppedClock) -> Iterator[str]:
+    """What `gpuscope agent --gpu-source sim --node NODE` serves, on the test's clock: the
+    agent's own sources, exposition and HTTP server on a loopback port; yields its URL."""
+    cluster = SimulatedCluster(default_scenario())
+    sim_time = scenario_clock(cluster.scenario, now=clock)
+    collector = AgentCollector(
+        node,
+        SimGpuSource(cluster, node, sim_time),
+        SimIbSource(cluster, node, sim_time),
+        SimAttributor(cluster, node, sim_time),
+    )
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(collector)
+    server = AgentHttpServer(("127.0.0.1", 0), registry, collector)
+    server.start_in_thread()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/metrics"
+    finally:
+        server.shutdown()
+        server.server_close()
+        collector.close()
 
 
 @pytest.fixture(scope="module")
@@ -30,16 +80,18 @@ def finished(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
     tmp = tmp_path_factory.mktemp("e2e")
     scenario = default_scenario()
     cluster = SimulatedCluster(scenario)
+    clock = SteppedClock()
     api = FakeKubeApi().start()
     # the agents play the scenario live_offset (6 h) in; the inventory shows the same moment
+    origin = clock() - scenario.live_offset
     api.store.load(
         namespaces_json(cluster),
-        nodes_json(cluster, origin=0.0),
-        pods_json(cluster, scenario.live_offset, origin=0.0),
+        nodes_json(cluster, origin=origin),
+        pods_json(cluster, scenario.live_offset, origin=origin),
         quotas_json(cluster),
     )
     with ExitStack() as stack:
-        urls = [stack.enter_context(agent_process(n)) for n in NODES]
+        urls = [stack.enter_context(sim_agent(n, clock)) for n in NODES]
         settings = load_settings(
             env={},
             overrides={
@@ -55,14 +107,14 @@ def finished(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
                 },
             },
         )
-        service = CollectorService(settings)
+        service = CollectorService(settings, clock=clock)
         try:
             service.inventory_cycle()
             service.scrape_cycle()
             for _ in range(14):  # the hot-port window (12 s) must be covered by samples
-                time.sleep(1.0)
+                clock.step(INTERVAL)
                 service.scrape_cycle()
-            at = datetime.now(UTC)
+            at = datetime.fromtimestamp(clock(), UTC)
             analytics_job(service)
             client = TestClient(create_app(service.api_state()))
             findings = client.get("/api/v1/findings", params={"limit": 1000}).json()["items"]
