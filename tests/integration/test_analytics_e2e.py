@@ -18,13 +18,11 @@ from datetime import UTC, datetime
 
 import pytest
 from fastapi.testclient import TestClient
-from prometheus_client.registry import CollectorRegistry
 
-from agent.exposition import AgentCollector
-from agent.server import AgentHttpServer
-from agent.sim import SimAttributor, SimGpuSource, SimIbSource, scenario_clock
+from agent.sim import scenario_clock
 from collector.api import create_app
 from collector.service import CollectorService
+from gpuscope.demo_parts import start_agents
 from gpuscope.service import analytics_job
 from gpuscope.settings import load_settings
 from gpuscope.sim import SimulatedCluster, default_scenario
@@ -51,32 +49,24 @@ class SteppedClock:
 
 
 @contextmanager
-def sim_agent(node: str, clock: SteppedClock) -> Iterator[str]:
-    """What `gpuscope agent --gpu-source sim --node NODE` serves, on the test's clock: the
-    agent's own sources, exposition and HTTP server on a loopback port; yields its URL."""
-    cluster = SimulatedCluster(default_scenario())
-    sim_time = scenario_clock(cluster.scenario, now=clock)
-    collector = AgentCollector(
-        node,
-        SimGpuSource(cluster, node, sim_time),
-        SimIbSource(cluster, node, sim_time),
-        SimAttributor(cluster, node, sim_time),
-    )
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(collector)
-    server = AgentHttpServer(("127.0.0.1", 0), registry, collector)
-    server.start_in_thread()
+def sim_agents(cluster: SimulatedCluster, clock: SteppedClock) -> Iterator[list[str]]:
+    """What `gpuscope agent --gpu-source sim --node NODE` serves for each of NODES, on the
+    test's clock: the agent's own sources, exposition and HTTP server on loopback ports
+    (as the demo runs them); yields their URLs."""
+    servers = start_agents(cluster, list(NODES), scenario_clock(cluster.scenario, now=clock))
     try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/metrics"
+        yield [url for url, _ in servers]
     finally:
-        server.shutdown()
-        server.server_close()
-        collector.close()
+        for _, server in servers:
+            server.shutdown()
+            server.server_close()
+            server.collector.close()
 
 
 @pytest.fixture(scope="module")
 def finished(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
-    """Run the service for a few seconds of scrapes, then the analytics job, once."""
+    """Run the service for 15 scrapes one interval apart on the stepped clock, then the
+    analytics job, once."""
     tmp = tmp_path_factory.mktemp("e2e")
     scenario = default_scenario()
     cluster = SimulatedCluster(scenario)
@@ -91,7 +81,7 @@ def finished(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
         quotas_json(cluster),
     )
     with ExitStack() as stack:
-        urls = [stack.enter_context(sim_agent(n, clock)) for n in NODES]
+        urls = stack.enter_context(sim_agents(cluster, clock))
         settings = load_settings(
             env={},
             overrides={
