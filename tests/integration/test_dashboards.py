@@ -36,6 +36,8 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     if shutil.which("prometheus") is None:
         pytest.skip("prometheus is not installed (scripts/install-test-servers installs it)")
     with simulated_stack(tmp_path_factory.mktemp("dash"), port=free_port()) as s:
+        # every target scraped at least once (not a fixed sleep: a loaded machine is late)
+        wait_for(s.prometheus, f"count(up == 1) >= {len(s.agents) + 1}")
         wait_for(s.prometheus, "count(gpuscope_idle_since_timestamp_seconds)")
         yield s
 
