@@ -5,16 +5,24 @@ yields new families built from the metric catalogue. Sources run in worker threa
 timeout, so one slow or failing source (a hung NVML call, a stalled kubelet socket) shows
 as ``gpuscope_agent_source_up 0`` while the others are still exported. Attribution failing
 never fails a scrape: the GPU series go out without workload series.
+
+No value fails the page either. Each reading's series are built on their own, and each
+series is checked before it goes out: a reading that cannot be turned into series (an
+integer too large for a float), a value that is NaN or infinite, a counter below 0 or past
+2**64, or a label value that is not UTF-8 is dropped and counted in
+``gpuscope_agent_errors_total{source,reason}``, beside what the sources count themselves.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
+from functools import partial
 from typing import TypeVar
 
 from prometheus_client.metrics_core import (
@@ -24,11 +32,11 @@ from prometheus_client.metrics_core import (
 )
 from prometheus_client.registry import Collector
 
-from agent.sources import GpuSource, IbSource, WorkloadAttributor
+from agent.sources import CountsErrors, ErrorCounts, GpuSource, IbSource, WorkloadAttributor
 from gpuscope import __version__
 from gpuscope.catalogue import AGENT_METRICS, MetricSpec
 from gpuscope.records import GpuReading, GpuWorkload, IbPortReading
-from gpuscope.series import node_series
+from gpuscope.series import Series, gpu_series, port_series, workload_series
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -45,6 +53,27 @@ class SourceResult:
 
 
 _Fam = GaugeMetricFamily | CounterMetricFamily
+_COUNTERS = frozenset(spec.name for spec in AGENT_METRICS if spec.type == "counter")
+#: The largest value a counter may take (every counter the agent reads is 64-bit at most).
+_COUNTER_MAX = float(1 << 64)
+
+
+def unusable(name: str, labels: list[str], value: float) -> str:
+    """Why a series cannot go out ("" if it can): the reason it is counted under."""
+    if not math.isfinite(value):
+        return "not_finite"
+    if name in _COUNTERS:
+        if value < 0:
+            return "negative"
+        if value >= _COUNTER_MAX:
+            return "out_of_range"
+    joined = "".join(labels)
+    if not joined.isascii():
+        try:
+            joined.encode("utf-8")
+        except UnicodeEncodeError:  # a name read from sysfs or procfs that is not UTF-8
+            return "label_not_utf8"
+    return ""
 
 
 def _family(spec: MetricSpec) -> _Fam:
@@ -108,6 +137,8 @@ class AgentCollector(Collector):
             if src is not None
         }
         self.last_results: tuple[SourceResult, ...] = ()
+        #: Readings and series the exposition dropped, by source and reason.
+        self.errors = ErrorCounts()
 
     def describe(self) -> list[Metric]:
         # Declaring no families up front keeps registration from calling collect().
@@ -146,8 +177,18 @@ class AgentCollector(Collector):
         self.last_results = tuple(results)
         fams = {spec.name: _family(spec) for spec in AGENT_METRICS}
         node = self.node
-        for name, labels, value in node_series(node, gpus, workloads, ports):
-            fams[name].add_metric(labels, value)
+        gpu_name = self.gpu_source.name if self.gpu_source is not None else "gpu"
+        for g in gpus:
+            self._add(fams, gpu_name, partial(gpu_series, node, g))
+        by_uuid = {g.uuid: g for g in gpus}
+        for w in workloads:
+            self._add(fams, "attribution", partial(workload_series, node, w, by_uuid))
+        ib_name = self.ib_source.name if self.ib_source is not None else "infiniband"
+        for p in ports:
+            self._add(fams, ib_name, partial(port_series, node, p))
+        errors = fams["gpuscope_agent_errors"]
+        for source, reason, count in self._error_counts():
+            errors.add_metric([node, source, reason], float(count))
         up = fams["gpuscope_agent_source_up"]
         took = fams["gpuscope_agent_collect_seconds"]
         for r in results:
@@ -158,6 +199,46 @@ class AgentCollector(Collector):
         for fam in fams.values():
             if fam.samples:
                 yield fam
+
+    def _add(
+        self, fams: dict[str, _Fam], source: str, series: Callable[[], Iterator[Series]]
+    ) -> None:
+        """One reading's series, each checked; a reading or series that cannot go out is
+        dropped and counted, never failing the page."""
+        try:
+            items = list(series())
+        except Exception as exc:  # e.g. OverflowError: an integer too large for a float
+            self.errors.add(source, "bad_reading")
+            log.warning("reading dropped source=%s error=%s", source, exc)
+            return
+        for name, labels, value in items:
+            # the common case inline (a scrape has hundreds of series): finite (inf - inf
+            # and NaN - NaN are NaN), a counter in range, ASCII labels
+            if (
+                value - value == 0.0
+                and (0.0 <= value < _COUNTER_MAX or name not in _COUNTERS)
+                and "".join(labels).isascii()
+            ):
+                fams[name].add_metric(labels, value)
+                continue
+            reason = unusable(name, labels, value)
+            if reason:
+                self.errors.add(source, reason)
+                log.debug("series dropped source=%s metric=%s reason=%s", source, name, reason)
+            else:
+                fams[name].add_metric(labels, value)
+
+    def _error_counts(self) -> list[tuple[str, str, int]]:
+        """The exposition's own counts and those of every source that counts what it skips."""
+        tallies = [self.errors]
+        for src in (self.gpu_source, self.ib_source, self.attributor):
+            if isinstance(src, CountsErrors):
+                tallies.append(src.errors)
+        total: dict[tuple[str, str], int] = {}
+        for tally in tallies:
+            for source, reason, n in tally.items():
+                total[source, reason] = total.get((source, reason), 0) + n
+        return sorted((src, reason, n) for (src, reason), n in total.items())
 
     def close(self) -> None:
         for guard in self._guards.values():

@@ -22,28 +22,42 @@ Why the unit and width handling:
   400 Gb/s, so the 64-bit ``counters_ext/*_64`` files (mlx4-style) are preferred wherever
   the device has them; mlx5 already puts 64-bit values in ``counters/`` (a value above
   2**32-1 proves it). A data counter with only its ``counters/`` file reading exactly
-  0xFFFFFFFF is reported as it is, with ``data_counter_saturated=True``.
+  0xFFFFFFFF is reported as it is, with ``data_counter_saturated=True``. Beside a 64-bit
+  twin stuck at 0 it is not: that pair has no usable value (the next scrape may read the
+  64-bit counter again, and the series would jump by the 32-bit value), so it gives none.
 
 A counter that is missing, unreadable (permission, ``EINVAL`` from the driver, ``EIO``) or
 not an integer (``N/A (no PMA)`` on iWARP devices, an empty file) gives no value at all,
 never zero. A device or port that disappears while it is being read is skipped.
+
+What no working kernel writes is skipped and counted in :attr:`SysfsIbSource.errors` (the
+agent exports it as ``gpuscope_agent_errors_total{source="infiniband",reason}``), so that
+one bad file never fails the page: a device or port whose name is not UTF-8
+(``name_not_utf8``), a counter below 0 (``negative``) or past 2**64-1 (``out_of_range``,
+such as a 400-digit value), a rate that is not a finite, non-negative number
+(``not_finite``), and the dead 64-bit counter beside a saturated 32-bit one
+(``saturated_32bit``). Each is counted once per scrape that skips it.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import os
 import resource
 import threading
 from collections.abc import Callable
 from pathlib import Path
 
+from agent.sources import ErrorCounts
 from gpuscope.errors import SourceError
 from gpuscope.records import IbPortReading
 
 logger = logging.getLogger(__name__)
 
 _U32_MAX = 0xFFFFFFFF
+#: sysfs counters are unsigned 64-bit integers; a value past this is not a counter reading.
+_U64_MAX = (1 << 64) - 1
 #: Largest sysfs attribute (one page); a single read returns the whole value.
 _READ_SIZE = 4096
 #: Files kept open between scrapes at most (8 ports need ~360; never over a quarter of the
@@ -103,45 +117,70 @@ def _after_colon(text: str) -> str:
     return tail.strip() if sep else head
 
 
-def parse_rate(text: str) -> float | None:
-    """``"40 Gb/sec (4X QDR)"`` or ``"2.5 Gb/sec"`` -> bytes per second (``None`` if unknown)."""
+def _parse_rate(text: str) -> tuple[float | None, str]:
+    """Bytes per second from the rate file, or ``None`` and a reason to count ("" if none)."""
     if not text:
-        return None
+        return None, ""
     parts = text.split(None, 2)
     if len(parts) < 2 or parts[1] != "Gb/sec":
-        return None
+        return None, ""
     try:
         gbits = float(parts[0])
     except ValueError:
-        return None
-    return gbits * 1e9 / 8
+        return None, ""
+    if not (math.isfinite(gbits) and gbits >= 0):  # "nan Gb/sec", "inf Gb/sec", "-5 Gb/sec"
+        return None, "not_finite"
+    return gbits * 1e9 / 8, ""
 
 
-def _prefer_64(ext: dict[str, int], counters: dict[str, int], name: str) -> int | None:
-    """The 64-bit counter where the device has a working one, else the ``counters/`` value.
+def parse_rate(text: str) -> float | None:
+    """``"40 Gb/sec (4X QDR)"`` or ``"2.5 Gb/sec"`` -> bytes per second (``None`` if unknown)."""
+    return _parse_rate(text)[0]
+
+
+def _prefer_64(ext: dict[str, int], counters: dict[str, int], name: str) -> tuple[int | None, str]:
+    """The 64-bit counter where the device has a working one, else the ``counters/`` value;
+    and a reason to count when the pair has no usable value ("" otherwise).
 
     Some mlx4 firmware creates ``counters_ext`` but never updates it: a 64-bit file reading 0
     while its 32-bit twin has counted is unsupported, not silence (seen in node_exporter's
-    fixture: packets_64 = 0 beside 6,235,865 packets).
+    fixture: packets_64 = 0 beside 6,235,865 packets). A 32-bit twin stuck at its maximum is
+    no value either: nothing is exported rather than a jump to 2**32-1.
     """
     wide = ext.get(name + "_64")
     narrow = counters.get(name)
+    if wide == 0 and narrow == _U32_MAX:
+        return None, "saturated_32bit"
     if wide is None or (wide == 0 and narrow):
-        return narrow
-    return wide
+        return narrow, ""
+    return wide, ""
 
 
 def _words_to_bytes(
     ext: dict[str, int], counters: dict[str, int], name: str
-) -> tuple[int | None, bool]:
-    """Bytes of one data counter, preferring the 64-bit file; and whether it is saturated."""
-    words = _prefer_64(ext, counters, name)
+) -> tuple[int | None, bool, str]:
+    """Bytes of one data counter, preferring the 64-bit file; whether it is saturated; and a
+    reason to count when it has no usable value."""
+    words, reason = _prefer_64(ext, counters, name)
+    if reason:
+        return None, True, reason
     if words is not None and name + "_64" in ext and words == ext[name + "_64"]:
-        return words * 4, False
+        return words * 4, False, ""
     words = counters.get(name)
     if words is None:
-        return None, False
-    return words * 4, words == _U32_MAX
+        return None, False, ""
+    return words * 4, words == _U32_MAX, ""
+
+
+def _utf8(name: str) -> bool:
+    """Whether a file name from ``os.scandir`` is UTF-8 (else it holds surrogate escapes)."""
+    if name.isascii():
+        return True
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _port_sort_key(reading: IbPortReading) -> tuple[str, int, str]:
@@ -174,6 +213,8 @@ class SysfsIbSource:
         self._next_listings: dict[str, tuple[int, _Listing]] = {}
         #: Files listed but gone by the time they were opened (a port going away).
         self._files_gone = 0
+        #: Devices and values skipped as unusable, by reason (see the module's docstring).
+        self.errors = ErrorCounts()
 
     def close(self) -> None:
         """Closes the files held open; a later :meth:`read` opens them again."""
@@ -207,6 +248,9 @@ class SysfsIbSource:
             raise SourceError(f"cannot list {self._class_dir}: {exc.strerror or exc}") from exc
         readings: list[IbPortReading] = []
         for device, device_path in devices:
+            if not _utf8(device):
+                self._skipped("name_not_utf8", f"device={device!r}")
+                continue
             try:
                 with os.scandir(device_path + "/ports") as it:
                     ports = [(entry.name, entry.path) for entry in it]
@@ -214,11 +258,19 @@ class SysfsIbSource:
                 logger.debug("ib device skipped device=%s reason=%s", device, exc.strerror or exc)
                 continue
             for port, port_path in ports:
+                if not _utf8(port):
+                    self._skipped("name_not_utf8", f"device={device} port={port!r}")
+                    continue
                 reading = self._read_port(device, port, port_path)
                 if reading is not None:
                     readings.append(reading)
         readings.sort(key=_port_sort_key)
         return readings
+
+    def _skipped(self, reason: str, what: str) -> None:
+        """Count one unusable device or value (logged at debug: it recurs every scrape)."""
+        self.errors.add(self.name, reason)
+        logger.debug("ib value skipped %s reason=%s", what, reason)
 
     def _read(self, path: str) -> bytes:
         """The content of one file, kept open for the next scrape; raises ``OSError``."""
@@ -294,11 +346,16 @@ class SysfsIbSource:
                 logger.debug("ib file skipped path=%s reason=%s", path, exc.strerror or exc)
                 continue
             try:
-                values[name] = int(raw)  # int() takes bytes and ignores surrounding whitespace
+                value = int(raw)  # int() takes bytes and ignores surrounding whitespace
             except ValueError:
                 logger.debug(
                     "ib file skipped path=%s reason=not_an_integer content=%r", path, raw[:40]
                 )
+                continue
+            if 0 <= value <= _U64_MAX:
+                values[name] = value
+            else:
+                self._skipped("negative" if value < 0 else "out_of_range", f"path={path}")
         return values
 
     def _read_port(self, device: str, port: str, path: str) -> IbPortReading | None:
@@ -327,13 +384,19 @@ class SysfsIbSource:
         text = self._read_text
         state = _after_colon(text(path + "/state")) if "state" in present else ""
         phys = _after_colon(text(path + "/phys_state")) if "phys_state" in present else ""
-        rate = parse_rate(text(path + "/rate")) if "rate" in present else None
+        rate, rate_problem = _parse_rate(text(path + "/rate")) if "rate" in present else (None, "")
         link_layer = text(path + "/link_layer") if "link_layer" in present else ""
         if self._files_gone != files_gone and not os.path.isdir(path):
             logger.debug("ib port skipped device=%s port=%s reason=vanished", device, port)
             return None
-        tx_bytes, tx_saturated = _words_to_bytes(ext, counters, "port_xmit_data")
-        rx_bytes, rx_saturated = _words_to_bytes(ext, counters, "port_rcv_data")
+        tx_bytes, tx_saturated, tx_problem = _words_to_bytes(ext, counters, "port_xmit_data")
+        rx_bytes, rx_saturated, rx_problem = _words_to_bytes(ext, counters, "port_rcv_data")
+        tx_packets, tx_packets_problem = _prefer_64(ext, counters, "port_xmit_packets")
+        rx_packets, rx_packets_problem = _prefer_64(ext, counters, "port_rcv_packets")
+        problems = (rate_problem, tx_problem, rx_problem, tx_packets_problem, rx_packets_problem)
+        for problem in problems:
+            if problem:
+                self._skipped(problem, f"device={device} port={port}")
         return IbPortReading(
             device=device,
             port=port,
@@ -344,8 +407,8 @@ class SysfsIbSource:
             rate_bytes_per_second=rate,
             transmit_bytes_total=tx_bytes,
             receive_bytes_total=rx_bytes,
-            transmit_packets_total=_prefer_64(ext, counters, "port_xmit_packets"),
-            receive_packets_total=_prefer_64(ext, counters, "port_rcv_packets"),
+            transmit_packets_total=tx_packets,
+            receive_packets_total=rx_packets,
             transmit_wait_total=counters.get("port_xmit_wait"),
             data_counter_saturated=tx_saturated or rx_saturated,
             errors=tuple(

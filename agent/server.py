@@ -1,7 +1,9 @@
 """The agent's HTTP endpoint: ``/metrics`` (Prometheus or OpenMetrics) and ``/healthz``.
 
 The standard library's threading server is enough for one scraper or two and keeps the
-agent image free of a web framework.
+agent image free of a web framework. The exposition drops and counts what it cannot encode,
+so ``/metrics`` should never fail; if it does all the same, ``/healthz`` says so (503 with
+the error) until a page goes out again, rather than "ok" beside a failing scrape.
 """
 
 from __future__ import annotations
@@ -37,18 +39,25 @@ class _Handler(BaseHTTPRequestHandler):
                 body = encoder(self.server.registry)
             except Exception as exc:  # a scrape must answer even if exposition broke
                 log.exception("exposition failed error=%s", exc)
+                self.server.exposition_error = f"{type(exc).__name__}: {exc}"
                 self._send(500, b"exposition failed\n", "text/plain; charset=utf-8")
                 return
+            self.server.exposition_error = ""
             self._send(200, body, content_type)
         elif path == "/healthz":
             results = [
                 {"source": r.source, "up": r.ok, "seconds": round(r.seconds, 6), "error": r.error}
                 for r in self.server.collector.last_results
             ]
-            body = json.dumps(
-                {"status": "ok", "node": self.server.collector.node, "sources": results}
-            ).encode()
-            self._send(200, body, "application/json")
+            failing = self.server.exposition_error
+            health = {
+                "status": "exposition failing" if failing else "ok",
+                "node": self.server.collector.node,
+                "sources": results,
+            }
+            if failing:
+                health["error"] = failing
+            self._send(503 if failing else 200, json.dumps(health).encode(), "application/json")
         else:
             self._send(404, b"not found; try /metrics or /healthz\n", "text/plain; charset=utf-8")
 
@@ -71,6 +80,8 @@ class AgentHttpServer(ThreadingHTTPServer):
     ) -> None:
         self.registry = registry
         self.collector = collector
+        #: Why the last /metrics failed; "" after one that answered.
+        self.exposition_error = ""
         super().__init__(address, _Handler)
 
     def start_in_thread(self) -> threading.Thread:

@@ -12,24 +12,27 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any
 
-from fastapi import APIRouter, HTTPException, Query
+from fastapi import APIRouter, HTTPException
 from pydantic import BaseModel, Field
 
 from alerts.config import parse_duration
 from alerts.engine import AlertsEngine, engine_status
-from alerts.matchers import parse_matchers
+from alerts.matchers import MAX_MATCHER_LENGTH, parse_matchers
+from collector.api import Limit, Offset
 from collector.store import Store
 
-Limit = Annotated[int, Query(ge=1, le=1000)]
-Offset = Annotated[int, Query(ge=0)]
 #: The longest a silence may last: a forgotten silence must not hide alerts for ever.
 MAX_SILENCE = timedelta(days=90)
+#: The most matchers one silence may have.
+MAX_MATCHERS = 64
 
 
 class SilenceIn(BaseModel):
     """``matchers`` in Alertmanager syntax; ``duration`` (e.g. ``2h``) or ``ends_at``."""
 
-    matchers: list[str] = Field(min_length=1)
+    matchers: list[Annotated[str, Field(max_length=MAX_MATCHER_LENGTH)]] = Field(
+        min_length=1, max_length=MAX_MATCHERS
+    )
     duration: str | None = None
     starts_at: datetime | None = None
     ends_at: datetime | None = None
@@ -50,7 +53,13 @@ def new_silence(body: SilenceIn, now: datetime) -> dict[str, Any]:
     if body.ends_at is not None:
         ends = _naive(body.ends_at)
     elif body.duration is not None:
-        ends = starts + timedelta(seconds=parse_duration(body.duration))
+        seconds = parse_duration(body.duration)
+        if not seconds <= MAX_SILENCE.total_seconds():  # also NaN; before timedelta overflows
+            raise ValueError(f"a silence may last at most {MAX_SILENCE.days} days")
+        try:
+            ends = starts + timedelta(seconds=seconds)
+        except OverflowError:
+            raise ValueError("the silence would end after the year 9999") from None
     else:
         raise ValueError("a silence needs an expiry: duration or ends_at")
     if ends <= max(starts, now):

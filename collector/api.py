@@ -8,7 +8,6 @@ paginated (``limit`` at most 1000). The OpenAPI document is at ``/openapi.json``
 from __future__ import annotations
 
 import contextlib
-import hmac
 import json
 import time
 from collections.abc import Callable
@@ -24,6 +23,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from pydantic import BaseModel
 
 from collector import api_queries as Q
+from collector.api_input import MAX_OFFSET, BodyLimit, parse_time, token_matches
 from collector.metrics import CollectorMetrics
 from collector.store import Store
 from collector.targets import TargetRegistry
@@ -31,9 +31,11 @@ from gpuscope import __version__
 
 MAX_LIMIT = 1000
 MAX_POINTS = 11_000
+#: The longest utilization step: a year (finite, so DuckDB's interval arithmetic holds).
+MAX_STEP_SECONDS = 366 * 86400.0
 #: Module level, so FastAPI can resolve them (annotations are strings here).
 Limit = Annotated[int, Query(ge=1, le=MAX_LIMIT)]
-Offset = Annotated[int, Query(ge=0)]
+Offset = Annotated[int, Query(ge=0, le=MAX_OFFSET)]
 
 
 @dataclass
@@ -89,20 +91,6 @@ class Utilization(BaseModel):
     offset: int
 
 
-def _parse_time(value: str | None, default: float) -> datetime:
-    if value is None or value == "":
-        return datetime.fromtimestamp(default, UTC)
-    try:
-        return datetime.fromtimestamp(float(value), UTC)
-    except ValueError:
-        pass
-    try:
-        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        raise HTTPException(400, f"bad time {value!r}: use RFC 3339 or Unix seconds") from None
-    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
-
-
 def _naive(ts: datetime) -> datetime:
     return ts.astimezone(UTC).replace(tzinfo=None)
 
@@ -117,12 +105,12 @@ def create_app(state: ApiState) -> FastAPI:
         version=__version__,
         description="GPU cluster utilization, inventory, findings and actions.",
     )
+    app.add_middleware(BodyLimit)
 
     def check_token(request: Request) -> None:
         if not state.token:
             raise HTTPException(403, "no API token is configured for this collector")
-        scheme, _, given = request.headers.get("authorization", "").partition(" ")
-        if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip(), state.token):
+        if not token_matches(request.headers.get("authorization", ""), state.token):
             raise HTTPException(
                 401, "a valid bearer token is needed", headers={"WWW-Authenticate": "Bearer"}
             )
@@ -184,7 +172,7 @@ def create_app(state: ApiState) -> FastAPI:
         by: Literal["cluster", "node", "gpu", "namespace", "project", "workload"] = "cluster",
         start: str | None = None,
         end: str | None = None,
-        step: Annotated[float, Query(gt=0)] = 60.0,
+        step: Annotated[float, Query(gt=0, le=MAX_STEP_SECONDS, allow_inf_nan=False)] = 60.0,
         node: str | None = None,
         namespace: str | None = None,
         project: str | None = None,
@@ -192,8 +180,8 @@ def create_app(state: ApiState) -> FastAPI:
         offset: Offset = 0,
     ) -> Utilization:
         now = state.clock()
-        t_end = _parse_time(end, now)
-        t_start = _parse_time(start, t_end.timestamp() - 3600)
+        t_end = parse_time(end, now)
+        t_start = parse_time(start, t_end.timestamp() - 3600)
         if t_start >= t_end:
             raise HTTPException(400, "start must be before end")
         if (t_end - t_start).total_seconds() / step > MAX_POINTS:

@@ -179,6 +179,12 @@ AGENT_METRICS: tuple[MetricSpec, ...] = (
         ("node", "source"),
         "agent",
     ),
+    _c(
+        "gpuscope_agent_errors",
+        "Devices, readings and values skipped as unusable (never failing the page), by reason.",
+        ("node", "source", "reason"),
+        "agent",
+    ),
     _g(
         "gpuscope_agent_info",
         "Agent identity; always 1.",

@@ -1,45 +1,87 @@
 """The assembled service end to end: agents -> collector -> detectors -> findings, gauges,
-and `gpuscope analyze` on the database afterwards, on the default scenario's story."""
+and `gpuscope analyze` on the database afterwards, on the default scenario's story.
+
+The agents and the collector share one injected clock that the test steps by exactly the
+scrape interval: samples land on whole seconds one interval apart and hold exactly one
+interval of the scenario's traffic, however loaded the machine is. (With the wall clock,
+scrapes drifted to 1.2 s apart under load while samples are stored in whole seconds, and
+the hot rail's share of time over the threshold fell below the detector's bar.)
+"""
 
 import json
 import subprocess
 import sys
 import time
-from contextlib import ExitStack
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from datetime import UTC, datetime
 
 import pytest
 from fastapi.testclient import TestClient
 
+from agent.sim import scenario_clock
 from collector.api import create_app
 from collector.service import CollectorService
+from gpuscope.demo_parts import start_agents
 from gpuscope.service import analytics_job
 from gpuscope.settings import load_settings
 from gpuscope.sim import SimulatedCluster, default_scenario
 from gpuscope.sim.kube import namespaces_json, nodes_json, pods_json, quotas_json
 from tests.fakes.kube_api import FakeKubeApi
-from tests.integration.helpers import ENV, agent_process
+from tests.integration.helpers import ENV
 
 pytestmark = pytest.mark.integration
 NODES = ("gpu-node-08", "gpu-node-10", "gpu-node-30", "gpu-node-31")
+INTERVAL = 1.0
+
+
+class SteppedClock:
+    """Unix time that moves only when the test says, starting on a whole second."""
+
+    def __init__(self) -> None:
+        self.now = float(int(time.time()))
+
+    def __call__(self) -> float:
+        return self.now
+
+    def step(self, seconds: float) -> None:
+        self.now += seconds
+
+
+@contextmanager
+def sim_agents(cluster: SimulatedCluster, clock: SteppedClock) -> Iterator[list[str]]:
+    """What `gpuscope agent --gpu-source sim --node NODE` serves for each of NODES, on the
+    test's clock: the agent's own sources, exposition and HTTP server on loopback ports
+    (as the demo runs them); yields their URLs."""
+    servers = start_agents(cluster, list(NODES), scenario_clock(cluster.scenario, now=clock))
+    try:
+        yield [url for url, _ in servers]
+    finally:
+        for _, server in servers:
+            server.shutdown()
+            server.server_close()
+            server.collector.close()
 
 
 @pytest.fixture(scope="module")
 def finished(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
-    """Run the service for a few seconds of scrapes, then the analytics job, once."""
+    """Run the service for 15 scrapes one interval apart on the stepped clock, then the
+    analytics job, once."""
     tmp = tmp_path_factory.mktemp("e2e")
     scenario = default_scenario()
     cluster = SimulatedCluster(scenario)
+    clock = SteppedClock()
     api = FakeKubeApi().start()
     # the agents play the scenario live_offset (6 h) in; the inventory shows the same moment
+    origin = clock() - scenario.live_offset
     api.store.load(
         namespaces_json(cluster),
-        nodes_json(cluster, origin=0.0),
-        pods_json(cluster, scenario.live_offset, origin=0.0),
+        nodes_json(cluster, origin=origin),
+        pods_json(cluster, scenario.live_offset, origin=origin),
         quotas_json(cluster),
     )
     with ExitStack() as stack:
-        urls = [stack.enter_context(agent_process(n)) for n in NODES]
+        urls = stack.enter_context(sim_agents(cluster, clock))
         settings = load_settings(
             env={},
             overrides={
@@ -55,14 +97,14 @@ def finished(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
                 },
             },
         )
-        service = CollectorService(settings)
+        service = CollectorService(settings, clock=clock)
         try:
             service.inventory_cycle()
             service.scrape_cycle()
             for _ in range(14):  # the hot-port window (12 s) must be covered by samples
-                time.sleep(1.0)
+                clock.step(INTERVAL)
                 service.scrape_cycle()
-            at = datetime.now(UTC)
+            at = datetime.fromtimestamp(clock(), UTC)
             analytics_job(service)
             client = TestClient(create_app(service.api_state()))
             findings = client.get("/api/v1/findings", params={"limit": 1000}).json()["items"]

@@ -36,17 +36,17 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     if shutil.which("prometheus") is None:
         pytest.skip("prometheus is not installed (scripts/install-test-servers installs it)")
     with simulated_stack(tmp_path_factory.mktemp("dash"), port=free_port()) as s:
-        # rate() over $__rate_interval (10 s) needs that much history in Prometheus
-        wait_for(s.prometheus, "count(gpuscope_idle_since_timestamp_seconds)", settle=12)
+        # every target scraped at least once (not a fixed sleep: a loaded machine is late)
+        wait_for(s.prometheus, f"count(up == 1) >= {len(s.agents) + 1}")
+        wait_for(s.prometheus, "count(gpuscope_idle_since_timestamp_seconds)")
         yield s
 
 
-def wait_for(base: str, expr: str, settle: float, timeout: float = 60) -> None:
+def wait_for(base: str, expr: str, timeout: float = 60) -> None:
     deadline = time.monotonic() + timeout
     while not instant(base, expr):
         assert time.monotonic() < deadline, f"no data for {expr} after {timeout} s"
         time.sleep(0.5)
-    time.sleep(settle)
 
 
 def instant(base: str, expr: str) -> list[dict[str, Any]]:
@@ -124,12 +124,17 @@ def test_every_panel_query_returns_data(stack: Stack, pool: str) -> None:
     Grafana would send it) returns at least one series."""
     values = settings(stack.prometheus, {"cluster": CLUSTER, "node_pool": pool}
                       if pool != "All" else {})  # fmt: skip
-    empty = [
-        f"{uid} / {q.panel}: {substitute(q.expr, values)}"
-        for uid, q in QUERIES
-        if not instant(stack.prometheus, substitute(q.expr, values))
-    ]
-    assert not empty, "\n".join(empty)
+    # rate() over $__rate_interval (10 s) needs that much history in Prometheus: asked
+    # until every query answers (a loaded machine scrapes late), not after a fixed sleep
+    pending = [substitute(q.expr, values) for _, q in QUERIES]
+    deadline = time.monotonic() + 90
+    while True:
+        pending = [expr for expr in pending if not instant(stack.prometheus, expr)]
+        if not pending or time.monotonic() > deadline:
+            break
+        time.sleep(1.0)
+    names = {substitute(q.expr, values): f"{uid} / {q.panel}" for uid, q in QUERIES}
+    assert not pending, "\n".join(f"{names[e]}: {e}" for e in pending)
 
 
 def exported(urls: list[str]) -> set[str]:

@@ -177,13 +177,15 @@ def test_missing_socket_is_source_error(tmp_path: Path) -> None:
 
 
 def test_slow_kubelet_times_out_quickly(tmp_path: Path) -> None:
-    """A kubelet slower than the timeout gives a SourceError within about the timeout."""
+    """A kubelet slower than the timeout gives a SourceError at the timeout, not when the
+    kubelet answers: the kubelet here answers after 60 s, the bound is 10 s (room for a
+    loaded machine; without a deadline the call would take the full 60 s)."""
     socket_path = _short_socket(tmp_path)
     release = threading.Event()
 
     class _Stuck(_Lister):
         def List(self, request: Any, context: Any) -> Any:
-            release.wait(5.0)
+            release.wait(60.0)
             return _fixture_response()
 
     server = _serve(socket_path, _Stuck())
@@ -197,7 +199,7 @@ def test_slow_kubelet_times_out_quickly(tmp_path: Path) -> None:
         release.set()
         client.close()
         server.stop(grace=None)
-    assert elapsed < 2.0
+    assert elapsed < 10.0
     assert "\n" not in str(info.value)
 
 

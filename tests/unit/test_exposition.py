@@ -113,7 +113,7 @@ def test_every_catalogue_metric_appears_when_sources_give_it() -> None:
     """With full readings, every catalogued family is in the exposition."""
     got = scrape(AgentCollector("n1", Gpus([FULL]), Ports(), Attr()))
     missing = {m.sample_name for m in AGENT_METRICS} - set(got)
-    assert missing == set()
+    assert missing == {"gpuscope_agent_errors_total"}  # nothing was skipped (tested below)
 
 
 def test_unavailable_fields_are_absent_not_zero() -> None:
@@ -254,3 +254,47 @@ def test_design_required_metrics_are_catalogued() -> None:
     ]
     names = {m.sample_name for m in AGENT_METRICS}
     assert set(required) <= names
+
+
+def test_bad_values_are_dropped_and_counted_never_failing_the_page() -> None:
+    """NaN and infinite values, negative or 2**64 counters, a value too large for a float
+    and a label that is not UTF-8 each drop what they touch, counted by source and reason;
+    the good GPU, the port and the workload still go out, every scrape."""
+    import dataclasses
+
+    from agent.textformat import generate_text
+
+    bad = [
+        dataclasses.replace(SPARSE, index=3, uuid="GPU-nan", power_watts=float("nan"),
+                            temperature_celsius=float("inf")),
+        dataclasses.replace(SPARSE, index=4, uuid="GPU-neg", energy_joules_total=-1.0,
+                            ecc_corrected_total=2**64),
+        dataclasses.replace(SPARSE, index=5, uuid="GPU-big", ecc_uncorrected_total=10**400),
+        dataclasses.replace(SPARSE, index=6, uuid="GPU-\udcff"),
+    ]  # fmt: skip
+    collector = AgentCollector("n1", Gpus([FULL, *bad]), Ports(), Attr())
+    reg = CollectorRegistry(auto_describe=False)
+    reg.register(collector)
+    for scrapes in (1, 2):
+        text = generate_text(reg).decode()  # raised before: float(10**400), surrogates
+        got: dict[str, list[tuple[dict[str, str], float]]] = {}
+        for fam in text_string_to_metric_families(text):
+            for s in fam.samples:
+                got.setdefault(s.name, []).append((s.labels, s.value))
+        errors = {
+            (lbl["source"], lbl["reason"]): v for lbl, v in got["gpuscope_agent_errors_total"]
+        }
+        assert errors == {
+            ("fake", "not_finite"): 2.0 * scrapes,
+            ("fake", "negative"): 1.0 * scrapes,
+            ("fake", "out_of_range"): 1.0 * scrapes,
+            ("fake", "bad_reading"): 1.0 * scrapes,
+            ("fake", "label_not_utf8"): 3.0 * scrapes,  # info, up, utilization of GPU-\udcff
+        }
+        uuids = {lbl["uuid"] for lbl, _ in got["gpuscope_gpu_up"]}
+        assert uuids == {"GPU-a", "GPU-nan", "GPU-neg"}  # GPU-big dropped whole
+        assert {lbl["uuid"] for lbl, _ in got["gpuscope_gpu_power_watts"]} == {"GPU-a"}
+        assert {lbl["uuid"] for lbl, _ in got["gpuscope_gpu_energy_joules_total"]} == {"GPU-a"}
+        ecc = {(lbl["uuid"], lbl["type"]) for lbl, _ in got["gpuscope_gpu_ecc_errors_total"]}
+        assert ecc == {("GPU-a", "corrected"), ("GPU-a", "uncorrected")}
+        assert got["gpuscope_ib_port_up"] and got["gpuscope_gpu_workload_info"]
