@@ -140,7 +140,7 @@ def run_on_snapshot(
 
 
 def as_json(analyses: dict[str, Analysis]) -> dict[str, Any]:
-    """DESIGN.md's analysis output: ``{"findings": [...], "summary": {...}}``; with several
+    """docs/design.md's analysis output: ``{"findings": [...], "summary": {...}}``; with several
     detectors the summary is keyed by detector."""
     findings = [_finding_json(f) for a in analyses.values() for f in a.findings]
     if len(analyses) == 1:
@@ -149,7 +149,7 @@ def as_json(analyses: dict[str, Analysis]) -> dict[str, Any]:
         summary = {name: a.summary for name, a in analyses.items()}
     out: dict[str, Any] = {"findings": findings, "summary": summary}
     plan = analyses.get("consolidation")
-    if plan is not None:  # DESIGN.md: the consolidation output has these at its top
+    if plan is not None:  # docs/design.md: the consolidation output has these at its top
         for key in ("moves", "evictions", "unplaceable"):
             out[key] = plan.summary.get(key, [])
     return out

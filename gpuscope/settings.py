@@ -47,7 +47,7 @@ class WorkloadRule(_Section):
 
 
 class WorkloadSettings(_Section):
-    """How pods are classified (DESIGN.md, Workloads, projects and quotas)."""
+    """How pods are classified (docs/design.md, Workloads, projects and quotas)."""
 
     rules: list[WorkloadRule] = Field(default_factory=list)
     #: Pods with a priority below this may be moved by consolidation.
@@ -133,7 +133,7 @@ class CollectorSettings(_Section):
     #: A target exporting more series than this is cut off there (and the cut reported).
     max_series_per_target: int = Field(default=200_000, gt=0)
     max_label_value_bytes: int = Field(default=4096, gt=0)
-    #: Ingest from this Prometheus-compatible query API instead of scraping (DESIGN.md, Scale).
+    #: Ingest from this Prometheus-compatible query API instead of scraping (docs/design.md, Scale).
     prometheus_url: str = ""
     #: Kubernetes API access: ``auto`` (in-cluster, else kubeconfig, else none), ``none``,
     #: or an explicit API server URL (tests, proxies).
