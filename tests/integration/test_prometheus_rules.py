@@ -88,3 +88,66 @@ def test_rules_fire_on_their_series(tmp_path: Path) -> None:
     out = subprocess.run([_promtool(), "test", "rules", str(test_file)], capture_output=True,
                          text=True)  # fmt: skip
     assert out.returncode == 0, out.stdout + out.stderr
+
+
+COMPAT = RULES.parent / "gpuscope-dcgm-compat.yaml"
+COMPAT_TESTS = """
+rule_files: [{rules}]
+evaluation_interval: 1m
+tests:
+  - interval: 1m
+    input_series:
+      - series: 'gpuscope_gpu_info{{node="n1",gpu="0",uuid="GPU-a",model="NVIDIA H100",driver_version="550"}}'
+        values: '1x5'
+      - series: 'gpuscope_gpu_info{{node="n1",gpu="1",uuid="GPU-b",model="NVIDIA H100",driver_version="550"}}'
+        values: '1x5'
+      - series: 'gpuscope_gpu_utilization_ratio{{node="n1",gpu="0",uuid="GPU-a"}}'
+        values: '0.75x5'
+      - series: 'gpuscope_gpu_utilization_ratio{{node="n1",gpu="1",uuid="GPU-b"}}'
+        values: '0.25x5'
+      - series: 'gpuscope_gpu_workload_utilization_ratio{{node="n1",gpu="0",uuid="GPU-a",namespace="ml",pod="p1",container="c"}}'
+        values: '0.5x5'
+      - series: 'gpuscope_gpu_workload_utilization_ratio{{node="n1",gpu="0",uuid="GPU-a",namespace="ml",pod="p2",container="c"}}'
+        values: '0.25x5'
+      - series: 'gpuscope_gpu_workload_memory_used_bytes{{node="n1",gpu="0",uuid="GPU-a",namespace="ml",pod="p1",container="c"}}'
+        values: '2097152x5'
+      - series: 'gpuscope_gpu_memory_used_bytes{{node="n1",gpu="1",uuid="GPU-b"}}'
+        values: '1048576x5'
+      - series: 'gpuscope_gpu_temperature_celsius{{node="n1",gpu="1",uuid="GPU-b"}}'
+        values: '41x5'
+    promql_expr_test:
+      - expr: DCGM_FI_DEV_GPU_UTIL
+        eval_time: 2m
+        exp_samples:
+          - labels: 'DCGM_FI_DEV_GPU_UTIL{{node="n1",gpu="0",uuid="GPU-a",namespace="ml",pod="p1",container="c",model="NVIDIA H100",UUID="GPU-a",Hostname="n1",modelName="NVIDIA H100",device="nvidia0"}}'
+            value: 50
+          - labels: 'DCGM_FI_DEV_GPU_UTIL{{node="n1",gpu="0",uuid="GPU-a",namespace="ml",pod="p2",container="c",model="NVIDIA H100",UUID="GPU-a",Hostname="n1",modelName="NVIDIA H100",device="nvidia0"}}'
+            value: 25
+          - labels: 'DCGM_FI_DEV_GPU_UTIL{{node="n1",gpu="1",uuid="GPU-b",model="NVIDIA H100",UUID="GPU-b",Hostname="n1",modelName="NVIDIA H100",device="nvidia1"}}'
+            value: 25
+      - expr: DCGM_FI_DEV_FB_USED
+        eval_time: 2m
+        exp_samples:
+          - labels: 'DCGM_FI_DEV_FB_USED{{node="n1",gpu="0",uuid="GPU-a",namespace="ml",pod="p1",container="c",model="NVIDIA H100",UUID="GPU-a",Hostname="n1",modelName="NVIDIA H100",device="nvidia0"}}'
+            value: 2
+          - labels: 'DCGM_FI_DEV_FB_USED{{node="n1",gpu="1",uuid="GPU-b",model="NVIDIA H100",UUID="GPU-b",Hostname="n1",modelName="NVIDIA H100",device="nvidia1"}}'
+            value: 1
+      - expr: avg by (Hostname, modelName) (DCGM_FI_DEV_GPU_TEMP)
+        eval_time: 2m
+        exp_samples:
+          - labels: '{{Hostname="n1",modelName="NVIDIA H100"}}'
+            value: 41
+"""
+
+
+def test_dcgm_compat_rules_give_dcgm_exporter_names_per_workload(tmp_path: Path) -> None:
+    """A dcgm-exporter dashboard's queries find gpuscope's data: per pod on a shared GPU, the
+    GPU's own value where no pod holds it, in dcgm-exporter's units and labels."""
+    check = subprocess.run([_promtool(), "check", "rules", str(COMPAT)], capture_output=True,
+                           text=True)  # fmt: skip
+    assert check.returncode == 0, check.stdout + check.stderr
+    test_file = tmp_path / "compat_test.yaml"
+    test_file.write_text(COMPAT_TESTS.format(rules=COMPAT))
+    out = subprocess.run([_promtool(), "test", "rules", str(test_file)], capture_output=True,
+                         text=True)  # fmt: skip
+    assert out.returncode == 0, out.stdout + out.stderr
