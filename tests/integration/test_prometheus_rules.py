@@ -51,6 +51,13 @@ tests:
         values: '0+60000000x30'
       - series: 'gpuscope_ib_port_rate_bytes_per_second{{node="n3",device="mlx5_0",port="1"}}'
         values: '50000000x30'
+      # idle sessions of both severities at once (and info ones, which never alert)
+      - series: 'gpuscope_findings{{kind="idle_session",severity="warning"}}'
+        values: '0 2 2 2 2'
+      - series: 'gpuscope_findings{{kind="idle_session",severity="critical"}}'
+        values: '0 1 1 1 1'
+      - series: 'gpuscope_findings{{kind="idle_session",severity="info"}}'
+        values: '3 3 3 3 3'
     alert_rule_test:
       - eval_time: 2m
         alertname: GpuUncorrectedEccErrors
@@ -62,6 +69,7 @@ tests:
             exp_annotations:
               summary: "GPU 0 on n1 had 1 uncorrected ECC error(s) in the last hour"
               description: "Drain the node and check the GPU (GPU-a)."
+              runbook_url: "https://github.com/gpuscope/gpuscope/blob/main/docs/runbooks.md#gpuuncorrectedeccerrors"
       - eval_time: 4m
         alertname: GpuLostFromBus
         exp_alerts: []
@@ -71,18 +79,35 @@ tests:
           - exp_labels: {{node: n2, gpu: "3", uuid: GPU-b, severity: critical}}
             exp_annotations:
               summary: "GPU 3 on n2 stopped answering (fell off the bus?)"
+              runbook_url: "https://github.com/gpuscope/gpuscope/blob/main/docs/runbooks.md#gpulostfrombus"
       - eval_time: 20m
         alertname: InfinibandLinkHot
         exp_alerts:
           - exp_labels: {{node: n3, device: mlx5_0, port: "1", severity: warning}}
             exp_annotations:
               summary: "n3 mlx5_0/1 runs at 90% of its link rate"
+              runbook_url: "https://github.com/gpuscope/gpuscope/blob/main/docs/runbooks.md#infinibandlinkhot"
+      - eval_time: 0m
+        alertname: IdleGpuSession
+        exp_alerts: []
+      - eval_time: 2m
+        alertname: IdleGpuSession
+        exp_alerts:
+          - exp_labels: {{severity: warning}}
+            exp_annotations:
+              summary: "2 interactive session(s) hold idle GPUs (warning)"
+              runbook_url: "https://github.com/gpuscope/gpuscope/blob/main/docs/runbooks.md#idlegpusession"
+          - exp_labels: {{severity: critical}}
+            exp_annotations:
+              summary: "1 interactive session(s) hold idle GPUs (critical)"
+              runbook_url: "https://github.com/gpuscope/gpuscope/blob/main/docs/runbooks.md#idlegpusession"
 """
 
 
 def test_rules_fire_on_their_series(tmp_path: Path) -> None:
-    """An uncorrected ECC error, a GPU gone from the bus and a port at 90 % raise their alerts
-    (and nothing fires before its time)."""
+    """An uncorrected ECC error, a GPU gone from the bus, a port at 90 % and idle sessions of
+    two severities at once raise their alerts, each with its runbook (and nothing fires
+    before its time)."""
     test_file = tmp_path / "rules_test.yaml"
     test_file.write_text(UNIT_TESTS.format(rules=RULES))
     out = subprocess.run([_promtool(), "test", "rules", str(test_file)], capture_output=True,
