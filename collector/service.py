@@ -38,6 +38,7 @@ log = logging.getLogger(__name__)
 class CollectorService:
     def __init__(self, settings: Settings, *, clock: Callable[[], float] = time.time) -> None:
         cs = settings.collector
+        token = cs.collector_api_token()  # a guessable token stops the start, nothing opened
         self.settings = settings
         self.clock = clock
         self.store = Store.open(
@@ -74,7 +75,7 @@ class CollectorService:
                 "misfire_grace_time": int(cs.scrape_interval_seconds * 4) + 1,
             },
         )
-        self.token = cs.resolve_api_token()
+        self.token = token
         #: API routers added by the layers above (see ApiState.routers).
         self.routers: list[Callable[[list[Any], list[Any]], Any]] = []
 

@@ -159,6 +159,13 @@ class CollectorSettings(_Section):
         parse_listen(value)
         return value
 
+    def collector_api_token(self, env: Mapping[str, str] | None = None) -> str:
+        """The token the collector serves with, refused when guessable (see
+        :func:`check_api_token`); empty when none is configured (writes then answer 403)."""
+        token = self.resolve_api_token(env)
+        check_api_token(token)
+        return token
+
     def resolve_api_token(self, env: Mapping[str, str] | None = None) -> str:
         """The token from the setting, the file or the environment variable, in that order."""
         if self.api_token:
@@ -173,6 +180,33 @@ class CollectorSettings(_Section):
         if self.api_token_env:
             return (os.environ if env is None else env).get(self.api_token_env, "")
         return ""
+
+
+#: The shortest API token the collector accepts: 32 characters, as from
+#: ``openssl rand -hex 16`` or ``python -c "import secrets; print(secrets.token_hex(16))"``.
+MIN_API_TOKEN_LENGTH = 32
+#: Tokens written in the docs and manifests as examples: anyone can read them, so the
+#: collector refuses them, as it refuses any token with a placeholder's words in it.
+EXAMPLE_API_TOKENS = frozenset({"change-me-long-random-token"})
+_PLACEHOLDER_WORDS = ("change-me", "changeme", "replace-me", "example")
+
+
+def check_api_token(token: str) -> None:
+    """Refuse a configured API token that protects nothing: too short to resist guessing, or
+    a documented example. An empty token is allowed (no write endpoint then accepts any)."""
+    if not token:
+        return
+    lowered = token.lower()
+    if token in EXAMPLE_API_TOKENS or any(w in lowered for w in _PLACEHOLDER_WORDS):
+        raise ConfigError(
+            "collector API token is an example from the docs; set a random one "
+            f"(at least {MIN_API_TOKEN_LENGTH} characters, e.g. openssl rand -hex 16)"
+        )
+    if len(token) < MIN_API_TOKEN_LENGTH:
+        raise ConfigError(
+            f"collector API token is {len(token)} characters; at least "
+            f"{MIN_API_TOKEN_LENGTH} are needed (e.g. openssl rand -hex 16)"
+        )
 
 
 class AnalyticsSettings(_Section):
