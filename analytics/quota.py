@@ -103,6 +103,10 @@ def run_quota(
     entitled_total = sum(waiting.values())
     over_total = sum(p["over"] for p in projects.values() if p["over"] > EPSILON)
     scale = min(1.0, entitled_total / over_total) if over_total > EPSILON else 0.0
+    if not projects:
+        # no quota, pod or workload known as of ``at`` (no inventory yet): nothing to say,
+        # and no gauge may claim 0 GPUs guaranteed or used before the data exists
+        return Analysis(kinds=KINDS, findings=[], summary={})
     total_hours = sum(p["hours"] for p in projects.values())
     total_guaranteed = sum(p["guaranteed"] for p in projects.values())
 

@@ -146,7 +146,12 @@ class CollectorService:
             for p in cs.projects
         ]
         if self.inventory is None:
-            self.store.record_inventory(now, quotas=quotas)
+            # Without Kubernetes the settings are this collector's only quota source, and
+            # none configured means it knows nothing: it must not end the quotas recorded
+            # by someone else (the demo's simulated API server), or every project would
+            # read as guaranteed 0 GPUs and over quota.
+            if quotas:
+                self.store.record_inventory(now, quotas=quotas)
             return
         try:
             snap = self.inventory.sync_once()
