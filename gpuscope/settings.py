@@ -334,12 +334,22 @@ def _read_file(path: Path) -> dict[str, Any]:
 
 
 def _env_overrides(env: Mapping[str, str]) -> dict[str, Any]:
+    """``GPUSCOPE_<SECTION>__<KEY>`` variables as settings; ``__`` also reaches into nested
+    sections (``GPUSCOPE_COLLECTOR__DISCOVERY__ENABLED=true``)."""
     out: dict[str, Any] = {}
     for key, value in env.items():
         if not key.startswith(ENV_PREFIX) or key == CONFIG_ENV or "__" not in key:
             continue
-        section, _, name = key[len(ENV_PREFIX) :].lower().partition("__")
-        out.setdefault(section, {})[name] = value
+        *parents, name = key[len(ENV_PREFIX) :].lower().split("__")
+        node = out
+        for part in parents:
+            child = node.setdefault(part, {})
+            if not isinstance(child, dict):  # GPUSCOPE_A__B and GPUSCOPE_A__B__C both set
+                raise ConfigError(f"environment variable {key}: {part} is not a section")
+            node = child
+        if isinstance(node.get(name), dict):
+            raise ConfigError(f"environment variable {key}: {name} is a section, not a value")
+        node[name] = value
     return out
 
 
