@@ -40,6 +40,12 @@ def add_report_parser(sub: Any) -> None:
         choices=["DEBUG", "INFO", "WARNING", "ERROR"],
         help="log verbosity (default INFO)",
     )
+    rep.add_argument(
+        "--log-format",
+        choices=["text", "json"],
+        default=argparse.SUPPRESS,  # given or not, never hides the global flag
+        help="log lines as text or JSON objects (default: the logging.format setting, text)",
+    )
 
 
 def cmd_report(args: argparse.Namespace) -> int:

@@ -296,6 +296,13 @@ class ReportSettings(_Section):
     fragmentation_step_hours: float = Field(default=6, gt=0, le=168)
 
 
+class LoggingSettings(_Section):
+    """How every command logs (``--log-format`` overrides it)."""
+
+    #: ``text`` lines for people, or ``json``: one object per record for log collectors.
+    format: Literal["text", "json"] = "text"
+
+
 class Settings(_Section):
     agent: AgentSettings = Field(default_factory=AgentSettings)
     collector: CollectorSettings = Field(default_factory=CollectorSettings)
@@ -304,6 +311,7 @@ class Settings(_Section):
     actions: ActionsSettings = Field(default_factory=ActionsSettings)
     alerts: AlertsSettings = Field(default_factory=AlertsSettings)
     report: ReportSettings = Field(default_factory=ReportSettings)
+    logging: LoggingSettings = Field(default_factory=LoggingSettings)
 
 
 def read_yaml_file(path: Path, what: str) -> Any:
