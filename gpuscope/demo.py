@@ -272,7 +272,7 @@ def gpuscope_command() -> str:
 def follow_up_lines(db: Path, out: Path, config: Path, html: Path, at: datetime) -> list[str]:
     """Where the demo's outputs are and the commands that ask again, as they can be pasted:
     the time in RFC 3339 (what ``--at`` takes), the command as the shell can find it."""
-    when = rfc3339(at)
+    when = rfc3339(at.replace(microsecond=0))  # whole seconds, as people copy it
     cmd = gpuscope_command()
     q = shlex.quote
     return [

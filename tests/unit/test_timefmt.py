@@ -80,3 +80,9 @@ def test_the_bare_name_is_used_only_when_path_finds_this_installation(
     assert gpuscope_command() == "gpuscope"
     monkeypatch.setenv("PATH", "/usr/bin:/bin")
     assert gpuscope_command() != "gpuscope" and gpuscope_command().endswith("gpuscope")
+
+
+def test_the_demo_prints_whole_seconds(tmp_path: Path) -> None:
+    lines = follow_up_lines(tmp_path / "g.duckdb", tmp_path, tmp_path / "s.yaml",
+                            tmp_path / "r.html", AT.replace(microsecond=708_923))  # fmt: skip
+    assert lines[0].startswith("simulated time: 2026-11-23T00:10:26Z ")
