@@ -86,3 +86,17 @@ def test_the_demo_prints_whole_seconds(tmp_path: Path) -> None:
     lines = follow_up_lines(tmp_path / "g.duckdb", tmp_path, tmp_path / "s.yaml",
                             tmp_path / "r.html", AT.replace(microsecond=708_923))  # fmt: skip
     assert lines[0].startswith("simulated time: 2026-11-23T00:10:26Z ")
+
+
+def test_analyze_json_writes_times_as_the_api_does() -> None:
+    from analytics.base import Analysis
+    from analytics.runner import as_json
+    from gpuscope.records import Finding, finding_id
+
+    subject = {"namespace": "r", "pod": "nb-0"}
+    f = Finding(finding_id("idle_session", subject), "idle_session", "warning", subject,
+                AT, AT, evidence={"idle_since": "2026-11-23T00:10:26"})  # fmt: skip
+    out = as_json({"idle": Analysis(kinds=("idle_session",), findings=[f])})
+    [got] = out["findings"]
+    assert got["since"] == got["observed_at"] == "2026-11-23T00:10:26Z"
+    assert got["evidence"]["idle_since"] == "2026-11-23T00:10:26Z"
