@@ -1,1 +1,1 @@
-"""actions: see DESIGN.md (filled in by its issue)."""
+"""actions: see docs/design.md (filled in by its issue)."""

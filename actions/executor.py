@@ -1,4 +1,4 @@
-"""The executor: the only code that changes the cluster (DESIGN.md, actions/).
+"""The executor: the only code that changes the cluster (docs/design.md, actions/).
 
 It takes the planners' steps and carries them out through :class:`~actions.kube.ClusterClient`,
 enforcing every safety rule itself, whatever the planner said (descheduler's evictor, one

@@ -1,4 +1,4 @@
-"""Action policies: a YAML file of named policies (DESIGN.md, Policies).
+"""Action policies: a YAML file of named policies (docs/design.md, Policies).
 
 Three types. ``idle`` and ``time_limit`` select interactive workloads (by namespace and
 labels), warn their owner, wait the warning period, check again and then act (``delete``,

@@ -1,6 +1,6 @@
 """Which pods hold and use each GPU: the ``gpuscope_gpu_workload_*`` series.
 
-Two views are needed and neither is enough alone (DESIGN.md, Metric catalogue):
+Two views are needed and neither is enough alone (docs/design.md, Metric catalogue):
 
 * the kubelet's device assignments (pod-resources) show who *holds* a GPU, including an
   idle notebook with no process on it, which is the waste to find;

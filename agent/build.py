@@ -1,7 +1,7 @@
 """Assemble an agent from settings: choose the sources, check the roots, build the collector.
 
 ``auto`` picks DCGM, then NVML, and fails with a clear message if neither is present; the
-simulated source is used only when asked for (DESIGN.md, CLI).
+simulated source is used only when asked for (docs/design.md, CLI).
 """
 
 from __future__ import annotations

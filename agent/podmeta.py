@@ -1,7 +1,7 @@
 """Labels, owner and containers of the pods on this node, from the API server.
 
 Neither the kubelet's pod-resources API nor a process's cgroup says what a pod *is*: the
-workload kind and project come from labels and the owner (DESIGN.md, Workloads, projects
+workload kind and project come from labels and the owner (docs/design.md, Workloads, projects
 and quotas), and only the cgroup's container id links a GPU process to a container name.
 The agent asks the API server for the pods of its own node only (``spec.nodeName``), at
 most once per TTL, so a cluster of agents costs the API server one small list each per TTL.

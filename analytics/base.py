@@ -10,7 +10,7 @@ from gpuscope.records import Finding
 
 @dataclass(frozen=True, slots=True)
 class Analysis:
-    """A detector's answer: findings (DESIGN.md shape) and a summary of headline numbers.
+    """A detector's answer: findings (docs/design.md shape) and a summary of headline numbers.
 
     ``summary`` holds plain JSON values; its numbers become collector gauges for Grafana and
     the ``summary`` object of ``gpuscope analyze ... --json``.

@@ -4,7 +4,7 @@
 :class:`Goal` is what a plan must make possible; :class:`Move` and :class:`Plan` are what the
 planner returns (:mod:`analytics.consolidation` explains the goals and the plan).
 
-Which pods may move (:func:`placement_from_state`, DESIGN.md Policies): preemptible batch
+Which pods may move (:func:`placement_from_state`, docs/design.md Policies): preemptible batch
 or training pods only. Never interactive pods, never inference or unclassified ones, never
 a pod of a protected namespace or one marked ``gpuscope.io/protect``, never a pod whose
 PodDisruptionBudget has no disruptions left (``pdb_blocked``). A pod is moved at most once

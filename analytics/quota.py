@@ -130,6 +130,10 @@ def run_quota(
     """
     at = utc(at)
     projects = _projects(con, at, at - window)
+    if not projects:
+        # no quota, pod or workload known as of ``at`` (no inventory yet): nothing to say,
+        # and no gauge may claim 0 GPUs guaranteed or used before the data exists
+        return Analysis(kinds=KINDS, findings=[], summary={})
     total_guaranteed = sum(p["guaranteed"] for p in projects.values())
     total_used = sum(p["used"] for p in projects.values())
     free_quota = max(0.0, total_guaranteed - total_used)

@@ -11,12 +11,13 @@ import logging
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from analytics.base import Analysis
 from collector.store import Store, utc
 from gpuscope.errors import UserError
 from gpuscope.settings import Settings
+from gpuscope.timefmt import api_times, rfc3339
 
 log = logging.getLogger(__name__)
 
@@ -194,8 +195,8 @@ def run_on_snapshot(
 
 
 def as_json(analyses: dict[str, Analysis]) -> dict[str, Any]:
-    """DESIGN.md's analysis output: ``{"findings": [...], "summary": {...}}``; with several
-    detectors the summary is keyed by detector."""
+    """docs/design.md's analysis output: ``{"findings": [...], "summary": {...}}``; with several
+    detectors the summary is keyed by detector. Times are RFC 3339 with Z, as in the API."""
     findings = [_finding_json(f) for a in analyses.values() for f in a.findings]
     if len(analyses) == 1:
         (summary,) = (a.summary for a in analyses.values())
@@ -203,10 +204,10 @@ def as_json(analyses: dict[str, Analysis]) -> dict[str, Any]:
         summary = {name: a.summary for name, a in analyses.items()}
     out: dict[str, Any] = {"findings": findings, "summary": summary}
     plan = analyses.get("consolidation")
-    if plan is not None:  # DESIGN.md: the consolidation output has these at its top
+    if plan is not None:  # docs/design.md: the consolidation output has these at its top
         for key in ("moves", "evictions", "unplaceable"):
             out[key] = plan.summary.get(key, [])
-    return out
+    return cast(dict[str, Any], api_times(out))
 
 
 def _finding_json(f: Any) -> dict[str, Any]:
@@ -215,8 +216,8 @@ def _finding_json(f: Any) -> dict[str, Any]:
         "kind": f.kind,
         "severity": f.severity,
         "subject": f.subject,
-        "since": f.since.isoformat() if f.since else None,
-        "observed_at": f.observed_at.isoformat(),
+        "since": rfc3339(f.since) if f.since else None,
+        "observed_at": rfc3339(f.observed_at),
         "evidence": f.evidence,
         "recommendation": f.recommendation,
     }

@@ -48,7 +48,8 @@ from gpuscope.settings import WorkloadSettings
 from gpuscope.sim import SimulatedCluster, default_scenario
 from gpuscope.sim.kube import nodes_json, pods_json
 
-CSV = Path(__file__).resolve().parents[2] / "shared" / "data" / "alibaba-gpu-v2023" / "csv"
+#: The public trace's lists the project keeps (tests/fixtures/alibaba-gpu-v2023/PROVENANCE.md).
+CSV = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "alibaba-gpu-v2023" / "csv"
 STRATEGIES: dict[str, Callable[..., Plan]] = {
     "greedy": plan_greedy,
     "planner": plan_consolidation,

@@ -27,7 +27,8 @@ from analytics.trace import read_trace
 from bench.figure import Figure, print_figures
 from gpuscope.settings import AnalyticsSettings
 
-CSV = Path(__file__).resolve().parents[2] / "shared" / "data" / "alibaba-gpu-v2023" / "csv"
+#: The public trace's lists the project keeps (tests/fixtures/alibaba-gpu-v2023/PROVENANCE.md).
+CSV = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "alibaba-gpu-v2023" / "csv"
 SETTINGS = AnalyticsSettings()
 AT = datetime(2025, 1, 1, tzinfo=UTC)
 

@@ -1,1 +1,1 @@
-"""collector: see DESIGN.md (filled in by its issue)."""
+"""collector: see docs/design.md (filled in by its issue)."""

@@ -11,6 +11,11 @@ carries two label sets. Open findings are counted by kind and severity in
 ``gpuscope_findings``; the findings :data:`FINDING_GAUGES` lists (idle sessions, idle
 workloads) also give one series each, so a dashboard can list them with how long they have
 lasted. Their count is bounded by the workloads holding GPUs, never by time.
+
+A few summary keys would make names Prometheus's conventions reject (``promtool check
+metrics``: a unit other than the base unit, ``_total`` on a gauge, the detector's name
+twice); :data:`GAUGE_NAMES` gives those their gauge name and the factor to base units. The
+summaries themselves (``gpuscope analyze --json``, the report) keep their keys.
 """
 
 from __future__ import annotations
@@ -58,6 +63,21 @@ ENTITY_LABELS: dict[tuple[str, str], str] = {
     ("fragmentation", "node_free_gpus"): "node",
     ("fragmentation", "node_whole_free_gpus"): "node",
     ("fragmentation", "pending_blocked_by"): "reason",
+}
+
+
+#: Summary keys (top-level or per entity) whose gauge takes another name, and the factor
+#: that converts the value to the name's base unit. docs/metrics.md lists the old names.
+GAUGE_NAMES: dict[tuple[str, str], tuple[str, float]] = {
+    ("idle", "idle_sessions"): ("sessions", 1.0),
+    ("idle", "idle_gpus"): ("gpus", 1.0),
+    ("idle", "idle_workloads"): ("noninteractive_workloads", 1.0),
+    ("idle", "gpu_hours_wasted"): ("wasted_gpu_seconds", 3600.0),
+    ("quota", "gpu_hours"): ("used_gpu_seconds", 3600.0),
+    ("quota", "total_gpu_hours"): ("total_used_gpu_seconds", 3600.0),
+    ("quota", "share_of_gpu_hours"): ("gpu_time_share_ratio", 1.0),
+    ("quota", "window_hours"): ("window_seconds", 3600.0),
+    ("fragmentation", "mig_instances_total"): ("mig_instances", 1.0),
 }
 
 
@@ -164,12 +184,13 @@ class AnalyticsGauges(Collector):
 
     @staticmethod
     def _summary(detector: str, summary: Mapping[str, Any], family: Any) -> None:
-        flat = {_name(detector, k) for k, v in summary.items() if _number(v) is not None}
+        flat = {_field(detector, k)[0] for k, v in summary.items() if _number(v) is not None}
         for key, value in summary.items():
             number = _number(value)
             if number is not None:
-                family(_name(detector, key), f"{detector} analysis: {key}.", []).add_metric(
-                    [], number
+                name, factor = _field(detector, key)
+                family(_name(detector, name), f"{detector} analysis: {key}.", []).add_metric(
+                    [], number * factor
                 )
                 continue
             if not isinstance(value, Mapping):
@@ -186,11 +207,16 @@ class AnalyticsGauges(Collector):
                     n = _number(v)
                     if n is None:
                         continue
-                    name = _name(detector, field)
-                    if name in flat:  # the cluster-wide number has the plain name
-                        name = _name(detector, label, field)
+                    base, factor = _field(detector, field)
+                    # the cluster-wide number has the plain name
+                    name = _name(detector, label, base) if base in flat else _name(detector, base)
                     family(name, f"{detector} analysis: {field} per {label}.",
-                           [label]).add_metric([str(entity)], n)  # fmt: skip
+                           [label]).add_metric([str(entity)], n * factor)  # fmt: skip
+
+
+def _field(detector: str, key: str) -> tuple[str, float]:
+    """The name part a summary key takes in its gauge's name, and the factor to its unit."""
+    return GAUGE_NAMES.get((detector, key), (key, 1.0))
 
 
 def _label(f: FindingLike, name: str) -> str:

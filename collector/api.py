@@ -24,10 +24,12 @@ from pydantic import BaseModel
 
 from collector import api_queries as Q
 from collector.api_input import MAX_OFFSET, BodyLimit, parse_time, token_matches
+from collector.api_json import TimesJSONResponse
 from collector.metrics import CollectorMetrics
 from collector.store import Store
 from collector.targets import TargetRegistry
 from gpuscope import __version__
+from gpuscope.timefmt import rfc3339
 
 MAX_LIMIT = 1000
 MAX_POINTS = 11_000
@@ -104,6 +106,7 @@ def create_app(state: ApiState) -> FastAPI:
         title="gpuscope collector",
         version=__version__,
         description="GPU cluster utilization, inventory, findings and actions.",
+        default_response_class=TimesJSONResponse,  # every time RFC 3339 with Z
     )
     app.add_middleware(BodyLimit)
 
@@ -214,8 +217,8 @@ def create_app(state: ApiState) -> FastAPI:
             {
                 "by": by,
                 "resolution": resolution,
-                "start": t_start.isoformat(),
-                "end": t_end.isoformat(),
+                "start": rfc3339(t_start),
+                "end": rfc3339(t_end),
                 "step_seconds": step,
                 "total": total_row[0] if total_row else 0,
                 "limit": limit,

@@ -1,6 +1,6 @@
 """Ingest from a Prometheus-compatible query API instead of scraping every agent.
 
-For clusters too large for one collector to scrape (DESIGN.md, Scale): Prometheus (with
+For clusters too large for one collector to scrape (docs/design.md, Scale): Prometheus (with
 Thanos or Mimir) or VictoriaMetrics scrapes the agents, and the collector pulls the
 ``gpuscope_*`` series it needs through ``/api/v1/query_range``. The result becomes the same
 batches a scrape gives, one per evaluation step, so everything downstream is unchanged.

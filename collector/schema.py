@@ -5,7 +5,7 @@ calls it at start-up) in one transaction and records the version reached in ``me
 store refuses a database whose version is newer than :data:`LATEST_VERSION`. Never edit a
 released migration: add the next one.
 
-Times are ``TIMESTAMP`` in UTC. JSON columns hold records of the shapes in DESIGN.md.
+Times are ``TIMESTAMP`` in UTC. JSON columns hold records of the shapes in docs/design.md.
 """
 
 from __future__ import annotations
@@ -79,7 +79,7 @@ MIGRATION_1_TABLES: tuple[str, ...] = (
         key VARCHAR NOT NULL, record JSON NOT NULL,
         valid_from TIMESTAMP NOT NULL, valid_to TIMESTAMP
     )""",
-    # Findings (DESIGN.md shape): one row per occurrence; resolved_at NULL while open.
+    # Findings (docs/design.md shape): one row per occurrence; resolved_at NULL while open.
     """CREATE TABLE findings (
         id VARCHAR NOT NULL, kind VARCHAR NOT NULL, severity VARCHAR NOT NULL,
         subject JSON NOT NULL, since TIMESTAMP, observed_at TIMESTAMP NOT NULL,

@@ -47,6 +47,7 @@ log = logging.getLogger(__name__)
 class CollectorService:
     def __init__(self, settings: Settings, *, clock: Callable[[], float] = time.time) -> None:
         cs = settings.collector
+        token = cs.collector_api_token()  # a guessable token stops the start, nothing opened
         self.settings = settings
         self.clock = clock
         self.store = Store.open(
@@ -102,7 +103,7 @@ class CollectorService:
                 "misfire_grace_time": int(cs.scrape_interval_seconds * 4) + 1,
             },
         )
-        self.token = cs.resolve_api_token()
+        self.token = token
         #: API routers added by the layers above (see ApiState.routers).
         self.routers: list[Callable[[list[Any], list[Any]], Any]] = []
 
@@ -152,7 +153,12 @@ class CollectorService:
             for p in cs.projects
         ]
         if self.inventory is None:
-            self.store.record_inventory(now, quotas=quotas)
+            # Without Kubernetes the settings are this collector's only quota source, and
+            # none configured means it knows nothing: it must not end the quotas recorded
+            # by someone else (the demo's simulated API server), or every project would
+            # read as guaranteed 0 GPUs and over quota.
+            if quotas:
+                self.store.record_inventory(now, quotas=quotas)
             return
         try:
             snap = self.inventory.sync_once()

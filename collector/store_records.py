@@ -56,7 +56,7 @@ class RecordsMixin(StoreParts):
     def record_findings(
         self, findings: Iterable[Any], now: datetime, *, kinds: Iterable[str]
     ) -> None:
-        """Upsert one detector run's findings (DESIGN.md shape, mappings or dataclasses).
+        """Upsert one detector run's findings (docs/design.md shape, mappings or dataclasses).
 
         Open findings of ``kinds`` that the run no longer reports are resolved at ``now``;
         a resolved finding that recurs opens a new row.
@@ -69,7 +69,7 @@ class RecordsMixin(StoreParts):
             con.execute(Q["resolve_findings"], {"now": utc(now), "kinds": list(kinds)})
 
     def findings(self, *, open_only: bool = True) -> list[dict[str, Any]]:
-        """Findings in the DESIGN.md shape plus ``resolved_at``, oldest observation first."""
+        """Findings in the docs/design.md shape plus ``resolved_at``, oldest observation first."""
         return [
             {**json.loads(rec), "since": since, "observed_at": seen, "resolved_at": resolved}
             for rec, since, seen, resolved in self._query(Q["select_findings"], [open_only])

@@ -170,7 +170,7 @@ def overview() -> Dashboard:
             ),
             stat(
                 "GPU-hours lost idle",
-                f"gpuscope_idle_gpu_hours_wasted{{{CLUSTER}}}",
+                f"gpuscope_idle_wasted_gpu_seconds{{{CLUSTER}}} / 3600",
                 "short",
                 steps=((None, "green"), (1, "orange"), (10, "red")),
                 links=[WORKLOADS],

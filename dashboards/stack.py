@@ -174,6 +174,8 @@ def simulated_stack(
         driver.start()
         stack.callback(driver.join, timeout=30)
         stack.callback(stop.set)
-        config = prometheus_config({"agents": agents, "collector": [collector]}, 1.0)
+        config = prometheus_config(
+            {"gpuscope-agent": agents, "gpuscope-collector": [collector]}, 1.0
+        )
         prometheus = start_prometheus(binary, tmp, config, port, stack)
         yield Stack(prometheus, tuple(agents), collector, service)

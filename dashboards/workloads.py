@@ -171,14 +171,14 @@ def workloads() -> Dashboard:
                     ),
                     stat(
                         "Idle sessions",
-                        f"gpuscope_idle_idle_sessions{{{CLUSTER}}}",
+                        f"gpuscope_idle_sessions{{{CLUSTER}}}",
                         "short",
                         height=9,
                         steps=((None, "green"), (1, "orange")),
                     ),
                     stat(
                         "GPUs held idle",
-                        f"gpuscope_idle_idle_gpus{{{CLUSTER}}}",
+                        f"gpuscope_idle_gpus{{{CLUSTER}}}",
                         "short",
                         height=9,
                         steps=((None, "green"), (1, "orange"), (8, "red")),

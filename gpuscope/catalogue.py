@@ -153,7 +153,7 @@ AGENT_METRICS: tuple[MetricSpec, ...] = (
     ),
     _c("gpuscope_ib_errors", "Port error counters, by type.", (*IB_LABELS, "type"), "infiniband"),
     _c(
-        "gpuscope_ib_hw_counter",
+        "gpuscope_ib_hw_events",
         "Device-specific hardware counters (hw_counters/).",
         (*IB_LABELS, "counter"),
         "infiniband",
@@ -161,7 +161,7 @@ AGENT_METRICS: tuple[MetricSpec, ...] = (
     _g("gpuscope_ib_port_rate_bytes_per_second", "Link rate.", IB_LABELS, "infiniband"),
     _g("gpuscope_ib_port_up", "1 if the port state is ACTIVE.", IB_LABELS, "infiniband"),
     _g(
-        "gpuscope_ib_data_counter_saturated",
+        "gpuscope_ib_port_data_saturated",
         "1 if a 32-bit data counter is stuck at its maximum (no 64-bit counter on the device).",
         IB_LABELS,
         "infiniband",
@@ -211,8 +211,10 @@ def render_markdown() -> str:
     lines = [
         "# Metric catalogue (agent)",
         "",
-        "Generated from `gpuscope/catalogue.py` by `python -m gpuscope.catalogue`; a test fails",
-        "when this file and the catalogue disagree. Every GPU series carries `node`, `gpu`",
+        "This table is generated from `gpuscope/catalogue.py` by `python -m gpuscope.catalogue`",
+        "(a test fails when they disagree); the sections after it, the collector's gauges,",
+        "renamed metrics and the mapping from dcgm-exporter and node_exporter, are written by",
+        "hand. Every GPU series carries `node`, `gpu`",
         "(index of the physical GPU), `uuid` and `mig_instance` (empty for a whole GPU; the GPU",
         "instance id for a MIG device, whose `uuid` is the MIG device's). A value the device",
         "does not support is absent, never 0.",

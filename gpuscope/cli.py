@@ -14,12 +14,13 @@ import sys
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any, NoReturn, cast
 
 from gpuscope import __version__
 from gpuscope.cli_alerts import add_alerts_parser, cmd_alerts
 from gpuscope.cli_report import add_report_parser, cmd_report
 from gpuscope.errors import UserError
+from gpuscope.logs import LogFormat, configure_logging
 from gpuscope.settings import Settings, load_settings
 
 log = logging.getLogger("gpuscope")
@@ -43,6 +44,18 @@ def _add_logging(p: argparse.ArgumentParser) -> None:
         default=os.environ.get("GPUSCOPE_LOG_LEVEL", "INFO"),
         choices=LOG_LEVELS,
         help="log verbosity (default INFO)",
+    )
+    _add_log_format(p, argparse.SUPPRESS)
+
+
+def _add_log_format(p: argparse.ArgumentParser, default: str | None) -> None:
+    """``--log-format`` before the command or after it; the command's copy sets nothing
+    when not given (SUPPRESS), so it never hides the global one."""
+    p.add_argument(
+        "--log-format",
+        choices=["text", "json"],
+        default=default,
+        help="log lines as text or JSON objects (default: the logging.format setting, text)",
     )
 
 
@@ -68,6 +81,7 @@ def number(
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="gpuscope", description="Find where GPUs are wasted, and why.")
     parser.add_argument("--version", action="version", version=f"gpuscope {__version__}")
+    _add_log_format(parser, None)
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     agent = sub.add_parser("agent", help="node agent: GPU, workload and IB metrics on /metrics")
@@ -407,6 +421,17 @@ _COMMANDS = {
 }
 
 
+def _log_format(args: argparse.Namespace) -> LogFormat:
+    """The flag, else the ``logging.format`` setting (file or environment), else text. A
+    settings file that does not load is left for the command to report in its one line."""
+    if args.log_format is not None:
+        return cast(LogFormat, args.log_format)
+    try:
+        return load_settings(getattr(args, "config", None)).logging.format
+    except UserError:
+        return "text"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     level = str(getattr(args, "log_level", "INFO")).upper()
@@ -417,14 +442,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
-    logging.basicConfig(
-        level=level,
-        format="%(asctime)s %(levelname)s %(name)s %(message)s",
-        stream=sys.stderr,
-    )
-    # Libraries log every request at INFO; gpuscope stays quiet at INFO.
-    for noisy in ("httpx", "httpcore", "kubernetes", "urllib3", "apscheduler", "matplotlib"):
-        logging.getLogger(noisy).setLevel(max(logging.WARNING, logging.getLogger().level))
+    configure_logging(level, _log_format(args))
     try:
         return _COMMANDS[args.command](args)
     except UserError as exc:

@@ -16,8 +16,14 @@ from gpuscope.settings import load_settings
 
 def add_report_parser(sub: Any) -> None:
     """The ``report`` subcommand on the CLI's subparsers."""
-    rep = sub.add_parser("report", help="write the weekly utilization report (HTML, Markdown, CSV)")
-    rep.add_argument("what", choices=["weekly"], help="which report")
+    parent = sub.add_parser(
+        "report", help="write the weekly utilization report (HTML, Markdown, CSV)"
+    )
+    # a subcommand, not a positional choice: `report weekly --help` then shows its own flags
+    kinds = parent.add_subparsers(
+        dest="what", required=True, metavar="{weekly}", parser_class=type(parent)
+    )
+    rep = kinds.add_parser("weekly", help="the report of one ISO week")
     rep.add_argument("--db", type=Path, metavar="PATH", help="a gpuscope DuckDB file (read-only)")
     rep.add_argument(
         "--out", type=Path, metavar="DIR", help="output folder (default report.out_dir)"
@@ -33,6 +39,12 @@ def add_report_parser(sub: Any) -> None:
         default=os.environ.get("GPUSCOPE_LOG_LEVEL", "INFO"),
         choices=["DEBUG", "INFO", "WARNING", "ERROR"],
         help="log verbosity (default INFO)",
+    )
+    rep.add_argument(
+        "--log-format",
+        choices=["text", "json"],
+        default=argparse.SUPPRESS,  # given or not, never hides the global flag
+        help="log lines as text or JSON objects (default: the logging.format setting, text)",
     )
 
 

@@ -13,6 +13,8 @@ shortened to fit the live minute.
 from __future__ import annotations
 
 import json
+import shlex
+import shutil
 import sys
 import tempfile
 import threading
@@ -39,6 +41,7 @@ from gpuscope.errors import UserError
 from gpuscope.service import add_analytics, analytics_job
 from gpuscope.settings import Settings, load_settings
 from gpuscope.sim import SimulatedCluster, default_scenario
+from gpuscope.timefmt import rfc3339
 
 DB_NAME = "gpuscope.duckdb"
 STEPS = 7
@@ -247,15 +250,42 @@ def _print_summary(
             sort_keys=False,
         )
     )
-    print(f"simulated time: {at.strftime('%Y-%m-%d %H:%M:%S')} UTC (history ends there)")
-    print(f"database: {db}\nfindings: {out / 'findings.json'}\nactions: {out / 'actions.json'}")
-    print(f"report:   {report.html}")
-    when = at.strftime("%Y-%m-%dT%H:%M:%SZ")
-    print(
-        f"the policies again (a dry run): gpuscope act --db {db} --policy "
-        f"{out / 'demo-policies.yaml'} --config {config} --at {when}"
-    )
-    print(f"again, from the database: gpuscope analyze all --db {db} --config {config} --at {when}")
+    print("\n".join(follow_up_lines(db, out, config, report.html, at)))
+
+
+def gpuscope_command() -> str:
+    """How the user's shell runs this gpuscope: the bare name when PATH finds this very
+    installation; else the console script beside the interpreter (a virtual environment's
+    bin/, relative to the working directory when below it); else ``python -m``."""
+    script = Path(sys.executable).absolute().parent / "gpuscope"
+    found = shutil.which("gpuscope")
+    if script.is_file():
+        if found is not None and Path(found).absolute() == script:
+            return "gpuscope"
+        try:
+            return shlex.quote(str(script.relative_to(Path.cwd().absolute())))
+        except ValueError:
+            return shlex.quote(str(script))
+    return f"{shlex.quote(sys.executable)} -m gpuscope.cli"
+
+
+def follow_up_lines(db: Path, out: Path, config: Path, html: Path, at: datetime) -> list[str]:
+    """Where the demo's outputs are and the commands that ask again, as they can be pasted:
+    the time in RFC 3339 (what ``--at`` takes), the command as the shell can find it."""
+    when = rfc3339(at.replace(microsecond=0))  # whole seconds, as people copy it
+    cmd = gpuscope_command()
+    q = shlex.quote
+    return [
+        f"simulated time: {when} (history ends there)",
+        f"database: {db}",
+        f"findings: {out / 'findings.json'}",
+        f"actions: {out / 'actions.json'}",
+        f"report:   {html}",
+        f"the policies again (a dry run): {cmd} act --db {q(str(db))} --policy "
+        f"{q(str(out / 'demo-policies.yaml'))} --config {q(str(config))} --at {when}",
+        f"again, from the database: {cmd} analyze all --db {q(str(db))} "
+        f"--config {q(str(config))} --at {when}",
+    ]
 
 
 def _serve(service: CollectorService) -> None:

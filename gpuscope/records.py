@@ -143,7 +143,7 @@ Severity = Literal["info", "warning", "critical"]
 
 @dataclass(frozen=True, slots=True)
 class Finding:
-    """One thing a detector found, in the shape DESIGN.md fixes (stored and served as JSON).
+    """One thing a detector found, in the shape docs/design.md fixes (stored and served as JSON).
 
     ``id`` is stable for the same kind and subject (see :func:`finding_id`), so a finding
     that persists across runs updates one row, and one that stops is resolved.

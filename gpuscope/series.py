@@ -94,11 +94,11 @@ def port_series(node: str, p: IbPortReading) -> Iterator[Series]:
             yield name, labels, float(value)
     if p.up is not None:
         yield "gpuscope_ib_port_up", labels, 1.0 if p.up else 0.0
-    yield "gpuscope_ib_data_counter_saturated", labels, 1.0 if p.data_counter_saturated else 0.0
+    yield "gpuscope_ib_port_data_saturated", labels, 1.0 if p.data_counter_saturated else 0.0
     for kind, value in p.errors:
         yield "gpuscope_ib_errors", [*labels, kind], float(value)
     for counter, value in p.hw_counters:
-        yield "gpuscope_ib_hw_counter", [*labels, counter], float(value)
+        yield "gpuscope_ib_hw_events", [*labels, counter], float(value)
 
 
 def node_series(

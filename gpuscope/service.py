@@ -1,6 +1,6 @@
 """The long-running service, assembled at the top: the collector plus the layers above it.
 
-DESIGN.md: layers point one way (actions -> analytics -> collector), so the only place that
+docs/design.md: layers point one way (actions -> analytics -> collector), so the only place that
 wires them all into one process is here, beside the CLI: the collector's jobs, the
 analytics job (every detector; findings stored, headline numbers as gauges; then the alerts
 over them), the action policies, and the weekly report with its summary sent through the

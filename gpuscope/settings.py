@@ -75,7 +75,7 @@ class WorkloadRule(_Section):
 
 
 class WorkloadSettings(_Section):
-    """How pods are classified (DESIGN.md, Workloads, projects and quotas)."""
+    """How pods are classified (docs/design.md, Workloads, projects and quotas)."""
 
     rules: list[WorkloadRule] = Field(default_factory=list)
     #: Pods with a priority below this may be moved by consolidation.
@@ -190,7 +190,7 @@ class CollectorSettings(_Section):
     max_series: int = Field(default=1_000_000, gt=0)
     #: How long ingest retries a database that refuses writes before the process exits.
     store_failure_exit_seconds: float = Field(default=60.0, gt=0, le=86_400)
-    #: Ingest from this Prometheus-compatible query API instead of scraping (DESIGN.md, Scale).
+    #: Ingest from this Prometheus-compatible query API instead of scraping (docs/design.md, Scale).
     prometheus_url: str = ""
     #: Kubernetes API access: ``auto`` (in-cluster, else kubeconfig, else none), ``none``,
     #: or an explicit API server URL (``kubectl proxy``, or https with the options below).
@@ -263,6 +263,13 @@ class CollectorSettings(_Section):
             return self.scrape_timeout_seconds
         return min(self.scrape_timeout_seconds, 0.9 * self.scrape_interval_seconds)
 
+    def collector_api_token(self, env: Mapping[str, str] | None = None) -> str:
+        """The token the collector serves with, refused when guessable (see
+        :func:`check_api_token`); empty when none is configured (writes then answer 403)."""
+        token = self.resolve_api_token(env)
+        check_api_token(token)
+        return token
+
     def resolve_api_token(self, env: Mapping[str, str] | None = None) -> str:
         """The token from the setting, the file or the environment variable, in that order."""
         if self.api_token:
@@ -277,6 +284,33 @@ class CollectorSettings(_Section):
         if self.api_token_env:
             return (os.environ if env is None else env).get(self.api_token_env, "")
         return ""
+
+
+#: The shortest API token the collector accepts: 32 characters, as from
+#: ``openssl rand -hex 16`` or ``python -c "import secrets; print(secrets.token_hex(16))"``.
+MIN_API_TOKEN_LENGTH = 32
+#: Tokens written in the docs and manifests as examples: anyone can read them, so the
+#: collector refuses them, as it refuses any token with a placeholder's words in it.
+EXAMPLE_API_TOKENS = frozenset({"change-me-long-random-token"})
+_PLACEHOLDER_WORDS = ("change-me", "changeme", "replace-me", "example")
+
+
+def check_api_token(token: str) -> None:
+    """Refuse a configured API token that protects nothing: too short to resist guessing, or
+    a documented example. An empty token is allowed (no write endpoint then accepts any)."""
+    if not token:
+        return
+    lowered = token.lower()
+    if token in EXAMPLE_API_TOKENS or any(w in lowered for w in _PLACEHOLDER_WORDS):
+        raise ConfigError(
+            "collector API token is an example from the docs; set a random one "
+            f"(at least {MIN_API_TOKEN_LENGTH} characters, e.g. openssl rand -hex 16)"
+        )
+    if len(token) < MIN_API_TOKEN_LENGTH:
+        raise ConfigError(
+            f"collector API token is {len(token)} characters; at least "
+            f"{MIN_API_TOKEN_LENGTH} are needed (e.g. openssl rand -hex 16)"
+        )
 
 
 class AnalyticsSettings(_Section):
@@ -369,6 +403,13 @@ class ReportSettings(_Section):
     fragmentation_step_hours: float = Field(default=6, gt=0, le=168)
 
 
+class LoggingSettings(_Section):
+    """How every command logs (``--log-format`` overrides it)."""
+
+    #: ``text`` lines for people, or ``json``: one object per record for log collectors.
+    format: Literal["text", "json"] = "text"
+
+
 class Settings(_Section):
     agent: AgentSettings = Field(default_factory=AgentSettings)
     collector: CollectorSettings = Field(default_factory=CollectorSettings)
@@ -377,6 +418,7 @@ class Settings(_Section):
     actions: ActionsSettings = Field(default_factory=ActionsSettings)
     alerts: AlertsSettings = Field(default_factory=AlertsSettings)
     report: ReportSettings = Field(default_factory=ReportSettings)
+    logging: LoggingSettings = Field(default_factory=LoggingSettings)
 
 
 def read_yaml_file(path: Path, what: str) -> Any:
@@ -407,12 +449,22 @@ def _read_file(path: Path) -> dict[str, Any]:
 
 
 def _env_overrides(env: Mapping[str, str]) -> dict[str, Any]:
+    """``GPUSCOPE_<SECTION>__<KEY>`` variables as settings; ``__`` also reaches into nested
+    sections (``GPUSCOPE_COLLECTOR__DISCOVERY__ENABLED=true``)."""
     out: dict[str, Any] = {}
     for key, value in env.items():
         if not key.startswith(ENV_PREFIX) or key == CONFIG_ENV or "__" not in key:
             continue
-        section, _, name = key[len(ENV_PREFIX) :].lower().partition("__")
-        out.setdefault(section, {})[name] = value
+        *parents, name = key[len(ENV_PREFIX) :].lower().split("__")
+        node = out
+        for part in parents:
+            child = node.setdefault(part, {})
+            if not isinstance(child, dict):  # GPUSCOPE_A__B and GPUSCOPE_A__B__C both set
+                raise ConfigError(f"environment variable {key}: {part} is not a section")
+            node = child
+        if isinstance(node.get(name), dict):
+            raise ConfigError(f"environment variable {key}: {name} is a section, not a value")
+        node[name] = value
     return out
 
 

@@ -2,7 +2,7 @@
 
 Pure functions over a pod's labels, annotations, owner and priority, shared by the agent
 (to label its workload series) and the collector's inventory (to decide policies), so both
-always agree on what a pod is. The order of evidence follows DESIGN.md.
+always agree on what a pod is. The order of evidence follows docs/design.md.
 """
 
 from __future__ import annotations

@@ -1,20 +1,17 @@
-"""Shared fixtures: where the third-party reference data lives, free loopback ports."""
+"""Shared fixtures: the third-party reference data (tests/fixtures), free loopback ports."""
 
 import socket
 from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
-#: ../shared/data beside the checkout (CI clones with shared/ beside it).
-SHARED_DATA = REPO.parent / "shared" / "data"
+from tests.paths import FIXTURES
 
 
 @pytest.fixture(scope="session")
-def shared_data() -> Path:
-    if not SHARED_DATA.is_dir():
-        pytest.skip(f"reference data not found at {SHARED_DATA}")
-    return SHARED_DATA
+def fixtures_dir() -> Path:
+    """tests/fixtures: one folder per third-party data set, each with its PROVENANCE.md."""
+    return FIXTURES
 
 
 def free_port() -> int:

@@ -152,7 +152,7 @@ WHERE NOT EXISTS (
     SELECT 1 FROM {table} AS t WHERE t.valid_to IS NULL AND t.key = snap.key);
 
 -- name: update_findings
--- incoming: record (JSON, the DESIGN.md finding shape, times as naive UTC ISO text)
+-- incoming: record (JSON, the docs/design.md finding shape, times as naive UTC ISO text)
 UPDATE findings AS f
 SET severity = n.r->>'severity', subject = n.r->'subject',
     since = coalesce(CAST(n.r->>'since' AS TIMESTAMP), f.since),

@@ -1,6 +1,6 @@
 """A stand-in for the ``pynvml`` module: same function names, arguments and return shapes.
 
-Tests replace NVML at the library boundary with this double (DESIGN.md, "Real components").
+Tests replace NVML at the library boundary with this double (docs/design.md, "Real components").
 It returns pynvml's own ctypes structures (``c_nvmlMemory_t``, ``c_nvmlFieldValue_t``,
 ``c_nvmlProcessUtilizationSample_t``...) and raises pynvml's own exception classes
 (``NVMLError_NotSupported``, ``NVMLError_GpuIsLost``...), and its constants are pynvml's.
@@ -24,8 +24,9 @@ from typing import Any
 
 import pynvml
 
-SHARED_DATA = Path(__file__).resolve().parents[3] / "shared" / "data"
-NVIDIA_SMI_XML = SHARED_DATA / "nvidia-smi-xml"
+from tests.paths import FIXTURES
+
+NVIDIA_SMI_XML = FIXTURES / "nvidia-smi-xml"
 
 _MIB = 1024 * 1024
 _ALL_LINKS = 0xFFFFFFFF

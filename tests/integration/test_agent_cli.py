@@ -26,9 +26,9 @@ def names_in(text: str) -> set[str]:
     return {s.name for fam in text_string_to_metric_families(text) for s in fam.samples}
 
 
-def test_once_prints_every_metric_the_sources_give(shared_data: Path) -> None:
+def test_once_prints_every_metric_the_sources_give(fixtures_dir: Path) -> None:
     """sim GPUs + the real IB fixture tree: every catalogued series the sources can give is there."""
-    sysfs = shared_data / "infiniband-procfs" / "sys"
+    sysfs = fixtures_dir / "infiniband-procfs" / "sys"
     res = run("agent", "--gpu-source", "sim", "--sysfs-root", str(sysfs), "--once")
     assert res.returncode == 0, res.stderr
     got = names_in(res.stdout)
@@ -47,10 +47,10 @@ def test_once_prints_every_metric_the_sources_give(shared_data: Path) -> None:
     assert "Traceback" not in res.stderr
 
 
-def test_listen_serves_the_same_over_http(shared_data: Path) -> None:
+def test_listen_serves_the_same_over_http(fixtures_dir: Path) -> None:
     """--listen serves /metrics with the same families as --once, and /healthz reports sources."""
     port = free_port()
-    sysfs = shared_data / "infiniband-procfs" / "sys"
+    sysfs = fixtures_dir / "infiniband-procfs" / "sys"
     proc = subprocess.Popen(
         [
             *GPUSCOPE,

@@ -195,7 +195,7 @@ def test_analyze_all_on_the_database_finds_the_same(finished: dict[str, object])
 
 def test_consolidation_plans_room_for_the_blocked_job(finished: dict[str, object]) -> None:
     """The plan frees a node for the pending 4-GPU job by evicting preemptible batch pods
-    only (never a notebook or an inference pod), naming each move as DESIGN.md asks."""
+    only (never a notebook or an inference pod), naming each move as docs/design.md asks."""
     res = subprocess.run(
         [
             sys.executable,

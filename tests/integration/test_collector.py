@@ -20,7 +20,7 @@ from tests.integration.helpers import ENV, agent_process, http_server, send, wai
 REPO = Path(__file__).resolve().parents[2]
 
 pytestmark = pytest.mark.integration
-TOKEN = "s3cret-token-for-tests"
+TOKEN = "s3cret-token-for-tests-0123456789abcdef"
 
 
 @pytest.fixture(scope="module")
@@ -208,6 +208,32 @@ def test_bad_collector_input_is_one_line(args: list[str], message: str) -> None:
     assert res.returncode == 2, res.stderr
     assert len(res.stderr.strip().splitlines()) == 1
     assert message in res.stderr
+
+
+@pytest.mark.parametrize(
+    ("token", "message"),
+    [
+        ("change-me-long-random-token", "is an example from the docs"),
+        ("short-but-secret", "is 16 characters; at least 32 are needed"),
+    ],
+)
+def test_a_guessable_api_token_stops_the_start(tmp_path: Path, token: str, message: str) -> None:
+    """The deploy example's token, or one under 32 characters: one line, exit 2, no
+    database made (the token would otherwise let anyone add silences)."""
+    db = tmp_path / "t.duckdb"
+    secret = tmp_path / "token"
+    secret.write_text(token + "\n")  # as a mounted Secret holds it
+    res = subprocess.run(
+        [sys.executable, "-m", "gpuscope.cli", "collector", "--kubernetes", "none",
+         "--db", str(db), "--listen", f"127.0.0.1:{free_port()}"],
+        capture_output=True, text=True, timeout=60,
+        env={**ENV, "GPUSCOPE_COLLECTOR__API_TOKEN_FILE": str(secret)},
+    )  # fmt: skip
+    assert res.returncode == 2, res.stderr
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], res.stderr
+    assert token not in res.stderr
+    assert not db.exists()
 
 
 def test_a_target_that_stops_answering_is_stale_not_repeated(tmp_path: Path) -> None:

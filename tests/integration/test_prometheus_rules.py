@@ -51,6 +51,13 @@ tests:
         values: '0+60000000x30'
       - series: 'gpuscope_ib_port_rate_bytes_per_second{{node="n3",device="mlx5_0",port="1"}}'
         values: '50000000x30'
+      # idle sessions of both severities at once (and info ones, which never alert)
+      - series: 'gpuscope_findings{{kind="idle_session",severity="warning"}}'
+        values: '0 2 2 2 2'
+      - series: 'gpuscope_findings{{kind="idle_session",severity="critical"}}'
+        values: '0 1 1 1 1'
+      - series: 'gpuscope_findings{{kind="idle_session",severity="info"}}'
+        values: '3 3 3 3 3'
     alert_rule_test:
       - eval_time: 2m
         alertname: GpuUncorrectedEccErrors
@@ -62,6 +69,7 @@ tests:
             exp_annotations:
               summary: "GPU 0 on n1 had 1 uncorrected ECC error(s) in the last hour"
               description: "Drain the node and check the GPU (GPU-a)."
+              runbook_url: "https://github.com/gpuscope/gpuscope/blob/main/docs/runbooks.md#gpuuncorrectedeccerrors"
       - eval_time: 4m
         alertname: GpuLostFromBus
         exp_alerts: []
@@ -71,20 +79,100 @@ tests:
           - exp_labels: {{node: n2, gpu: "3", uuid: GPU-b, severity: critical}}
             exp_annotations:
               summary: "GPU 3 on n2 stopped answering (fell off the bus?)"
+              runbook_url: "https://github.com/gpuscope/gpuscope/blob/main/docs/runbooks.md#gpulostfrombus"
       - eval_time: 20m
         alertname: InfinibandLinkHot
         exp_alerts:
           - exp_labels: {{node: n3, device: mlx5_0, port: "1", severity: warning}}
             exp_annotations:
               summary: "n3 mlx5_0/1 runs at 90% of its link rate"
+              runbook_url: "https://github.com/gpuscope/gpuscope/blob/main/docs/runbooks.md#infinibandlinkhot"
+      - eval_time: 0m
+        alertname: IdleGpuSession
+        exp_alerts: []
+      - eval_time: 2m
+        alertname: IdleGpuSession
+        exp_alerts:
+          - exp_labels: {{severity: warning}}
+            exp_annotations:
+              summary: "2 interactive session(s) hold idle GPUs (warning)"
+              runbook_url: "https://github.com/gpuscope/gpuscope/blob/main/docs/runbooks.md#idlegpusession"
+          - exp_labels: {{severity: critical}}
+            exp_annotations:
+              summary: "1 interactive session(s) hold idle GPUs (critical)"
+              runbook_url: "https://github.com/gpuscope/gpuscope/blob/main/docs/runbooks.md#idlegpusession"
 """
 
 
 def test_rules_fire_on_their_series(tmp_path: Path) -> None:
-    """An uncorrected ECC error, a GPU gone from the bus and a port at 90 % raise their alerts
-    (and nothing fires before its time)."""
+    """An uncorrected ECC error, a GPU gone from the bus, a port at 90 % and idle sessions of
+    two severities at once raise their alerts, each with its runbook (and nothing fires
+    before its time)."""
     test_file = tmp_path / "rules_test.yaml"
     test_file.write_text(UNIT_TESTS.format(rules=RULES))
+    out = subprocess.run([_promtool(), "test", "rules", str(test_file)], capture_output=True,
+                         text=True)  # fmt: skip
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+COMPAT = RULES.parent / "gpuscope-dcgm-compat.yaml"
+COMPAT_TESTS = """
+rule_files: [{rules}]
+evaluation_interval: 1m
+tests:
+  - interval: 1m
+    input_series:
+      - series: 'gpuscope_gpu_info{{node="n1",gpu="0",uuid="GPU-a",model="NVIDIA H100",driver_version="550"}}'
+        values: '1x5'
+      - series: 'gpuscope_gpu_info{{node="n1",gpu="1",uuid="GPU-b",model="NVIDIA H100",driver_version="550"}}'
+        values: '1x5'
+      - series: 'gpuscope_gpu_utilization_ratio{{node="n1",gpu="0",uuid="GPU-a"}}'
+        values: '0.75x5'
+      - series: 'gpuscope_gpu_utilization_ratio{{node="n1",gpu="1",uuid="GPU-b"}}'
+        values: '0.25x5'
+      - series: 'gpuscope_gpu_workload_utilization_ratio{{node="n1",gpu="0",uuid="GPU-a",namespace="ml",pod="p1",container="c"}}'
+        values: '0.5x5'
+      - series: 'gpuscope_gpu_workload_utilization_ratio{{node="n1",gpu="0",uuid="GPU-a",namespace="ml",pod="p2",container="c"}}'
+        values: '0.25x5'
+      - series: 'gpuscope_gpu_workload_memory_used_bytes{{node="n1",gpu="0",uuid="GPU-a",namespace="ml",pod="p1",container="c"}}'
+        values: '2097152x5'
+      - series: 'gpuscope_gpu_memory_used_bytes{{node="n1",gpu="1",uuid="GPU-b"}}'
+        values: '1048576x5'
+      - series: 'gpuscope_gpu_temperature_celsius{{node="n1",gpu="1",uuid="GPU-b"}}'
+        values: '41x5'
+    promql_expr_test:
+      - expr: DCGM_FI_DEV_GPU_UTIL
+        eval_time: 2m
+        exp_samples:
+          - labels: 'DCGM_FI_DEV_GPU_UTIL{{node="n1",gpu="0",uuid="GPU-a",namespace="ml",pod="p1",container="c",model="NVIDIA H100",UUID="GPU-a",Hostname="n1",modelName="NVIDIA H100",device="nvidia0"}}'
+            value: 50
+          - labels: 'DCGM_FI_DEV_GPU_UTIL{{node="n1",gpu="0",uuid="GPU-a",namespace="ml",pod="p2",container="c",model="NVIDIA H100",UUID="GPU-a",Hostname="n1",modelName="NVIDIA H100",device="nvidia0"}}'
+            value: 25
+          - labels: 'DCGM_FI_DEV_GPU_UTIL{{node="n1",gpu="1",uuid="GPU-b",model="NVIDIA H100",UUID="GPU-b",Hostname="n1",modelName="NVIDIA H100",device="nvidia1"}}'
+            value: 25
+      - expr: DCGM_FI_DEV_FB_USED
+        eval_time: 2m
+        exp_samples:
+          - labels: 'DCGM_FI_DEV_FB_USED{{node="n1",gpu="0",uuid="GPU-a",namespace="ml",pod="p1",container="c",model="NVIDIA H100",UUID="GPU-a",Hostname="n1",modelName="NVIDIA H100",device="nvidia0"}}'
+            value: 2
+          - labels: 'DCGM_FI_DEV_FB_USED{{node="n1",gpu="1",uuid="GPU-b",model="NVIDIA H100",UUID="GPU-b",Hostname="n1",modelName="NVIDIA H100",device="nvidia1"}}'
+            value: 1
+      - expr: avg by (Hostname, modelName) (DCGM_FI_DEV_GPU_TEMP)
+        eval_time: 2m
+        exp_samples:
+          - labels: '{{Hostname="n1",modelName="NVIDIA H100"}}'
+            value: 41
+"""
+
+
+def test_dcgm_compat_rules_give_dcgm_exporter_names_per_workload(tmp_path: Path) -> None:
+    """A dcgm-exporter dashboard's queries find gpuscope's data: per pod on a shared GPU, the
+    GPU's own value where no pod holds it, in dcgm-exporter's units and labels."""
+    check = subprocess.run([_promtool(), "check", "rules", str(COMPAT)], capture_output=True,
+                           text=True)  # fmt: skip
+    assert check.returncode == 0, check.stdout + check.stderr
+    test_file = tmp_path / "compat_test.yaml"
+    test_file.write_text(COMPAT_TESTS.format(rules=COMPAT))
     out = subprocess.run([_promtool(), "test", "rules", str(test_file)], capture_output=True,
                          text=True)  # fmt: skip
     assert out.returncode == 0, out.stdout + out.stderr

@@ -1,4 +1,4 @@
-"""Ingest through a real Prometheus's query API (DESIGN.md, Scale)."""
+"""Ingest through a real Prometheus's query API (docs/design.md, Scale)."""
 
 import time
 from datetime import UTC, datetime

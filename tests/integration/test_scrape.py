@@ -110,9 +110,9 @@ def test_page_over_the_size_cap_is_refused() -> None:
     assert o.reason == "body_size_limit"
 
 
-def test_dcgm_exporter_page_is_translated_into_the_catalogue(shared_data: Path) -> None:
+def test_dcgm_exporter_page_is_translated_into_the_catalogue(fixtures_dir: Path) -> None:
     """The recorded dcgm-exporter page becomes catalogue series per host, pods attributed."""
-    body = (shared_data / "dcgm-exporter-sample" / "dcgm-exporter-metrics.txt").read_bytes()
+    body = (fixtures_dir / "dcgm-exporter-sample" / "dcgm-exporter-metrics.txt").read_bytes()
 
     def page(h: BaseHTTPRequestHandler) -> None:
         send(h, body, TEXT)

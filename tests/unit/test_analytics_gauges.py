@@ -128,3 +128,33 @@ def test_idle_findings_become_one_series_each_with_since_and_gpus() -> None:
     assert sum(n == "gpuscope_idle_gpus_held" for n, _ in got) == 1
     g.update({"idle": Analysis(kinds=("idle_session",))})
     assert not any(n == "gpuscope_idle_gpus_held" for n, _ in samples(g))
+
+
+def test_names_promtool_rejects_are_renamed_to_base_units() -> None:
+    """GPU-hours become GPU-seconds (x 3600), a gauge loses ``_total``, the detector's name is
+    not said twice; the summary keeps its keys (docs/metrics.md, Renamed metrics)."""
+    g = AnalyticsGauges()
+    g.update(
+        {
+            "idle": Analysis(kinds=(), summary={"idle_sessions": 2, "gpu_hours_wasted": 1.5}),
+            "quota": Analysis(
+                kinds=(),
+                summary={
+                    "total_gpu_hours": 2.0,
+                    "window_hours": 24,
+                    "projects": {"nlp": {"gpu_hours": 0.5, "share_of_gpu_hours": 0.25}},
+                },
+            ),
+            "fragmentation": Analysis(kinds=(), summary={"mig_instances_total": 7}),
+        }
+    )
+    got = samples(g)
+    assert got[("gpuscope_idle_sessions", ())] == 2
+    assert got[("gpuscope_idle_wasted_gpu_seconds", ())] == 5400
+    assert got[("gpuscope_quota_total_used_gpu_seconds", ())] == 7200
+    assert got[("gpuscope_quota_window_seconds", ())] == 86400
+    assert got[("gpuscope_quota_used_gpu_seconds", (("project", "nlp"),))] == 1800
+    assert got[("gpuscope_quota_gpu_time_share_ratio", (("project", "nlp"),))] == 0.25
+    assert got[("gpuscope_fragmentation_mig_instances", ())] == 7
+    names = {name for name, _ in got}
+    assert not {n for n in names if "hours" in n or n.endswith("_total") or "idle_idle" in n}

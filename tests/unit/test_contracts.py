@@ -16,8 +16,9 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def test_metric_doc_is_generated_from_the_catalogue() -> None:
-    """docs/metrics.md is what `python -m gpuscope.catalogue` prints (regenerate it if not)."""
-    assert (REPO / "docs" / "metrics.md").read_text() == render_markdown()
+    """docs/metrics.md opens with what `python -m gpuscope.catalogue` prints (regenerate that
+    part if not); the hand-written sections (renames, mappings) follow it."""
+    assert (REPO / "docs" / "metrics.md").read_text().startswith(render_markdown() + "\n## ")
 
 
 def _options(parser: argparse.ArgumentParser) -> dict[str, list[str]]:

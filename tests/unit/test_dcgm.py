@@ -33,8 +33,9 @@ from gpuscope.dcgm import (
 )
 from gpuscope.errors import SourceError
 from gpuscope.records import GpuProcess, GpuReading, PodRef
+from tests.paths import FIXTURES
 
-DATA = Path(__file__).resolve().parents[3] / "shared" / "data"
+DATA = FIXTURES
 SAMPLE = DATA / "dcgm-exporter-sample" / "dcgm-exporter-metrics.txt"
 COUNTER_CSVS = (
     DATA / "dcgm-exporter" / "etc" / "default-counters.csv",

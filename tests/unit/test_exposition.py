@@ -222,7 +222,7 @@ def test_catalogue_follows_prometheus_conventions(spec: object) -> None:
 
 
 def test_design_required_metrics_are_catalogued() -> None:
-    """Every metric DESIGN.md's catalogue requires exists under that exact name."""
+    """Every metric docs/design.md's catalogue requires exists under that exact name."""
     required = [
         "gpuscope_gpu_info",
         "gpuscope_gpu_utilization_ratio",

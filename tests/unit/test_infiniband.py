@@ -1,7 +1,7 @@
 """The InfiniBand sysfs reader, against real fixture trees and trees built to break it.
 
 The expected values below were read by hand from the fixture files (word counts times 4 for
-data counters); see ``shared/data/infiniband-*/PROVENANCE.md`` for where the trees come from.
+data counters); see ``tests/fixtures/infiniband-*/PROVENANCE.md`` for where the trees come from.
 """
 
 from __future__ import annotations
@@ -20,8 +20,9 @@ from agent.infiniband import SysfsIbSource, parse_rate
 from agent.sources import IbSource
 from gpuscope.errors import SourceError
 from gpuscope.records import IbPortReading
+from tests.paths import FIXTURES
 
-DATA = Path(__file__).resolve().parents[3] / "shared" / "data"
+DATA = FIXTURES
 NODE_EXPORTER = DATA / "infiniband-node-exporter" / "sys"
 PROCFS = DATA / "infiniband-procfs" / "sys"
 
@@ -44,8 +45,7 @@ def make_source() -> Iterator[MakeSource]:
 
 
 def _tree(path: Path) -> Path:
-    if not (path / "class" / "infiniband").is_dir():
-        pytest.skip(f"fixture tree {path} is missing (shared/ must sit beside the checkout)")
+    assert (path / "class" / "infiniband").is_dir(), f"fixture tree {path} is missing"
     return path
 
 

@@ -7,7 +7,6 @@ import random
 import subprocess
 import sys
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from prometheus_client.exposition import generate_latest
@@ -22,9 +21,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from collector.parse import MAX_ERRORS, ParseResult, parse_exposition
+from tests.paths import FIXTURES
 
-SHARED_DATA = Path(__file__).resolve().parents[3] / "shared" / "data"
-DCGM_PAGE = SHARED_DATA / "dcgm-exporter-sample" / "dcgm-exporter-metrics.txt"
+DCGM_PAGE = FIXTURES / "dcgm-exporter-sample" / "dcgm-exporter-metrics.txt"
 
 Row = tuple[str, tuple[tuple[str, str], ...], float, int | None]
 

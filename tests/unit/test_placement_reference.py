@@ -26,10 +26,10 @@ from analytics.fragmentation import analyze_fragmentation, summarize
 from analytics.runner import run_on_snapshot
 from collector.inventory_records import NodeInfo, PodInfo
 from gpuscope.settings import AnalyticsSettings, Settings
+from tests.paths import FIXTURES
 
 AT = datetime(2025, 1, 1, tzinfo=UTC)
-CSV = Path(__file__).resolve().parents[3] / "shared" / "data" / "alibaba-gpu-v2023" / "csv"
-needs_trace = pytest.mark.skipif(not CSV.is_dir(), reason="public trace not present")
+CSV = FIXTURES / "alibaba-gpu-v2023" / "csv"
 COVERAGE = 0.95
 
 
@@ -282,7 +282,6 @@ def _trace_reference(pod_csv: Path) -> float:
     return sum(ref_fgd(n, mix) for n in nodes)
 
 
-@needs_trace
 @pytest.mark.parametrize("name", ["gpuspec10", "gpuspec25", "gpuspec33"])
 def test_gpuspec_traces_match_the_reference(name: str) -> None:
     pod_csv = CSV / f"openb_pod_list_{name}.csv"

@@ -9,12 +9,11 @@ import pytest
 from analytics.allocation import Task
 from analytics.trace import parse_gpu_spec, read_trace
 from gpuscope.errors import UserError
+from tests.paths import TRACE_CSV
 
-CSV = Path(__file__).resolve().parents[3] / "shared" / "data" / "alibaba-gpu-v2023" / "csv"
-needs_trace = pytest.mark.skipif(not CSV.is_dir(), reason="public trace not present")
+CSV = TRACE_CSV
 
 
-@needs_trace
 def test_gpu_nodes_match_provenance() -> None:
     state, _ = read_trace(CSV / "openb_node_list_gpu_node.csv", CSV / "openb_pod_list_cpu0.csv")
     assert len(state.nodes) == 1213
@@ -28,14 +27,12 @@ def test_gpu_nodes_match_provenance() -> None:
     assert state.nodes[0].pool == state.nodes[0].gpu_model
 
 
-@needs_trace
 def test_all_nodes_include_cpu_only_ones() -> None:
     state, _ = read_trace(CSV / "openb_node_list_all_node.csv", CSV / "openb_pod_list_cpu0.csv")
     assert len(state.nodes) == 1523
     assert sum(1 for n in state.nodes if not n.gpus) == 310
 
 
-@needs_trace
 @pytest.mark.parametrize(
     ("name", "count"),
     [("default", 8152), ("gpushare100", 8152), ("multigpu50", 9061), ("cpu0", 7064)],
@@ -45,7 +42,6 @@ def test_task_counts(name: str, count: int) -> None:
     assert len(tasks) == count
 
 
-@needs_trace
 def test_default_tasks_as_provenance_describes() -> None:
     _, tasks = read_trace(CSV / "openb_node_list_gpu_node.csv", CSV / "openb_pod_list_default.csv")
     counts: dict[int, int] = {}
@@ -57,7 +53,6 @@ def test_default_tasks_as_provenance_describes() -> None:
     assert all(t.gpu_share == 1.0 for t in tasks if t.gpu_count > 1)
 
 
-@needs_trace
 def test_gpu_spec_constrains_models() -> None:
     _, tasks = read_trace(
         CSV / "openb_node_list_gpu_node.csv", CSV / "openb_pod_list_gpuspec33.csv"

@@ -1,4 +1,4 @@
-"""Workload classification follows DESIGN.md's order of evidence."""
+"""Workload classification follows docs/design.md's order of evidence."""
 
 import pytest
 

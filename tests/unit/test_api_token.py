@@ -1,0 +1,72 @@
+"""The collector's API token: refused when short or a documented example."""
+
+from __future__ import annotations
+
+import re
+import secrets
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from gpuscope.errors import ConfigError
+from gpuscope.settings import EXAMPLE_API_TOKENS, MIN_API_TOKEN_LENGTH, check_api_token
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_a_random_token_of_32_characters_is_accepted_and_none_is_allowed() -> None:
+    check_api_token(secrets.token_hex(16))
+    check_api_token("")  # no token: every write endpoint answers 403
+
+
+@pytest.mark.parametrize("token", ["x" * (MIN_API_TOKEN_LENGTH - 1), "tok", "s3cret"])
+def test_a_short_token_is_refused(token: str) -> None:
+    with pytest.raises(ConfigError, match=f"at least {MIN_API_TOKEN_LENGTH}"):
+        check_api_token(token)
+
+
+@pytest.mark.parametrize(
+    "token", [*sorted(EXAMPLE_API_TOKENS), "CHANGE-ME-" + "0" * 40, "my-example-token-" + "a" * 20]
+)
+def test_an_example_token_is_refused_whatever_its_length(token: str) -> None:
+    with pytest.raises(ConfigError, match="example from the docs") as err:
+        check_api_token(token)
+    assert token not in str(err.value)
+
+
+TOKEN_WRITTEN = re.compile(r"(?:api[-_]token|GPUSCOPE_API_TOKEN)\s*[:=]\s*['\"]?([^\s'\"#]+)")
+
+
+def _tokens_in(text: str) -> set[str]:
+    """Values written for an API token in ``text`` (templates and placeholders aside)."""
+    return {
+        value
+        for value in TOKEN_WRITTEN.findall(text)
+        if not value.startswith(("{{", "$", "<")) and "/" not in value
+    }
+
+
+def _documented_tokens() -> set[str]:
+    """Every value written for an API token in the repository's docs and manifests."""
+    files = subprocess.run(
+        ["git", "ls-files", "*.md", "*.yaml", "*.yml", "*.tpl"],
+        cwd=REPO, capture_output=True, text=True, check=True,
+    ).stdout.split()  # fmt: skip
+    found: set[str] = set()
+    for name in files:
+        found |= _tokens_in((REPO / name).read_text(encoding="utf-8"))
+    return found
+
+
+def test_the_scanner_finds_a_token_written_as_the_old_manifests_did() -> None:
+    """The old collector.yaml shipped this Secret; the scan below must see such a line."""
+    old_manifest = 'stringData:\n  api-token: "change-me-long-random-token"\n'
+    assert _tokens_in(old_manifest) == {"change-me-long-random-token"}
+    assert _tokens_in("GPUSCOPE_API_TOKEN=$(openssl rand -hex 24)") == set()
+
+
+def test_every_token_written_in_the_docs_is_refused() -> None:
+    for token in _documented_tokens():
+        with pytest.raises(ConfigError):
+            check_api_token(token)

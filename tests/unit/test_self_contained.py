@@ -1,0 +1,53 @@
+"""The repository stands alone: nothing it tracks points at a folder beside the checkout.
+
+A fresh clone with nothing beside it must pass its tests, so reference data lives in
+tests/fixtures and the design contract in docs/design.md. The patterns are assembled here so
+that this file does not match itself.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+#: A path that leaves the repository for the old workspace folder, and the way Python code
+#: built it (the parent folder joined with shared, then data).
+OUTSIDE = (b".." + b"/shared", b'"shared"' + b' / "data"')
+
+
+def _files() -> list[str]:
+    """Every tracked file, and every new file git would add (so a test catches it before a
+    commit does)."""
+    if not (REPO / ".git").exists():
+        pytest.skip("not a git checkout")
+    out = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        cwd=REPO,
+        capture_output=True,
+        check=True,
+    ).stdout
+    return [name for name in out.decode().split("\0") if name]
+
+
+def test_no_file_names_a_path_outside_the_repository() -> None:
+    files = _files()
+    assert "docs/design.md" in files
+    offenders = []
+    for name in files:
+        path = REPO / name
+        if not path.is_file():  # deleted in the working tree, not yet committed
+            continue
+        data = path.read_bytes()
+        offenders += [f"{name}: {p.decode()}" for p in OUTSIDE if p in data]
+    assert offenders == []
+
+
+def test_every_fixture_folder_says_where_its_data_comes_from() -> None:
+    fixtures = REPO / "tests" / "fixtures"
+    folders = [p for p in fixtures.iterdir() if p.is_dir()]
+    assert folders
+    missing = [p.name for p in folders if not (p / "PROVENANCE.md").is_file()]
+    assert missing == []

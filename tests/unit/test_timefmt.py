@@ -1,0 +1,102 @@
+"""One time format for people and programs: RFC 3339, UTC, Z."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+import sys
+from datetime import UTC, datetime, timedelta, timezone
+from pathlib import Path
+
+import pytest
+
+from gpuscope.demo import follow_up_lines, gpuscope_command
+from gpuscope.timefmt import api_times, rfc3339
+
+AT = datetime(2026, 11, 23, 0, 10, 26, tzinfo=UTC)
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        AT,
+        AT.replace(tzinfo=None),  # the store's naive UTC
+        AT.astimezone(timezone(timedelta(hours=2))),
+        AT.timestamp(),
+        int(AT.timestamp()),
+    ],
+)
+def test_every_form_of_a_time_is_written_one_way(value: datetime | float) -> None:
+    assert rfc3339(value) == "2026-11-23T00:10:26Z"
+
+
+def test_fractions_of_a_second_are_kept() -> None:
+    assert rfc3339(AT.replace(microsecond=500_000)) == "2026-11-23T00:10:26.500000Z"
+
+
+def test_api_times_rewrites_time_fields_only() -> None:
+    body = {
+        "since": "2026-11-23T00:10:26",
+        "items": [{"observed_at": "2026-11-23T00:10:26+00:00", "start_time": 1795392626.0}],
+        "evidence": {"idle_since": AT, "gpus": 2, "window_minutes": 30},
+        "ts": None,
+        "name": "2026-11-23 is a name here",
+        "start": 5,  # a small number under a time key is not a Unix time
+    }
+    got = api_times(body)
+    assert got["since"] == got["items"][0]["observed_at"] == "2026-11-23T00:10:26Z"
+    assert got["items"][0]["start_time"] == "2026-11-23T00:10:26Z"
+    assert got["evidence"] == {"idle_since": "2026-11-23T00:10:26Z", "gpus": 2,
+                               "window_minutes": 30}  # fmt: skip
+    assert (got["ts"], got["name"], got["start"]) == (None, body["name"], 5)
+
+
+def test_the_demo_prints_a_time_and_commands_that_can_be_pasted(tmp_path: Path) -> None:
+    """``--at`` takes the printed time, and the printed command runs from a shell whose
+    PATH does not hold the virtual environment."""
+    lines = follow_up_lines(tmp_path / "g.duckdb", tmp_path, tmp_path / "s.yaml",
+                            tmp_path / "r.html", AT)  # fmt: skip
+    assert lines[0] == "simulated time: 2026-11-23T00:10:26Z (history ends there)"
+    act = next(line for line in lines if " act --db " in line)
+    assert act.split(": ", 1)[1].startswith(gpuscope_command() + " act ")
+    assert act.endswith("--at 2026-11-23T00:10:26Z")
+    cmd = shlex.split(gpuscope_command())
+    env = {k: v for k, v in os.environ.items() if k != "VIRTUAL_ENV"}
+    env["PATH"] = "/usr/bin:/bin"
+    done = subprocess.run([*cmd, "analyze", "--help"], capture_output=True, text=True,
+                          env=env, timeout=60)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "--at" in done.stdout
+
+
+def test_the_bare_name_is_used_only_when_path_finds_this_installation(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    bindir = str(Path(sys.executable).absolute().parent)
+    if not (Path(bindir) / "gpuscope").is_file():
+        pytest.skip("no console script beside this interpreter")
+    monkeypatch.setenv("PATH", bindir + os.pathsep + "/usr/bin:/bin")
+    assert gpuscope_command() == "gpuscope"
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    assert gpuscope_command() != "gpuscope" and gpuscope_command().endswith("gpuscope")
+
+
+def test_the_demo_prints_whole_seconds(tmp_path: Path) -> None:
+    lines = follow_up_lines(tmp_path / "g.duckdb", tmp_path, tmp_path / "s.yaml",
+                            tmp_path / "r.html", AT.replace(microsecond=708_923))  # fmt: skip
+    assert lines[0].startswith("simulated time: 2026-11-23T00:10:26Z ")
+
+
+def test_analyze_json_writes_times_as_the_api_does() -> None:
+    from analytics.base import Analysis
+    from analytics.runner import as_json
+    from gpuscope.records import Finding, finding_id
+
+    subject = {"namespace": "r", "pod": "nb-0"}
+    f = Finding(finding_id("idle_session", subject), "idle_session", "warning", subject,
+                AT, AT, evidence={"idle_since": "2026-11-23T00:10:26"})  # fmt: skip
+    out = as_json({"idle": Analysis(kinds=("idle_session",), findings=[f])})
+    [got] = out["findings"]
+    assert got["since"] == got["observed_at"] == "2026-11-23T00:10:26Z"
+    assert got["evidence"]["idle_since"] == "2026-11-23T00:10:26Z"
