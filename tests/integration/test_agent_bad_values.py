@@ -23,10 +23,10 @@ Samples = dict[str, list[tuple[dict[str, str], float]]]
 
 
 @pytest.fixture
-def tree(shared_data: Path, tmp_path: Path) -> Path:
+def tree(fixtures_dir: Path, tmp_path: Path) -> Path:
     """A private copy of node_exporter's IB tree (mlx4_0 with counters_ext, i40iw0)."""
     root = tmp_path / "sys"
-    shutil.copytree(shared_data / "infiniband-node-exporter" / "sys", root)
+    shutil.copytree(fixtures_dir / "infiniband-node-exporter" / "sys", root)
     return root
 
 
