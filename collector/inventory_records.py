@@ -86,6 +86,8 @@ class PodInfo:
     annotations: Mapping[str, str] = field(default_factory=dict)
     #: Why a pending pod waits (``Unschedulable``), "" otherwise.
     pending_reason: str = ""
+    #: Deleted and going (``metadata.deletionTimestamp`` set): never an action's target.
+    terminating: bool = False
 
     @property
     def gpus(self) -> float:
@@ -291,6 +293,7 @@ def pod_from_json(
         labels=labels,
         annotations=annotations,
         pending_reason=pending,
+        terminating=bool(meta.get("deletionTimestamp")),
     )
 
 
