@@ -268,8 +268,8 @@ class NodeFreeing(ExecutorCore):
             if answer.ok:
                 self._outcome(step, dry, answer, delete=[] if dry else [step.key])
                 return
-            if answer.result == "not-found":
-                self._forget(step, dry)
+            if answer.result == "not-found":  # the node went meanwhile: nothing to lift
+                self._outcome(step, dry, answer, delete=[] if dry else [step.key])
                 return
             if answer.result != "conflict":
                 self._keep(step, dry, answer)
