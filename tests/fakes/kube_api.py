@@ -49,6 +49,11 @@ class RecordedRequest:
     method: str
     path: str
     query: dict[str, str]
+    body: bytes = b""
+
+    def json(self) -> Obj:
+        data = json.loads(self.body or b"{}")
+        return data if isinstance(data, dict) else {}
 
     @property
     def watch(self) -> bool:
@@ -203,9 +208,11 @@ class FakeKubeApi:
         if refused:
             raise forbidden(target)
 
-    def _record(self, method: str, path: str, query: dict[str, str]) -> Answer | None:
+    def _record(
+        self, method: str, path: str, query: dict[str, str], body: bytes = b""
+    ) -> Answer | None:
         with self._lock:
-            self.requests.append(RecordedRequest(method, path, query))
+            self.requests.append(RecordedRequest(method, path, query, body))
             for planted in self._planted:
                 if planted.times > 0 and planted.method == method and path.startswith(planted.path):
                     planted.times -= 1
@@ -245,7 +252,7 @@ def _handler(api: FakeKubeApi) -> type[BaseHTTPRequestHandler]:
             body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
             self._muted = False
             try:
-                planted = api._record(method, url.path, query)
+                planted = api._record(method, url.path, query, body)
                 route = _route(store, url.path)
                 target = api._target(method, route, query)
                 if planted is not None and planted.apply:
