@@ -12,9 +12,9 @@ reach open watches), count requests, and script answers per request (:meth:`Fake
 kube_faults.py: every error with the real server's Status body, and hung requests).
 
 RBAC is opt-in: :meth:`FakeKubeApi.deny` refuses a verb on a resource with the API server's
-403. Simplified: no authentication, no namespace existence checks, no json-patch, no
-pagination (``limit``/``continue`` are ignored), PUT is not served, and both merge-patch and
-strategic-merge-patch are applied as a JSON merge.
+403. Simplified: no authentication (a 401 is scripted), no namespace existence checks, no
+json-patch, no pagination (``limit``/``continue`` are ignored), PUT is not served, and
+both merge-patch and strategic-merge-patch are applied as a JSON merge.
 """
 
 from __future__ import annotations

@@ -59,6 +59,7 @@ KINDS = [
 ]
 ANSWERS: dict[str, Answer | None] = {
     "ok": None,
+    "401": Answer(401),
     "403": Answer(403),
     "404": Answer(404),
     "409": Answer(409),
@@ -71,6 +72,7 @@ ANSWERS: dict[str, Answer | None] = {
 #: The audit result per answer: a throttling 429 is retried (after Retry-After) and lands.
 RESULT = {
     "ok": "done",
+    "401": "unauthorized",
     "403": "forbidden",
     "404": "not-found",
     "409": "conflict",
