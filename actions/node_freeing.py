@@ -91,12 +91,15 @@ class NodeFreeing(ExecutorCore):
             self._outcome(reserve, dry, Answer("skipped", over))
             return False
         tolerate = next((s for s in group if s.action == "tolerate"), None)
+        if tolerate is None:  # no pending pod to reserve the node for: no point freeing it
+            self._outcome(reserve, dry, Answer("skipped", f"{reserve.goal} is not pending"))
+            return True
         goal_pod = None
-        if tolerate is not None and self.client is not None:
+        if self.client is not None:
             goal_pod = self._goal(tolerate, dry)  # still pending? else nothing to free
             if goal_pod is None:
                 return True
-        if not self._reserve(reserve, dry, tolerate.uid if tolerate else ""):
+        if not self._reserve(reserve, dry, tolerate.uid):
             return True
         try:
             for step in group[1:]:

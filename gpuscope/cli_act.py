@@ -115,7 +115,8 @@ def run_act(args: argparse.Namespace, at: object) -> int:
     for r in run.records:
         target = f"{r.namespace}/{r.pod}" if r.pod else f"node {r.node}"
         dry = " (dry run)" if r.dry_run else ""
-        print(f"  {r.kind:<14} {target:<40} {r.result}{dry}  [{r.policy}] {r.reason}")
+        answer = f" ({r.status})" if r.status else ""
+        print(f"  {r.kind:<14} {target:<40} {r.result}{answer}{dry}  [{r.policy}] {r.reason}")
         if r.message:
             print(f"  {'':<14} {r.message}")
     for note in run.notes:

@@ -1,7 +1,9 @@
 """The actions executor against the fake Kubernetes API server over HTTP, with the official
-client: idle termination (warn -> wait -> act) and consolidation (cordon, toleration,
-evictions, undo), every refusal the API server gives, and the dry-run path, which must send
-no mutating request but server-side dry runs (asserted on the server's request log).
+client: idle termination (warn -> wait -> act) and consolidation (the reservation taint,
+the toleration, evictions, lifting), refusals, and the dry-run path, which must send no
+mutating request but server-side dry runs (asserted on the server's request log). Every
+step against every answer is in test_actions_answers.py; what was seen against a real
+API server, in test_actions_seen.py.
 
 Histories are built through the real Store (tests/integration/test_idle.py's ``fill``): a
 notebook idle from 10:00, a busy one, and an idle batch job, scraped until 11:30 and
