@@ -114,14 +114,12 @@ class Executor(NodeFreeing):
     def _gone(self, step: Step, dry: bool, answer: Answer) -> None:
         """The session this step was for is gone (404, another UID, Terminating): nothing
         to do, now or later; a warn or clear forgets it, an act counts as done."""
-        if step.action in ("warn", "clear-warning"):
-            quiet = step.action == "clear-warning"
-            if quiet:
-                self.store.delete_action_state([step.key], dry_run=dry)
-            else:
-                self._outcome(step, dry, answer, delete=[step.key])
-            return
-        self._outcome(step, dry, answer, save=[self._state_row(step, "done", dry=dry)])
+        if step.action == "clear-warning":  # nothing left to clear
+            self.store.delete_action_state([step.key], dry_run=dry)
+        elif step.action == "warn":
+            self._outcome(step, dry, answer, delete=[step.key])
+        else:
+            self._outcome(step, dry, answer, save=[self._state_row(step, "done", dry=dry)])
 
     def _change(self, step: Step, dry: bool, pod: Obj) -> None:
         """Send the step's change to ``pod`` (as just read), unless it is there already."""

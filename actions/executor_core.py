@@ -144,13 +144,12 @@ class ExecutorCore:
         sent = f"{what} (dryRun=All)" if dry else what
         if self.client is None:
             return Answer("would-do", "planned (no Kubernetes API)")
+        self.client.last_status = None
         try:
             fn(self.client)
         except KubeError as exc:
             return Answer(result_of(exc), str(exc), sent, exc.status)
-        return Answer(
-            "would-do" if dry else "done", "", sent, 201 if what.startswith("evict") else 200
-        )
+        return Answer("would-do" if dry else "done", "", sent, self.client.last_status)
 
     # -- recording --------------------------------------------------------------------------
     def _rec(self, step: Step, dry: bool, answer: Answer, kind: str | None = None) -> ActionRecord:

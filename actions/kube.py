@@ -160,6 +160,8 @@ class ClusterClient:
         self._custom = client.CustomObjectsApi(self._api)
         self._retry, self._sleep = retry or RetryPolicy(), sleep
         self._timeout = (5, request_timeout_seconds)
+        #: The HTTP status of the last change the server accepted (200, 201...).
+        self.last_status: int | None = None
 
     @classmethod
     def from_setting(cls, mode: str, **kwargs: Any) -> ClusterClient | None:
@@ -202,6 +204,7 @@ class ClusterClient:
         for attempt in range(1, self._retry.attempts + 1):
             try:
                 resp = fn(*args, _preload_content=False, _request_timeout=self._timeout, **kwargs)
+                self.last_status = int(resp.status)
                 return dict(json.loads(resp.data)) if resp.data else {}
             except ApiException as exc:
                 status, body = int(exc.status or 0), _status_body(exc)
