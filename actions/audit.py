@@ -13,15 +13,23 @@ from typing import Any, Literal
 
 #: What a step did, or would do in a dry run.
 Result = Literal[
-    "done",  # carried out
+    "done",  # the API server accepted the change
     "would-do",  # a dry run: the API server accepted the server-side dry run, or no cluster
-    "blocked",  # a PodDisruptionBudget said not now (429)
-    "not-found",  # the pod or node is gone (404): nothing left to do
-    "conflict",  # it changed under us (409): re-read on the next run
+    "skipped",  # nothing sent: a safety rule held it back, or the re-read object showed
+    # there was nothing to do (already done, Terminating); ``message`` says which
+    "not-found",  # the object is gone (404): nothing left to do
+    "blocked",  # a PodDisruptionBudget said not now (429 with a DisruptionBudget cause)
+    "conflict",  # it changed under us, or is another object now (409, or a UID mismatch)
+    "invalid",  # the API server's validation refused it (422)
     "forbidden",  # RBAC (403): fix the Role
-    "failed",  # any other answer; the run stops here
-    "skipped",  # a safety rule held it back (kill switch, allowlist, limit, protection)
+    "unauthorized",  # 401: the credentials are not accepted
+    "failed",  # 5xx, a 429 that outlasted its retries, or no answer (timeout)
+    "gave-up",  # the step failed max_attempts times: no more tries (an alert says so)
 ]
+#: Results that make ``gpuscope act`` exit 3: the server refused, or the step failed.
+REFUSED: frozenset[str] = frozenset(
+    {"blocked", "conflict", "invalid", "forbidden", "unauthorized", "failed", "gave-up"}
+)
 ACTOR = "gpuscope"
 
 #: The Kubernetes Event reason per action (CamelCase, as kubectl shows them).
@@ -32,9 +40,10 @@ EVENT_REASONS: dict[str, str] = {
     "evict": "GpuscopeEvicted",
     "stop-notebook": "GpuscopeNotebookStopped",
     "annotate": "GpuscopeAnnotated",
-    "cordon": "GpuscopeCordoned",
+    "reserve": "GpuscopeReservedNode",
+    "tolerate": "GpuscopeToleratesReservation",
+    "lift": "GpuscopeReservationLifted",
     "uncordon": "GpuscopeUncordoned",
-    "tolerate": "GpuscopeReservedNode",
 }
 
 
@@ -50,8 +59,8 @@ class ActionRecord:
 
     id: str
     at: datetime
-    #: warn, clear-warning, delete, evict, stop-notebook, annotate, cordon, uncordon,
-    #: tolerate
+    #: warn, clear-warning, delete, evict, stop-notebook, annotate, reserve, tolerate,
+    #: lift (and uncordon, for cordons left by versions before the reservation taint)
     kind: str
     policy: str
     dry_run: bool
@@ -69,6 +78,11 @@ class ActionRecord:
     gpu_hours_freed: float | None = None
     #: The API server's answer (one line) or the safety rule that held the step back.
     message: str = ""
+    #: The change sent ("" when nothing was sent), e.g. ``evict pod ml/x (uid precondition)``.
+    sent: str = ""
+    #: The HTTP status the API server answered the change with (None: nothing sent, or
+    #: no answer).
+    status: int | None = None
     actor: str = ACTOR
 
     def as_record(self) -> dict[str, Any]:

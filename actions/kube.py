@@ -1,21 +1,27 @@
 """The one wrapper around the Kubernetes API that actions use, with retries and error classes.
 
-Everything the executor does to a cluster goes through :class:`ClusterClient`: read a pod
-or node again before acting, delete or evict a pod (with its UID as a precondition, so a
-pod re-created under the same name is never the one removed), annotate a pod, stop a
-Kubeflow Notebook, cordon and uncordon a node, and record a Kubernetes Event.
+Everything the executor does to a cluster goes through :class:`ClusterClient`: read a pod,
+node or Notebook right before changing it, delete or evict a pod, patch a pod (annotations,
+a toleration), a Notebook (stop it) or a node (the reservation taint), and record a
+Kubernetes Event.
 
-Every mutating call takes ``dry_run``: then it is sent as a server-side dry run
-(``dryRun=All``), which the API server validates, authorizes (RBAC) and admits without
-persisting, so a dry run reports "forbidden" or "not found" exactly as the real run would,
-and changes nothing.
+Every change names the object it was planned against: delete and evict carry the pod's UID
+as a precondition; every patch carries ``metadata.uid`` and ``metadata.resourceVersion`` of
+the object as just read, so the API server applies it to that version of that object only
+(409 when it changed since, 422 when the name is another object's now). Every change takes
+``dry_run``: then it is sent as a server-side dry run (``dryRun=All``), which the API server
+validates, authorizes (RBAC) and admits without persisting.
 
-Errors are one line and typed by what the caller should do next: :class:`NotFound` (the
-object is gone: nothing to do), :class:`Conflict` (it changed under us: re-read, next
-run), :class:`DisruptionBlocked` (an eviction a PodDisruptionBudget forbids now: not now,
-try next run), :class:`Forbidden` (RBAC: a configuration problem, stop), and
-:class:`KubeError` for the rest. 5xx and connection errors are retried with backoff first
-(429 too, except for evictions, where it is the budget's answer).
+Errors are one line and typed by what the caller should do next: :class:`NotFound` (404:
+gone), :class:`Conflict` (409: changed under us, re-read next run), :class:`Invalid` (422),
+:class:`DisruptionBlocked` (an eviction a PodDisruptionBudget forbids now), :class:`Forbidden`
+(403: RBAC), :class:`Unauthorized` (401), :class:`Unreachable` (no answer, or a timeout: a
+change may or may not have been applied) and :class:`KubeError` for the rest (5xx, a 429
+that outlasted its retries). Reads are retried with backoff on 5xx, 429 and connection
+errors. A change is sent once, except after a 429 that throttled it (API Priority and
+Fairness: the server did not process it), which is retried after its ``Retry-After``; a
+change that failed or timed out is never repeated blind, because the next run re-reads
+the object and sees whether it landed.
 """
 
 from __future__ import annotations
@@ -28,14 +34,15 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TypeVar
 
+import urllib3
 from kubernetes import client
+from kubernetes.client.exceptions import ApiException
 
 from collector.inventory import (
     InventoryError,
     RetryPolicy,
     call_with_retry,
     kube_configuration,
-    may_pass_later,
 )
 from gpuscope.errors import SourceError
 from gpuscope.settings import CollectorSettings
@@ -55,9 +62,12 @@ UNSCHEDULABLE = "node.kubernetes.io/unschedulable"
 class KubeError(SourceError):
     """The API server refused or failed a request; one line with the status."""
 
-    def __init__(self, message: str, status: int | None = None) -> None:
+    def __init__(
+        self, message: str, status: int | None = None, retry_after: float | None = None
+    ) -> None:
         super().__init__(message)
         self.status = status
+        self.retry_after = retry_after
 
 
 class NotFound(KubeError):
@@ -68,15 +78,35 @@ class Conflict(KubeError):
     """409: the object changed (or is another one with the same name); re-read first."""
 
 
+class Invalid(KubeError):
+    """422: the API server's validation refused the change (e.g. a toleration removed)."""
+
+
 class Forbidden(KubeError):
     """403: RBAC does not allow the verb; fix the Role, not a retry."""
 
 
+class Unauthorized(KubeError):
+    """401: the credentials are not accepted (an expired or wrong token)."""
+
+
 class DisruptionBlocked(KubeError):
-    """429 on an eviction: a PodDisruptionBudget allows no disruption now."""
+    """429 on an eviction with a ``DisruptionBudget`` cause: a PodDisruptionBudget allows
+    no disruption now."""
 
 
-_BY_STATUS: dict[int, type[KubeError]] = {404: NotFound, 409: Conflict, 403: Forbidden}
+class Unreachable(KubeError):
+    """No answer (connection refused or reset, a timeout): a change may or may not have
+    been applied; the next run re-reads the object to find out."""
+
+
+_BY_STATUS: dict[int, type[KubeError]] = {
+    401: Unauthorized,
+    403: Forbidden,
+    404: NotFound,
+    409: Conflict,
+    422: Invalid,
+}
 
 
 @dataclass(frozen=True)
@@ -90,8 +120,24 @@ class ObjectRef:
     api_version: str = "v1"
 
 
-def _not_429(status: int) -> bool:
-    return status >= 500
+def _status_body(exc: ApiException) -> Obj:
+    try:
+        body = json.loads(exc.body or "")
+    except (ValueError, TypeError):
+        return {}
+    return body if isinstance(body, dict) else {}
+
+
+def _retry_after(exc: ApiException) -> float | None:
+    value = str((exc.headers or {}).get("Retry-After", "")).strip()
+    return float(value) if value.isdigit() else None
+
+
+def guard(obj: Mapping[str, Any]) -> Obj:
+    """``metadata.uid`` and ``metadata.resourceVersion`` of an object as read: put in a
+    patch, the API server applies it to that version of that object only."""
+    meta = obj.get("metadata") or {}
+    return {"uid": meta.get("uid"), "resourceVersion": meta.get("resourceVersion")}
 
 
 class ClusterClient:
@@ -115,6 +161,8 @@ class ClusterClient:
         self._custom = client.CustomObjectsApi(self._api)
         self._retry, self._sleep = retry or RetryPolicy(), sleep
         self._timeout = (5, request_timeout_seconds)
+        #: The HTTP status of the last change the server accepted (200, 201...).
+        self.last_status: int | None = None
 
     @classmethod
     def from_setting(cls, access: CollectorSettings, **kwargs: Any) -> ClusterClient | None:
@@ -135,28 +183,56 @@ class ClusterClient:
         self._api.close()
 
     # -- plumbing ---------------------------------------------------------------------------
-    def _call(
-        self, what: str, fn: Callable[[], T], retryable: Callable[[int], bool] = may_pass_later
-    ) -> T:
-        try:
-            return call_with_retry(what, self.host, fn, self._retry, self._sleep, retryable)
-        except InventoryError as exc:
-            status = exc.status
-            kind = _BY_STATUS.get(status or 0, KubeError)
-            if status == 429 and retryable is _not_429:
-                kind = DisruptionBlocked
-            raise kind(str(exc), status) from None
-
-    def _raw(self, what: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Obj:
-        """Call ``fn`` and return the JSON body as a dict (no model round trip)."""
-        retryable = kwargs.pop("retryable", may_pass_later)
+    def _read(self, what: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Obj:
+        """A read, retried with backoff on what may pass; the JSON body as a dict."""
 
         def go() -> Obj:
             resp = fn(*args, _preload_content=False, _request_timeout=self._timeout, **kwargs)
-            data = resp.data
-            return dict(json.loads(data)) if data else {}
+            return dict(json.loads(resp.data)) if resp.data else {}
 
-        return self._call(what, go, retryable)
+        try:
+            return call_with_retry(what, self.host, go, self._retry, self._sleep)
+        except InventoryError as exc:
+            kind = _BY_STATUS.get(exc.status or 0, KubeError)
+            if exc.status is None:
+                kind = Unreachable
+            raise kind(str(exc), exc.status) from None
+
+    def _change(self, what: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Obj:
+        """A change, sent once (module docstring); the JSON body as a dict."""
+        for attempt in range(1, self._retry.attempts + 1):
+            try:
+                resp = fn(*args, _preload_content=False, _request_timeout=self._timeout, **kwargs)
+                self.last_status = int(resp.status)
+                return dict(json.loads(resp.data)) if resp.data else {}
+            except ApiException as exc:
+                status, body = int(exc.status or 0), _status_body(exc)
+                causes = (body.get("details") or {}).get("causes") or []
+                budget = [c for c in causes if c.get("reason") == "DisruptionBudget"]
+                after = _retry_after(exc)
+                message = " ".join(str(body.get("message") or exc.reason or "").split())
+                if budget:
+                    message += f" ({budget[0].get('message', '')})"
+                line = f"Kubernetes API {what} at {self.host} failed: {status} {message}"
+                if status == 429 and not budget and attempt < self._retry.attempts:
+                    delay = self._retry.base_delay * 2 ** (attempt - 1)
+                    delay = min(self._retry.max_delay, after if after is not None else delay)
+                    log.debug("%s throttled, retrying in %.2fs", what, delay)
+                    self._sleep(delay)
+                    continue
+                if budget:
+                    raise DisruptionBlocked(line, status, after) from None
+                raise _BY_STATUS.get(status, KubeError)(line, status, after) from None
+            except (urllib3.exceptions.HTTPError, OSError) as exc:
+                timed_out = isinstance(exc, urllib3.exceptions.TimeoutError) or "timed out" in str(
+                    exc
+                )
+                why = "no answer in time" if timed_out else type(exc).__name__
+                raise Unreachable(
+                    f"Kubernetes API {what} at {self.host}: {why}; it may or may not have "
+                    "been applied (the next run re-reads)"
+                ) from None
+        raise AssertionError("unreachable")  # pragma: no cover
 
     @staticmethod
     def _dry(dry_run: bool) -> dict[str, str]:
@@ -164,26 +240,33 @@ class ClusterClient:
 
     # -- reads ------------------------------------------------------------------------------
     def get_pod(self, namespace: str, name: str) -> Obj:
-        return self._raw(
+        return self._read(
             f"get pod {namespace}/{name}", self._core.read_namespaced_pod, name, namespace
         )
 
     def get_node(self, name: str) -> Obj:
-        return self._raw(f"get node {name}", self._core.read_node, name)
+        return self._read(f"get node {name}", self._core.read_node, name)
 
-    def pods_on_node(self, node: str) -> list[Obj]:
-        body = self._raw(
-            f"list pods on {node}",
-            self._core.list_pod_for_all_namespaces,
-            field_selector=f"spec.nodeName={node}",
+    def list_nodes(self) -> list[Obj]:
+        return list(self._read("list nodes", self._core.list_node).get("items") or [])
+
+    def get_notebook(self, namespace: str, name: str) -> Obj:
+        group, version, plural = NOTEBOOKS
+        return self._read(
+            f"get notebook {namespace}/{name}",
+            self._custom.get_namespaced_custom_object,
+            group,
+            version,
+            namespace,
+            plural,
+            name,
         )
-        return list(body.get("items") or [])
 
     # -- changes ----------------------------------------------------------------------------
     def delete_pod(self, namespace: str, name: str, uid: str, *, dry_run: bool) -> Obj:
         """Delete the pod with this UID (409 if the name is another pod's now)."""
         options = client.V1DeleteOptions(preconditions=client.V1Preconditions(uid=uid))
-        return self._raw(
+        return self._change(
             f"delete pod {namespace}/{name}",
             self._core.delete_namespaced_pod,
             name,
@@ -203,89 +286,79 @@ class ClusterClient:
                 dry_run=["All"] if dry_run else None,
             ),
         )
-        return self._raw(
+        return self._change(
             f"evict pod {namespace}/{name}",
             self._core.create_namespaced_pod_eviction,
             name,
             namespace,
             body,
-            retryable=_not_429,
+            **self._dry(dry_run),
+        )
+
+    def patch_pod(self, pod: Obj, change: Obj, what: str, *, dry_run: bool) -> Obj:
+        """A JSON merge patch of ``pod`` (as just read), guarded by its UID and
+        resourceVersion."""
+        meta = pod.get("metadata") or {}
+        ns, name = str(meta.get("namespace", "")), str(meta.get("name", ""))
+        body = {**change, "metadata": {**(change.get("metadata") or {}), **guard(pod)}}
+        return self._change(
+            f"{what} pod {ns}/{name}",
+            self._core.patch_namespaced_pod,
+            name,
+            ns,
+            body,
+            _content_type=MERGE_PATCH,
             **self._dry(dry_run),
         )
 
     def annotate_pod(
-        self, namespace: str, name: str, annotations: Mapping[str, str | None], *, dry_run: bool
+        self, pod: Obj, annotations: Mapping[str, str | None], *, dry_run: bool
     ) -> Obj:
-        """Set (or, with None, remove) annotations on a pod by JSON merge patch."""
-        patch = {"metadata": {"annotations": dict(annotations)}}
-        return self._raw(
-            f"annotate pod {namespace}/{name}",
-            self._core.patch_namespaced_pod,
-            name,
-            namespace,
-            patch,
-            _content_type=MERGE_PATCH,
-            **self._dry(dry_run),
-        )
+        """Set (or, with None, remove) annotations on ``pod`` (as just read)."""
+        change = {"metadata": {"annotations": dict(annotations)}}
+        return self.patch_pod(pod, change, "annotate", dry_run=dry_run)
 
-    def tolerate_unschedulable(
-        self, namespace: str, name: str, tolerations: list[Obj], *, dry_run: bool
-    ) -> Obj:
-        """Add the ``node.kubernetes.io/unschedulable`` toleration to a pending pod, so the
-        scheduler may bind it to a node cordoned for it (Kubernetes allows adding
-        tolerations to an existing pod; a merge patch replaces the list, so the pod's own
-        tolerations are sent with it)."""
-        wanted = {"key": UNSCHEDULABLE, "operator": "Exists", "effect": "NoSchedule"}
-        if any(t.get("key") == UNSCHEDULABLE for t in tolerations):
-            return {}
-        patch = {"spec": {"tolerations": [*tolerations, wanted]}}
-        return self._raw(
-            f"add a toleration to pod {namespace}/{name}",
-            self._core.patch_namespaced_pod,
-            name,
-            namespace,
-            patch,
-            _content_type=MERGE_PATCH,
-            **self._dry(dry_run),
-        )
+    def add_toleration(self, pod: Obj, toleration: Obj, *, dry_run: bool) -> Obj:
+        """Add one toleration to a pending ``pod`` (as just read). Kubernetes allows only
+        additions to a pod's tolerations, and a merge patch replaces the list, so the pod's
+        own are sent with it, unchanged."""
+        own = list((pod.get("spec") or {}).get("tolerations") or [])
+        change = {"spec": {"tolerations": [*own, toleration]}}
+        return self.patch_pod(pod, change, "add a toleration to", dry_run=dry_run)
 
-    def stop_notebook(self, namespace: str, name: str, at: datetime, *, dry_run: bool) -> Obj:
-        """Stop a Kubeflow Notebook the way its controller expects: the
+    def stop_notebook(self, notebook: Obj, at: datetime, *, dry_run: bool) -> Obj:
+        """Stop a Kubeflow Notebook (as just read) the way its controller expects: the
         ``kubeflow-resource-stopped`` annotation (a timestamp) scales it to zero and keeps
         the Notebook (and its volumes) for the owner to start again."""
         stamp = at.strftime("%Y-%m-%dT%H:%M:%SZ")
+        meta = notebook.get("metadata") or {}
+        ns, name = str(meta.get("namespace", "")), str(meta.get("name", ""))
         group, version, plural = NOTEBOOKS
-        return self._raw(
-            f"stop notebook {namespace}/{name}",
+        body = {"metadata": {"annotations": {KUBEFLOW_STOPPED: stamp}, **guard(notebook)}}
+        return self._change(
+            f"stop notebook {ns}/{name}",
             self._custom.patch_namespaced_custom_object,
             group,
             version,
-            namespace,
+            ns,
             plural,
             name,
-            {"metadata": {"annotations": {KUBEFLOW_STOPPED: stamp}}},
+            body,
             _content_type=MERGE_PATCH,
             **self._dry(dry_run),
         )
 
-    def set_unschedulable(
-        self,
-        node: str,
-        unschedulable: bool,
-        annotations: Mapping[str, str | None],
-        *,
-        dry_run: bool,
-    ) -> Obj:
-        """Cordon (or uncordon) a node, with annotations saying who did and why."""
-        patch = {
-            "metadata": {"annotations": dict(annotations)},
-            "spec": {"unschedulable": True if unschedulable else None},
-        }
-        return self._raw(
-            f"{'cordon' if unschedulable else 'uncordon'} node {node}",
+    def patch_node(self, node: Obj, change: Obj, what: str, *, dry_run: bool) -> Obj:
+        """A JSON merge patch of ``node`` (as just read), guarded by its UID and
+        resourceVersion (a node's taints are one list: the guard keeps a taint someone
+        added meanwhile from being dropped)."""
+        name = str((node.get("metadata") or {}).get("name", ""))
+        body = {**change, "metadata": {**(change.get("metadata") or {}), **guard(node)}}
+        return self._change(
+            f"{what} node {name}",
             self._core.patch_node,
-            node,
-            patch,
+            name,
+            body,
             _content_type=MERGE_PATCH,
             **self._dry(dry_run),
         )
@@ -322,7 +395,7 @@ class ClusterClient:
             "lastTimestamp": stamp,
             "count": 1,
         }
-        return self._raw(
+        return self._change(
             f"create event on {about.kind.lower()} {about.name}",
             self._core.create_namespaced_event,
             namespace,

@@ -8,12 +8,16 @@ selected (it became busy, or its owner deleted it) gets ``clear-warning``. State
 by the pod's UID, so a notebook restarted under the same name starts over, and a session
 acted on is never acted on twice.
 
+A failed step keeps its state with an attempt counted (``retry``: a warning that did not
+land is given again; a warned session's act is tried again); ``gave-up`` rows get no more
+steps. Terminating pods are never selected.
+
 Consolidation takes the planner's plan (analytics/consolidation.py) and turns each target
-node into ``cordon`` (keep evicted pods from landing back), ``tolerate`` (let the pending
-job it is freed for, and only it, schedule onto the cordoned node), then ``evict`` for each
-pod the plan moves off it, within the per-node and per-run limits. Only one consolidation
-is in flight at a time (no new one while a cordon of ours stands) and runs are at least a
-cool-down apart.
+node into ``reserve`` (a taint of gpuscope's own, so evicted pods do not land back),
+``tolerate`` (the matching toleration for the pending pod it is freed for, and only it),
+then ``evict`` for each pod the plan moves off it, within the per-node and per-run limits.
+Only one consolidation is in flight at a time (no new one while a reservation of ours
+stands) and executed runs are at least a cool-down apart.
 """
 
 from __future__ import annotations
@@ -59,8 +63,8 @@ def idle_key(policy: Policy, pod: PodInfo) -> str:
     return f"idle:{policy.name}:{pod.namespace}/{pod.name}:{pod.uid}"
 
 
-def cordon_key(node: str) -> str:
-    return f"cordon:{node}"
+def reserve_key(node: str) -> str:
+    return f"reserve:{node}"
 
 
 def notebook_of(pod: PodInfo) -> str:
@@ -80,6 +84,8 @@ def _selected(
     pod = pods.get(f"{ns}/{name}")
     if pod is None or not pod.uid or pod.node is None:
         return None  # not in the inventory (yet): nothing to check the UID against
+    if pod.terminating:
+        return None  # going away already
     if ns in protected or pod.protected:  # the label and annotation set pod.protected
         return None
     if pod.kind != WorkloadKind.INTERACTIVE:
@@ -123,7 +129,7 @@ def plan_idle(
             "key": key,
         }
         row = state.get(key)
-        if row is None:
+        if row is None or row["kind"] == "retry":
             due = now + timedelta(minutes=policy.warning_minutes)
             steps.append(Step("warn", reason=_why(policy, finding, due), due_at=due, **common))
         elif row["kind"] == "warning" and row["due_at"] is not None and row["due_at"] <= now:
@@ -143,7 +149,7 @@ def plan_idle(
             )
     prefix = f"idle:{policy.name}:"
     for key, row in sorted(state.items()):
-        if key.startswith(prefix) and key not in selected and row["kind"] == "warning":
+        if key.startswith(prefix) and key not in selected and row["kind"] in ("warning", "retry"):
             steps.append(
                 Step(
                     "clear-warning",
@@ -177,12 +183,19 @@ def _why(policy: Policy, finding: Finding, due: datetime | None) -> str:
 
 
 def consolidation_blocked(
-    policy: Policy, state: Mapping[str, Mapping[str, Any]], now: datetime
+    policy: Policy,
+    state: Mapping[str, Mapping[str, Any]],
+    now: datetime,
+    reserved: Iterable[str] = (),
 ) -> str:
-    """Why no new consolidation may start now ("" when one may)."""
-    cordons = sorted(k for k in state if k.startswith("cordon:"))
-    if cordons:
-        return f"a consolidation is in flight ({', '.join(c[7:] for c in cordons)} cordoned)"
+    """Why no new consolidation may start now ("" when one may): a reservation of ours
+    stands (``reserved``: the nodes carrying our taint; ``state``: the executed runs'
+    state), or the cool-down since the last executed run has not passed."""
+    nodes = sorted(
+        {*reserved, *(k.partition(":")[2] for k in state if k.startswith(("reserve:", "cordon:")))}
+    )
+    if nodes:
+        return f"a consolidation is in flight ({', '.join(nodes)} reserved)"
     last = state.get(LAST_CONSOLIDATION)
     if last is not None:
         ends = last["created_at"] + timedelta(minutes=policy.cooldown_minutes)
@@ -228,11 +241,11 @@ def plan_consolidation_steps(
         reason = f"free {node} for {goal} ({len(victims)} eviction(s))"
         steps.append(
             Step(
-                "cordon",
+                "reserve",
                 policy,
                 reason,
                 node=node,
-                key=cordon_key(node),
+                key=reserve_key(node),
                 due_at=deadline,
                 goal=goal,
             )
@@ -243,14 +256,14 @@ def plan_consolidation_steps(
                 Step(
                     "tolerate",
                     policy,
-                    f"let {goal} schedule onto cordoned {node}",
+                    f"let {goal}, and only it, schedule onto {node} reserved for it",
                     namespace=waiting.namespace,
                     pod=waiting.name,
                     uid=waiting.uid,
                     node=node,
                     gpus=float(waiting.gpu_request),
                     goal=goal,
-                    key=cordon_key(node),
+                    key=reserve_key(node),
                 )
             )
         for victim in victims:
@@ -267,7 +280,7 @@ def plan_consolidation_steps(
                     node=node,
                     gpus=float(info.gpu_request) if info is not None else 0.0,
                     goal=goal,
-                    key=cordon_key(node),
+                    key=reserve_key(node),
                 )
             )
     return steps, left_out

@@ -54,6 +54,9 @@ class Policy(_Model):
     #: Time between the warning and the action; the workload is checked again then.
     warning_minutes: float = Field(default=30, ge=0)
     action: IdleAction = "annotate"
+    #: Tries of a step the API server refused or failed, before it is given up (with a
+    #: ``gave-up`` audit row and a notice through the alerts routes).
+    max_attempts: int = Field(default=5, ge=1)
 
     # consolidation
     #: Which pods may move: ``preemptible`` (label gpuscope.io/preemptible=true or a
@@ -62,8 +65,8 @@ class Policy(_Model):
     max_evictions_per_run: int = Field(default=4, ge=0)
     max_evictions_per_node: int = Field(default=2, ge=0)
     cooldown_minutes: float = Field(default=60, ge=0)
-    #: The longest a node freed for a pending job stays cordoned (lifted sooner once the
-    #: job is bound).
+    #: The longest a node freed for a pending job stays reserved for it (lifted sooner once
+    #: the job is bound, gone or the plan abandoned).
     cordon_minutes: float = Field(default=20, gt=0)
 
     @model_validator(mode="after")

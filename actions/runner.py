@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from actions.audit import ActionRecord
+from actions.audit import REFUSED, ActionRecord
 from actions.executor import Executor, Notifier
 from actions.kube import ClusterClient
 from actions.plan import consolidation_blocked, plan_consolidation_steps, plan_idle
@@ -40,9 +40,16 @@ class ActRun:
     notes: list[str] = field(default_factory=list)
     dry_run: bool = True
 
+    @property
+    def refused(self) -> list[ActionRecord]:
+        """Steps the API server refused or that failed (``gpuscope act`` exits 3)."""
+        return [r for r in self.records if r.result in REFUSED]
+
     def as_json(self) -> dict[str, Any]:
         return {
             "dry_run": self.dry_run,
+            "ok": not self.refused,
+            "refused_or_failed": len(self.refused),
             "actions": [r.as_record() for r in self.records],
             "notes": list(self.notes),
         }
@@ -97,7 +104,7 @@ def run_policies(
     run = ActRun(dry_run=not execute or settings.actions.kill_switch)
     if settings.actions.kill_switch and execute:
         run.notes.append("actions.kill_switch is on: everything runs as a dry run")
-    executor.reconcile(policies)
+    reserved = executor.reconcile(policies)
     cur = store.cursor()
     try:
         nodes, pods = records_from_inventory(cur)
@@ -122,7 +129,7 @@ def run_policies(
             )
             executor.run_idle(steps)
         else:
-            why = consolidation_blocked(policy, executor.state(dry), at)
+            why = consolidation_blocked(policy, executor.state(False), at, reserved)
             if why:
                 run.notes.append(f"policy {policy.name}: no new consolidation: {why}")
                 continue

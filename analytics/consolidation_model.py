@@ -150,6 +150,8 @@ def _hours_since(pod: PodInfo, at: datetime) -> float:
 def _fixed_reason(
     pod: PodInfo, protected: frozenset[str], pdb_blocked: frozenset[str] | set[str]
 ) -> str:
+    if pod.terminating:
+        return "terminating"
     if pod.kind == WorkloadKind.INTERACTIVE:
         return "interactive"
     if pod.protected:
@@ -218,7 +220,7 @@ def goals_from_pending(pods: Iterable[PodInfo]) -> list[Goal]:
     """One pending_job goal per pending GPU pod (not yet on a node)."""
     goals = []
     for pod in pods:
-        if pod.node is not None or pod.phase != "Pending":
+        if pod.node is not None or pod.phase != "Pending" or pod.terminating:
             continue
         task = task_of(pod)
         if task is None or task.gpu_count == 0:

@@ -109,6 +109,8 @@ class PodInfo:
     #: GPU models the pod may run on, as its ``nodeSelector`` or required node affinity on
     #: ``nvidia.com/gpu.product`` lists them (``A|B``, as written); "" for any.
     gpu_spec: str = ""
+    #: Deleted and going (``metadata.deletionTimestamp`` set): never an action's target.
+    terminating: bool = False
 
     @property
     def gpus(self) -> float:
@@ -336,6 +338,7 @@ def pod_from_json(
             sorted({t for t in map(toleration, spec.get("tolerations") or ()) if t is not None})
         ),
         gpu_spec=gpu_spec(spec),
+        terminating=bool(meta.get("deletionTimestamp")),
     )
 
 

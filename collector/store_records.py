@@ -85,6 +85,27 @@ class RecordsMixin(StoreParts):
         with self._transaction(incoming=incoming) as con:
             con.execute(Q["insert_actions"], {"now": utc(now)})
 
+    def record_action_outcome(
+        self,
+        actions: Iterable[Any],
+        now: datetime,
+        *,
+        dry_run: bool,
+        save: Iterable[Any] = (),
+        delete: Iterable[str] = (),
+    ) -> None:
+        """Audit rows and the executor's state change they cause, in one transaction: the
+        state never says more, or less, than the audit (a crash keeps both or neither)."""
+        audit = json_records(actions, ("at",))
+        rows = json_records(save, ("created_at", "due_at"))
+        keys = list(delete)
+        with self._transaction() as con:
+            run_with(con, "incoming", audit, Q["insert_actions"], {"now": utc(now)})
+            if keys:
+                con.execute(Q["delete_action_state"], {"keys": keys, "dry_run": dry_run})
+            if rows.num_rows:
+                run_with(con, "incoming", rows, Q["upsert_action_state"], {"now": utc(now)})
+
     def save_action_state(self, rows: Iterable[Any], now: datetime) -> None:
         """Upsert the executor's state rows by (``key``, ``dry_run``); see schema v4."""
         incoming = json_records(rows, ("created_at", "due_at"))

@@ -1,15 +1,39 @@
 """``gpuscope act``: run the action policies once over a database (dry run unless
-``--execute``), and print what was done or would be done."""
+``--execute``), and print what was done or would be done.
+
+Exit codes: 0 when every step was done (or would be, or was held back by a safety rule),
+or there was nothing to do; 3 when the API server refused a step or a step failed
+(forbidden, unauthorized, conflict, invalid, blocked by a PodDisruptionBudget, a 5xx or no
+answer, given up), so that automation notices; 2 for bad input (one line on stderr).
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpuscope.errors import UserError
-from gpuscope.settings import load_settings
+from gpuscope.settings import Settings, load_settings
+
+if TYPE_CHECKING:
+    from collector.store import Store
+
+#: ``gpuscope act``'s exit code when a step was refused or failed.
+EXIT_REFUSED = 3
+
+
+@dataclass
+class _Context:
+    """What the alerts notices need, outside the collector's service."""
+
+    settings: Settings
+    store: Store
+    clock: Callable[[], float] = field(default=time.time)
 
 
 def add_act_parser(
@@ -62,6 +86,11 @@ def run_act(args: argparse.Namespace, at: object) -> int:
         busy="its schedule runs the policies (actions.policy_file)",
     )
     try:
+        notifier = None
+        if settings.alerts.enabled:  # warn owners as the collector's schedule does
+            from gpuscope.service import AlertsNotices
+
+            notifier = AlertsNotices(_Context(settings, store))
         run = run_policies(
             store,
             policies,
@@ -69,6 +98,7 @@ def run_act(args: argparse.Namespace, at: object) -> int:
             client=client,
             execute=args.execute,
             at=at,  # type: ignore[arg-type]
+            notifier=notifier,
         )
     except KubeError as exc:
         raise UserError(str(exc)) from None
@@ -76,17 +106,21 @@ def run_act(args: argparse.Namespace, at: object) -> int:
         store.close()
         if client is not None:
             client.close()
+    code = EXIT_REFUSED if run.refused else 0
     if args.json:
         print(json.dumps(run.as_json(), indent=2, default=str))
-        return 0
+        return code
     mode = "dry run" if run.dry_run else "executed"
     print(f"gpuscope act ({mode}): {len(run.records)} step(s)")
     for r in run.records:
         target = f"{r.namespace}/{r.pod}" if r.pod else f"node {r.node}"
         dry = " (dry run)" if r.dry_run else ""
-        print(f"  {r.kind:<14} {target:<40} {r.result}{dry}  [{r.policy}] {r.reason}")
+        answer = f" ({r.status})" if r.status else ""
+        print(f"  {r.kind:<14} {target:<40} {r.result}{answer}{dry}  [{r.policy}] {r.reason}")
         if r.message:
             print(f"  {'':<14} {r.message}")
     for note in run.notes:
         print(f"  note: {note}")
-    return 0
+    if run.refused:
+        print(f"  {len(run.refused)} step(s) refused or failed: exit code {EXIT_REFUSED}")
+    return code

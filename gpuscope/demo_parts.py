@@ -151,9 +151,12 @@ def plan_demo_actions(service: CollectorService, out: Path, at: datetime) -> lis
 
     (out / "demo-policies.yaml").write_text(yaml.safe_dump(DEMO_POLICIES, sort_keys=False))
     policies = parse_policies(DEMO_POLICIES)
+    # the second run shows the idle walk's next step; a dry run keeps no consolidation
+    # state, so consolidation would only repeat its plan there
+    idle_only = [p for p in policies if p.type != "consolidation"]
     runs = [
-        run_policies(service.store, policies, service.settings, client=None, execute=False, at=t)
-        for t in (at, at + timedelta(seconds=1))
+        run_policies(service.store, ps, service.settings, client=None, execute=False, at=t)
+        for t, ps in ((at, policies), (at + timedelta(seconds=1), idle_only))
     ]
     (out / "actions.json").write_text(
         json.dumps([r.as_json() for r in runs], indent=2, default=str)

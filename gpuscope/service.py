@@ -15,12 +15,13 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from analytics.base import Analysis
 from analytics.report import ReportResult, weekly_report
 from analytics.runner import DETECTORS, run_on_store
 from collector.service import CollectorService, run_collector
+from collector.store import Store
 from gpuscope.settings import Settings
 
 if TYPE_CHECKING:
@@ -100,13 +101,25 @@ def add_analytics(service: CollectorService) -> None:
     )
 
 
+class NoticeContext(Protocol):
+    """What :class:`AlertsNotices` needs: the collector's service, or ``gpuscope act``'s
+    settings, store and clock."""
+
+    @property
+    def settings(self) -> Settings: ...
+    @property
+    def store(self) -> Store: ...
+    @property
+    def clock(self) -> Callable[[], float]: ...
+
+
 class AlertsNotices:
     """One-off messages through the alerts routes (their labels pick the receiver): the
     actions executor's warnings to a workload's owner (its
     :class:`~actions.executor.Notifier`), and each weekly report's summary and where the page
     is (a route matching ``kind="weekly_report"`` picks the chat channel)."""
 
-    def __init__(self, service: CollectorService) -> None:
+    def __init__(self, service: NoticeContext) -> None:
         from alerts.config import load_alerts_config
 
         self._service = service

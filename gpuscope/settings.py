@@ -356,7 +356,8 @@ class AnalyticsSettings(_Section):
 class ActionsSettings(_Section):
     """The actions executor's safety switches (policies themselves are in a policy file)."""
 
-    #: Global kill switch: when true every run is a dry run, whatever flags and policies say.
+    #: Global kill switch: when true every new action is a dry run, whatever flags and
+    #: policies say (an executing run still lifts the reservations gpuscope made).
     kill_switch: bool = False
     #: Allowlist mode: when not empty, act only on pods in these namespaces.
     allowlist_namespaces: list[str] = Field(default_factory=list)

@@ -4,32 +4,38 @@ It serves what gpuscope's inventory and actuator use, with the API server's sema
 lists with label and field selectors, a resourceVersion that grows on every change, watches
 as newline-delimited JSON (``ADDED``/``MODIFIED``/``DELETED``, ``BOOKMARK`` before the
 timeout, an ``ERROR`` event with a 410 ``Expired`` Status once history was compacted), get,
-JSON-merge PATCH, DELETE (404 when missing), create (409 when the name is taken), evictions
-(429 while a PodDisruptionBudget forbids them, 201 and the pod deleted otherwise),
-``dryRun=All``, and 404 for API groups not installed. Tests change the state through
-:attr:`FakeKubeApi.store` (changes reach open watches), count requests and plant failures.
+JSON-merge PATCH, DELETE (404 when missing), create (409 when the name is taken), evictions,
+``dryRun=All``, and 404 for API groups not installed; the write rules (guarded patches,
+immutable tolerations, preconditions, graceful deletion leaving pods Terminating, budgets)
+are in kube_rules.py. Tests change the state through :attr:`FakeKubeApi.store` (changes
+reach open watches), count requests, and script answers per request (:meth:`FakeKubeApi.script`,
+kube_faults.py: every error with the real server's Status body, and hung requests).
 
 RBAC is opt-in: :meth:`FakeKubeApi.deny` refuses a verb on a resource with the API server's
 403. So are TLS and authentication: with ``tls`` (a server-side SSL context) it serves https,
 and with ``token`` every request needs ``Authorization: Bearer <token>`` or a client
 certificate the context verified, else the API server's 401 ``Unauthorized`` Status.
-Simplified: no namespace existence checks, no json-patch, no
+Answers are scripted per request
+(:meth:`FakeKubeApi.script`). Simplified: no namespace existence checks, no json-patch, no
 pagination (``limit``/``continue`` are ignored), PUT is not served, and both merge-patch and
 strategic-merge-patch are applied as a JSON merge.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import ssl
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+from tests.fakes import kube_rules
+from tests.fakes.kube_faults import Answer, Planted, Target, forbidden, planted_error
 from tests.fakes.kube_store import (
     DEFAULT_INSTALLED,
     ApiError,
@@ -48,18 +54,15 @@ class RecordedRequest:
     method: str
     path: str
     query: dict[str, str]
+    body: bytes = b""
+
+    def json(self) -> Obj:
+        data = json.loads(self.body or b"{}")
+        return data if isinstance(data, dict) else {}
 
     @property
     def watch(self) -> bool:
         return self.query.get("watch") in ("true", "1")
-
-
-@dataclass
-class _Fault:
-    status: int
-    times: int
-    method: str
-    path: str
 
 
 @dataclass(frozen=True)
@@ -102,7 +105,10 @@ class FakeKubeApi:
         self.store = KubeStore(installed)
         self.token = token
         self.requests: list[RecordedRequest] = []
-        self._faults: list[_Fault] = []
+        self._planted: list[Planted] = []
+        self._after: list[tuple[str, str, Callable[[], None]]] = []
+        #: Set at stop: releases requests held unanswered (planted status 0).
+        self._release = threading.Event()
         #: (verb, resource) pairs RBAC refuses, e.g. ("delete", "pods"), ("create", "pods/eviction")
         self.denied: set[tuple[str, str]] = set()
         self.user = "system:serviceaccount:gpuscope:gpuscope"
@@ -124,6 +130,7 @@ class FakeKubeApi:
         return self
 
     def stop(self) -> None:
+        self._release.set()
         self.store.close()
         self._server.shutdown()
         self._server.server_close()
@@ -149,8 +156,31 @@ class FakeKubeApi:
         self, status: int, *, times: int = 1, method: str = "GET", path: str = ""
     ) -> None:
         """Answer the next ``times`` matching requests (path prefix) with ``status``."""
+        self.script(Answer(status), times=times, method=method, path=path)
+
+    def script(self, *answers: Answer, times: int = 1, method: str = "GET", path: str = "") -> None:
+        """Plant answers for the next requests with ``method`` whose path starts with
+        ``path``, in order, each ``times`` times (tests/fakes/kube_faults.py)."""
         with self._lock:
-            self._faults.append(_Fault(status, times, method, path))
+            self._planted.extend(Planted(a, times, method, path) for a in answers)
+
+    def after_next(self, method: str, path: str, fn: Callable[[], None]) -> None:
+        """Run ``fn`` once the next ``method`` request on ``path`` (exactly) was answered:
+        a change that races the client's read and its write."""
+        with self._lock:
+            self._after.append((method, path, fn))
+
+    def _run_after(self, method: str, path: str) -> None:
+        with self._lock:
+            due = [h for h in self._after if h[0] == method and h[1] == path]
+            self._after = [h for h in self._after if h not in due]
+        for _, _, fn in due:
+            fn()
+
+    def unanswered_scripts(self) -> int:
+        """Planted answers not used yet (a test's script that never matched is a bug)."""
+        with self._lock:
+            return sum(p.times for p in self._planted)
 
     def deny(self, verb: str, resource: str) -> None:
         """RBAC: refuse ``verb`` on ``resource`` (``pods``, ``pods/eviction``...) with 403."""
@@ -166,7 +196,7 @@ class FakeKubeApi:
                 if r.method in ("POST", "PATCH", "PUT", "DELETE") and r.query.get("dryRun") != "All"
             ]
 
-    def _authorize(self, method: str, r: _Route, query: dict[str, str]) -> None:
+    def _target(self, method: str, r: _Route, query: dict[str, str]) -> Target:
         if method == "GET":
             verb = (
                 "watch"
@@ -177,33 +207,31 @@ class FakeKubeApi:
             )
         else:
             verb = {"POST": "create", "PATCH": "patch", "DELETE": "delete", "PUT": "update"}[method]
-        resource = r.res.plural + (f"/{r.sub}" if r.sub else "")
-        with self._lock:
-            refused = (verb, resource) in self.denied
-        if refused:
-            group = r.res.group_version.rpartition("/")[0]
-            where = f' in the namespace "{r.namespace}"' if r.namespace else " at the cluster scope"
-            raise ApiError(
-                403,
-                "Forbidden",
-                f'{resource} "{r.name or ""}" is forbidden: User "{self.user}" cannot {verb} '
-                f'resource "{resource}" in API group "{group}"{where}',
-                {"name": r.name or "", "kind": r.res.plural},
-            )
+        return Target(
+            plural=r.res.plural + (f"/{r.sub}" if r.sub else ""),
+            kind=r.res.kind,
+            name=r.name or "",
+            namespace=r.namespace,
+            group=r.res.group_version.rpartition("/")[0],
+            verb=verb,
+            user=self.user,
+        )
 
-    def _record(self, method: str, path: str, query: dict[str, str]) -> ApiError | None:
+    def _authorize(self, target: Target) -> None:
         with self._lock:
-            self.requests.append(RecordedRequest(method, path, query))
-            for fault in self._faults:
-                if fault.times > 0 and fault.method == method and path.startswith(fault.path):
-                    fault.times -= 1
-                    reason = {
-                        429: "TooManyRequests",
-                        403: "Forbidden",
-                        409: "Conflict",
-                        404: "NotFound",
-                    }.get(fault.status, "InternalError")
-                    return ApiError(fault.status, reason, f"planted failure {fault.status}")
+            refused = (target.verb, target.plural) in self.denied
+        if refused:
+            raise forbidden(target)
+
+    def _record(
+        self, method: str, path: str, query: dict[str, str], body: bytes = b""
+    ) -> Answer | None:
+        with self._lock:
+            self.requests.append(RecordedRequest(method, path, query, body))
+            for planted in self._planted:
+                if planted.times > 0 and planted.method == method and path.startswith(planted.path):
+                    planted.times -= 1
+                    return planted.answer
         return None
 
 
@@ -212,6 +240,7 @@ def _handler(api: FakeKubeApi) -> type[BaseHTTPRequestHandler]:
 
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
+        _muted = False  # while a planted answer replaces the real one
 
         def log_message(self, format: str, *args: Any) -> None:
             return None
@@ -236,16 +265,29 @@ def _handler(api: FakeKubeApi) -> type[BaseHTTPRequestHandler]:
             url = urlsplit(self.path)
             query = {k: v[-1] for k, v in parse_qs(url.query).items()}
             body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            self._muted = False
             try:
                 self._authenticate()
-                planted = api._record(method, url.path, query)
-                if planted is not None:
-                    raise planted
+                planted = api._record(method, url.path, query, body)
                 route = _route(store, url.path)
-                api._authorize(method, route, query)
+                target = api._target(method, route, query)
+                if planted is not None and planted.apply:
+                    self._muted = True  # carry it out, then answer as planted
+                    with contextlib.suppress(ApiError):
+                        self._dispatch(method, route, query, body)
+                    self._muted = False
+                if planted is not None and planted.status == 0:
+                    api._release.wait(60)  # never answer: the client's timeout ends it
+                    self.close_connection = True
+                    return
+                if planted is not None:
+                    raise planted_error(planted, target)
+                api._authorize(target)
                 self._dispatch(method, route, query, body)
             except ApiError as err:
-                self._send(err.code, err.status())
+                self._muted = False
+                self._send(err.code, err.status(), err.headers)
+            api._run_after(method, url.path)
 
         def _authenticate(self) -> None:
             if api.token is None:
@@ -255,10 +297,14 @@ def _handler(api: FakeKubeApi) -> type[BaseHTTPRequestHandler]:
             if not (bearer or cert):
                 raise ApiError(401, "Unauthorized", "Unauthorized")
 
-        def _send(self, code: int, body: Obj) -> None:
+        def _send(self, code: int, body: Obj, headers: dict[str, str] | None = None) -> None:
+            if self._muted:
+                return
             data = json.dumps(body).encode()
             self.send_response(code)
             self.send_header("Content-Type", "application/json")
+            for key, value in (headers or {}).items():
+                self.send_header(key, value)
             self.send_header("Content-Length", str(len(data)))
             self.end_headers()
             self.wfile.write(data)
@@ -314,14 +360,16 @@ def _handler(api: FakeKubeApi) -> type[BaseHTTPRequestHandler]:
                         "UnsupportedMediaType",
                         f"the body of the request was in an unknown format - accepted media types include: {', '.join(_MERGE_TYPES)}",
                     )
-                patched = store.patch(
-                    r.res, r.namespace, r.name, self._json_body(body), dry_run=dry
-                )
+                patch = self._json_body(body)
+                with store.cond:
+                    kube_rules.check_patch(r.res, store.get(r.res, r.namespace, r.name), patch)
+                    patched = store.patch(r.res, r.namespace, r.name, patch, dry_run=dry)
                 return self._send(200, patched)
             if method == "DELETE" and r.name and r.sub is None:
                 options = self._json_body(body) if body else {}
-                uid = (options.get("preconditions") or {}).get("uid")
-                deleted = store.delete(r.res, r.namespace, r.name, dry_run=dry, uid=uid)
+                if "gracePeriodSeconds" in query:
+                    options["gracePeriodSeconds"] = int(query["gracePeriodSeconds"])
+                deleted = kube_rules.delete(store, r.res, r.namespace, r.name, options, dry_run=dry)
                 return self._send(200, deleted)
             raise ApiError(
                 405,
@@ -330,20 +378,7 @@ def _handler(api: FakeKubeApi) -> type[BaseHTTPRequestHandler]:
             )
 
         def _evict(self, r: _Route, body: Obj, dry: bool) -> None:
-            if body.get("kind", "Eviction") != "Eviction":  # kind defaults from the URL
-                raise ApiError(400, "BadRequest", "the body must be a policy/v1 Eviction")
-            if body.get("metadata", {}).get("name", r.name) != r.name:
-                raise ApiError(
-                    400, "BadRequest", "name in URL does not match name in Eviction object"
-                )
-            pod = store.get(r.res, r.namespace, r.name or "")
-            uid = ((body.get("deleteOptions") or {}).get("preconditions") or {}).get("uid")
-            if uid is not None and pod["metadata"].get("uid") != uid:
-                store.delete(r.res, r.namespace, r.name or "", dry_run=True, uid=uid)
-            blocked = store.disruption_blocker(pod)
-            if blocked is not None:
-                raise blocked
-            store.delete(r.res, r.namespace, r.name or "", dry_run=dry)
+            kube_rules.evict(store, r.res, r.namespace, r.name or "", body, dry_run=dry)
             self._send(
                 201,
                 {

@@ -15,7 +15,7 @@ import threading
 import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 Obj = dict[str, Any]
@@ -53,9 +53,18 @@ DEFAULT_INSTALLED = frozenset({"v1", "policy/v1", "kueue.x-k8s.io/v1beta1", "kub
 class ApiError(Exception):
     """An error the API server answers with a ``Status`` object."""
 
-    def __init__(self, code: int, reason: str, message: str, details: Obj | None = None):
+    def __init__(
+        self,
+        code: int,
+        reason: str,
+        message: str,
+        details: Obj | None = None,
+        *,
+        headers: Mapping[str, str] | None = None,
+    ):
         super().__init__(message)
         self.code, self.reason, self.message, self.details = code, reason, message, details
+        self.headers: dict[str, str] = dict(headers or {})
 
     def status(self) -> Obj:
         body: Obj = {
@@ -305,19 +314,71 @@ class KubeStore:
         *,
         dry_run: bool = False,
         uid: str | None = None,
+        resource_version: str | None = None,
     ) -> Obj:
-        """Delete; with ``uid`` (a precondition) 409 when the object is another one now."""
+        """Delete at once; with ``uid`` or ``resource_version`` (preconditions) 409 when the
+        object is another one, or another version, now."""
         with self.cond:
             old = self.get(res, namespace, name)
-            if uid is not None and old["metadata"].get("uid") != uid:
-                raise ApiError(
-                    409,
-                    "Conflict",
-                    f"Precondition failed: UID in precondition: {uid}, "
-                    f"UID in object meta: {old['metadata'].get('uid')}",
-                    {"name": name, "kind": res.plural},
-                )
+            self.check_preconditions(res, old, uid, resource_version)
             return old if dry_run else self._commit(res, "DELETED", old, old)
+
+    def mark_terminating(self, res: Resource, old: Obj, grace: int, *, dry_run: bool) -> Obj:
+        """A graceful delete: ``deletionTimestamp`` (now + grace) and the grace period set,
+        the object kept until :meth:`finish_terminating` (the kubelet's confirmation)."""
+        with self.cond:
+            if old["metadata"].get("deletionTimestamp"):
+                return old  # already going: a second delete changes nothing
+            at = datetime.now(UTC) + timedelta(seconds=grace)
+            new = merge_patch(
+                old,
+                {
+                    "metadata": {
+                        "deletionTimestamp": at.strftime("%Y-%m-%dT%H:%M:%SZ"),
+                        "deletionGracePeriodSeconds": grace,
+                    }
+                },
+            )
+            return new if dry_run else self._commit(res, "MODIFIED", new, old)
+
+    def finish_terminating(self) -> int:
+        """Remove every Terminating pod (as kubelets confirm their stops); returns how many."""
+        res = self.resource("pods")
+        with self.cond:
+            going = [
+                o for (p, _, _), o in sorted(self._objects.items())
+                if p == "pods" and o["metadata"].get("deletionTimestamp")
+            ]  # fmt: skip
+            for obj in going:
+                self._commit(res, "DELETED", obj, obj)
+            return len(going)
+
+    @staticmethod
+    def check_preconditions(
+        res: Resource, old: Obj, uid: str | None, resource_version: str | None
+    ) -> None:
+        """The storage layer's preconditions, with its message."""
+        meta = old["metadata"]
+        what = ""
+        if uid is not None and meta.get("uid") != uid:
+            what = f"UID in precondition: {uid}, UID in object meta: {meta.get('uid')}"
+        elif resource_version is not None and meta.get("resourceVersion") != resource_version:
+            what = (
+                f"ResourceVersion in precondition: {resource_version}, "
+                f"ResourceVersion in object meta: {meta.get('resourceVersion')}"
+            )
+        if what:
+            key = f"/registry/{res.plural}/{meta.get('namespace', '')}/{meta['name']}".replace(
+                "//", "/"
+            )
+            raise ApiError(
+                409,
+                "Conflict",
+                f'Operation cannot be fulfilled on {res.plural} "{meta["name"]}": StorageError: '
+                f"invalid object, Code: 4, Key: {key}, ResourceVersion: 0, "
+                f"AdditionalErrorMsg: Precondition failed: {what}",
+                {"name": meta["name"], "kind": res.plural},
+            )
 
     def compact(self) -> int:
         """Forget the history up to now, as etcd compaction does; returns the version."""
@@ -325,45 +386,6 @@ class KubeStore:
             self.compacted_rv = self.rv
             self._history.clear()
             return self.rv
-
-    def disruption_blocker(self, pod: Obj) -> ApiError | None:
-        """The 429 an eviction of ``pod`` gets if a PodDisruptionBudget forbids it."""
-        ns = pod["metadata"].get("namespace", "")
-        with self.cond:
-            for (plural, pns, pdb_name), pdb in sorted(self._objects.items()):
-                spec = pdb.get("spec", {})
-                if plural != "poddisruptionbudgets" or pns != ns:
-                    continue
-                if not object_selector_matches(spec.get("selector", {}), _labels(pod)):
-                    continue
-                members = [
-                    p
-                    for (pl, pn, _), p in self._objects.items()
-                    if pl == "pods"
-                    and pn == ns
-                    and object_selector_matches(spec.get("selector", {}), _labels(p))
-                ]
-                healthy = sum(p.get("status", {}).get("phase") == "Running" for p in members)
-                if "minAvailable" in spec:
-                    needed = int(spec["minAvailable"])
-                else:
-                    needed = len(members) - int(spec.get("maxUnavailable", 0))
-                if healthy - needed <= 0:
-                    return ApiError(
-                        429,
-                        "TooManyRequests",
-                        "Cannot evict pod as it would violate the pod's disruption budget.",
-                        {
-                            "causes": [
-                                {
-                                    "reason": "DisruptionBudget",
-                                    "message": f"The disruption budget {pdb_name} needs "
-                                    f"{needed} healthy pods and has {healthy} currently",
-                                }
-                            ]
-                        },
-                    )
-        return None
 
     def close(self) -> None:
         with self.cond:

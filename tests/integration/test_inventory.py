@@ -272,7 +272,7 @@ def test_unreachable_server_gives_one_line_inventory_error() -> None:
 
 def test_fake_keeps_the_semantics_actions_rely_on(api: FakeKubeApi) -> None:
     """Through the official client: field selector, 404, 409, PDB-blocked eviction 429,
-    eviction 201 that deletes, merge patch."""
+    eviction 201 that deletes (gracefully), merge patch."""
     cfg = client.Configuration()
     cfg.host = api.url
     core = client.CoreV1Api(client.ApiClient(cfg))
@@ -309,6 +309,9 @@ def test_fake_keeps_the_semantics_actions_rely_on(api: FakeKubeApi) -> None:
     assert blocked.value.status == 429
     eviction.metadata.name = "nb-user02-0"
     core.create_namespaced_pod_eviction("nb-user02-0", "research", eviction)
+    # a bound pod is deleted gracefully: Terminating until its kubelet confirms
+    assert _pod(api, "research", "nb-user02-0")["metadata"]["deletionTimestamp"]  # type: ignore[index]
+    api.store.finish_terminating()
     with pytest.raises(ApiError):
         _pod(api, "research", "nb-user02-0")
     core.patch_namespaced_pod("nb-user01-0", "research", {"metadata": {"annotations": {"a": "b"}}})

@@ -100,3 +100,61 @@ def test_batch_protected_unselected_and_recently_idle_sessions_are_left_alone() 
     assert plan_idle(p, findings, pods, {}, NOW, ["kube-system"]) == []
     # a pod re-created under the same name has a new UID: its own, fresh walk
     assert idle_key(p, pod("nb")) != idle_key(p, PodInfo("ml", "nb", "uid-2", "n", "Running", None))
+
+
+def test_a_warning_that_did_not_land_is_given_again_and_a_given_up_step_gets_no_more() -> None:
+    """A ``retry`` row (the annotate was refused) is no warning: the next run warns again,
+    it does not act; a ``gave-up`` row gets no step at all, not even a clear."""
+    p, pods = policy(), {"ml/nb": pod("nb")}
+    key = idle_key(p, pods["ml/nb"])
+    retry = {key: {"kind": "retry", "due_at": None, "attempts": 1}}
+    [again] = plan_idle(p, [idle("nb")], pods, retry, NOW + timedelta(hours=2))
+    assert again.action == "warn"
+    gave_up = {key: {"kind": "gave-up", "due_at": None, "namespace": "ml", "pod": "nb"}}
+    assert plan_idle(p, [idle("nb")], pods, gave_up, NOW) == []
+    assert plan_idle(p, [], pods, gave_up, NOW) == []
+
+
+def test_terminating_sessions_are_never_selected() -> None:
+    p = policy()
+    going = {"ml/nb": pod("nb", terminating=True)}
+    assert plan_idle(p, [idle("nb")], going, {}, NOW) == []
+
+
+def test_no_new_consolidation_while_a_reservation_stands_or_in_the_cool_down() -> None:
+    from actions.plan import LAST_CONSOLIDATION, consolidation_blocked
+
+    pack = parse_policies(
+        {"policies": [{"name": "pack", "type": "consolidation", "cooldown_minutes": 30}]}
+    )[0]
+    assert consolidation_blocked(pack, {}, NOW) == ""
+    assert "node-c reserved" in consolidation_blocked(pack, {}, NOW, reserved={"node-c"})
+    row = {"kind": "reserved", "created_at": NOW, "due_at": None}
+    assert "node-d reserved" in consolidation_blocked(pack, {"reserve:node-d": row}, NOW)
+    last = {LAST_CONSOLIDATION: {"kind": "consolidation", "created_at": NOW, "due_at": None}}
+    assert "cool-down" in consolidation_blocked(pack, last, NOW + timedelta(minutes=29))
+    assert consolidation_blocked(pack, last, NOW + timedelta(minutes=30)) == ""
+
+
+@pytest.mark.parametrize(
+    "goal",
+    ["ml/wants4-0", "a-very-long-namespace-name-indeed/" + "x" * 240, "ns/pod.with.dots", "ns/-x-"],
+)
+def test_the_reservation_names_its_pod_as_a_valid_label_value(goal: str) -> None:
+    import re
+
+    from actions.reservation import taint, taint_value, tolerates, toleration
+
+    value = taint_value(goal)
+    assert len(value) <= 63
+    assert re.fullmatch(r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?", value)
+    assert value != taint_value(goal + "2")  # two pods never share a reservation
+    tol = toleration(goal)
+    assert (tol["operator"], tol["value"], tol["effect"]) == ("Equal", value, "NoSchedule")
+    assert taint(goal)["key"] == tol["key"] == "gpuscope.io/reserved-for"
+    assert tolerates({"spec": {"tolerations": [tol]}}, goal)
+    assert not tolerates({"spec": {"tolerations": [toleration(goal + "2")]}}, goal)
+    # a blanket toleration of the key is not what gpuscope gives, and not counted as it
+    assert not tolerates(
+        {"spec": {"tolerations": [{"key": tol["key"], "operator": "Exists"}]}}, goal
+    )

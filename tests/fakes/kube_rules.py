@@ -1,0 +1,151 @@
+"""What kube-apiserver checks and does on the writes the actuator sends, for the fake server.
+
+Kept apart from storage (kube_store.py) and HTTP (kube_api.py), each rule as the real
+server answers it:
+
+- a patch that carries ``metadata.resourceVersion`` is applied only to that version (409
+  ``Conflict``, the optimistic-lock message, otherwise); ``metadata.uid`` cannot change
+  (422 ``Invalid``, "field is immutable"), so a patch naming the UID it read never lands on
+  an object re-created under the same name;
+- a pod's tolerations may only be added to (422, "existing toleration can not be modified
+  except its tolerationSeconds"); a node's taints must be unique by key and effect;
+- DELETE of a pod bound to a node is graceful: ``deletionTimestamp`` is set and the pod
+  lingers, Terminating, until its kubelet confirms (``KubeStore.finish_terminating``);
+  ``gracePeriodSeconds: 0`` or an unbound pod goes at once; preconditions (UID,
+  resourceVersion) answer 409 with the storage layer's message;
+- an eviction (policy/v1) of a pending, finished or Terminating pod is a plain delete;
+  otherwise the pod's PodDisruptionBudget must allow a disruption (429 with the
+  ``DisruptionBudget`` cause when it does not).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from tests.fakes.kube_faults import conflict, disruption_budget_refusal, invalid
+from tests.fakes.kube_store import ApiError, KubeStore, Obj, Resource, object_selector_matches
+
+DEFAULT_GRACE_SECONDS = 30
+
+
+def _labels(obj: Obj) -> Mapping[str, str]:
+    labels: Mapping[str, str] = obj.get("metadata", {}).get("labels") or {}
+    return labels
+
+
+def check_patch(res: Resource, old: Obj, patch: Obj) -> None:
+    """Refuse a patch as the API server would (module docstring)."""
+    meta = patch.get("metadata") or {}
+    name = old["metadata"]["name"]
+    rv = meta.get("resourceVersion")
+    if rv is not None and str(rv) != old["metadata"].get("resourceVersion"):
+        raise conflict(res.plural, name)
+    uid = meta.get("uid")
+    if uid is not None and uid != old["metadata"].get("uid"):
+        raise invalid(
+            res.kind, name, "metadata.uid", "FieldValueInvalid",
+            f'Invalid value: "{uid}": field is immutable',
+        )  # fmt: skip
+    spec = patch.get("spec") or {}
+    if res.plural == "pods" and "tolerations" in spec:
+        _only_added(name, (old.get("spec") or {}).get("tolerations") or [], spec["tolerations"])
+    if res.plural == "nodes" and spec.get("taints"):
+        seen: set[tuple[str, str]] = set()
+        for i, taint in enumerate(spec["taints"]):
+            pair = (str(taint.get("key")), str(taint.get("effect")))
+            if pair in seen:
+                raise invalid(
+                    "Node", name, f"spec.taints[{i}]", "FieldValueDuplicate",
+                    "Duplicate value: taints must be unique by key and effect pair",
+                )  # fmt: skip
+            seen.add(pair)
+
+
+def _only_added(name: str, old: list[Obj], new: list[Obj] | None) -> None:
+    def bare(t: Obj) -> Obj:
+        return {k: v for k, v in t.items() if k != "tolerationSeconds" and v is not None}
+
+    fresh = [bare(t) for t in new or []]
+    for tol in old:
+        if bare(tol) not in fresh:
+            raise invalid(
+                "Pod", name, "spec.tolerations", "FieldValueForbidden",
+                "Forbidden: existing toleration can not be modified except its tolerationSeconds",
+            )  # fmt: skip
+
+
+def delete(
+    store: KubeStore,
+    res: Resource,
+    namespace: str | None,
+    name: str,
+    options: Obj,
+    *,
+    dry_run: bool,
+) -> Obj:
+    """DELETE as the API server does it (graceful for bound pods; module docstring)."""
+    pre = options.get("preconditions") or {}
+    with store.cond:
+        old = store.get(res, namespace, name)
+        store.check_preconditions(res, old, pre.get("uid"), pre.get("resourceVersion"))
+        if res.plural != "pods" or not (old.get("spec") or {}).get("nodeName"):
+            return store.delete(res, namespace, name, dry_run=dry_run)
+        grace = options.get("gracePeriodSeconds")
+        if grace is None:
+            grace = (old.get("spec") or {}).get(
+                "terminationGracePeriodSeconds", DEFAULT_GRACE_SECONDS
+            )
+        if int(grace) == 0:
+            return store.delete(res, namespace, name, dry_run=dry_run)
+        return store.mark_terminating(res, old, int(grace), dry_run=dry_run)
+
+
+def evict(
+    store: KubeStore, res: Resource, namespace: str | None, name: str, body: Obj, *, dry_run: bool
+) -> None:
+    """An Eviction: a plain delete where no budget applies, else the budget's say."""
+    if body.get("kind", "Eviction") != "Eviction":  # kind defaults from the URL
+        raise ApiError(400, "BadRequest", "the body must be a policy/v1 Eviction")
+    if body.get("metadata", {}).get("name", name) != name:
+        raise ApiError(400, "BadRequest", "name in URL does not match name in Eviction object")
+    options = dict(body.get("deleteOptions") or {})
+    with store.cond:
+        pod = store.get(res, namespace, name)
+        pre = options.get("preconditions") or {}
+        store.check_preconditions(res, pod, pre.get("uid"), pre.get("resourceVersion"))
+        phase = (pod.get("status") or {}).get("phase")
+        ignore_budget = phase in ("Pending", "Succeeded", "Failed") or bool(
+            pod["metadata"].get("deletionTimestamp")
+        )
+        if not ignore_budget:
+            blocked = disruption_blocker(store, pod)
+            if blocked is not None:
+                raise blocked
+        delete(store, res, namespace, name, options, dry_run=dry_run)
+
+
+def disruption_blocker(store: KubeStore, pod: Obj) -> ApiError | None:
+    """The 429 an eviction of ``pod`` gets if a PodDisruptionBudget forbids it (healthy:
+    Running and not Terminating)."""
+    ns = pod["metadata"].get("namespace", "")
+    pdbs, _ = store.list(store.resource("poddisruptionbudgets"), ns)
+    pods, _ = store.list(store.resource("pods"), ns)
+    for pdb in pdbs:
+        spec: dict[str, Any] = pdb.get("spec", {})
+        selector = spec.get("selector", {})
+        if not object_selector_matches(selector, _labels(pod)):
+            continue
+        members = [p for p in pods if object_selector_matches(selector, _labels(p))]
+        healthy = sum(
+            (p.get("status") or {}).get("phase") == "Running"
+            and not p["metadata"].get("deletionTimestamp")
+            for p in members
+        )
+        if "minAvailable" in spec:
+            needed = int(spec["minAvailable"])
+        else:
+            needed = len(members) - int(spec.get("maxUnavailable", 0))
+        if healthy - needed <= 0:
+            return disruption_budget_refusal(pdb["metadata"]["name"], needed, healthy)
+    return None
