@@ -132,7 +132,7 @@ def test_saturated_32bit_data_counter_beside_dead_64bit_is_not_exported(tree: Pa
         _poison(tree, "mlx4_0/ports/1/counters/port_xmit_data", "4294967295\n")
         got = scrape(url)
         assert port_value(got, "gpuscope_ib_transmit_bytes_total", "mlx4_0", "1") is None
-        assert port_value(got, "gpuscope_ib_data_counter_saturated", "mlx4_0", "1") == 1.0
+        assert port_value(got, "gpuscope_ib_port_data_saturated", "mlx4_0", "1") == 1.0
         assert errors(got) == {("infiniband", "saturated_32bit"): 1.0}
 
 

@@ -62,8 +62,8 @@ def check_idle(store: Store, at: datetime, cfg: Settings, slack_h: float) -> int
     and against the gauges; returns how many were compared."""
     idle = run_on_store(store, at, cfg, ["idle"], persist=False)["idle"]
     published = gauges({"idle": idle})
-    assert published[("gpuscope_idle_gpu_hours_wasted", ())] == pytest.approx(
-        idle.summary["gpu_hours_wasted"]
+    assert published[("gpuscope_idle_wasted_gpu_seconds", ())] == pytest.approx(
+        idle.summary["gpu_hours_wasted"] * 3600
     )
     compared = 0
     for f in idle.findings:
@@ -114,7 +114,7 @@ def check_over_quota(store: Store, start: datetime, end: datetime, cfg: Settings
         found = run_quota(store.cursor(), t, cfg.analytics)
         summary = found.summary
         published = gauges({"quota": found})
-        for project, p in summary["projects"].items():
+        for project, p in summary.get("projects", {}).items():  # none before any inventory
             key = ("gpuscope_quota_over_quota_gpus", (("project", project),))
             assert published[key] == pytest.approx(p["over_quota_gpus"])
             hours = (until - t).total_seconds() / 3600

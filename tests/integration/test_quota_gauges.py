@@ -81,7 +81,9 @@ def test_first_scheduled_runs_keep_the_quotas_and_agree_with_the_findings(
         1 for (n, _), v in got.items() if n == "gpuscope_quota_over_quota_gpus" and v > 0
     )
     page = generate_latest(service.metrics.registry).decode()
-    assert f'gpuscope_findings{{kind="quota_overuse",severity="warning"}} {len(over)}.0' in page
+    for severity in ("info", "warning", "critical"):
+        count = sum(1 for f in result.findings if f.severity == severity)
+        assert f'gpuscope_findings{{kind="quota_overuse",severity="{severity}"}} {count}.0' in page
 
 
 def test_no_quota_gauge_before_there_is_inventory(tmp_path: Path, clock: list[float]) -> None:
