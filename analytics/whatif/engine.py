@@ -1,0 +1,291 @@
+"""The replay: pod events through one placement policy, on a node inventory.
+
+Events are taken in time order. A departure frees its pod's GPUs, CPU, memory and MIG
+instances, then the queue is retried in arrival order (each waiting pod that fits now
+starts now). An arrival is placed on the best-scoring feasible node
+(:mod:`analytics.whatif.policies`), ties broken uniformly at random with the replay's
+seeded RNG, as kube-scheduler does; a pod that fits nowhere waits in the queue, or with
+``drop=True`` is dropped as the FGD paper's simulator drops it. The queue does not block:
+a later pod that fits starts while an earlier one waits, as in Kubernetes.
+
+Nodes with the same signature (:mod:`analytics.whatif.nodes`) share one score and one FGD
+value per request type, so a replay of thousands of pods over a thousand nodes scores a
+few dozen distinct node shapes per pod rather than every node.
+
+Arrivals stop at the last arrival; the replay then runs departures up to ``until`` (the
+end of a history window) so that queued pods may still start. Figures "when arrivals
+stop" are taken at the last arrival.
+"""
+
+from __future__ import annotations
+
+import heapq
+import logging
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from analytics.allocation import NodeState, Task
+from analytics.fragmentation import TaskMix, learn_task_mix, node_placements
+from analytics.whatif.events import MILLI, Inventory, PodEvent, Request
+from analytics.whatif.nodes import Signature, SimNode, kind_key
+from analytics.whatif.policies import (
+    GPU_CHOICE,
+    POLICIES,
+    SCORERS,
+    Context,
+    feasible,
+    take,
+)
+from analytics.whatif.results import HEADROOM_SIZES, PolicyResult, Sample
+
+log = logging.getLogger(__name__)
+
+#: Events between two fragmentation samples, at most this many samples per replay.
+FRAGMENTATION_SAMPLES = 100
+SECONDS_PER_HOUR = 3600.0
+
+#: (request type: the mix's group key plus MIG; hashable)
+RequestKey = tuple[object, ...]
+
+
+@dataclass(slots=True)
+class _Placed:
+    node: int
+    gpus: list[int]
+    request: Request
+    started: float
+
+
+def _request_key(req: Request) -> RequestKey:
+    t = req.task
+    return (
+        t.cpu_milli,
+        req.share_milli,
+        t.gpu_count,
+        t.spec_text if t.gpu_count else "",
+        t.memory_mib,
+        t.ephemeral_mib,
+        tuple(sorted(t.tolerations)),
+        req.mig,
+    )
+
+
+class _Cluster:
+    """The nodes, grouped by signature, with memoised feasibility and scores."""
+
+    def __init__(self, nodes: Sequence[NodeState], policy: str, ctx: Context) -> None:
+        kinds: dict[tuple[object, ...], int] = {}
+        self.templates: list[NodeState] = []
+        self.nodes: list[SimNode] = []
+        for node in nodes:
+            key = kind_key(node)
+            if key not in kinds:
+                kinds[key] = len(self.templates)
+                self.templates.append(node)
+            self.nodes.append(SimNode.of(kinds[key], node))
+        self.sigs: list[Signature] = [n.signature() for n in self.nodes]
+        self.groups: dict[Signature, list[int]] = {}
+        for i, sig in enumerate(self.sigs):
+            self.groups.setdefault(sig, []).append(i)
+        self.scorer = SCORERS[policy]
+        self.choice = GPU_CHOICE.get(policy, "best")
+        self.ctx = ctx
+        self.scores: dict[tuple[Signature, RequestKey], int | None] = {}
+        self.capacity = sum(len(n.gpus) for n in nodes if n.schedulable)
+        self.allocated = 0  # milli-GPU
+
+    def score(self, sig: Signature, req: Request, rkey: RequestKey) -> int | None:
+        key = (sig, rkey)
+        if key in self.scores:
+            return self.scores[key]
+        template = self.templates[sig[0]]
+        value = self.scorer(template, sig, req, self.ctx) if feasible(template, sig, req) else None
+        self.scores[key] = value
+        return value
+
+    def choose(self, req: Request) -> int | None:
+        """The node the policy puts the pod on, None when none fits."""
+        rkey = _request_key(req)
+        best: int | None = None
+        tied: list[list[int]] = []
+        for sig, members in self.groups.items():
+            s = self.score(sig, req, rkey)
+            if s is None:
+                continue
+            if best is None or s > best:
+                best, tied = s, [members]
+            elif s == best:
+                tied.append(members)
+        if best is None:
+            return None
+        pick = self.ctx.rng.randrange(sum(len(m) for m in tied))
+        for members in tied:
+            if pick < len(members):
+                return members[pick]
+            pick -= len(members)
+        raise AssertionError("unreachable")
+
+    def _move(self, i: int) -> None:
+        old, new = self.sigs[i], self.nodes[i].signature()
+        if old == new:
+            return
+        members = self.groups[old]
+        members.remove(i)
+        if not members:
+            del self.groups[old]
+        self.groups.setdefault(new, []).append(i)
+        self.sigs[i] = new
+
+    def place(self, i: int, req: Request, now: float) -> _Placed:
+        node = self.nodes[i]
+        template = self.templates[node.kind]
+        gpus = take(node.gpus, req, self.choice, self.ctx, template, self.sigs[i])
+        share = req.share_milli
+        for g in gpus:
+            node.gpus[g] -= share
+            assert node.gpus[g] >= 0, "GPU over-committed"
+        node.cpu -= req.task.cpu_milli
+        if template.memory_mib_total:
+            node.memory -= req.task.memory_mib
+        for profile, count in req.mig:
+            node.mig[profile] -= count
+        assert node.cpu >= 0, "CPU over-committed"
+        assert node.memory >= 0, "memory over-committed"
+        self.allocated += share * len(gpus)
+        self._move(i)
+        return _Placed(i, gpus, req, now)
+
+    def release(self, placed: _Placed) -> None:
+        node = self.nodes[placed.node]
+        share = placed.request.share_milli
+        for g in placed.gpus:
+            node.gpus[g] += share
+        node.cpu += placed.request.task.cpu_milli
+        if self.templates[node.kind].memory_mib_total:
+            node.memory += placed.request.task.memory_mib
+        for profile, count in placed.request.mig:
+            node.mig[profile] += count
+        self.allocated -= share * len(placed.gpus)
+        self._move(placed.node)
+
+    def fgd_ratio(self) -> float:
+        """The cluster's FGD fragmentation ratio (fragmented / free GPU on open nodes)."""
+        frag = free = 0.0
+        for sig, members in self.groups.items():
+            template = self.templates[sig[0]]
+            if not template.schedulable or not sig[3]:
+                continue
+            node_free = sum(sig[3]) / MILLI
+            if node_free <= 0:
+                continue
+            free += node_free * len(members)
+            frag += self.ctx.frag(template, sig) * len(members)
+        return min(1.0, frag / free) if free > 0 else 0.0
+
+    def headroom(self) -> tuple[tuple[int, int], ...]:
+        free = [
+            sum(1 for g in n.gpus if g >= MILLI)
+            for n in self.nodes
+            if self.templates[n.kind].schedulable and n.gpus
+        ]
+        return tuple((k, node_placements(free, k)[0]) for k in HEADROOM_SIZES)
+
+
+def replay(
+    inventory: Inventory,
+    events: Sequence[PodEvent],
+    policy: str,
+    *,
+    seed: int = 0,
+    mix: TaskMix | None = None,
+    drop: bool = False,
+    until: float | None = None,
+    samples: int = FRAGMENTATION_SAMPLES,
+) -> PolicyResult:
+    """Replay ``events`` on the empty ``inventory`` with ``policy`` (module docstring).
+
+    ``mix``: the task mix FGD and the fragmentation figures use (default: learnt from the
+    events' requests, as the detector learns it from the workload)."""
+    if policy not in POLICIES:
+        raise ValueError(f"unknown policy {policy!r}; expected one of {', '.join(POLICIES)}")
+    order = sorted(range(len(events)), key=lambda j: (events[j].arrive, j))
+    if mix is None:
+        mix = learn_task_mix([e.request.task for e in events])
+    ctx = Context(mix=mix, rng=random.Random(seed))  # noqa: S311 (a seeded replay, not a secret)
+    cluster = _Cluster(inventory.nodes, policy, ctx)
+    every = max(1, len(events) // max(1, samples))
+    departures: list[tuple[float, int, _Placed]] = []
+    queue: dict[int, PodEvent] = {}  # arrival index -> event, in arrival order
+    waited: dict[int, float] = {}
+    started = 0
+    queued_gpu_seconds = 0.0
+    arrived_milli = 0
+    timeline: list[Sample] = []
+    last_arrival = events[order[-1]].arrive if order else 0.0
+    end = max(until if until is not None else last_arrival, last_arrival)
+    at_stop: tuple[int, tuple[tuple[int, int], ...], float] | None = None
+
+    def start(j: int, event: PodEvent, now: float) -> bool:
+        nonlocal started, queued_gpu_seconds
+        node = cluster.choose(event.request)
+        if node is None:
+            return False
+        placed = cluster.place(node, event.request, now)
+        started += 1
+        queued_gpu_seconds += (now - event.arrive) * event.request.gpu_milli / MILLI
+        if event.duration is not None:
+            heapq.heappush(departures, (now + event.duration, j, placed))
+        return True
+
+    def record(now: float, n: int) -> None:
+        ratio = cluster.fgd_ratio() if n % every == 0 else None
+        timeline.append(
+            Sample(now, arrived_milli / MILLI, cluster.allocated / MILLI, len(queue), ratio)
+        )
+
+    def depart_until(t: float) -> None:
+        while departures and departures[0][0] <= t:
+            now, _, placed = heapq.heappop(departures)
+            cluster.release(placed)
+            for j in list(queue):
+                if start(j, queue[j], now):
+                    del queue[j]
+            record(now, len(timeline))
+
+    for n, j in enumerate(order):
+        event = events[j]
+        depart_until(event.arrive)
+        arrived_milli += event.request.gpu_milli
+        if not start(j, event, event.arrive):
+            if drop:
+                waited[j] = event.arrive
+            else:
+                queue[j] = event
+        record(event.arrive, n)
+        if n == len(order) - 1:
+            at_stop = (cluster.allocated, cluster.headroom(), cluster.fgd_ratio())
+    depart_until(end)
+    for event in queue.values():
+        queued_gpu_seconds += (end - event.arrive) * event.request.gpu_milli / MILLI
+    allocated, headroom, frag = at_stop or (0, cluster.headroom(), cluster.fgd_ratio())
+    log.debug("whatif policy=%s seed=%d started=%d of %d", policy, seed, started, len(events))
+    return PolicyResult(
+        policy=policy,
+        seed=seed,
+        capacity_gpus=cluster.capacity,
+        arrived_gpus=arrived_milli / MILLI,
+        allocated_gpus=allocated / MILLI,
+        jobs_arrived=len(events),
+        jobs_started=started,
+        jobs_never_started=len(events) - started,
+        queued_gpu_hours=queued_gpu_seconds / SECONDS_PER_HOUR,
+        fgd_ratio=frag,
+        headroom=headroom,
+        timeline=tuple(timeline),
+    )
+
+
+def typical_mix(tasks: Sequence[Task]) -> TaskMix:
+    """The task mix of a workload, as the detector learns it."""
+    return learn_task_mix(tasks)
