@@ -8,6 +8,15 @@ requests and run times), :mod:`~analytics.whatif.policies` the named placement p
 from analytics.whatif.engine import replay
 from analytics.whatif.events import Inventory, PodEvent, Request
 from analytics.whatif.policies import POLICIES
-from analytics.whatif.results import PolicyResult, Sample
+from analytics.whatif.results import Placement, PolicyResult, Sample
 
-__all__ = ["POLICIES", "Inventory", "PodEvent", "PolicyResult", "Request", "Sample", "replay"]
+__all__ = [
+    "POLICIES",
+    "Inventory",
+    "Placement",
+    "PodEvent",
+    "PolicyResult",
+    "Request",
+    "Sample",
+    "replay",
+]

@@ -37,7 +37,7 @@ from analytics.whatif.policies import (
     feasible,
     take,
 )
-from analytics.whatif.results import HEADROOM_SIZES, PolicyResult, Sample
+from analytics.whatif.results import HEADROOM_SIZES, Placement, PolicyResult, Sample
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +55,7 @@ class _Placed:
     gpus: list[int]
     request: Request
     started: float
+    key: str = ""
 
 
 def _request_key(req: Request) -> RequestKey:
@@ -222,6 +223,8 @@ def replay(
     queued_gpu_seconds = 0.0
     arrived_milli = 0
     timeline: list[Sample] = []
+    running: dict[int, _Placed] = {}
+    ended: dict[int, float] = {}
     last_arrival = events[order[-1]].arrive if order else 0.0
     end = max(until if until is not None else last_arrival, last_arrival)
     at_stop: tuple[int, tuple[tuple[int, int], ...], float] | None = None
@@ -232,6 +235,8 @@ def replay(
         if node is None:
             return False
         placed = cluster.place(node, event.request, now)
+        placed.key = event.key
+        running[j] = placed
         started += 1
         queued_gpu_seconds += (now - event.arrive) * event.request.gpu_milli / MILLI
         if event.duration is not None:
@@ -246,8 +251,9 @@ def replay(
 
     def depart_until(t: float) -> None:
         while departures and departures[0][0] <= t:
-            now, _, placed = heapq.heappop(departures)
+            now, k, placed = heapq.heappop(departures)
             cluster.release(placed)
+            ended[k] = now
             for j in list(queue):
                 if start(j, queue[j], now):
                     del queue[j]
@@ -283,6 +289,16 @@ def replay(
         fgd_ratio=frag,
         headroom=headroom,
         timeline=tuple(timeline),
+        placements=tuple(
+            Placement(
+                key=p.key,
+                node=inventory.nodes[p.node].name,
+                gpus=tuple(p.gpus),
+                start=p.started,
+                end=ended.get(j),
+            )
+            for j, p in sorted(running.items())
+        ),
     )
 
 

@@ -23,6 +23,18 @@ class Sample:
 
 
 @dataclass(frozen=True, slots=True)
+class Placement:
+    """Where and when one pod ran: its node, the GPU indices it took, start and end
+    (None: still running when the replay ended)."""
+
+    key: str
+    node: str
+    gpus: tuple[int, ...]
+    start: float
+    end: float | None
+
+
+@dataclass(frozen=True, slots=True)
 class PolicyResult:
     """What one policy did with one arrival sequence.
 
@@ -44,6 +56,7 @@ class PolicyResult:
     fgd_ratio: float
     headroom: tuple[tuple[int, int], ...]
     timeline: tuple[Sample, ...]
+    placements: tuple[Placement, ...] = ()
 
     @property
     def allocation_ratio(self) -> float:
