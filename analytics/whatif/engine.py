@@ -3,9 +3,10 @@
 Events are taken in time order. A departure frees its pod's GPUs, CPU, memory and MIG
 instances, then the queue is retried in arrival order (each waiting pod that fits now
 starts now). An arrival is placed on the best-scoring feasible node
-(:mod:`analytics.whatif.policies`), ties broken uniformly at random with the replay's
-seeded RNG, as kube-scheduler does; a pod that fits nowhere waits in the queue, or with
-``drop=True`` is dropped as the FGD paper's simulator drops it. The queue does not block:
+(:mod:`analytics.whatif.policies`), ties broken as that policy's scheduler breaks them
+(at random with the replay's seeded RNG, or the first node in inventory order); a pod
+that fits nowhere waits in the queue, or with ``drop=True`` is dropped as the FGD
+paper's simulator drops it. The queue does not block:
 a later pod that fits starts while an earlier one waits, as in Kubernetes.
 
 Nodes with the same signature (:mod:`analytics.whatif.nodes`) share one score and one FGD
@@ -33,6 +34,7 @@ from analytics.whatif.policies import (
     GPU_CHOICE,
     POLICIES,
     SCORERS,
+    TIES,
     Context,
     feasible,
     take,
@@ -75,7 +77,7 @@ def _request_key(req: Request) -> RequestKey:
 class _Cluster:
     """The nodes, grouped by signature, with memoised feasibility and scores."""
 
-    def __init__(self, nodes: Sequence[NodeState], policy: str, ctx: Context) -> None:
+    def __init__(self, nodes: Sequence[NodeState], policy: str, ctx: Context, ties: str) -> None:
         kinds: dict[tuple[object, ...], int] = {}
         self.templates: list[NodeState] = []
         self.nodes: list[SimNode] = []
@@ -91,6 +93,7 @@ class _Cluster:
             self.groups.setdefault(sig, []).append(i)
         self.scorer = SCORERS[policy]
         self.choice = GPU_CHOICE.get(policy, "best")
+        self.ties = ties
         self.ctx = ctx
         self.scores: dict[tuple[Signature, RequestKey], int | None] = {}
         self.capacity = sum(len(n.gpus) for n in nodes if n.schedulable)
@@ -120,6 +123,8 @@ class _Cluster:
                 tied.append(members)
         if best is None:
             return None
+        if self.ties == "first":
+            return min(min(m) for m in tied)
         pick = self.ctx.rng.randrange(sum(len(m) for m in tied))
         for members in tied:
             if pick < len(members):
@@ -203,18 +208,22 @@ def replay(
     drop: bool = False,
     until: float | None = None,
     samples: int = FRAGMENTATION_SAMPLES,
+    ties: str | None = None,
 ) -> PolicyResult:
     """Replay ``events`` on the empty ``inventory`` with ``policy`` (module docstring).
 
     ``mix``: the task mix FGD and the fragmentation figures use (default: learnt from the
-    events' requests, as the detector learns it from the workload)."""
+    events' requests, as the detector learns it from the workload). ``ties``: ``random``
+    or ``first`` (default: the policy's own, :data:`analytics.whatif.policies.TIES`)."""
     if policy not in POLICIES:
         raise ValueError(f"unknown policy {policy!r}; expected one of {', '.join(POLICIES)}")
     order = sorted(range(len(events)), key=lambda j: (events[j].arrive, j))
     if mix is None:
         mix = learn_task_mix([e.request.task for e in events])
     ctx = Context(mix=mix, rng=random.Random(seed))  # noqa: S311 (a seeded replay, not a secret)
-    cluster = _Cluster(inventory.nodes, policy, ctx)
+    if ties not in (None, "random", "first"):
+        raise ValueError(f"ties={ties!r}: expected 'random' or 'first'")
+    cluster = _Cluster(inventory.nodes, policy, ctx, ties or TIES[policy])
     every = max(1, len(events) // max(1, samples))
     departures: list[tuple[float, int, _Placed]] = []
     queue: dict[int, PodEvent] = {}  # arrival index -> event, in arrival order

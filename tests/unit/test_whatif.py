@@ -15,6 +15,7 @@ from analytics.allocation import NodeState, Task
 from analytics.fragmentation import TaskMix, learn_task_mix
 from analytics.whatif import POLICIES, Inventory, Placement, PodEvent, Request, replay
 from analytics.whatif.events import arrivals, inflate
+from analytics.whatif.policies import TIES
 
 MODELS = ("A100", "T4")
 
@@ -163,6 +164,7 @@ def _check(inventory: Inventory, events: list[PodEvent], policy: str, drop: bool
     result = replay(inventory, events, policy, seed=3, mix=mix, drop=drop)
     by_key = {e.key: e for e in events}
     index = {n.name: n for n in inventory.nodes}
+    order = [n.name for n in inventory.nodes]
     free = {
         n.name: Free([1000] * len(n.gpus), n.cpu_milli_total, n.memory_mib_total)
         for n in inventory.nodes
@@ -170,10 +172,10 @@ def _check(inventory: Inventory, events: list[PodEvent], policy: str, drop: bool
     # (time, 0 departure / 1 start / 2 never started, arrival order, pod, placement)
     actions: list[tuple[float, int, int, PodEvent, Placement | None]] = []
     for p in result.placements:
-        order = int(p.key[1:])
-        actions.append((p.start, 1, order, by_key[p.key], p))
+        seq = int(p.key[1:])
+        actions.append((p.start, 1, seq, by_key[p.key], p))
         if p.end is not None:
-            actions.append((p.end, 0, order, by_key[p.key], p))
+            actions.append((p.end, 0, seq, by_key[p.key], p))
     started = {p.key for p in result.placements}
     actions += [(e.arrive, 2, int(e.key[1:]), e, None) for e in events if e.key not in started]
     for _, kind, _, event, placed in sorted(actions, key=lambda a: a[:3]):
@@ -193,6 +195,9 @@ def _check(inventory: Inventory, events: list[PodEvent], policy: str, drop: bool
             }
             assert placed.node in scores, f"{event.key} placed where it does not fit"
             assert scores[placed.node] == max(scores.values()), (policy, placed, scores)
+            if TIES[policy] == "first":  # the first best node in inventory order
+                best = [n for n in order if scores.get(n) == max(scores.values())]
+                assert placed.node == best[0], (policy, placed, scores)
             assert len(placed.gpus) == t.gpu_count
         for g in placed.gpus:
             f.gpus[g] += sign * share
