@@ -33,6 +33,7 @@ from analytics.whatif.events import (
     inflate,
     snapshot_events,
 )
+from analytics.whatif.history import History
 from analytics.whatif.results import PolicyResult
 from gpuscope.errors import UserError
 from gpuscope.settings import Settings
@@ -95,6 +96,31 @@ def read_workload(nodes: Path, pods: Path, settings: Settings) -> Workload:
     if not any(t.gpus > 0 for t in tasks):
         raise UserError(f"{pods}: no pod asks for a GPU; nothing to replay")
     return Workload(inventory, tasks, learn_task_mix(tasks, coverage), source, events)
+
+
+def run_history(
+    history: History,
+    policies: Sequence[str],
+    *,
+    seeds: int = 1,
+    drop: bool = False,
+    coverage: float = 0.95,
+) -> list[PolicyResult]:
+    """Every policy on a stored window's events, run to the window's end."""
+    mix = learn_task_mix([e.request.task for e in history.events], coverage)
+    return [
+        replay(
+            history.inventory,
+            history.events,
+            policy,
+            seed=seed,
+            mix=mix,
+            drop=drop,
+            until=history.end,
+        )
+        for seed in range(FIRST_SEED, FIRST_SEED + seeds)
+        for policy in policies
+    ]
 
 
 def run_policies(

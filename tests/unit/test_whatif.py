@@ -156,13 +156,14 @@ def _score(policy: str, free: Free, node: NodeState, t: Task, mix: TaskMix) -> i
     )
 
 
-def _check(inventory: Inventory, events: list[PodEvent], policy: str, drop: bool) -> None:
+def check_replay(inventory: Inventory, events: list[PodEvent], policy: str, drop: bool) -> None:
     """Walk the engine's placements in time order against the brute force: each start is
     on a node where the pod fits with the best score there is; each pod that never started
     fitted nowhere when it arrived; no GPU, CPU or memory ever goes below zero."""
     mix = learn_task_mix([e.request.task for e in events])
     result = replay(inventory, events, policy, seed=3, mix=mix, drop=drop)
     by_key = {e.key: e for e in events}
+    position = {e.key: i for i, e in enumerate(events)}
     index = {n.name: n for n in inventory.nodes}
     order = [n.name for n in inventory.nodes]
     free = {
@@ -172,12 +173,12 @@ def _check(inventory: Inventory, events: list[PodEvent], policy: str, drop: bool
     # (time, 0 departure / 1 start / 2 never started, arrival order, pod, placement)
     actions: list[tuple[float, int, int, PodEvent, Placement | None]] = []
     for p in result.placements:
-        seq = int(p.key[1:])
+        seq = position[p.key]
         actions.append((p.start, 1, seq, by_key[p.key], p))
         if p.end is not None:
             actions.append((p.end, 0, seq, by_key[p.key], p))
     started = {p.key for p in result.placements}
-    actions += [(e.arrive, 2, int(e.key[1:]), e, None) for e in events if e.key not in started]
+    actions += [(e.arrive, 2, position[e.key], e, None) for e in events if e.key not in started]
     for _, kind, _, event, placed in sorted(actions, key=lambda a: a[:3]):
         t = event.request.task
         share = round(t.gpu_share * 1000)
@@ -215,7 +216,7 @@ def _check(inventory: Inventory, events: list[PodEvent], policy: str, drop: bool
 def test_each_placement_is_the_brute_force_choice_and_nothing_is_over_committed(
     policy: str, inventory: tuple[NodeState, ...], events: list[PodEvent], drop: bool
 ) -> None:
-    _check(Inventory(inventory), events, policy, drop)
+    check_replay(Inventory(inventory), events, policy, drop)
 
 
 def test_a_queued_pod_starts_when_a_departure_frees_room() -> None:
