@@ -1,13 +1,13 @@
 """The replay: pod events through one placement policy, on a node inventory.
 
 Events are taken in time order. A departure frees its pod's GPUs, CPU, memory and MIG
-instances, then the queue is retried in arrival order (each waiting pod that fits now
-starts now). An arrival is placed on the best-scoring feasible node
-(:mod:`analytics.whatif.policies`), ties broken as that policy's scheduler breaks them
-(at random with the replay's seeded RNG, or the first node in inventory order); a pod
-that fits nowhere waits in the queue, or with ``drop=True`` is dropped as the FGD
-paper's simulator drops it. The queue does not block:
-a later pod that fits starts while an earlier one waits, as in Kubernetes.
+instances, then the queue is retried in arrival order: each waiting pod that fits now
+starts now (only the freed node need be tried). An arrival is placed on the best-scoring
+feasible node (:mod:`analytics.whatif.policies`), ties broken as that policy's scheduler
+breaks them (at random with the replay's seeded RNG, or the first node in inventory
+order); a pod that fits nowhere waits in the queue, or with ``drop=True`` is dropped as
+the FGD paper's simulator drops it. The queue does not block: a later pod that fits
+starts while an earlier one waits, as in Kubernetes.
 
 Nodes with the same signature (:mod:`analytics.whatif.nodes`) share one score and one FGD
 value per request type, so a replay of thousands of pods over a thousand nodes scores a
@@ -226,7 +226,9 @@ def replay(
     cluster = _Cluster(inventory.nodes, policy, ctx, ties or TIES[policy])
     every = max(1, len(events) // max(1, samples))
     departures: list[tuple[float, int, _Placed]] = []
-    queue: dict[int, PodEvent] = {}  # arrival index -> event, in arrival order
+    queue: dict[int, PodEvent] = {}  # event index -> event, in arrival order
+    waiting: dict[RequestKey, list[int]] = {}  # the queue by request type, arrival order
+    position = {j: n for n, j in enumerate(order)}
     waited: dict[int, float] = {}
     started = 0
     queued_gpu_seconds = 0.0
@@ -238,9 +240,10 @@ def replay(
     end = max(until if until is not None else last_arrival, last_arrival)
     at_stop: tuple[int, tuple[tuple[int, int], ...], float] | None = None
 
-    def start(j: int, event: PodEvent, now: float) -> bool:
+    def start(j: int, event: PodEvent, now: float, node: int | None = None) -> bool:
         nonlocal started, queued_gpu_seconds
-        node = cluster.choose(event.request)
+        if node is None:
+            node = cluster.choose(event.request)
         if node is None:
             return False
         placed = cluster.place(node, event.request, now)
@@ -263,10 +266,29 @@ def replay(
             now, k, placed = heapq.heappop(departures)
             cluster.release(placed)
             ended[k] = now
-            for j in list(queue):
-                if start(j, queue[j], now):
-                    del queue[j]
+            retry(placed.node, now)
             record(now, len(timeline))
+
+    def retry(node: int, now: float) -> None:
+        """Start waiting pods, earliest first, on the node a departure freed: no other
+        node gained room, and each waiting pod fitted nowhere when it was last tried, so
+        this node is the only one it can fit now (the queue is kept by request type, so
+        a long queue costs one check per type)."""
+        while waiting:
+            sig = cluster.sigs[node]
+            fit = [
+                members[0]
+                for rkey, members in waiting.items()
+                if cluster.score(sig, events[members[0]].request, rkey) is not None
+            ]
+            if not fit:
+                return
+            j = min(fit, key=position.__getitem__)
+            rkey = _request_key(events[j].request)
+            waiting[rkey].pop(0)
+            if not waiting[rkey]:
+                del waiting[rkey]
+            start(j, queue.pop(j), now, node)
 
     for n, j in enumerate(order):
         event = events[j]
@@ -277,6 +299,7 @@ def replay(
                 waited[j] = event.arrive
             else:
                 queue[j] = event
+                waiting.setdefault(_request_key(event.request), []).append(j)
         record(event.arrive, n)
         if n == len(order) - 1:
             at_stop = (cluster.allocated, cluster.headroom(), cluster.fgd_ratio())

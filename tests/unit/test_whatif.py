@@ -179,7 +179,20 @@ def check_replay(inventory: Inventory, events: list[PodEvent], policy: str, drop
             actions.append((p.end, 0, seq, by_key[p.key], p))
     started = {p.key for p in result.placements}
     actions += [(e.arrive, 2, position[e.key], e, None) for e in events if e.key not in started]
-    for _, kind, _, event, placed in sorted(actions, key=lambda a: a[:3]):
+    steps = sorted(actions, key=lambda a: a[:3])
+    start_of = {p.key: p.start for p in result.placements}
+
+    def nothing_waiting_fits(now: float) -> None:
+        """With a queue, once a moment's events are done no waiting pod fits anywhere
+        (it would have been started on arrival or on the departure that made room)."""
+        for e in events:
+            if not drop and e.arrive <= now < start_of.get(e.key, math.inf):
+                fit = [n for n in free if _fits(free[n], index[n], e.request.task)]
+                assert not fit, (policy, e.key, now, fit)
+
+    for step, (when, kind, _, event, placed) in enumerate(steps):
+        if step and steps[step - 1][0] < when:
+            nothing_waiting_fits(steps[step - 1][0])
         t = event.request.task
         share = round(t.gpu_share * 1000)
         if placed is None:
@@ -208,6 +221,8 @@ def check_replay(inventory: Inventory, events: list[PodEvent], policy: str, drop
         assert min(f.gpus, default=0) >= 0
         assert f.cpu >= 0
         assert f.memory >= 0
+    if steps:
+        nothing_waiting_fits(steps[-1][0])
 
 
 @pytest.mark.parametrize("policy", POLICIES)
