@@ -26,7 +26,7 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from analytics.allocation import NodeState, Task
+from analytics.allocation import NodeState
 from analytics.fragmentation import TaskMix, learn_task_mix, node_placements
 from analytics.whatif.events import MILLI, Inventory, PodEvent, Request
 from analytics.whatif.nodes import Signature, SimNode, kind_key
@@ -332,8 +332,3 @@ def replay(
             for j, p in sorted(running.items())
         ),
     )
-
-
-def typical_mix(tasks: Sequence[Task]) -> TaskMix:
-    """The task mix of a workload, as the detector learns it."""
-    return learn_task_mix(tasks)
