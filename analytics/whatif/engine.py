@@ -87,25 +87,39 @@ class _Cluster:
                 kinds[key] = len(self.templates)
                 self.templates.append(node)
             self.nodes.append(SimNode.of(kinds[key], node))
+        # signatures get small integer ids, so the hot loop hashes ints, not tuples
+        self.ids: dict[Signature, int] = {}
+        self.sig_of: list[Signature] = []
         self.sigs: list[Signature] = [n.signature() for n in self.nodes]
-        self.groups: dict[Signature, list[int]] = {}
-        for i, sig in enumerate(self.sigs):
-            self.groups.setdefault(sig, []).append(i)
+        self.node_sid: list[int] = [self._sid(sig) for sig in self.sigs]
+        self.groups: dict[int, list[int]] = {}
+        for i, sid in enumerate(self.node_sid):
+            self.groups.setdefault(sid, []).append(i)
         self.scorer = SCORERS[policy]
         self.choice = GPU_CHOICE.get(policy, "best")
         self.ties = ties
         self.ctx = ctx
-        self.scores: dict[tuple[Signature, RequestKey], int | None] = {}
+        self.scores: dict[RequestKey, dict[int, int | None]] = {}
         self.capacity = sum(len(n.gpus) for n in nodes if n.schedulable)
         self.allocated = 0  # milli-GPU
 
-    def score(self, sig: Signature, req: Request, rkey: RequestKey) -> int | None:
-        key = (sig, rkey)
-        if key in self.scores:
-            return self.scores[key]
+    def _sid(self, sig: Signature) -> int:
+        sid = self.ids.get(sig)
+        if sid is None:
+            sid = self.ids[sig] = len(self.sig_of)
+            self.sig_of.append(sig)
+        return sid
+
+    def score(self, sid: int, req: Request, rkey: RequestKey) -> int | None:
+        """The policy's score of signature ``sid`` for the request, None where it does not
+        fit (memoised per request type)."""
+        cache = self.scores.setdefault(rkey, {})
+        if sid in cache:
+            return cache[sid]
+        sig = self.sig_of[sid]
         template = self.templates[sig[0]]
         value = self.scorer(template, sig, req, self.ctx) if feasible(template, sig, req) else None
-        self.scores[key] = value
+        cache[sid] = value
         return value
 
     def choose(self, req: Request) -> int | None:
@@ -113,8 +127,9 @@ class _Cluster:
         rkey = _request_key(req)
         best: int | None = None
         tied: list[list[int]] = []
-        for sig, members in self.groups.items():
-            s = self.score(sig, req, rkey)
+        cache = self.scores.setdefault(rkey, {})
+        for sid, members in self.groups.items():
+            s = cache[sid] if sid in cache else self.score(sid, req, rkey)
             if s is None:
                 continue
             if best is None or s > best:
@@ -136,12 +151,14 @@ class _Cluster:
         old, new = self.sigs[i], self.nodes[i].signature()
         if old == new:
             return
-        members = self.groups[old]
+        old_sid, new_sid = self.node_sid[i], self._sid(new)
+        members = self.groups[old_sid]
         members.remove(i)
         if not members:
-            del self.groups[old]
-        self.groups.setdefault(new, []).append(i)
+            del self.groups[old_sid]
+        self.groups.setdefault(new_sid, []).append(i)
         self.sigs[i] = new
+        self.node_sid[i] = new_sid
 
     def place(self, i: int, req: Request, now: float) -> _Placed:
         node = self.nodes[i]
@@ -178,7 +195,8 @@ class _Cluster:
     def fgd_ratio(self) -> float:
         """The cluster's FGD fragmentation ratio (fragmented / free GPU on open nodes)."""
         frag = free = 0.0
-        for sig, members in self.groups.items():
+        for sid, members in self.groups.items():
+            sig = self.sig_of[sid]
             template = self.templates[sig[0]]
             if not template.schedulable or not sig[3]:
                 continue
@@ -275,11 +293,11 @@ def replay(
         this node is the only one it can fit now (the queue is kept by request type, so
         a long queue costs one check per type)."""
         while waiting:
-            sig = cluster.sigs[node]
+            sid = cluster.node_sid[node]
             fit = [
                 members[0]
                 for rkey, members in waiting.items()
-                if cluster.score(sig, events[members[0]].request, rkey) is not None
+                if cluster.score(sid, events[members[0]].request, rkey) is not None
             ]
             if not fit:
                 return
