@@ -40,6 +40,7 @@ BENCHMARKS: tuple[Benchmark, ...] = (
     Benchmark("fragmentation", "Analytics"),
     Benchmark("consolidation", "Consolidation planner"),
     Benchmark("report", "Weekly report"),
+    Benchmark("whatif", "What-if replay"),
 )
 
 RunFn = Callable[[bool], list[Figure]]

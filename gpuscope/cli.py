@@ -19,6 +19,7 @@ from typing import Any, NoReturn, cast
 from gpuscope import __version__
 from gpuscope.cli_alerts import add_alerts_parser, cmd_alerts
 from gpuscope.cli_report import add_report_parser, cmd_report
+from gpuscope.cli_whatif import add_whatif_parser, cmd_whatif
 from gpuscope.errors import UserError
 from gpuscope.logs import LogFormat, configure_logging
 from gpuscope.settings import Settings, load_settings
@@ -209,6 +210,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_alerts_parser(sub, _add_logging)
     add_report_parser(sub)
+    _add_logging(add_whatif_parser(sub, number))
     return parser
 
 
@@ -418,6 +420,7 @@ _COMMANDS = {
     "demo": _cmd_demo,
     "alerts": cmd_alerts,
     "report": cmd_report,
+    "whatif": cmd_whatif,
 }
 
 
