@@ -31,7 +31,7 @@ from analytics.whatif import POLICIES, Inventory, PodEvent, PolicyResult, Reques
 from analytics.whatif.events import arrivals, inflate
 from bench.figure import Figure, Reference, print_figures
 
-CSV = Path(__file__).resolve().parents[2] / "shared" / "data" / "alibaba-gpu-v2023" / "csv"
+CSV = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "alibaba-gpu-v2023" / "csv"
 #: Allocation (%) at 130 % arrivals in the FGD simulator's expected results
 #: (experiments/analysis/expected_results/analysis_allo_discrete.csv, openb_pod_list_default;
 #: mean of seeds 42-51). No Kubernetes policies there.

@@ -11,11 +11,12 @@ from typing import Any
 
 import pytest
 
+from tests.paths import FIXTURES
 from tests.unit.test_placement_regressions import k8s_node, k8s_pod
 
 pytestmark = pytest.mark.integration
 
-CSV = Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "alibaba-gpu-v2023" / "csv"
+CSV = FIXTURES / "alibaba-gpu-v2023" / "csv"
 
 
 def gpuscope(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -59,7 +60,6 @@ def test_packing_starts_the_4_gpu_job_that_spreading_blocks(tmp_path: Path) -> N
     assert out["summary"]["capacity_gpus"] == 8
 
 
-@pytest.mark.skipif(not CSV.is_dir(), reason="the Alibaba trace is not here")
 def test_the_trace_replays_to_the_arrival_share() -> None:
     proc = gpuscope(
         CSV,
