@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import httpx
 
 from collector.batch import Batch, Labels
+from collector.fetch import redact_url
 from gpuscope.catalogue import AGENT_METRICS
 from gpuscope.errors import SourceError
 
@@ -35,6 +36,12 @@ class PrometheusQuerySource:
     step_seconds: float = 15.0
     timeout_seconds: float = 30.0
     client: httpx.Client | None = None
+
+    @property
+    def shown_url(self) -> str:
+        """``base_url`` as batches, errors and logs show it: its password redacted (the
+        URL may carry credentials for a query API behind basic auth)."""
+        return redact_url(self.base_url)
 
     def fetch(self, start: float, end: float) -> list[Batch]:
         """Every matching series between start and end (Unix seconds), one batch per step."""
@@ -61,7 +68,8 @@ class PrometheusQuerySource:
         try:
             resp = client.post(url, data=params)
         except httpx.HTTPError as exc:
-            raise SourceError(f"query API {self.base_url} unreachable: {exc}") from None
+            text = str(exc).replace(self.base_url, self.shown_url)
+            raise SourceError(f"query API {self.shown_url} unreachable: {text}") from None
         finally:
             if self.client is None:
                 client.close()
@@ -69,20 +77,21 @@ class PrometheusQuerySource:
             body = resp.json()
         except ValueError:
             raise SourceError(
-                f"query API {self.base_url} answered HTTP {resp.status_code}, not JSON"
+                f"query API {self.shown_url} answered HTTP {resp.status_code}, not JSON"
             ) from None
         if resp.status_code != 200 or body.get("status") != "success":
             raise SourceError(
-                f"query API {self.base_url}: {body.get('errorType', resp.status_code)}: "
+                f"query API {self.shown_url}: {body.get('errorType', resp.status_code)}: "
                 f"{body.get('error', 'failed')}"
             )
         data = body.get("data", {})
         if data.get("resultType") != "matrix":
-            raise SourceError(f"query API {self.base_url}: expected a matrix result")
+            raise SourceError(f"query API {self.shown_url}: expected a matrix result")
         return self._batches(data.get("result", []))
 
     def _batches(self, result: list[dict[str, object]]) -> list[Batch]:
-        by_ts: dict[int, Batch] = defaultdict(lambda: Batch(self.base_url, 0, types=dict(_TYPES)))
+        shown = self.shown_url
+        by_ts: dict[int, Batch] = defaultdict(lambda: Batch(shown, 0, types=dict(_TYPES)))
         for item in result:
             metric = item.get("metric")
             values = item.get("values")
@@ -104,6 +113,6 @@ class PrometheusQuerySource:
                 batch.labels.append(labels)
                 batch.values.append(value)
         return [
-            Batch(self.base_url, ts, b.names, b.labels, b.values, b.types)
+            Batch(shown, ts, b.names, b.labels, b.values, b.types)
             for ts, b in sorted(by_ts.items())
         ]

@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -59,6 +61,35 @@ def add_act_parser(
     return act
 
 
+def _as_of_the_data(store: Store, now: datetime, settings: Settings, *, execute: bool) -> datetime:
+    """``analyze``'s data-age rule for ``act`` without ``--at``: on a database whose data
+    ended a while ago, a dry run plans as of the newest data (as of now, no idle notebook
+    would be left to see and the last inventory would pass for today's), saying so in one
+    line; ``--execute`` refuses, since it would change today's cluster on that old picture
+    of it."""
+    from analytics.runner import analysis_time, newest_data
+
+    cur = store.cursor()
+    try:
+        newest = newest_data(cur)
+    finally:
+        cur.close()
+    at, note = analysis_time(newest, now, settings.collector.scrape_interval_seconds)
+    if note is None or newest is None:
+        return now
+    age = f"the newest data is from {newest.isoformat(timespec='seconds')}Z, " + (
+        f"{(now - at.replace(tzinfo=UTC)).total_seconds() / 3600:.1f} h ago"
+    )
+    if execute:
+        raise UserError(
+            f"{age}: will not change the cluster on data that old (is the collector "
+            "running?); give --at to run as of a time anyway"
+        )
+    print(f"gpuscope act: {age}: planning as of then (give --at to choose another time)",
+          file=sys.stderr)  # fmt: skip
+    return at.replace(tzinfo=UTC)
+
+
 def run_act(args: argparse.Namespace, at: object) -> int:
     from actions.kube import ClusterClient, KubeError
     from actions.policy import load_policies
@@ -86,6 +117,8 @@ def run_act(args: argparse.Namespace, at: object) -> int:
         busy="its schedule runs the policies (actions.policy_file)",
     )
     try:
+        if args.at is None:
+            at = _as_of_the_data(store, at, settings, execute=args.execute)  # type: ignore[arg-type]
         notifier = None
         if settings.alerts.enabled:  # warn owners as the collector's schedule does
             from gpuscope.service import AlertsNotices

@@ -18,7 +18,9 @@ from tests.conftest import free_port
 ENV = {**os.environ, "PYTHONUNBUFFERED": "1"}
 
 
-def wait_http(url: str, proc: subprocess.Popen[str] | None = None, timeout: float = 30) -> None:
+def wait_http(url: str, proc: subprocess.Popen[str] | None = None, timeout: float = 90) -> None:
+    """Wait until ``url`` answers (a process that exits first raises at once). The deadline
+    is generous: a cold start of the CLI on a loaded 2-core machine takes tens of seconds."""
     deadline = time.monotonic() + timeout
     while True:
         try:

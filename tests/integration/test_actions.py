@@ -626,7 +626,11 @@ def test_a_cordon_left_by_an_earlier_version_is_lifted(packed: Cluster) -> None:
 
 # -- the CLI ------------------------------------------------------------------------------------
 def act_cli(
-    cluster: Cluster, *args: str, policy: dict[str, Any], config: dict[str, Any]
+    cluster: Cluster,
+    *args: str,
+    policy: dict[str, Any],
+    config: dict[str, Any],
+    at: datetime | None = AT,
 ) -> subprocess.CompletedProcess[str]:
     pfile = cluster.tmp / "policies.yaml"
     pfile.write_text(yaml.safe_dump({"policies": [policy]}))
@@ -645,8 +649,7 @@ def act_cli(
             str(pfile),
             "--config",
             str(cfile),
-            "--at",
-            AT.isoformat(),
+            *(["--at", at.isoformat()] if at is not None else []),
             "--log-level",
             "WARNING",
             *args,
@@ -672,6 +675,33 @@ def test_cli_act_is_a_dry_run_by_default_and_prints_json(cluster: Cluster) -> No
         ("warn", "nb-idle-0", "would-do")
     ]
     assert cluster.api.mutating() == []
+
+
+def test_cli_act_on_old_data_plans_where_the_data_ends_and_will_not_execute(
+    cluster: Cluster,
+) -> None:
+    """Regression (issue 12, stale data presented as current): without --at, act judged a
+    database whose data had ended long ago as of now: no idle notebook was left to see
+    (its samples were out of every window) and the last inventory was planned on as if
+    current, with no word about the data's age. A dry run now plans as of the newest data
+    and says so in one line; --execute refuses, in one line, to change the cluster on it."""
+    policy = {"name": "idle-notebooks", "type": "idle", "action": "delete", "dry_run": False}
+    config = {"collector": {"kubernetes": cluster.api.url, "scrape_interval_seconds": STEP}}
+    proc = act_cli(cluster, "--json", policy=policy, config=config, at=None)
+    assert proc.returncode == 0, proc.stderr
+    [note] = proc.stderr.strip().splitlines()
+    assert note.startswith("gpuscope act: the newest data is from") and "--at" in note
+    out = json.loads(proc.stdout)
+    assert [(a["kind"], a["pod"], a["result"]) for a in out["actions"]] == [
+        ("warn", "nb-idle-0", "would-do")
+    ]
+    before = cluster.db.read_bytes()
+    proc = act_cli(cluster, "--execute", policy=policy, config=config, at=None)
+    assert proc.returncode == 2, proc.stderr
+    [line] = proc.stderr.strip().splitlines()
+    assert "newest data" in line and "--at" in line and "Traceback" not in line
+    assert cluster.api.mutating() == []
+    assert cluster.db.read_bytes() == before
 
 
 def test_cli_act_bad_policy_is_one_line(cluster: Cluster) -> None:

@@ -83,8 +83,10 @@ def test_a_hanging_receiver_times_out_and_does_not_block_another() -> None:
     """One receiver never answers in time; the other still gets its message, and the hanging
     one's attempts end on the per-attempt timeout."""
     ft, log = FakeTime(), []
-    with receiver(Reply(200, delay=3.0)) as slow, receiver(Reply(200)) as fast:
-        d = _deliverer(ft, log, timeout_seconds=0.3, max_attempts=2)
+    # a 2 s timeout: the fast receiver answers within it on a loaded machine; the slow
+    # one never does (it waits 60 s; its thread is a daemon, so the test does not)
+    with receiver(Reply(200, delay=60.0)) as slow, receiver(Reply(200)) as fast:
+        d = _deliverer(ft, log, timeout_seconds=2.0, max_attempts=2)
         notifiers = {"slow": WebhookNotifier("slow", url=slow.url),
                      "fast": WebhookNotifier("fast", url=fast.url)}  # fmt: skip
         outcomes = d.deliver(notifiers, [_note("slow"), _note("fast")])

@@ -3,12 +3,14 @@ a restart, repeat interval, resolve; metric rules over stored samples with Pager
 and resolve, and a node down inhibiting its GPU; silences over the API and the CLI;
 `gpuscope alerts test`."""
 
+import json
 import threading
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
@@ -19,13 +21,17 @@ from alerts.config import AlertsConfig
 from alerts.engine import AlertsEngine
 from collector.api import ApiState, create_app
 from collector.batch import Batch
+from collector.ingest import IngestWriter
+from collector.limits import IngestLimits
 from collector.metrics import CollectorMetrics
+from collector.scrape import Scraper, Target
 from collector.store import Store
 from collector.targets import TargetRegistry
 from gpuscope.cli import main
 from gpuscope.records import Finding, finding_id
 from tests.conftest import free_port
 from tests.integration.alert_receivers import FakeTime, Reply, receiver
+from tests.integration.helpers import http_server, send
 
 pytestmark = pytest.mark.integration
 START = datetime(2026, 3, 2, 9, 0, tzinfo=UTC)
@@ -155,6 +161,45 @@ def test_metric_rules_page_and_resolve_and_node_down_inhibits(tmp_path: Path) ->
         assert "PDSECRETKEY" not in str(store.deliveries()[0])
         engine.close()
     store.close()
+
+
+def test_a_target_down_alert_never_carries_the_password_of_its_url(tmp_path: Path) -> None:
+    """Regression (issue 13, secrets in URLs): a target ``http://user:password@host/metrics``
+    leaked its password into the alert labels sent to Slack and PagerDuty. A real scrape of
+    such a target that refuses the credentials is stored by the collector's writer; the
+    ScrapeTargetDown alert built from the store names the target with its password
+    redacted, in Slack's text and in PagerDuty's payload alike."""
+    password = "hunter2-very-secret"
+    ft = FakeTime((START - timedelta(minutes=6)).timestamp())
+    store = Store.open(tmp_path / "t.duckdb")
+
+    def refuse(h: Any) -> None:
+        send(h, b"who are you?\n", "text/plain", status=401)
+
+    with http_server(refuse) as base, receiver() as slack, receiver(Reply(202)) as pd:
+        target = Target(base.replace("http://", f"http://scraper:{password}@") + "/metrics")
+        writer = IngestWriter(store, TargetRegistry([target]), CollectorMetrics(),
+                              IngestLimits(), clock=ft.clock)  # fmt: skip
+        scraper = Scraper(timeout_seconds=30, clock=ft.clock)
+        down = ['alertname="ScrapeTargetDown"']
+        config = _config(slack.url, pd.url, route={"receiver": "slack", "routes": [
+            {"matchers": down, "receiver": "slack", "continue": True},
+            {"matchers": down, "receiver": "pd"}]})  # fmt: skip
+        engine = AlertsEngine(store, config, clock=ft.clock, sleep=ft.sleep)
+        for _ in range(2):  # down at -6 min (pending) and now (firing: ``for: 5m``)
+            [outcome] = scraper.scrape([target])
+            assert not outcome.up and "401" in outcome.error
+            writer.write([outcome])
+            engine.run()
+            ft.sleep(360)
+        engine.close()
+    store.close()
+    sent = [*slack.bodies(), *pd.bodies()]
+    assert len(slack.bodies()) == 1 and len(pd.bodies()) == 1
+    assert password not in json.dumps(sent)
+    redacted = base.replace("http://", "http://scraper:xxxxx@") + "/metrics"
+    assert redacted in json.dumps(slack.bodies()[0])
+    assert redacted in json.dumps(pd.bodies()[0]["payload"])
 
 
 @pytest.fixture

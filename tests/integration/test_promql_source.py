@@ -1,7 +1,13 @@
 """Ingest through a real Prometheus's query API (docs/design.md, Scale)."""
 
+import base64
+import json
+import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import httpx
@@ -60,3 +66,66 @@ def test_query_api_errors_are_one_line(tmp_path: Path) -> None:
         assert "\n" not in str(err.value)
     with pytest.raises(SourceError, match="unreachable"):
         PrometheusQuerySource("http://127.0.0.1:9", step_seconds=1).fetch(0, 10)
+
+
+PASSWORD = "hunter2-very-secret"
+
+
+@contextmanager
+def query_api_behind_basic_auth(fail: bool = False) -> Iterator[str]:
+    """A loopback query API (as Prometheus behind a proxy with basic auth) answering
+    ``query_range`` with one series of two points; ``fail``: HTTP 502 and an HTML page."""
+    want = "Basic " + base64.b64encode(f"scraper:{PASSWORD}".encode()).decode()
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            if fail or self.headers.get("Authorization") != want:
+                body, ctype, status = b"<html>bad gateway</html>", "text/html", 502
+            else:
+                series = {"metric": {"__name__": "gpuscope_gpu_up", "node": "n1", "gpu": "0",
+                                     "instance": "n1:9835"},
+                          "values": [[1000, "1"], [1001, "1"]]}  # fmt: skip
+                body = json.dumps({"status": "success", "data": {
+                    "resultType": "matrix", "result": [series]}}).encode()  # fmt: skip
+                ctype, status = "application/json", 200
+            self.send_response(status)
+            self.send_header("Content-Type", ctype)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            return None
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://scraper:{PASSWORD}@127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_a_password_in_the_query_api_url_is_used_but_never_shown(tmp_path: Path) -> None:
+    """Regression (issue 13, secrets in URLs): ``--prometheus-url http://user:pw@host``
+    put the password into every batch's target (stored in the scrapes table) and into the
+    error lines the collector logs. It is sent to the query API and shown nowhere."""
+    with query_api_behind_basic_auth() as url:
+        batches = PrometheusQuerySource(url, step_seconds=1).fetch(1000, 1001)
+    assert [len(b) for b in batches] == [1, 1]  # the credentials reached the server
+    shown = url.replace(PASSWORD, "xxxxx")
+    assert {b.target for b in batches} == {shown}
+    with Store.open(tmp_path / "q.duckdb") as store:
+        for b in batches:
+            store.append_scrape(b)
+        rows = store.cursor().execute("SELECT DISTINCT target FROM scrapes").fetchall()
+    assert rows == [(shown,)]
+    with query_api_behind_basic_auth(fail=True) as url, pytest.raises(SourceError) as failed:
+        PrometheusQuerySource(url, step_seconds=1).fetch(1000, 1001)
+    assert PASSWORD not in str(failed.value) and "xxxxx" in str(failed.value)
+    unreachable = f"http://scraper:{PASSWORD}@127.0.0.1:9"
+    with pytest.raises(SourceError, match="unreachable") as failed:
+        PrometheusQuerySource(unreachable, step_seconds=1).fetch(0, 10)
+    assert PASSWORD not in str(failed.value)
