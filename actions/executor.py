@@ -113,10 +113,9 @@ class Executor(NodeFreeing):
 
     def _gone(self, step: Step, dry: bool, answer: Answer) -> None:
         """The session this step was for is gone (404, another UID, Terminating): nothing
-        to do, now or later; a warn or clear forgets it, an act counts as done."""
-        if step.action == "clear-warning":  # nothing left to clear
-            self.store.delete_action_state([step.key], dry_run=dry)
-        elif step.action == "warn":
+        to do, now or later; a warn or clear forgets it (with an audit row: a clear's patch
+        answered 404 was sent), an act counts as done."""
+        if step.action in ("warn", "clear-warning"):
             self._outcome(step, dry, answer, delete=[step.key])
         else:
             self._outcome(step, dry, answer, save=[self._state_row(step, "done", dry=dry)])

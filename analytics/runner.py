@@ -242,7 +242,8 @@ def render_text(analyses: dict[str, Analysis]) -> str:
     else:
         lines.append("no findings")
     for name, a in analyses.items():
-        flat = {k: v for k, v in a.summary.items() if isinstance(v, int | float | str)}
+        # times as --at takes them (data_until is what a user copies into --at)
+        flat = api_times({k: v for k, v in a.summary.items() if isinstance(v, int | float | str)})
         if flat:
             lines.append("")
             lines.append(f"{name}: " + ", ".join(f"{k}={_fmt(v)}" for k, v in flat.items()))

@@ -10,7 +10,7 @@ run retries (one attempt counted), never a state that says the change happened.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import UTC, timedelta
 from typing import Any
 
 import pytest
@@ -18,8 +18,16 @@ import pytest
 from actions.executor_core import OwnerNotice
 from tests.fakes.kube_faults import Answer
 from tests.integration.test_actions import (  # noqa: F401  (fixtures)
+    A0,
+    A1,
     AT,
+    B0,
+    DATA_END,
+    NB_BUSY,
+    NB_IDLE,
+    STEP,
     TAINT,
+    TRAIN,
     Cluster,
     cluster,
     consolidation_policy,
@@ -28,6 +36,7 @@ from tests.integration.test_actions import (  # noqa: F401  (fixtures)
     plant_reservation,
     taints,
 )
+from tests.integration.test_idle import fill
 
 POD = "/api/v1/namespaces/ml/pods/nb-idle-0"
 NOTEBOOK = "/apis/kubeflow.org/v1/namespaces/ml/notebooks/nb-idle"
@@ -48,6 +57,7 @@ class Kind:
 
 KINDS = [
     Kind("warn", "PATCH", POD),
+    Kind("clear-warning", "PATCH", POD),
     Kind("delete", "DELETE", POD, "delete"),
     Kind("evict", "POST", POD + "/eviction", "evict"),
     Kind("stop-notebook", "PATCH", NOTEBOOK, "stop-notebook"),
@@ -94,7 +104,22 @@ class Notices:
         return True
 
 
+def _clear(c: Cluster, answer: Answer | None, notices: Notices) -> Any:
+    """A warned session busy again: its warning is taken back."""
+    policy = idle_policy()
+    first = c.run([policy], execute=True, notifier=notices)
+    assert [r.result for r in first.records] == ["done"]  # warned
+    later = DATA_END + timedelta(minutes=10)
+    fill(c.store, [A0, A1, B0], [NB_IDLE, NB_BUSY, TRAIN], lambda g, ts: 0.7 if g != B0 else 0.0,
+         start=DATA_END + timedelta(seconds=15), end=later, step=STEP)  # fmt: skip
+    if answer is not None:
+        c.api.script(answer, method="PATCH", path=POD)
+    return c.run([policy], execute=True, at=later.replace(tzinfo=UTC), notifier=notices)
+
+
 def _idle(c: Cluster, kind: Kind, answer: Answer | None, notices: Notices) -> Any:
+    if kind.name == "clear-warning":
+        return _clear(c, answer, notices)
     policy = idle_policy(action=kind.idle_action or "delete", warning_minutes=0)
     if kind.idle_action:
         first = c.run([policy], execute=True, notifier=notices)
@@ -127,7 +152,7 @@ def test_every_step_against_every_answer(
 ) -> None:
     answer = ANSWERS[answer_name]
     notices = Notices()
-    idle = kind.name in ("warn", "delete", "evict", "stop-notebook", "annotate")
+    idle = kind.name in ("warn", "clear-warning", "delete", "evict", "stop-notebook", "annotate")
     c: Cluster = request.getfixturevalue("cluster" if idle else "packed")
     run = (_idle if idle else _consolidation)(c, kind, answer, notices)
     step = kind.name.removesuffix("-victim")
@@ -167,6 +192,15 @@ def _check_state(c: Cluster, kind: Kind, answer_name: str, landed: bool, notices
         else:  # not warned: the next run warns again, and nobody was told
             assert row["kind"] == "retry" and row["attempts"] == 1 and not warned
             assert not notices.sent
+    elif kind.name == "clear-warning":
+        notices.sent.clear()  # the warning's own notice, before the step under test
+        if landed:
+            assert idle == {} and not warned
+        elif answer_name == "404":  # the server says it is gone: nothing left to clear
+            assert idle == {}
+        else:  # still warned; the clear is tried again next run
+            [row] = idle.values()
+            assert row["kind"] == "warning" and row["attempts"] == 1 and warned
     elif kind.idle_action:
         [row] = idle.values()
         if landed or answer_name == "404":

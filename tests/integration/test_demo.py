@@ -1,6 +1,7 @@
 """`gpuscope demo` as a newcomer runs it: the planted story comes out of the real pipeline."""
 
 import json
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -80,6 +81,21 @@ def test_demo_finds_what_the_scenario_planted(tmp_path: Path) -> None:
     )
     assert again_out.returncode == 0, again_out.stderr
     assert {f["kind"] for f in json.loads(again_out.stdout)["findings"]} == set(by_kind)
+    # the policies again, as printed: the demo's own dry run left no consolidation in
+    # flight, so the plan is made again (seen: "a consolidation is in flight", nothing)
+    line = next(x for x in res.stdout.splitlines() if x.startswith("the policies again"))
+    words = shlex.split(line.split(": ", 1)[1])
+    act = subprocess.run(
+        [sys.executable, "-m", "gpuscope.cli", *words[words.index("act") :], "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=ENV,
+    )
+    assert act.returncode == 0, act.stderr
+    planned = json.loads(act.stdout)
+    assert {"reserve", "tolerate", "evict"} <= {a["kind"] for a in planned["actions"]}
+    assert not any("in flight" in n for n in planned["notes"])
     again = demo("--out", str(tmp_path), "--nodes", "8", "--seconds", "1")
     assert again.returncode == 2
     assert len(again.stderr.strip().splitlines()) == 1 and "exists already" in again.stderr

@@ -51,3 +51,18 @@ def test_every_fixture_folder_says_where_its_data_comes_from() -> None:
     assert folders
     missing = [p.name for p in folders if not (p / "PROVENANCE.md").is_file()]
     assert missing == []
+
+
+def test_no_file_holds_merge_conflict_markers() -> None:
+    """Seen: .gitignore was committed with a merge's conflict markers in it (git then reads
+    the marker lines as patterns and the ignore rules between them half apply)."""
+    starts = (b"<" * 7 + b" ", b">" * 7 + b" ")
+    offenders = []
+    for name in _files():
+        path = REPO / name
+        if not path.is_file():
+            continue
+        for number, line in enumerate(path.read_bytes().splitlines(), 1):
+            if line.startswith(starts):
+                offenders.append(f"{name}:{number}")
+    assert offenders == []

@@ -100,3 +100,15 @@ def test_analyze_json_writes_times_as_the_api_does() -> None:
     [got] = out["findings"]
     assert got["since"] == got["observed_at"] == "2026-11-23T00:10:26Z"
     assert got["evidence"]["idle_since"] == "2026-11-23T00:10:26Z"
+
+
+def test_analyze_text_prints_data_until_as_at_takes_it() -> None:
+    """Seen in the demo's output: `data_until=2026-11-23T00:10:24`, naive, which --at
+    refuses; the text summary writes it as the JSON does."""
+    from analytics.base import Analysis
+    from analytics.runner import as_json, render_text
+
+    summary = {"idle_sessions": 2, "data_until": "2026-11-23T00:10:26"}
+    analyses = {"idle": Analysis(kinds=("idle_session",), summary=summary)}
+    assert "idle: idle_sessions=2, data_until=2026-11-23T00:10:26Z" in render_text(analyses)
+    assert as_json(analyses)["summary"]["data_until"] == "2026-11-23T00:10:26Z"
