@@ -165,6 +165,7 @@ def what_happened(history: History, at: float) -> dict[str, float]:
     return {
         "allocated_gpus": round(allocated, 3),
         "allocation_ratio": round(allocated / capacity, 6) if capacity else 0.0,
+        "jobs_started": len(history.pods) - never,
         "jobs_never_started": never,
         "queued_gpu_hours": round(queued, 3),
     }
