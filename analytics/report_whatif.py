@@ -11,9 +11,13 @@ theirs for the same week. Two tables:
 - ``whatif_allocation``: GPUs allocated at each hour of the week, per policy and for what
   happened (the chart's lines).
 
-Time budget: a replay costs about 3-4 s per policy per 1,000 GPUs of a busy week
-(docs/analytics.md, What-if speed). A week with more than :data:`FULL_REPLAY_EVENTS` pod
-arrivals is replayed under :data:`LARGE_WEEK_POLICIES` only, and the section says so.
+Time budget: the report aims at under 30 s for a 10,000-GPU week (bench/report.py), and a
+replay costs about 2,000-3,000 pods a second per policy (docs/analytics.md, What-if
+speed). So the section replays at most :data:`REPLAY_BUDGET_PODS` pod placements: every
+policy for a week of up to 6,666 pods, fewer for a busier week, in the order of
+:data:`REPORT_POLICIES` (FGD, the default scheduler as run, then plain packing), and none
+for a week of more pods than the budget; the section then says so and points to
+``gpuscope whatif --db``, which replays them all.
 """
 
 from __future__ import annotations
@@ -32,10 +36,11 @@ from gpuscope.settings import AnalyticsSettings
 
 #: Label of the row and line for what the real scheduler did.
 WHAT_HAPPENED = "what happened"
-#: Above this many pod arrivals in the week, only :data:`LARGE_WEEK_POLICIES` are replayed.
-FULL_REPLAY_EVENTS = 20_000
-#: The default scheduler as run, plain packing, and FGD: the comparison a reader wants first.
-LARGE_WEEK_POLICIES = ("leastallocated", "mostallocated", "fgd")
+#: Pod placements the section may replay (pods in the week times policies).
+REPLAY_BUDGET_PODS = 40_000
+#: Policies in the order a busy week drops them last to first: FGD (the likeliest to start
+#: the most), kube-scheduler's default as users run it, plain packing, then the rest.
+REPORT_POLICIES = ("fgd", "leastallocated", "bestfit", "mostallocated", "dotprod", "random")
 
 COLUMNS: dict[str, type[pl.DataType]] = {
     "policy": pl.String,
@@ -125,8 +130,31 @@ def _policy_rows(replayed: WindowReplay) -> list[dict[str, object]]:
     return rows
 
 
+def policies_for(pods: int, budget: int = REPLAY_BUDGET_PODS) -> tuple[tuple[str, ...], str]:
+    """The policies a week of ``pods`` is replayed under within ``budget``, and what the
+    section must say about those left out (module docstring)."""
+    n = min(len(POLICIES), budget // pods) if pods else len(POLICIES)
+    chosen = tuple(p for p in POLICIES if p in REPORT_POLICIES[:n])
+    if n == len(POLICIES):
+        return chosen, ""
+    rerun = f"`gpuscope whatif --db PATH --week WEEK` replays {'them' if n else 'every policy'}"
+    if n == 0:
+        return chosen, (
+            f"{pods:,} pods in the week: too many to replay within the report's time "
+            f"(at most {budget:,} pod placements); {rerun}."
+        )
+    left = ", ".join(p for p in REPORT_POLICIES if p not in chosen)
+    return chosen, (
+        f"{pods:,} pods in the week: replayed under {', '.join(chosen)} only, within the "
+        f"report's time (at most {budget:,} pod placements); not {left}: {rerun}."
+    )
+
+
 def whatif_over(
-    con: duckdb.DuckDBPyConnection, week: Week, settings: AnalyticsSettings
+    con: duckdb.DuckDBPyConnection,
+    week: Week,
+    settings: AnalyticsSettings,
+    budget: int = REPLAY_BUDGET_PODS,
 ) -> tuple[pl.DataFrame, pl.DataFrame, str]:
     """The section's two tables and its note (empty, or why not every policy ran, or why
     nothing could be replayed)."""
@@ -135,15 +163,9 @@ def whatif_over(
         pl.DataFrame(schema=ALLOCATION_COLUMNS),
     )
     history = read_history(con, week.start, week.end)
-    arrivals = len(history.events)
-    policies = POLICIES if arrivals <= FULL_REPLAY_EVENTS else LARGE_WEEK_POLICIES
-    note = ""
-    if arrivals > FULL_REPLAY_EVENTS:
-        note = (
-            f"{arrivals:,} pods arrived this week (more than {FULL_REPLAY_EVENTS:,}): only "
-            f"{', '.join(policies)} were replayed, to keep the report's time; "
-            "`gpuscope whatif --db` replays every policy."
-        )
+    policies, note = policies_for(len(history.events), budget)
+    if not policies:
+        return *empty, note
     replayed = replay_history(history, policies, coverage=settings.fgd_task_coverage)
     if replayed is None:
         return *empty, "No pods and GPU nodes are stored for the week: nothing to replay."

@@ -39,7 +39,7 @@ from analytics.report_data import WeeklyReport, build_report
 from analytics.report_html import render_html
 from analytics.report_markdown import render_markdown
 from analytics.report_week import Week
-from analytics.report_whatif import WHAT_HAPPENED
+from analytics.report_whatif import WHAT_HAPPENED, whatif_over
 from analytics.whatif.policies import POLICIES
 from collector.store import Store
 from gpuscope.settings import Settings
@@ -194,9 +194,14 @@ def every_outcome() -> set[tuple[int, float, float]]:
 
 
 @pytest.fixture(scope="module")
-def report(tmp_path_factory: pytest.TempPathFactory) -> WeeklyReport:
-    db = tmp_path_factory.mktemp("whatif") / "w.duckdb"
-    write_history(db)
+def db(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("whatif") / "w.duckdb"
+    write_history(path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def report(db: Path) -> WeeklyReport:
     with Store.open(db, read_only=True) as store:
         return build_report(store.cursor(), W10, Settings(), now=NOW)
 
@@ -272,3 +277,25 @@ def test_an_empty_week_says_there_is_nothing_to_replay(tmp_path: Path) -> None:
     assert "nothing to replay" in report.whatif_note
     assert "nothing to replay" in render_html(report)
     assert "What if" not in render_markdown(report)
+
+
+def test_a_busy_week_replays_what_fits_the_time_budget_and_says_so(
+    db: Path, report: WeeklyReport
+) -> None:
+    """Six pods with room for 13 placements: FGD and the default scheduler only (the same
+    figures as in the full section), and the note names the policies left out; with room
+    for fewer placements than pods, no replay and a note that says where to get one."""
+    with Store.open(db, read_only=True) as store:
+        table, alloc, note = whatif_over(store.cursor(), W10, Settings().analytics, budget=13)
+        none, _, none_note = whatif_over(store.cursor(), W10, Settings().analytics, budget=5)
+    assert set(table["policy"]) == {"fgd", "leastallocated", WHAT_HAPPENED}
+    assert set(alloc["policy"]) == {"fgd", "leastallocated", WHAT_HAPPENED}
+    full = report.tables["whatif"].filter(pl.col("policy").is_in(["fgd", "leastallocated"]))
+    assert (
+        table.filter(pl.col("policy") == "fgd")["gpus_recovered"].to_list()
+        == full.filter(pl.col("policy") == "fgd")["gpus_recovered"].to_list()
+    )
+    assert "leastallocated, fgd only" in note and "bestfit" in note
+    assert "gpuscope whatif --db" in note
+    assert none.height == 0 and "too many to replay" in none_note
+    assert report.whatif_note == ""
