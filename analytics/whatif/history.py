@@ -76,6 +76,9 @@ class History:
 
 
 def _pod(data: dict[str, Any]) -> PodInfo:
+    # records written before a field existed (or by other tools) lack it: the defaults
+    # the fragmentation report gives them too
+    data = {"uid": "", "start_time": None, "phase": "Running", "node": None} | data
     kind = data.get("kind", WorkloadKind.UNKNOWN.value)
     data["kind"] = (
         WorkloadKind(kind) if kind in WorkloadKind._value2member_map_ else WorkloadKind.UNKNOWN

@@ -299,3 +299,23 @@ def test_a_busy_week_replays_what_fits_the_time_budget_and_says_so(
     assert "gpuscope whatif --db" in note
     assert none.height == 0 and "too many to replay" in none_note
     assert report.whatif_note == ""
+
+
+def test_pod_records_without_uid_or_start_time_are_replayed(tmp_path: Path) -> None:
+    """Regression: a stored pod record without ``uid`` and ``start_time`` (as
+    bench/report.py writes them, or a record of an older collector) made the report fail
+    with a TypeError in the replay's reader; it now takes the defaults the fragmentation
+    report gives them, and the pod arrives when its version begins."""
+    with Store.open(tmp_path / "old.duckdb") as store:
+        store.record_inventory(
+            at(0),
+            nodes=[{"name": "a", "gpu_model": "H100", "allocatable_gpus": 4}],
+            pods=[
+                {"namespace": "team", "name": "old", "node": "a", "phase": "Running",
+                 "gpu_request": 2}
+            ],
+        )  # fmt: skip
+        report = build_report(store.cursor(), W10, Settings(), now=NOW)
+    actual = report.tables["whatif"].row(-1, named=True)
+    assert actual["policy"] == WHAT_HAPPENED and actual["allocated_gpus"] == 2
+    assert report.tables["whatif"].row(0, named=True)["allocated_gpus"] == 2
