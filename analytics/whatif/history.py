@@ -131,7 +131,7 @@ def read_history(con: duckdb.DuckDBPyConnection, start: datetime, end: datetime)
                 None if valid_to is None else _seconds(valid_to),
             )
         )
-    t0, t1 = start.timestamp(), end.timestamp()
+    t0, t1 = _seconds(start), _seconds(end)  # naive UTC, as the store keeps times
     pods = []
     for key, rows in sorted(by_pod.items()):
         h = _pod_history(key, rows)

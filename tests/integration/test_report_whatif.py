@@ -319,3 +319,30 @@ def test_pod_records_without_uid_or_start_time_are_replayed(tmp_path: Path) -> N
     actual = report.tables["whatif"].row(-1, named=True)
     assert actual["policy"] == WHAT_HAPPENED and actual["allocated_gpus"] == 2
     assert report.tables["whatif"].row(0, named=True)["allocated_gpus"] == 2
+
+
+def test_the_week_ends_at_midnight_utc_whatever_the_local_time_zone(tmp_path: Path) -> None:
+    """Regression: the replay took the week's naive UTC bounds as local time, so on a host
+    at UTC+9 the week ended nine hours early: a pod that never started queued 9 x 4 fewer
+    GPU-hours. Under TZ=JST-9, ``gpuscope whatif --db`` counts the whole week."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    full = k8s_pod("full", "a", gpus=4, started=at(0).strftime(ISO))
+    wait = k8s_pod("wait", None, gpus=4, started=at(1).strftime(ISO))
+    with Store.open(tmp_path / "tz.duckdb") as store:
+        for h, pods in ((0, [full]), (1, [full, wait])):
+            n_infos, p_infos = records_from_kubectl({"items": [k8s_node("a", 4)]}, {"items": pods})
+            store.record_inventory(at(h), nodes=n_infos, pods=p_infos)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GPUSCOPE_")}
+    proc = subprocess.run(
+        [sys.executable, "-m", "gpuscope.cli", "whatif", "--db", str(tmp_path / "tz.duckdb"),
+         "--week", "2025-W10", "--policy", "fgd", "--json"],
+        capture_output=True, text=True, timeout=120, env=env | {"TZ": "JST-9"},
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["summary"]["what_happened"]["queued_gpu_hours"] == pytest.approx((END_H - 1) * 4)
+    assert out["policies"]["fgd"]["queued_gpu_hours"] == pytest.approx((END_H - 1) * 4)
