@@ -117,3 +117,28 @@ def test_the_route_needs_the_token_when_reads_do(db: Path) -> None:
         assert app.get("/api/v1/whatif").status_code == 401
         ok = app.get("/api/v1/whatif", headers={"Authorization": "Bearer tok"})
     assert ok.status_code == 200, ok.text
+
+
+def test_the_assembled_service_serves_the_replay(db: Path, tmp_path: Path) -> None:
+    """``gpuscope collector`` (extend_service) hands the API its replay: the route answers
+    from the live store, where a bare collector answers 503."""
+    from collector.service import CollectorService
+    from gpuscope.service import extend_service
+    from gpuscope.settings import load_settings
+
+    live = tmp_path / "live.duckdb"
+    live.write_bytes(db.read_bytes())
+    settings = load_settings(env={}, overrides={
+        "collector": {"db": live, "kubernetes": "none"},
+        "report": {"out_dir": tmp_path / "reports"},
+    })  # fmt: skip
+    svc = CollectorService(settings, clock=NOW.timestamp)
+    try:
+        bare = TestClient(create_app(svc.api_state())).get("/api/v1/whatif")
+        extend_service(svc)
+        r = TestClient(create_app(svc.api_state())).get("/api/v1/whatif", params={"policy": "fgd"})
+    finally:
+        svc.stop()
+    assert bare.status_code == 503
+    assert r.status_code == 200, r.text
+    assert r.json()["policies"]["fgd"]["gpus_recovered"] == 4
