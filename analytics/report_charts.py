@@ -237,6 +237,44 @@ def fragmentation(report: WeeklyReport) -> str | None:
     return _uri(fig)
 
 
+#: Line style per what-if policy (colour-blind safe, with "what happened" in black).
+POLICY_STYLES = {
+    "leastallocated": ("#E69F00", "-"),
+    "mostallocated": ("#56B4E9", "-"),
+    "bestfit": ("#009E73", "--"),
+    "dotprod": ("#0072B2", "--"),
+    "random": ("#999999", ":"),
+    "fgd": ("#CC79A7", "-"),
+    "what happened": ("#000000", "-"),
+}
+
+
+def whatif(report: WeeklyReport) -> str | None:
+    """GPUs allocated hour by hour: one line per policy replayed, and what happened."""
+    a = report.tables["whatif_allocation"]
+    if a.height == 0:
+        return None
+    fig, ax = _figure(height=3.4)
+    for (policy,), rows in a.group_by("policy", maintain_order=True):
+        colour, style = POLICY_STYLES.get(str(policy), ("#777777", "-"))
+        ax.step(
+            rows["at"].to_list(),
+            rows["allocated_gpus"].to_list(),
+            where="post",
+            color=colour,
+            linestyle=style,
+            linewidth=2.2 if policy == "what happened" else 1.4,
+            label=str(policy),
+        )
+    ax.set_ylim(bottom=0)
+    ax.xaxis.set_major_locator(DayLocator())  # type: ignore[no-untyped-call]
+    ax.xaxis.set_major_formatter(DateFormatter("%a %d"))  # type: ignore[no-untyped-call]
+    ax.set_ylabel("GPUs allocated")
+    ax.set_title("What if: GPUs allocated over the week, per placement policy (UTC)")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
+    return _uri(fig)
+
+
 def ib_hotspots(report: WeeklyReport) -> str | None:
     ib = report.tables["ib_hotspots"].head(MAX_BARS)
     if ib.height == 0:
@@ -274,6 +312,7 @@ CHARTS: dict[str, Callable[[WeeklyReport], str | None]] = {
     "idle_sessions": idle_sessions,
     "quotas": quotas,
     "fragmentation": fragmentation,
+    "whatif": whatif,
     "ib_hotspots": ib_hotspots,
 }
 

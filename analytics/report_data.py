@@ -51,6 +51,7 @@ from analytics.report_tables import (
     with_cost,
 )
 from analytics.report_week import Week
+from analytics.report_whatif import whatif_over
 from collector.schema import GET_META
 from collector.store import utc
 from gpuscope.settings import Settings
@@ -66,6 +67,8 @@ TABLES = (
     "idle_sessions",
     "quotas",
     "fragmentation",
+    "whatif",
+    "whatif_allocation",
     "ib_hotspots",
     "actions_summary",
     "actions",
@@ -86,6 +89,9 @@ class WeeklyReport:
     tables: dict[str, pl.DataFrame]
     #: Things a reader must know to read the numbers right (missing data first).
     notes: tuple[str, ...]
+    #: What the What-if section must say besides its table (a subset replayed, or why
+    #: nothing was); empty when every policy was replayed.
+    whatif_note: str = ""
 
     def metric(self, name: str, column: str = "this_week") -> Any:
         """A value of the cluster table (``column``: this_week, previous_week, change)."""
@@ -126,6 +132,7 @@ def build_report(
     ib = frame(con, Q["ib_hot_ports"], **params)
     actions = frame(con, Q["actions"], **params)
     fragmentation = fragmentation_over(con, week, an)
+    whatif, whatif_allocation, whatif_note = whatif_over(con, week, an)
 
     start = pl.lit(week.start).cast(pl.Datetime("us"))
     hourly = hourly.with_columns(pl.col("hour").cast(pl.Datetime("us")))
@@ -212,6 +219,8 @@ def build_report(
         "idle_sessions": idle,
         "quotas": quota_table(this, guarantees, week, over_quota_hours(con, week.start, week.end)),
         "fragmentation": fragmentation,
+        "whatif": whatif,
+        "whatif_allocation": whatif_allocation,
         "ib_hotspots": ib.head(rs.top_n),
         "actions_summary": actions_summary(actions),
         "actions": actions,
@@ -229,6 +238,7 @@ def build_report(
         dashboard_url=rs.dashboard_url,
         tables=tables,
         notes=tuple(notes),
+        whatif_note=whatif_note,
     )
 
 

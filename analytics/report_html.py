@@ -25,6 +25,9 @@ _COUNTS = (
     "whole_free_gpus",
     "largest_placeable_job_gpus",
     "pending_tasks",
+    "rank",
+    "jobs_started",
+    "jobs_never_started",
 )
 #: Rows of a table shown in the page at most (the CSV beside it has every row).
 MAX_ROWS = 50
@@ -44,6 +47,13 @@ SECTIONS: dict[str, tuple[str, str]] = {
         "Fragmentation",
         "FGD fragmentation of free GPU capacity at every inventory change of the week "
         "(each state weighted by how long it lasted; the worst is the worst state).",
+    ),
+    "whatif": (
+        "What if",
+        "The week's pods replayed on the same nodes under each placement policy (arrivals, "
+        "sizes and run times as stored; a pod that fits nowhere waits). Rank 1 would have "
+        "started the most jobs; GPUs recovered are its GPUs allocated when arrivals stopped "
+        "less what the real scheduler had allocated then.",
     ),
     "ib_hotspots": (
         "InfiniBand hot spots",
@@ -123,9 +133,10 @@ def render_html(report: WeeklyReport) -> str:
     tables = {
         name: table_view(df, report.currency)
         for name, df in report.tables.items()
-        if name not in ("cluster", "hourly")
+        if name not in ("cluster", "hourly", "whatif_allocation")
     }
     frag = report.tables["fragmentation"]
+    whatif = report.tables["whatif"]
     return env.get_template("report.html.j2").render(
         report=report,
         week_end=report.week.end,
@@ -135,5 +146,7 @@ def render_html(report: WeeklyReport) -> str:
         charts=render_charts(report),
         frag_mean=weighted_mean(frag),
         frag_max=frag["fgd_fragmentation_ratio"].max() if frag.height else None,
+        whatif_best=whatif.row(0, named=True) if whatif.height > 1 else None,
+        whatif_actual=whatif.row(-1, named=True) if whatif.height > 1 else None,
         fmt=lambda column, value: format_cell(column, value, report.currency),
     )

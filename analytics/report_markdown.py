@@ -25,6 +25,24 @@ def _change(report: WeeklyReport, metric: str, column: str) -> str:
     return "" if change is None else f" ({format_cell(column, change, report.currency)})"
 
 
+def whatif_line(report: WeeklyReport) -> str | None:
+    """The What-if section in one line: the policy that would have started the most jobs
+    and the GPUs it would have recovered (None: nothing was replayed)."""
+    table = report.tables["whatif"]
+    if table.height < 2:
+        return None
+    best, actual = table.row(0, named=True), table.row(-1, named=True)
+    recovered = format_cell("gpus_recovered_change", best["gpus_recovered"], report.currency)
+    return (
+        f"- What if: {best['policy']} would have started the most jobs "
+        f"({format_cell('jobs_started', best['jobs_started'], report.currency)}, "
+        f"{format_cell('jobs_started', actual['jobs_started'], report.currency)} did) and "
+        f"recovered {recovered} GPUs when arrivals stopped "
+        f"({format_cell('gpus', best['allocated_gpus'], report.currency)} allocated against "
+        f"{format_cell('gpus', actual['allocated_gpus'], report.currency)})"
+    )
+
+
 def render_markdown(report: WeeklyReport, html: Path | None = None) -> str:
     """The summary; ``html`` is where the full report is (named on the last line)."""
 
@@ -94,6 +112,9 @@ def render_markdown(report: WeeklyReport, html: Path | None = None) -> str:
             f"- Fragmentation: mean {fmt('ratio', weighted_mean(frag))} (time-weighted), "
             f"worst {fmt('ratio', frag['fgd_fragmentation_ratio'].max())} of free GPU capacity"
         )
+    line = whatif_line(report)
+    if line:
+        lines.append(line)
     links = []
     if html is not None:
         links.append(f"Report: {html}")

@@ -163,6 +163,8 @@ def measure(gpus: int, tmp: Path, threads: int = 2) -> dict[str, float]:
         "allocated": report.metric("allocated_gpu_hours"),
         "idle": report.metric("idle_gpu_hours"),
         "efficiency": report.metric("efficiency"),
+        "whatif_policies": max(0, report.tables["whatif"].height - 1),
+        "whatif_note": report.whatif_note,
     }
 
 
@@ -201,7 +203,8 @@ def main() -> None:
                 f"opening {m['cold_s']:.1f} s, again {m['warm_s']:.1f} s; numbers alone "
                 f"{m['data_s']:.1f} s; page {m['page_kb']:.0f} kB\n"
                 f"  allocated {m['allocated']:,.0f} GPU-h, idle {m['idle']:,.0f}, efficiency "
-                f"{m['efficiency']:.3f}"
+                f"{m['efficiency']:.3f}\n"
+                f"  what-if: {m['whatif_policies']} policies replayed {m['whatif_note']}"
             )
 
 

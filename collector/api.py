@@ -25,6 +25,7 @@ from pydantic import BaseModel
 from collector import api_queries as Q
 from collector.api_input import MAX_OFFSET, BodyLimit, parse_time, token_matches
 from collector.api_json import TimesJSONResponse
+from collector.api_whatif import WhatIf, whatif_router
 from collector.metrics import CollectorMetrics
 from collector.store import Store
 from collector.targets import TargetRegistry
@@ -64,6 +65,9 @@ class ApiState:
     #: Routers of the layers above (alerts), built with the (reader, writer) dependencies
     #: so they share the token checks; the collector itself imports none of them.
     routers: list[Callable[[list[Any], list[Any]], APIRouter]] = field(default_factory=list)
+    #: Replays a stored week under placement policies (GET /api/v1/whatif); given by the
+    #: assembled service, since the replay is in analytics (None: the route answers 503).
+    whatif: WhatIf | None = None
 
 
 class Page(BaseModel):
@@ -385,6 +389,7 @@ def create_app(state: ApiState) -> FastAPI:
             raise HTTPException(409, "retention is not available")
         return state.retention_now()
 
+    app.include_router(whatif_router(lambda: state.whatif, reader))
     for make_router in state.routers:
         app.include_router(make_router(reader, writer))
     return app

@@ -27,6 +27,7 @@ import duckdb
 from apscheduler.schedulers.background import BackgroundScheduler
 
 from collector.api import ApiState, create_app
+from collector.api_whatif import WhatIf
 from collector.ingest import IngestWriter, StoreFailed, first_line
 from collector.inventory import InventoryError, KubeInventory, kube_configuration
 from collector.inventory_gauges import InventoryGauges
@@ -106,6 +107,8 @@ class CollectorService:
         self.token = token
         #: API routers added by the layers above (see ApiState.routers).
         self.routers: list[Callable[[list[Any], list[Any]], Any]] = []
+        #: The what-if replay for GET /api/v1/whatif (see ApiState.whatif).
+        self.whatif: WhatIf | None = None
 
     def _make_inventory(self) -> KubeInventory | None:
         mode = self.settings.collector.kubernetes
@@ -249,6 +252,7 @@ class CollectorService:
             ingest_status=self.ingest_status,
             clock=self.clock,
             routers=list(self.routers),
+            whatif=self.whatif,
         )
 
     def ready(self) -> bool:

@@ -96,6 +96,8 @@ def _render(out: dict[str, Any]) -> str:
             f"{actual['jobs_never_started']:11.1f} {actual['queued_gpu_hours']:12.2f}"
         )
     lines.append(f"most GPUs allocated: {s['best_policy']}")
+    if "most_jobs_policy" in s:
+        lines.append(f"most jobs started: {s['most_jobs_policy']}")
     return "\n".join(lines) + "\n"
 
 
@@ -118,9 +120,7 @@ def _from_db(args: argparse.Namespace, policies: list[str], settings: Any) -> di
     from datetime import UTC, datetime
 
     from analytics.report_week import Week
-    from analytics.whatif.history import read_history, what_happened
-    from analytics.whatif.inputs import run_history
-    from analytics.whatif.results import summarize
+    from analytics.whatif.week import replay_window
     from gpuscope.cli import FIRST_YEAR, LAST_YEAR, open_store
     from gpuscope.errors import UserError
 
@@ -136,34 +136,21 @@ def _from_db(args: argparse.Namespace, policies: list[str], settings: Any) -> di
     with open_store(args.db) as store:
         cur = store.cursor()
         try:
-            history = read_history(cur, week.start, week.end)
+            replayed = replay_window(
+                cur,
+                week.start,
+                week.end,
+                policies,
+                seeds=int(args.seeds),
+                drop=args.drop,
+                coverage=settings.analytics.fgd_task_coverage,
+            )
         finally:
             cur.close()
-    if not history.events or not history.inventory.gpu_capacity:
+    if replayed is None:
         raise UserError(f"no pods and GPU nodes stored in {week.label}; nothing to replay")
-    results = run_history(
-        history,
-        policies,
-        seeds=int(args.seeds),
-        drop=args.drop,
-        coverage=settings.analytics.fgd_task_coverage,
-    )
-    out = summarize(results)
-    stop = max(e.arrive for e in history.events)
-    actual = what_happened(history, stop)
-    for p in out["policies"].values():
-        p["gpus_recovered"] = round(p["allocated_gpus"] - actual["allocated_gpus"], 3)
-    out["summary"].update(
-        {
-            "source": "database",
-            "week": week.label,
-            "nodes": len(history.inventory.nodes),
-            "tasks": len(history.events),
-            "seeds": int(args.seeds),
-            "dropped_when_unplaceable": bool(args.drop),
-            "what_happened": actual,
-        }
-    )
+    out = replayed.figures
+    out["summary"].update({"source": "database", "week": week.label})
     return out
 
 

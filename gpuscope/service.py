@@ -15,11 +15,12 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from analytics.base import Analysis
 from analytics.report import ReportResult, weekly_report
 from analytics.runner import DETECTORS, run_on_store
+from collector.api_whatif import WhatIf
 from collector.service import CollectorService, run_collector
 from collector.store import Store
 from gpuscope.settings import Settings
@@ -178,6 +179,55 @@ def add_actions(service: CollectorService, notices: AlertsNotices | None = None)
     )  # fmt: skip
 
 
+def whatif_on_store(store: Store, settings: Settings, clock: Callable[[], float]) -> WhatIf:
+    """The replay behind ``GET /api/v1/whatif``: ``gpuscope whatif --db`` on the live store
+    (the same :func:`~analytics.whatif.week.replay_window`), its refusals as
+    :class:`~collector.api_whatif.WhatIfRefused` with the HTTP status they deserve."""
+    from analytics.report_week import Week
+    from analytics.whatif.policies import POLICIES
+    from analytics.whatif.week import replay_window
+    from collector.api_whatif import WhatIfRefused
+    from gpuscope.cli import FIRST_YEAR, LAST_YEAR
+    from gpuscope.errors import UserError
+
+    def run(week_text: str | None, policies: list[str] | None) -> dict[str, Any]:
+        now = datetime.fromtimestamp(clock(), UTC)
+        try:
+            week = Week.parse(week_text) if week_text else Week.last_complete(now)
+            if not FIRST_YEAR <= week.year <= LAST_YEAR:
+                raise UserError(f"week {week.label}: expected a year {FIRST_YEAR}..{LAST_YEAR}")
+            week.check_over(now)
+        except UserError as exc:
+            raise WhatIfRefused(400, str(exc)) from None
+        names = list(dict.fromkeys(policies or POLICIES))
+        unknown = [p for p in names if p not in POLICIES]
+        if unknown:
+            raise WhatIfRefused(
+                400, f"unknown policy {unknown[0]!r}; expected one of {', '.join(POLICIES)}"
+            )
+        cur = store.cursor()
+        try:
+            replayed = replay_window(
+                cur,
+                week.start,
+                week.end,
+                names,
+                coverage=settings.analytics.fgd_task_coverage,
+            )
+        finally:
+            cur.close()
+        if replayed is None:
+            raise WhatIfRefused(
+                404, f"no pods and GPU nodes stored in {week.label}; nothing to replay"
+            )
+        out = replayed.figures
+        out["summary"].update({"source": "database", "week": week.label})
+        log.info("whatif served week=%s policies=%s", week.label, ",".join(names))
+        return out
+
+    return run
+
+
 #: Delivers a written report: its Markdown summary and the HTML file (a chat notifier).
 Deliver = Callable[[str, Path], None]
 
@@ -223,7 +273,8 @@ def add_report(service: CollectorService, deliver: Deliver | None = None) -> Non
 
 def extend_service(service: CollectorService, deliver: Deliver | None = None) -> None:
     """Everything above the collector: analytics (and the alerts after each run), the
-    actions that read their findings, and the weekly report."""
+    actions that read their findings, the weekly report and the what-if replay API."""
+    service.whatif = whatif_on_store(service.store, service.settings, service.clock)
     add_analytics(service)
     notices = AlertsNotices(service) if service.settings.alerts.enabled else None
     add_actions(service, notices)

@@ -76,6 +76,9 @@ class History:
 
 
 def _pod(data: dict[str, Any]) -> PodInfo:
+    # records written before a field existed (or by other tools) lack it: the defaults
+    # the fragmentation report gives them too
+    data = {"uid": "", "start_time": None, "phase": "Running", "node": None} | data
     kind = data.get("kind", WorkloadKind.UNKNOWN.value)
     data["kind"] = (
         WorkloadKind(kind) if kind in WorkloadKind._value2member_map_ else WorkloadKind.UNKNOWN
@@ -128,7 +131,7 @@ def read_history(con: duckdb.DuckDBPyConnection, start: datetime, end: datetime)
                 None if valid_to is None else _seconds(valid_to),
             )
         )
-    t0, t1 = start.timestamp(), end.timestamp()
+    t0, t1 = _seconds(start), _seconds(end)  # naive UTC, as the store keeps times
     pods = []
     for key, rows in sorted(by_pod.items()):
         h = _pod_history(key, rows)
@@ -165,6 +168,7 @@ def what_happened(history: History, at: float) -> dict[str, float]:
     return {
         "allocated_gpus": round(allocated, 3),
         "allocation_ratio": round(allocated / capacity, 6) if capacity else 0.0,
+        "jobs_started": len(history.pods) - never,
         "jobs_never_started": never,
         "queued_gpu_hours": round(queued, 3),
     }

@@ -322,3 +322,35 @@ def test_demo_report_worst_fragmentation_is_the_worst_state(demo: Path) -> None:
         assert frag["fgd_fragmentation_ratio"].max() == pytest.approx(worst)
         check_fragmentation(store, week.end - timedelta(minutes=1), cfg)
         check_over_quota(store, week.start, week.end, cfg)
+
+
+def test_demo_report_whatif_names_what_gpuscope_whatif_finds(demo: Path) -> None:
+    """The demo's report names, in its What-if section, the policy that would have started
+    the most jobs and the GPUs it would have recovered: the figures `gpuscope whatif --db`
+    gives for the same week (one replay, shared by both)."""
+    cfg = _demo_settings(demo)
+    week = Week.last_complete(_demo_at(demo))
+    with Store.open(demo / "gpuscope.duckdb", read_only=True) as store:
+        report = build_report(store.cursor(), week, cfg, now=_demo_at(demo))
+    table = report.tables["whatif"]
+    assert table.height > 1, report.whatif_note
+    top = table.row(0, named=True)
+    res = subprocess.run(
+        [sys.executable, "-m", "gpuscope.cli", "whatif", "--db", str(demo / "gpuscope.duckdb"),
+         "--week", week.label, "--config", str(demo / "demo-settings.yaml"), "--json"],
+        capture_output=True, text=True, timeout=300, env=ENV,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    out = json.loads(res.stdout)
+    assert out["summary"]["most_jobs_policy"] == top["policy"]
+    cli = out["policies"][top["policy"]]
+    assert top["gpus_recovered"] == pytest.approx(cli["gpus_recovered"])
+    assert top["jobs_started"] == pytest.approx(cli["jobs_started"])
+    actual = table.row(-1, named=True)
+    assert actual["allocated_gpus"] == pytest.approx(
+        out["summary"]["what_happened"]["allocated_gpus"]
+    )
+    # and the report the demo wrote says it in its summary
+    summary = (demo / "reports" / week.label / "summary.md").read_text()
+    assert f"- What if: {top['policy']} would have started the most jobs" in summary
+    assert f"recovered {top['gpus_recovered']:+,.1f} GPUs" in summary
