@@ -10,6 +10,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
 
 import httpx
 
@@ -92,25 +93,37 @@ def send(handler: BaseHTTPRequestHandler, body: bytes, ctype: str, status: int =
 @contextmanager
 def prometheus_server(tmp: os.PathLike[str], scrape_urls: list[str]) -> Iterator[str]:
     """A real Prometheus (Debian package) scraping ``scrape_urls`` every second."""
+    jobs = []
+    for i, url in enumerate(scrape_urls):
+        t = httpx.URL(url)
+        jobs.append({
+            "job_name": f"agent{i}", "scrape_interval": "1s", "metrics_path": t.path,
+            "static_configs": [{"targets": [f"{t.host}:{t.port}"]}],
+        })  # fmt: skip
+    with prometheus_with(tmp, jobs) as base:
+        yield base
+
+
+@contextmanager
+def prometheus_with(tmp: os.PathLike[str], scrape_configs: list[dict[str, Any]]) -> Iterator[str]:
+    """A real Prometheus (Debian package) with these scrape configurations, evaluating and
+    scraping every second; yields its base URL once it is ready."""
     import shutil
     from pathlib import Path
 
     import pytest
+    import yaml
 
     binary = shutil.which("prometheus")
     if binary is None:
         pytest.skip("prometheus is not installed (scripts/install-test-servers installs it)")
     root = Path(tmp)
-    targets = [httpx.URL(u) for u in scrape_urls]
     cfg = root / "prometheus.yml"
-    jobs = "\n".join(
-        f"  - job_name: agent{i}\n    scrape_interval: 1s\n    metrics_path: {t.path}\n"
-        f"    static_configs: [{{targets: ['{t.host}:{t.port}']}}]"
-        for i, t in enumerate(targets)
-    )
-    cfg.write_text(
-        f"global: {{scrape_interval: 1s, evaluation_interval: 1s}}\nscrape_configs:\n{jobs}\n"
-    )
+    settings = {
+        "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+        "scrape_configs": scrape_configs,
+    }
+    cfg.write_text(yaml.safe_dump(settings))
     port = free_port()
     proc = subprocess.Popen(
         [

@@ -23,12 +23,10 @@ from typing import Any
 
 import httpx
 import pytest
-import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from deploy.render import objects, render
-from tests.conftest import free_port
-from tests.integration.helpers import agent_process
+from tests.integration.helpers import agent_process, prometheus_with
 
 pytestmark = pytest.mark.integration
 
@@ -146,37 +144,8 @@ def scrape_config(values: dict[str, Any], agent_url: str) -> dict[str, Any]:
 @contextmanager
 def operator_prometheus(tmp: Path, config: dict[str, Any]) -> Iterator[str]:
     """A real Prometheus with one scrape config; yields its base URL."""
-    import shutil
-    import subprocess
-
-    from tests.integration.helpers import wait_http
-
-    binary = shutil.which("prometheus")
-    if binary is None:
-        pytest.skip("prometheus is not installed (scripts/install-test-servers installs it)")
-    cfg = tmp / "prometheus.yml"
-    cfg.write_text(
-        yaml.safe_dump({"global": {"scrape_interval": "1s"}, "scrape_configs": [config]})
-    )
-    port = free_port()
-    proc = subprocess.Popen(
-        [
-            binary,
-            f"--config.file={cfg}",
-            f"--storage.tsdb.path={tmp / 'data'}",
-            f"--web.listen-address=127.0.0.1:{port}",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    base = f"http://127.0.0.1:{port}"
-    try:
-        wait_http(base + "/-/ready", proc)
+    with prometheus_with(tmp, [config]) as base:
         yield base
-    finally:
-        proc.terminate()
-        proc.wait(timeout=20)
 
 
 def query(base: str, expr: str) -> list[dict[str, Any]]:
