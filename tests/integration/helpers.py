@@ -63,10 +63,14 @@ Responder = Callable[[BaseHTTPRequestHandler], None]
 
 @contextmanager
 def http_server(respond: Responder) -> Iterator[str]:
-    """A loopback HTTP server answering every GET with ``respond``; yields its base URL."""
+    """A loopback HTTP server answering every GET and POST with ``respond``; yields its
+    base URL."""
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
+            respond(self)
+
+        def do_POST(self) -> None:
             respond(self)
 
         def log_message(self, *args: object) -> None:

@@ -2,12 +2,11 @@
 
 import base64
 import json
-import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import httpx
@@ -16,7 +15,7 @@ import pytest
 from collector.promql import PrometheusQuerySource
 from collector.store import Store
 from gpuscope.errors import SourceError
-from tests.integration.helpers import agent_process, prometheus_server
+from tests.integration.helpers import agent_process, http_server, prometheus_server, send
 
 pytestmark = pytest.mark.integration
 
@@ -77,35 +76,20 @@ def query_api_behind_basic_auth(fail: bool = False) -> Iterator[str]:
     ``query_range`` with one series of two points; ``fail``: HTTP 502 and an HTML page."""
     want = "Basic " + base64.b64encode(f"scraper:{PASSWORD}".encode()).decode()
 
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:
-            self.rfile.read(int(self.headers.get("Content-Length", 0)))
-            if fail or self.headers.get("Authorization") != want:
-                body, ctype, status = b"<html>bad gateway</html>", "text/html", 502
-            else:
-                series = {"metric": {"__name__": "gpuscope_gpu_up", "node": "n1", "gpu": "0",
-                                     "instance": "n1:9835"},
-                          "values": [[1000, "1"], [1001, "1"]]}  # fmt: skip
-                body = json.dumps({"status": "success", "data": {
-                    "resultType": "matrix", "result": [series]}}).encode()  # fmt: skip
-                ctype, status = "application/json", 200
-            self.send_response(status)
-            self.send_header("Content-Type", ctype)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
+    def respond(handler: BaseHTTPRequestHandler) -> None:
+        handler.rfile.read(int(handler.headers.get("Content-Length", 0)))
+        if fail or handler.headers.get("Authorization") != want:
+            send(handler, b"<html>bad gateway</html>", "text/html", 502)
+            return
+        series = {"metric": {"__name__": "gpuscope_gpu_up", "node": "n1", "gpu": "0",
+                             "instance": "n1:9835"},
+                  "values": [[1000, "1"], [1001, "1"]]}  # fmt: skip
+        body = json.dumps({"status": "success", "data": {
+            "resultType": "matrix", "result": [series]}}).encode()  # fmt: skip
+        send(handler, body, "application/json")
 
-        def log_message(self, *args: object) -> None:
-            return None
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    server.daemon_threads = True
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        yield f"http://scraper:{PASSWORD}@127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with http_server(respond) as base:
+        yield base.replace("http://", f"http://scraper:{PASSWORD}@", 1)
 
 
 def test_a_password_in_the_query_api_url_is_used_but_never_shown(tmp_path: Path) -> None:
