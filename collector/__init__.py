@@ -10,7 +10,8 @@ The store (``store.py``; ``schema.py`` for its migrations, ``store_maintenance.p
 roll-ups, retention and compaction, ``store_records.py`` and ``store_alerts.py`` for the
 other tables, ``store_sql.py`` for shared plumbing) has one writer. The Kubernetes
 inventory (``inventory.py``, ``inventory_records.py``, ``kube_config.py``,
-``scheduling_rules.py``) keeps nodes, pods and quotas current by list and watch.
+``scheduling_rules.py``) keeps nodes, pods and quotas current by list and watch; every
+Kubernetes call, the actions' too, is retried by ``kube_api.py``.
 ``service.py`` runs it all on a schedule behind the HTTP API (``api*.py``) and the
 collector's own ``/metrics`` (``metrics.py``, ``*_gauges.py``).
 
