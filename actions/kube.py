@@ -38,11 +38,13 @@ import urllib3
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from collector.inventory import (
-    InventoryError,
+from collector.inventory import InventoryError, kube_configuration
+from collector.kube_api import (
+    CONNECTION_ERRORS,
     RetryPolicy,
     call_with_retry,
-    kube_configuration,
+    retry_after,
+    retrying,
 )
 from gpuscope.errors import SourceError
 from gpuscope.settings import CollectorSettings
@@ -128,9 +130,16 @@ def _status_body(exc: ApiException) -> Obj:
     return body if isinstance(body, dict) else {}
 
 
-def _retry_after(exc: ApiException) -> float | None:
-    value = str((exc.headers or {}).get("Retry-After", "")).strip()
-    return float(value) if value.isdigit() else None
+def _budget(exc: ApiException) -> list[Obj]:
+    """The ``DisruptionBudget`` causes of a refused eviction (none for anything else)."""
+    causes = (_status_body(exc).get("details") or {}).get("causes") or []
+    return [c for c in causes if c.get("reason") == "DisruptionBudget"]
+
+
+def _throttled(exc: BaseException) -> bool:
+    """A 429 from API Priority and Fairness: the server did not process the change, so it
+    may be sent again (a PodDisruptionBudget's 429 is an answer, not throttling)."""
+    return isinstance(exc, ApiException) and exc.status == 429 and not _budget(exc)
 
 
 def guard(obj: Mapping[str, Any]) -> Obj:
@@ -200,39 +209,30 @@ class ClusterClient:
 
     def _change(self, what: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Obj:
         """A change, sent once (module docstring); the JSON body as a dict."""
-        for attempt in range(1, self._retry.attempts + 1):
-            try:
-                resp = fn(*args, _preload_content=False, _request_timeout=self._timeout, **kwargs)
-                self.last_status = int(resp.status)
-                return dict(json.loads(resp.data)) if resp.data else {}
-            except ApiException as exc:
-                status, body = int(exc.status or 0), _status_body(exc)
-                causes = (body.get("details") or {}).get("causes") or []
-                budget = [c for c in causes if c.get("reason") == "DisruptionBudget"]
-                after = _retry_after(exc)
-                message = " ".join(str(body.get("message") or exc.reason or "").split())
-                if budget:
-                    message += f" ({budget[0].get('message', '')})"
-                line = f"Kubernetes API {what} at {self.host} failed: {status} {message}"
-                if status == 429 and not budget and attempt < self._retry.attempts:
-                    delay = self._retry.base_delay * 2 ** (attempt - 1)
-                    delay = min(self._retry.max_delay, after if after is not None else delay)
-                    log.debug("%s throttled, retrying in %.2fs", what, delay)
-                    self._sleep(delay)
-                    continue
-                if budget:
-                    raise DisruptionBlocked(line, status, after) from None
-                raise _BY_STATUS.get(status, KubeError)(line, status, after) from None
-            except (urllib3.exceptions.HTTPError, OSError) as exc:
-                timed_out = isinstance(exc, urllib3.exceptions.TimeoutError) or "timed out" in str(
-                    exc
-                )
-                why = "no answer in time" if timed_out else type(exc).__name__
-                raise Unreachable(
-                    f"Kubernetes API {what} at {self.host}: {why}; it may or may not have "
-                    "been applied (the next run re-reads)"
-                ) from None
-        raise AssertionError("unreachable")  # pragma: no cover
+
+        def send() -> Obj:
+            resp = fn(*args, _preload_content=False, _request_timeout=self._timeout, **kwargs)
+            self.last_status = int(resp.status)
+            return dict(json.loads(resp.data)) if resp.data else {}
+
+        try:
+            return retrying(what, self._retry, self._sleep, _throttled)(send)
+        except ApiException as exc:
+            status, body, budget = int(exc.status or 0), _status_body(exc), _budget(exc)
+            message = " ".join(str(body.get("message") or exc.reason or "").split())
+            if budget:
+                message += f" ({budget[0].get('message', '')})"
+            line = f"Kubernetes API {what} at {self.host} failed: {status} {message}"
+            if budget:
+                raise DisruptionBlocked(line, status, retry_after(exc)) from None
+            raise _BY_STATUS.get(status, KubeError)(line, status, retry_after(exc)) from None
+        except CONNECTION_ERRORS as exc:
+            timed_out = isinstance(exc, urllib3.exceptions.TimeoutError) or "timed out" in str(exc)
+            why = "no answer in time" if timed_out else type(exc).__name__
+            raise Unreachable(
+                f"Kubernetes API {what} at {self.host}: {why}; it may or may not have "
+                "been applied (the next run re-reads)"
+            ) from None
 
     @staticmethod
     def _dry(dry_run: bool) -> dict[str, str]:

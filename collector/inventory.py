@@ -20,12 +20,9 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from typing import Any, TypeVar
 
-import urllib3
 from kubernetes import client, watch
-from kubernetes.client.rest import ApiException
 
 from collector.inventory_records import (
     InventorySnapshot,
@@ -38,12 +35,11 @@ from collector.inventory_records import (
     quota_from_kai_queue,
     quota_from_resourcequota,
 )
+from collector.kube_api import RetryPolicy, call_with_retry
 from collector.kube_config import (
     InventoryError,
-    connection_reason,
     kube_configuration,
     load_configuration,
-    status_hint,
 )
 from gpuscope.settings import WorkloadSettings
 
@@ -58,11 +54,8 @@ __all__ = [
     "NodeInfo",
     "PodInfo",
     "QuotaInfo",
-    "RetryPolicy",
-    "call_with_retry",
     "kube_configuration",
     "load_configuration",
-    "may_pass_later",
     "node_from_json",
     "pod_from_json",
     "quota_from_clusterqueue",
@@ -71,65 +64,6 @@ __all__ = [
 ]
 KUEUE = ("kueue.x-k8s.io", "v1beta1", "clusterqueues")
 KAI = ("scheduling.run.ai", "v2", "queues")
-
-
-# -- errors and retries ---------------------------------------------------------------------
-@dataclass(frozen=True, slots=True)
-class RetryPolicy:
-    """Attempts for 5xx, 429 and connection errors, with exponential backoff."""
-
-    attempts: int = 4
-    base_delay: float = 0.25
-    max_delay: float = 5.0
-
-
-def _api_message(exc: ApiException) -> str:
-    try:
-        message = str(json.loads(exc.body or "")["message"])
-    except (ValueError, KeyError, TypeError):
-        message = str(exc.reason or "")
-    return " ".join(message.split())
-
-
-def may_pass_later(status: int) -> bool:
-    """Statuses worth another try: throttling (429) and the server's own failures (5xx)."""
-    return status == 429 or status >= 500
-
-
-def call_with_retry(
-    what: str,
-    host: str,
-    fn: Callable[[], T],
-    policy: RetryPolicy,
-    sleep: Callable[[float], None],
-    retryable: Callable[[int], bool] = may_pass_later,
-) -> T:
-    """Run ``fn``; retry what may pass (``retryable`` statuses, connection errors); raise
-    :class:`InventoryError` with one line. An eviction's 429 is a PodDisruptionBudget's
-    answer, not throttling, so the actuator retries only 5xx there."""
-    for attempt in range(1, policy.attempts + 1):
-        delay = min(policy.max_delay, policy.base_delay * 2 ** (attempt - 1))
-        try:
-            return fn()
-        except ApiException as exc:
-            status = int(exc.status or 0)
-            if not retryable(status) or attempt == policy.attempts:
-                raise InventoryError(
-                    f"Kubernetes API {what} at {host} failed: {status} {_api_message(exc)}"
-                    f"{status_hint(status)}",
-                    status,
-                ) from None
-            after = (exc.headers or {}).get("Retry-After", "")
-            delay = min(policy.max_delay, float(after)) if after.isdigit() else delay
-            log.debug("%s: %s, retrying in %.2fs", what, status, delay)
-        except (urllib3.exceptions.HTTPError, OSError) as exc:
-            if attempt == policy.attempts:
-                raise InventoryError(
-                    f"cannot reach the Kubernetes API at {host} ({what}): {connection_reason(exc)}"
-                ) from None
-            log.debug("%s: %s, retrying in %.2fs", what, exc, delay)
-        sleep(delay)
-    raise AssertionError("unreachable")  # pragma: no cover
 
 
 # -- the inventory ----------------------------------------------------------------------------

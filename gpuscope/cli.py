@@ -18,6 +18,7 @@ from typing import Any, NoReturn, cast
 
 from gpuscope import __version__
 from gpuscope.cli_alerts import add_alerts_parser, cmd_alerts
+from gpuscope.cli_common import FIRST_YEAR, LAST_YEAR, open_error, open_store
 from gpuscope.cli_report import add_report_parser, cmd_report
 from gpuscope.cli_whatif import add_whatif_parser, cmd_whatif
 from gpuscope.errors import UserError
@@ -27,9 +28,6 @@ from gpuscope.settings import Settings, load_settings
 log = logging.getLogger("gpuscope")
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
-#: ``--at`` and ``--week`` are refused outside these years: further out, the detectors'
-#: look-back windows and the report's week arithmetic leave the calendar.
-FIRST_YEAR, LAST_YEAR = 1970, 2999
 
 
 class _Parser(argparse.ArgumentParser):
@@ -296,11 +294,11 @@ def check_database(path: Path) -> None:
     try:
         con = duckdb.connect(str(path), read_only=True)
     except duckdb.Error as exc:
-        raise _open_error(path, exc, "stop the other process first") from None
+        raise open_error(path, exc, "stop the other process first") from None
     try:
         version = schema.schema_version(con)
     except duckdb.Error as exc:
-        raise _open_error(path, exc, "") from None
+        raise open_error(path, exc, "") from None
     finally:
         con.close()
     if version > schema.LATEST_VERSION:
@@ -369,33 +367,6 @@ def _data_age_at(store: Any, now: datetime, scrape_interval_s: float) -> datetim
     if note:
         print(f"gpuscope analyze: {note}", file=sys.stderr)
     return at
-
-
-def open_store(
-    path: Path,
-    *,
-    read_only: bool = True,
-    busy: str = "analyse a copy of it, or use the collector's API",
-) -> Any:
-    """The database for a CLI command, with one clear line when a running collector holds
-    it (``busy`` says what to do instead) or it cannot be opened."""
-    import duckdb
-
-    from collector.store import Store
-
-    try:
-        return Store.open(path, read_only=read_only)
-    except duckdb.Error as exc:
-        raise _open_error(path, exc, busy) from None
-
-
-def _open_error(path: Path, exc: Exception, busy: str) -> UserError:
-    """One line for a database DuckDB cannot open: held by another process, or damaged."""
-    if "lock" in str(exc).lower():
-        hint = f": {busy}" if busy else ""
-        return UserError(f"{path} is in use by another process (a running collector?){hint}")
-    first = (str(exc).splitlines() or [type(exc).__name__])[0]
-    return UserError(f"cannot read database {path} (damaged or truncated?): {first}")
 
 
 def _cmd_act(args: argparse.Namespace) -> int:

@@ -94,7 +94,7 @@ def run_act(args: argparse.Namespace, at: object) -> int:
     from actions.kube import ClusterClient, KubeError
     from actions.policy import load_policies
     from actions.runner import run_policies
-    from gpuscope.cli import open_store
+    from gpuscope.cli_common import open_store
 
     settings = load_settings(args.config)
     policies = load_policies(args.policy)

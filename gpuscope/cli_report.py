@@ -52,7 +52,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     """Write the report and print its chat summary (which names the HTML file)."""
     from analytics.report import weekly_report
     from analytics.report_week import Week
-    from gpuscope.cli import FIRST_YEAR, LAST_YEAR, open_store
+    from gpuscope.cli_common import FIRST_YEAR, LAST_YEAR, open_store
     from gpuscope.errors import UserError
 
     settings = load_settings(args.config)

@@ -121,7 +121,7 @@ def _from_db(args: argparse.Namespace, policies: list[str], settings: Any) -> di
 
     from analytics.report_week import Week
     from analytics.whatif.week import replay_window
-    from gpuscope.cli import FIRST_YEAR, LAST_YEAR, open_store
+    from gpuscope.cli_common import FIRST_YEAR, LAST_YEAR, open_store
     from gpuscope.errors import UserError
 
     now = datetime.now(UTC)

@@ -187,7 +187,7 @@ def whatif_on_store(store: Store, settings: Settings, clock: Callable[[], float]
     from analytics.whatif.policies import POLICIES
     from analytics.whatif.week import replay_window
     from collector.api_whatif import WhatIfRefused
-    from gpuscope.cli import FIRST_YEAR, LAST_YEAR
+    from gpuscope.cli_common import FIRST_YEAR, LAST_YEAR
     from gpuscope.errors import UserError
 
     def run(week_text: str | None, policies: list[str] | None) -> dict[str, Any]:

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 from kubernetes import client
 
-from collector.inventory import InventoryError, KubeInventory, RetryPolicy
+from collector.inventory import InventoryError, KubeInventory
+from collector.kube_api import RetryPolicy
 from gpuscope.records import WorkloadKind
 from gpuscope.sim import SimulatedCluster, default_scenario
 from gpuscope.sim.kube import namespaces_json, nodes_json, pods_json, quotas_json

@@ -19,7 +19,8 @@ import pytest
 import trustme
 
 from actions.kube import ClusterClient, Forbidden
-from collector.inventory import InventoryError, KubeInventory, RetryPolicy, kube_configuration
+from collector.inventory import InventoryError, KubeInventory, kube_configuration
+from collector.kube_api import RetryPolicy
 from gpuscope.errors import ConfigError
 from gpuscope.settings import CollectorSettings, load_settings
 from tests.conftest import free_port
