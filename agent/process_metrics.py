@@ -1,0 +1,74 @@
+"""The agent's own ``process_*`` series (memory, CPU, file descriptors), read from procfs.
+
+The same families, help texts and values that prometheus_client's ``ProcessCollector``
+exports (which the page had before it was written directly), so dashboards and alerts on
+the agent's own memory keep working; read here so the agent needs no prometheus_client.
+Off Linux (no ``/proc/self``) they are left out, as that collector leaves them out.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from agent.page import FamilySpec, Samples
+
+PROCESS_FAMILIES: tuple[FamilySpec, ...] = (
+    FamilySpec("process_virtual_memory_bytes", "gauge", "Virtual memory size in bytes.", ()),
+    FamilySpec("process_resident_memory_bytes", "gauge", "Resident memory size in bytes.", ()),
+    FamilySpec(
+        "process_start_time_seconds",
+        "gauge",
+        "Start time of the process since unix epoch in seconds.",
+        (),
+    ),
+    FamilySpec(
+        "process_cpu_seconds", "counter", "Total user and system CPU time spent in seconds.", ()
+    ),
+    FamilySpec("process_open_fds", "gauge", "Number of open file descriptors.", ()),
+    FamilySpec("process_max_fds", "gauge", "Maximum number of open file descriptors.", ()),
+)
+
+
+class ProcessMetrics:
+    """Reads this process's procfs entries on each scrape (``proc``: the procfs root)."""
+
+    def __init__(self, proc: Path = Path("/proc")) -> None:
+        self._self = proc / "self"
+        self._ticks = float(os.sysconf("SC_CLK_TCK"))
+        self._page = float(os.sysconf("SC_PAGE_SIZE"))
+        self._btime = 0.0
+        try:
+            for line in (proc / "stat").read_bytes().splitlines():
+                if line.startswith(b"btime "):
+                    self._btime = float(line.split()[1])
+                    break
+        except OSError:
+            pass
+
+    def read(self) -> dict[str, Samples]:
+        """Family name -> its one sample; families it cannot read are absent."""
+        out: dict[str, Samples] = {}
+        if not self._btime:
+            return out
+        try:
+            parts = (self._self / "stat").read_bytes().rsplit(b")", 1)[-1].split()
+        except OSError:
+            return out
+        out["process_virtual_memory_bytes"] = [((), float(parts[20]))]
+        out["process_resident_memory_bytes"] = [((), float(parts[21]) * self._page)]
+        out["process_start_time_seconds"] = [((), float(parts[19]) / self._ticks + self._btime)]
+        # user and system time each in seconds, then summed: the same float as before
+        cpu = float(parts[11]) / self._ticks + float(parts[12]) / self._ticks
+        out["process_cpu_seconds"] = [((), cpu)]
+        try:
+            with (self._self / "limits").open("rb") as limits:
+                max_fds = next(
+                    float(line.split()[3]) for line in limits if line.startswith(b"Max open file")
+                )
+            open_fds = float(len(os.listdir(self._self / "fd")))
+        except (OSError, StopIteration, IndexError, ValueError):
+            return out
+        out["process_open_fds"] = [((), open_fds)]
+        out["process_max_fds"] = [((), max_fds)]
+        return out
