@@ -129,6 +129,11 @@ class PageWriter:
         self._families = {spec.name: _Family(spec) for spec in specs}
         self._prefixes: dict[tuple[str, tuple[str, ...]], str] = {}
 
+    @property
+    def cached_series(self) -> int:
+        """How many series prefixes are kept (those of the last page)."""
+        return len(self._prefixes)
+
     def render(self, samples: dict[str, Samples], *, openmetrics: bool = False) -> bytes:
         """The page of ``samples`` (family name -> samples), families in the writer's order;
         a family without samples is left out (as prometheus_client leaves it out)."""
