@@ -31,28 +31,35 @@ PROCESS_FAMILIES: tuple[FamilySpec, ...] = (
 
 
 class ProcessMetrics:
-    """Reads this process's procfs entries on each scrape (``proc``: the procfs root)."""
+    """Reads this process's procfs entries on each scrape (``proc``: the procfs root).
+
+    ``stat`` and ``limits`` are kept open and re-read from offset 0 (procfs writes them
+    afresh on each read), which makes them a few microseconds a scrape.
+    """
 
     def __init__(self, proc: Path = Path("/proc")) -> None:
-        self._self = proc / "self"
+        self._fd_dir = str(proc / "self" / "fd")
         self._ticks = float(os.sysconf("SC_CLK_TCK"))
         self._page = float(os.sysconf("SC_PAGE_SIZE"))
         self._btime = 0.0
+        self._stat = self._limits = -1
         try:
             for line in (proc / "stat").read_bytes().splitlines():
                 if line.startswith(b"btime "):
                     self._btime = float(line.split()[1])
                     break
+            self._stat = os.open(proc / "self" / "stat", os.O_RDONLY | os.O_CLOEXEC)
+            self._limits = os.open(proc / "self" / "limits", os.O_RDONLY | os.O_CLOEXEC)
         except OSError:
             pass
 
     def read(self) -> dict[str, Samples]:
         """Family name -> its one sample; families it cannot read are absent."""
         out: dict[str, Samples] = {}
-        if not self._btime:
+        if not self._btime or self._stat < 0:
             return out
         try:
-            parts = (self._self / "stat").read_bytes().rsplit(b")", 1)[-1].split()
+            parts = os.pread(self._stat, 4096, 0).rsplit(b")", 1)[-1].split()
         except OSError:
             return out
         out["process_virtual_memory_bytes"] = [((), float(parts[20]))]
@@ -62,13 +69,21 @@ class ProcessMetrics:
         cpu = float(parts[11]) / self._ticks + float(parts[12]) / self._ticks
         out["process_cpu_seconds"] = [((), cpu)]
         try:
-            with (self._self / "limits").open("rb") as limits:
-                max_fds = next(
-                    float(line.split()[3]) for line in limits if line.startswith(b"Max open file")
-                )
-            open_fds = float(len(os.listdir(self._self / "fd")))
+            limits = os.pread(self._limits, 8192, 0)
+            max_fds = next(
+                float(line.split()[3])
+                for line in limits.splitlines()
+                if line.startswith(b"Max open file")
+            )
+            open_fds = float(len(os.listdir(self._fd_dir)))
         except (OSError, StopIteration, IndexError, ValueError):
             return out
         out["process_open_fds"] = [((), open_fds)]
         out["process_max_fds"] = [((), max_fds)]
         return out
+
+    def close(self) -> None:
+        for fd in (self._stat, self._limits):
+            if fd >= 0:
+                os.close(fd)
+        self._stat = self._limits = -1
