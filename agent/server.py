@@ -79,12 +79,18 @@ class AgentHttpServer(ThreadingHTTPServer):
     daemon_threads = True
 
     def __init__(
-        self, address: tuple[str, int], registry: Collector | None, collector: AgentCollector
+        self,
+        address: tuple[str, int],
+        registry: Collector | None,
+        collector: AgentCollector,
+        *,
+        process_metrics: bool = True,
     ) -> None:
-        #: None: serve the collector's own page, with the process's series (the agent).
+        #: None: serve the collector's own page, with the process's series unless
+        #: ``process_metrics`` is False (several agents in one process, as in the demo).
         self.registry = registry
         self.collector = collector
-        self._process = ProcessMetrics()
+        self._process = ProcessMetrics() if process_metrics else None
         #: Why the last /metrics failed; "" after one that answered.
         self.exposition_error = ""
         super().__init__(address, _Handler)
@@ -104,6 +110,11 @@ class AgentHttpServer(ThreadingHTTPServer):
         if encoder is generate_latest:
             encoder = generate_text
         return encoder(self.registry), content_type
+
+    def server_close(self) -> None:
+        super().server_close()
+        if self._process is not None:
+            self._process.close()
 
     def start_in_thread(self) -> threading.Thread:
         thread = threading.Thread(target=self.serve_forever, name="agent-http", daemon=True)
