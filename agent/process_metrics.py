@@ -75,12 +75,20 @@ class ProcessMetrics:
                 for line in limits.splitlines()
                 if line.startswith(b"Max open file")
             )
-            open_fds = float(len(os.listdir(self._fd_dir)))
+            open_fds = float(self._open_fds())
         except (OSError, StopIteration, IndexError, ValueError):
             return out
         out["process_open_fds"] = [((), open_fds)]
         out["process_max_fds"] = [((), max_fds)]
         return out
+
+    def _open_fds(self) -> int:
+        """Open descriptors. Linux 6.2 and later give the count as the size of the fd
+        directory, a few microseconds; listing it (what older kernels need, and what
+        prometheus_client did) costs ~0.2 ms with the ~400 sysfs files the InfiniBand
+        source keeps open. A listing counts its own descriptor too, the size does not."""
+        size = os.stat(self._fd_dir).st_size
+        return size if size > 0 else len(os.listdir(self._fd_dir))
 
     def close(self) -> None:
         for fd in (self._stat, self._limits):

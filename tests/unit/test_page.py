@@ -196,5 +196,8 @@ def test_process_series_are_the_process_collectors() -> None:
     assert ours["process_start_time_seconds"][0][1] == pytest.approx(
         theirs["process_start_time_seconds"].samples[0].value
     )
+    # the fd directory's size does not count a listing's own descriptor
+    open_fds = theirs["process_open_fds"].samples[0].value
+    assert open_fds - 1 <= ours["process_open_fds"][0][1] <= open_fds
     rss = theirs["process_resident_memory_bytes"].samples[0].value
     assert ours["process_resident_memory_bytes"][0][1] == pytest.approx(rss, rel=0.2)
