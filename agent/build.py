@@ -11,9 +11,6 @@ import socket
 import time
 from pathlib import Path
 
-from prometheus_client.process_collector import ProcessCollector
-from prometheus_client.registry import CollectorRegistry
-
 from agent.exposition import AgentCollector
 from agent.sources import GpuSource, IbSource, WorkloadAttributor
 from gpuscope.errors import SourceError, UserError
@@ -125,8 +122,8 @@ def _real_attributor(settings: Settings, node: str) -> WorkloadAttributor:
     )
 
 
-def build_agent(settings: Settings) -> tuple[AgentCollector, CollectorRegistry]:
-    """Build the collector and a registry holding it; raises UserError on bad settings."""
+def build_agent(settings: Settings) -> AgentCollector:
+    """Build the collector; raises UserError on bad settings."""
     agent = settings.agent
     _check_root("--sysfs-root", agent.sysfs_root)
     _check_root("--procfs-root", agent.procfs_root)
@@ -139,10 +136,4 @@ def build_agent(settings: Settings) -> tuple[AgentCollector, CollectorRegistry]:
         gpu = _gpu_source(agent)
         ib = SysfsIbSource(agent.sysfs_root or Path("/sys"))
         attributor = _real_attributor(settings, node)
-    collector = AgentCollector(
-        node, gpu, ib, attributor, timeout_seconds=agent.source_timeout_seconds
-    )
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(collector)
-    ProcessCollector(registry=registry)
-    return collector, registry
+    return AgentCollector(node, gpu, ib, attributor, timeout_seconds=agent.source_timeout_seconds)

@@ -1,10 +1,14 @@
-"""Exposition: turn the sources' readings into Prometheus metric families.
+"""Exposition: turn the sources' readings into the agent's page.
 
-A prometheus-client custom collector: one ``collect()`` reads every source afresh and
-yields new families built from the metric catalogue. Sources run in worker threads with a
-timeout, so one slow or failing source (a hung NVML call, a stalled kubelet socket) shows
-as ``gpuscope_agent_source_up 0`` while the others are still exported. Attribution failing
-never fails a scrape: the GPU series go out without workload series.
+One scrape reads every source afresh (:meth:`AgentCollector.samples`) and writes the page
+straight from the series (:meth:`AgentCollector.render`, through :mod:`agent.page`); no
+prometheus_client object is built per series. ``collect()`` still yields prometheus_client
+families, for code that registers the collector in a registry (tests, the demo).
+
+Sources run in worker threads with a timeout, so one slow or failing source (a hung NVML
+call, a stalled kubelet socket) shows as ``gpuscope_agent_source_up 0`` while the others
+are still exported. Attribution failing never fails a scrape: the GPU series go out
+without workload series.
 
 No value fails the page either. Each reading's series are built on their own, and each
 series is checked before it goes out: a reading that cannot be turned into series (an
@@ -23,20 +27,18 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from functools import partial
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
-from prometheus_client.metrics_core import (
-    CounterMetricFamily,
-    GaugeMetricFamily,
-    Metric,
-)
-from prometheus_client.registry import Collector
-
+from agent.page import FamilySpec, PageWriter, Samples
+from agent.process_metrics import PROCESS_FAMILIES, ProcessMetrics
 from agent.sources import CountsErrors, ErrorCounts, GpuSource, IbSource, WorkloadAttributor
 from gpuscope import __version__
-from gpuscope.catalogue import AGENT_METRICS, MetricSpec
+from gpuscope.catalogue import AGENT_METRICS
 from gpuscope.records import GpuReading, GpuWorkload, IbPortReading
 from gpuscope.series import Series, gpu_series, port_series, workload_series
+
+if TYPE_CHECKING:
+    from prometheus_client.metrics_core import Metric
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -52,7 +54,6 @@ class SourceResult:
     error: str = ""
 
 
-_Fam = GaugeMetricFamily | CounterMetricFamily
 _COUNTERS = frozenset(spec.name for spec in AGENT_METRICS if spec.type == "counter")
 #: The largest value a counter may take (every counter the agent reads is 64-bit at most).
 _COUNTER_MAX = float(1 << 64)
@@ -76,10 +77,10 @@ def unusable(name: str, labels: list[str], value: float) -> str:
     return ""
 
 
-def _family(spec: MetricSpec) -> _Fam:
-    if spec.type == "counter":
-        return CounterMetricFamily(spec.name, spec.help, labels=spec.labels)
-    return GaugeMetricFamily(spec.name, spec.help, labels=spec.labels)
+#: The page's families in page order: the catalogue's, then the process's own.
+AGENT_FAMILIES: tuple[FamilySpec, ...] = tuple(
+    FamilySpec(spec.name, spec.type, spec.help, spec.labels) for spec in AGENT_METRICS
+)
 
 
 class _Guarded:
@@ -110,8 +111,8 @@ class _Guarded:
         self._pool.shutdown(wait=False, cancel_futures=True)
 
 
-class AgentCollector(Collector):
-    """The agent's one collector: reads every source and yields fresh families."""
+class AgentCollector:
+    """The agent's one collector: reads every source and writes the page from the series."""
 
     def __init__(
         self,
@@ -139,6 +140,7 @@ class AgentCollector(Collector):
         self.last_results: tuple[SourceResult, ...] = ()
         #: Readings and series the exposition dropped, by source and reason.
         self.errors = ErrorCounts()
+        self._page = PageWriter((*AGENT_FAMILIES, *PROCESS_FAMILIES))
 
     def describe(self) -> list[Metric]:
         # Declaring no families up front keeps registration from calling collect().
@@ -172,10 +174,12 @@ class AgentCollector(Collector):
             results.append(res)
         return gpus, workloads, ports, results
 
-    def collect(self) -> Iterator[Metric]:
+    def samples(self) -> dict[str, Samples]:
+        """One scrape's series, by family (catalogue names): every source read afresh,
+        each series checked (what cannot go out is dropped and counted)."""
         gpus, workloads, ports, results = self.read()
         self.last_results = tuple(results)
-        fams = {spec.name: _family(spec) for spec in AGENT_METRICS}
+        fams: dict[str, Samples] = {spec.name: [] for spec in AGENT_METRICS}
         node = self.node
         gpu_name = self.gpu_source.name if self.gpu_source is not None else "gpu"
         for g in gpus:
@@ -188,20 +192,41 @@ class AgentCollector(Collector):
             self._add(fams, ib_name, partial(port_series, node, p))
         errors = fams["gpuscope_agent_errors"]
         for source, reason, count in self._error_counts():
-            errors.add_metric([node, source, reason], float(count))
+            errors.append(((node, source, reason), float(count)))
         up = fams["gpuscope_agent_source_up"]
         took = fams["gpuscope_agent_collect_seconds"]
         for r in results:
-            up.add_metric([node, r.source], 1.0 if r.ok else 0.0)
-            took.add_metric([node, r.source], r.seconds)
+            up.append(((node, r.source), 1.0 if r.ok else 0.0))
+            took.append(((node, r.source), float(r.seconds)))
         source_name = self.gpu_source.name if self.gpu_source is not None else "none"
-        fams["gpuscope_agent_info"].add_metric([node, __version__, source_name], 1.0)
-        for fam in fams.values():
-            if fam.samples:
-                yield fam
+        fams["gpuscope_agent_info"].append(((node, __version__, source_name), 1.0))
+        return fams
+
+    def render(self, *, openmetrics: bool = False, process: ProcessMetrics | None = None) -> bytes:
+        """One scrape's page (text 0.0.4, or OpenMetrics), with the process's own series
+        after the catalogue's when ``process`` is given."""
+        fams = self.samples()
+        if process is not None:
+            fams.update(process.read())
+        return self._page.render(fams, openmetrics=openmetrics)
+
+    def collect(self) -> Iterator[Metric]:
+        """The same series as prometheus_client families (for a registry; slower)."""
+        from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily
+
+        fams = self.samples()
+        for spec in AGENT_METRICS:
+            got = fams[spec.name]
+            if not got:
+                continue
+            kind = CounterMetricFamily if spec.type == "counter" else GaugeMetricFamily
+            fam = kind(spec.name, spec.help, labels=spec.labels)
+            for labels, value in got:
+                fam.add_metric(list(labels), value)
+            yield fam
 
     def _add(
-        self, fams: dict[str, _Fam], source: str, series: Callable[[], Iterator[Series]]
+        self, fams: dict[str, Samples], source: str, series: Callable[[], Iterator[Series]]
     ) -> None:
         """One reading's series, each checked; a reading or series that cannot go out is
         dropped and counted, never failing the page."""
@@ -219,14 +244,14 @@ class AgentCollector(Collector):
                 and (0.0 <= value < _COUNTER_MAX or name not in _COUNTERS)
                 and "".join(labels).isascii()
             ):
-                fams[name].add_metric(labels, value)
+                fams[name].append((labels, float(value)))
                 continue
             reason = unusable(name, labels, value)
             if reason:
                 self.errors.add(source, reason)
                 log.debug("series dropped source=%s metric=%s reason=%s", source, name, reason)
             else:
-                fams[name].add_metric(labels, value)
+                fams[name].append((labels, float(value)))
 
     def _error_counts(self) -> list[tuple[str, str, int]]:
         """The exposition's own counts and those of every source that counts what it skips."""

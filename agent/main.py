@@ -9,8 +9,8 @@ import threading
 from typing import TextIO
 
 from agent.build import build_agent
+from agent.process_metrics import ProcessMetrics
 from agent.server import AgentHttpServer
-from agent.textformat import generate_text
 from gpuscope.errors import UserError
 from gpuscope.settings import Settings, parse_listen
 
@@ -18,15 +18,15 @@ log = logging.getLogger(__name__)
 
 
 def run_agent(settings: Settings, *, once: bool = False, out: TextIO = sys.stdout) -> int:
-    collector, registry = build_agent(settings)
+    collector = build_agent(settings)
     try:
         if once:
-            out.write(generate_text(registry).decode())
+            out.write(collector.render(process=ProcessMetrics()).decode())
             out.flush()
             return 0
         host, port = parse_listen(settings.agent.listen)
         try:
-            server = AgentHttpServer((host, port), registry, collector)
+            server = AgentHttpServer((host, port), None, collector)
         except OSError as exc:
             raise UserError(f"cannot listen on {settings.agent.listen}: {exc.strerror}") from None
         stop = threading.Event()

@@ -1,9 +1,13 @@
 """The agent's HTTP endpoint: ``/metrics`` (Prometheus or OpenMetrics) and ``/healthz``.
 
 The standard library's threading server is enough for one scraper or two and keeps the
-agent image free of a web framework. The exposition drops and counts what it cannot encode,
-so ``/metrics`` should never fail; if it does all the same, ``/healthz`` says so (503 with
-the error) until a page goes out again, rather than "ok" beside a failing scrape.
+agent image free of a web framework. ``gpuscope agent`` serves the collector's own page
+(:meth:`AgentCollector.render`, written without prometheus_client); a server given a
+prometheus_client registry instead serves what that registry collects (tests, the demo).
+
+The exposition drops and counts what it cannot encode, so ``/metrics`` should never fail;
+if it does all the same, ``/healthz`` says so (503 with the error) until a page goes out
+again, rather than "ok" beside a failing scrape.
 """
 
 from __future__ import annotations
@@ -12,12 +16,14 @@ import json
 import logging
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
-from prometheus_client.exposition import choose_encoder, generate_latest
-from prometheus_client.registry import CollectorRegistry
+from typing import TYPE_CHECKING
 
 from agent.exposition import AgentCollector
-from agent.textformat import generate_text
+from agent.page import negotiate
+from agent.process_metrics import ProcessMetrics
+
+if TYPE_CHECKING:
+    from prometheus_client.registry import Collector
 
 log = logging.getLogger(__name__)
 
@@ -32,11 +38,8 @@ class _Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         path = self.path.split("?", 1)[0]
         if path == "/metrics":
-            encoder, content_type = choose_encoder(self.headers.get("Accept", ""))
-            if encoder is generate_latest:
-                encoder = generate_text
             try:
-                body = encoder(self.server.registry)
+                body, content_type = self.server.page(self.headers.get("Accept", ""))
             except Exception as exc:  # a scrape must answer even if exposition broke
                 log.exception("exposition failed error=%s", exc)
                 self.server.exposition_error = f"{type(exc).__name__}: {exc}"
@@ -76,13 +79,42 @@ class AgentHttpServer(ThreadingHTTPServer):
     daemon_threads = True
 
     def __init__(
-        self, address: tuple[str, int], registry: CollectorRegistry, collector: AgentCollector
+        self,
+        address: tuple[str, int],
+        registry: Collector | None,
+        collector: AgentCollector,
+        *,
+        process_metrics: bool = True,
     ) -> None:
+        #: None: serve the collector's own page, with the process's series unless
+        #: ``process_metrics`` is False (several agents in one process, as in the demo).
         self.registry = registry
         self.collector = collector
+        self._process = ProcessMetrics() if process_metrics else None
         #: Why the last /metrics failed; "" after one that answered.
         self.exposition_error = ""
         super().__init__(address, _Handler)
+
+    def page(self, accept: str) -> tuple[bytes, str]:
+        """The body and content type of one scrape, in the format ``accept`` asks for."""
+        if self.registry is None:
+            openmetrics, content_type = negotiate(accept)
+            return self.collector.render(openmetrics=openmetrics, process=self._process), (
+                content_type
+            )
+        from prometheus_client.exposition import choose_encoder, generate_latest
+
+        from agent.textformat import generate_text
+
+        encoder, content_type = choose_encoder(accept)
+        if encoder is generate_latest:
+            encoder = generate_text
+        return encoder(self.registry), content_type
+
+    def server_close(self) -> None:
+        super().server_close()
+        if self._process is not None:
+            self._process.close()
 
     def start_in_thread(self) -> threading.Thread:
         thread = threading.Thread(target=self.serve_forever, name="agent-http", daemon=True)

@@ -1,10 +1,11 @@
-"""A fast encoder for the Prometheus text format (0.0.4), for the agent's own families.
+"""A fast encoder for the Prometheus text format (0.0.4) of a prometheus_client registry.
 
-prometheus_client's ``generate_latest`` validates and escapes every label *name* of every
-sample (it supports UTF-8 names); at ~500 series a scrape that was most of the agent's CPU.
-Our names come from the catalogue and are checked once by tests, so this encoder only
-escapes label *values*. Its output is byte-for-byte what ``generate_latest`` writes for the
-same families (a test holds it to that); OpenMetrics requests still use prometheus_client.
+The agent's own page does not come through here (``agent/page.py`` writes it from the
+series); this serves a registry that holds the agent's collector beside others (the demo,
+tests, the ingest benchmark). prometheus_client's ``generate_latest`` validates and
+escapes every label *name* of every sample (it supports UTF-8 names); this encoder only
+escapes label *values*. Its output is byte-for-byte what ``generate_latest`` writes for
+the same families (a test holds it to that); OpenMetrics requests use prometheus_client.
 """
 
 from __future__ import annotations

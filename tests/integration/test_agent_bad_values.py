@@ -40,10 +40,8 @@ def _poison(root: Path, rel: str, content: str) -> None:
 
 @contextmanager
 def serving(collector: AgentCollector, registry: CollectorRegistry | None = None) -> Iterator[str]:
-    """The agent's HTTP server on a loopback port, as `gpuscope agent --listen` runs it."""
-    if registry is None:
-        registry = CollectorRegistry(auto_describe=False)
-        registry.register(collector)
+    """The agent's HTTP server on a loopback port, as `gpuscope agent --listen` runs it
+    (with a registry: serving what that registry collects instead)."""
     server = AgentHttpServer(("127.0.0.1", 0), registry, collector)
     server.start_in_thread()
     try:

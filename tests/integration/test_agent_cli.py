@@ -159,3 +159,28 @@ def test_agent_imports_no_collector_side_code() -> None:
     )
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert res.returncode == 0, res.stdout + res.stderr
+
+
+def test_the_agent_command_loads_no_collector_side_or_exposition_library() -> None:
+    """`gpuscope agent` through the CLI loads neither DuckDB nor analytics (the whatif
+    command's policy names are written in cli_whatif, held equal here) nor prometheus_client
+    (the page is written directly): each costs the DaemonSet resident memory."""
+    code = "\n".join(
+        [
+            "import io, sys, contextlib",
+            "from gpuscope.cli import main",
+            "out = io.StringIO()",
+            "with contextlib.redirect_stdout(out):",
+            "    rc = main(['agent', '--gpu-source', 'sim', '--once'])",
+            "bad = {'duckdb', 'polars', 'analytics', 'collector', 'prometheus_client'}",
+            "bad &= set(sys.modules)",
+            "print(sorted(bad))",
+            "sys.exit(1 if bad or rc or 'gpuscope_gpu_up' not in out.getvalue() else 0)",
+        ]
+    )
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stdout + res.stderr
+    from analytics.whatif.policies import POLICIES
+    from gpuscope.cli_whatif import POLICIES as CLI_POLICIES
+
+    assert CLI_POLICIES == POLICIES
