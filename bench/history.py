@@ -153,7 +153,7 @@ class History:
         return dest
 
 
-def _scenario_cluster(nodes: int) -> tuple[SimulatedCluster, float]:
+def scenario_cluster(nodes: int) -> tuple[SimulatedCluster, float]:
     """The demo's scenario with its "now" (``live_offset`` into it) at :data:`END`."""
     scenario = default_scenario(nodes=nodes)
     origin = END.timestamp() - scenario.live_offset
@@ -221,7 +221,7 @@ def append_cycles(store: Store, maker: CycleMaker, start: float, end: float, ste
 
 def build(size: HistorySize, path: Path) -> History:
     """Write ``size``'s history into a new database at ``path`` through the ingest path."""
-    cluster, origin = _scenario_cluster(size.nodes)
+    cluster, origin = scenario_cluster(size.nodes)
     maker = CycleMaker(cluster, origin, size.families)
     end = END.timestamp()
     start = end - size.days * 86_400
