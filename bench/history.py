@@ -20,10 +20,11 @@ builder makes it as a collector does:
   as a row of its own. No roll-up table is ever written here.
 
 Which series: ``families="analysis"`` (the default) keeps the families the detectors and
-the report read (:data:`gpuscope.demo_history.KEPT`: 144 of the 296 series per node, 18 per
-GPU); ``families="agent"`` keeps every series ``node_series`` yields (296 per node, 37 per
-GPU: clocks, energy, ECC, NVLink/PCIe, IB packets and errors too; the agent's page adds
-its own process and per-source series, 541 in all on the sim node).
+the report read (:data:`ANALYSED`: :data:`gpuscope.demo_history.KEPT` and the IB error
+counters, 184 of the 296 series per node, 23 per GPU); ``families="agent"`` keeps every
+series ``node_series`` yields (296 per node, 37 per GPU: clocks, energy, ECC, NVLink/PCIe,
+IB packets too; the agent's page adds its own process and per-source series and the
+sysfs vendor counters, 541 in all on the sim node).
 
 Sizes: :data:`DEFAULT` (1 day of 104 GPUs) keeps each benchmark's default run within a few
 minutes on 2 cores; :data:`QUICK` is a smoke test; ``GPUSCOPE_BENCH_HISTORY=large`` (7 days
@@ -63,6 +64,9 @@ REPO = Path(__file__).resolve().parents[1]
 END = datetime(2025, 3, 10, tzinfo=UTC)
 INVENTORY_EVERY_S = 6 * 3600
 MAINTENANCE_EVERY_S = 3600
+#: the families the analytics read: the demo history's, and the IB error counters the
+#: bandwidth detector's link_errors rule reads
+ANALYSED = KEPT | {"gpuscope_ib_errors"}
 _SPECS = {m.name: m for m in AGENT_METRICS}
 _TYPES: dict[str, str] = {m.name: m.type for m in AGENT_METRICS}
 #: the code that decides what a history holds: a change to any of it rebuilds the cache
@@ -182,7 +186,7 @@ class CycleMaker:
 
     def __init__(self, cluster: SimulatedCluster, origin: float, families: str) -> None:
         self.cluster, self.origin = cluster, origin
-        self.keep = None if families == "agent" else KEPT
+        self.keep = None if families == "agent" else ANALYSED
         self.targets = {n: f"http://{n}:9400/metrics" for n in cluster.node_names}
         self._labels: dict[tuple[str, tuple[str, ...]], tuple[str, Labels]] = {}
 
