@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -122,6 +122,33 @@ def time_alternating(
         result=result,
         reference_result=ref_result,
     )
+
+
+def time_round_robin(
+    callables: Mapping[str, Callable[[], Any]],
+    *,
+    n: int = 5,
+    warmup: int = 0,
+    clock: Callable[[], float] = time.perf_counter,
+) -> dict[str, Timings]:
+    """:func:`time_alternating` for several peers (a planner beside several baselines):
+    ``n`` rounds, each running every callable once, the starting one rotating from round
+    to round. Returns each name's spread and last result."""
+    if n < 1:
+        raise ValueError("n must be at least 1")
+    names = list(callables)
+    for _ in range(warmup):
+        for name in names:
+            callables[name]()
+    times: dict[str, list[float]] = {name: [] for name in names}
+    results: dict[str, Any] = {}
+    for i in range(n):
+        k = i % len(names)
+        for name in names[k:] + names[:k]:
+            t0 = clock()
+            results[name] = callables[name]()
+            times[name].append(clock() - t0)
+    return {name: Timings(Spread.of(times[name]), result=results[name]) for name in names}
 
 
 def time_once(

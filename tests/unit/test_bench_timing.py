@@ -1,10 +1,12 @@
 """bench/timing.py: N timed runs give min/median/p99, product and reference alternate."""
 
+from collections.abc import Callable
+
 import pytest
 
 from bench.figure import Figure, Reference
 from bench.output import markdown
-from bench.timing import Spread, time_alternating
+from bench.timing import Spread, time_alternating, time_round_robin
 from tests.unit.test_bench_output import MACHINE
 
 
@@ -73,3 +75,28 @@ def test_a_timed_figure_shows_its_median_min_and_p99_and_reads_back() -> None:
     assert "7.20 ms (min 6.30 ms, p99 12.4 ms; 50 runs) (node_exporter)" in md
     _, [back], _ = read_results(results_json(MACHINE, [module], quick=False))
     assert back == module
+
+
+def test_round_robin_rotates_who_goes_first_and_times_each_peer() -> None:
+    now = [0.0]
+    calls: list[str] = []
+    cost = {"planner": 1.0, "hnu": 2.0, "ffd": 3.0}
+
+    def peer(name: str) -> Callable[[], str]:
+        def call() -> str:
+            calls.append(name)
+            now[0] += cost[name]
+            return name
+
+        return call
+
+    out = time_round_robin({k: peer(k) for k in cost}, n=3, clock=lambda: now[0])
+    assert calls == [
+        "planner", "hnu", "ffd",
+        "hnu", "ffd", "planner",
+        "ffd", "planner", "hnu",
+    ]  # fmt: skip
+    assert {k: t.product for k, t in out.items()} == {
+        k: Spread(c, c, c, 3) for k, c in cost.items()
+    }
+    assert out["ffd"].result == "ffd"
