@@ -12,7 +12,7 @@ Measured on a copy of it:
   whole report -- the CLI's own command function (``gpuscope report weekly --db ... --out
                   ... --week 2025-W10 --config ...``, parsed by the CLI's parser): open the
                   database read-only, numbers, charts, HTML, Markdown, CSV and Parquet; the
-                  first run after the build, then N more (min/median/p99)
+                  first run on a fresh copy of the file, then N more (min/median/p99)
   numbers      -- ``build_report`` alone on an open cursor, N times
 Times are wall-clock seconds.
 
@@ -108,7 +108,7 @@ def run(quick: bool = False) -> list[Figure]:
     first: float = m["first"]  # type: ignore[assignment]
     return [
         Figure(
-            f"weekly report (`gpuscope report weekly`), {label}: first run after the build",
+            f"weekly report (`gpuscope report weekly`), {label}: first run on a fresh copy",
             first, "s", aim="< 30 s at 10,000 GPUs" if big else None,
             notes=f"numbers, charts, HTML, Markdown, CSV and Parquet; {notes}", key=big,
         ),
