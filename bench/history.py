@@ -36,6 +36,7 @@ the build that made it; each benchmark reads a copy.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -43,7 +44,7 @@ import shutil
 import sys
 import tempfile
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -277,7 +278,9 @@ def build(size: HistorySize, path: Path) -> History:
     )
 
 
+@functools.cache
 def _digest() -> str:
+    """Of the code as this process first saw it: an edit during a run rebuilds nothing."""
     h = hashlib.sha256()
     for name in _SOURCES:
         p = REPO / name
@@ -302,13 +305,20 @@ def history(size: HistorySize, *, cache: bool = True) -> History:
         if built.path.is_file():
             return built
     folder.mkdir(parents=True, exist_ok=True)
-    path = folder / "history.duckdb"
-    for stale in (path, path.with_name(path.name + ".wal")):
+    # built under a name of this process's own, then renamed: two runs building the same
+    # size at once never write one file
+    work = folder / f"building-{os.getpid()}.duckdb"
+    for stale in (work, work.with_name(work.name + ".wal")):
         stale.unlink(missing_ok=True)
     print(f"building history {size.label()} through the ingest path", file=sys.stderr)
-    built = build(size, path)
-    doc: dict[str, Any] = asdict(built) | {"path": str(built.path)}
-    meta.write_text(json.dumps(doc, indent=1))
+    built = build(size, work)
+    final = folder / "history.duckdb"
+    os.replace(work, final)
+    built = replace(built, path=final)
+    doc: dict[str, Any] = asdict(built) | {"path": str(final)}
+    tmp_meta = meta.with_name(f"history-{os.getpid()}.json")
+    tmp_meta.write_text(json.dumps(doc, indent=1))
+    os.replace(tmp_meta, meta)
     return built
 
 

@@ -13,7 +13,7 @@ Measured on a read-only copy, each N times (min/median/p99), at the history's en
   bandwidth  -- ``run_bandwidth``: the scheduled run (the last 5-minute window)
   re-analysis-- ``bandwidth_history`` over every 5-minute window of the history in one
                 query, alternated in the same loop with its reference: the same windows run
-                one by one as the scheduled run does (all of them; past 288 windows, a
+                one by one as the scheduled run does (all of them; past 48 windows, a
                 spread sample of 24, scaled, and the row says so)
 The rows read (raw IB samples) are counted and named. Times are wall-clock seconds at
 DuckDB's default threads.
@@ -49,7 +49,7 @@ IB = (
 )
 WINDOW = timedelta(minutes=5)
 #: past this many windows, the one-by-one reference runs a spread sample and scales it
-ALL_WINDOWS_UP_TO = 288
+ALL_WINDOWS_UP_TO = 48
 SAMPLE_WINDOWS = 24
 
 

@@ -6,7 +6,16 @@ from pathlib import Path
 import pytest
 
 import bench.__main__ as bench_main
-from bench.history import DEFAULT, LARGE, QUICK, HistorySize, build, chosen_size, rows_between
+from bench.history import (
+    DEFAULT,
+    LARGE,
+    QUICK,
+    HistorySize,
+    build,
+    chosen_size,
+    history,
+    rows_between,
+)
 from collector.store import Store
 
 
@@ -46,3 +55,20 @@ def test_history_is_stored_by_the_ingest_path_and_rolled_up_by_maintenance(
         cur = store.cursor()
         targets = cur.execute("SELECT count(DISTINCT target) FROM scrapes").fetchone()
         assert targets == (6,)  # one scrape target per node, as the agents are
+
+
+def test_a_built_history_is_reused_from_the_cache_with_its_build_costs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("GPUSCOPE_BENCH_CACHE", str(tmp_path))
+    size = HistorySize(nodes=6, days=0.25 / 24)
+    first = history(size)
+    assert first.path.name == "history.duckdb" and first.path.is_file()
+
+    def no_rebuild(*args: object) -> None:
+        raise AssertionError("rebuilt a cached history")
+
+    monkeypatch.setattr("bench.history.build", no_rebuild)
+    again = history(size)
+    assert again == first  # the same file, and the ingest/maintenance times of its build
+    assert not list(first.path.parent.glob("building-*"))
