@@ -222,6 +222,9 @@ def fragmentation(report: WeeklyReport) -> str | None:
     )
     right.set_ylabel("free GPUs")
     right.set_ylim(bottom=0)
+    # the week, whatever the data: one snapshot alone would widen the axis by years, and a
+    # tick a day over that took seconds (matplotlib's "Locator attempting ..." warning)
+    ax.set_xlim(report.week.start, report.week.end)  # type: ignore[arg-type]
     ax.xaxis.set_major_locator(DayLocator())  # type: ignore[no-untyped-call]
     ax.xaxis.set_major_formatter(DateFormatter("%a %d"))  # type: ignore[no-untyped-call]
     ax.set_title("GPU fragmentation over the week (UTC)")

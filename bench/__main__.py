@@ -4,12 +4,15 @@ Writes ``results.json`` and ``results.md`` (one table per area: what, measured, 
 measured in the same run, aim) to ``--out`` (``bench/results`` for a full run,
 ``bench/results-quick`` for ``--quick``), and with ``--update-readme`` rewrites the README's
 generated performance tables. ``--only`` re-runs some benchmarks and keeps the other
-modules' figures from the previous full run in ``--out``.
+modules' figures from the previous full run in ``--out``. ``--large`` gives the analytics
+benchmarks (idle, quota_bandwidth, report) the 7-day, 10,000-GPU history, built through the
+same ingest path and maintenance as the default one (bench/history.py; hours on 2 cores).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -35,6 +38,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--update-readme", action="store_true", help="rewrite README's tables")
     ap.add_argument("--readme", type=Path, default=REPO / "README.md", help=argparse.SUPPRESS)
     ap.add_argument("--list", action="store_true", help="list the benchmarks and exit")
+    ap.add_argument(
+        "--large",
+        action="store_true",
+        help="7 days of 10,000 GPUs for the analytics benchmarks (GPUSCOPE_BENCH_HISTORY=large)",
+    )
     args = ap.parse_args(argv)
     if args.list:
         for b in BENCHMARKS:
@@ -43,6 +51,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.update_readme and args.quick:
         print("bench: --update-readme needs full sizes; drop --quick", file=sys.stderr)
         return 2
+    if args.large and args.quick:
+        print("bench: --large and --quick contradict each other", file=sys.stderr)
+        return 2
+    if args.large:
+        os.environ["GPUSCOPE_BENCH_HISTORY"] = "large"
     try:
         chosen = select(args.only)
     except ValueError as exc:

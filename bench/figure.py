@@ -12,6 +12,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from bench.timing import Spread
+
 NOT_INSTALLED = "not installed"
 
 
@@ -27,10 +29,39 @@ class Reference:
     value: float | None = None
     unit: str = ""
     missing: str = ""
+    #: min/median/p99 when the reference was timed N times (``value`` is then the median)
+    spread: Spread | None = None
 
     @classmethod
     def not_installed(cls, label: str) -> Reference:
         return cls(label=label, missing=NOT_INSTALLED)
+
+    @classmethod
+    def timed(cls, label: str, spread: Spread, unit: str) -> Reference:
+        """A reference timed N times beside the product (bench/timing.py)."""
+        return cls(label=label, value=spread.median, unit=unit, spread=spread)
+
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {
+            "label": self.label,
+            "value": self.value,
+            "unit": self.unit,
+            "missing": self.missing,
+        }
+        if self.spread is not None:
+            d["spread"] = self.spread.to_dict()
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Reference:
+        spread = d.get("spread")
+        return cls(
+            label=str(d["label"]),
+            value=None if d.get("value") is None else float(d["value"]),
+            unit=str(d.get("unit", "")),
+            missing=str(d.get("missing", "")),
+            spread=None if spread is None else Spread.from_dict(spread),
+        )
 
 
 @dataclass(frozen=True)
@@ -44,40 +75,54 @@ class Figure:
     reference: Reference | None = None
     notes: str = ""
     key: bool = False
+    #: min/median/p99 of N timed runs (``value`` is then the median); None for a figure
+    #: measured once by nature (a size on disk, a count, one build)
+    spread: Spread | None = None
+
+    @classmethod
+    def timed(
+        cls,
+        name: str,
+        spread: Spread,
+        unit: str,
+        *,
+        aim: str | None = None,
+        reference: Reference | None = None,
+        notes: str = "",
+        key: bool = False,
+    ) -> Figure:
+        """A figure from N timed runs: its value is the median, the row shows min and p99."""
+        return cls(name, spread.median, unit, aim, reference, notes, key, spread)
 
     def to_dict(self) -> dict[str, Any]:
         ref = self.reference
-        return {
+        d: dict[str, Any] = {
             "name": self.name,
             "value": None if math.isnan(self.value) else self.value,
             "unit": self.unit,
             "aim": self.aim,
-            "reference": None
-            if ref is None
-            else {"label": ref.label, "value": ref.value, "unit": ref.unit, "missing": ref.missing},
+            "reference": None if ref is None else ref.to_dict(),
             "notes": self.notes,
             "key": self.key,
         }
+        if self.spread is not None:
+            d["spread"] = self.spread.to_dict()
+        return d
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Figure:
         ref = d.get("reference")
         value = d.get("value")
+        spread = d.get("spread")
         return cls(
             name=str(d["name"]),
             value=float("nan") if value is None else float(value),
             unit=str(d.get("unit", "")),
             aim=d.get("aim"),
-            reference=None
-            if ref is None
-            else Reference(
-                label=str(ref["label"]),
-                value=None if ref.get("value") is None else float(ref["value"]),
-                unit=str(ref.get("unit", "")),
-                missing=str(ref.get("missing", "")),
-            ),
+            reference=None if ref is None else Reference.from_dict(ref),
             notes=str(d.get("notes", "")),
             key=bool(d.get("key", False)),
+            spread=None if spread is None else Spread.from_dict(spread),
         )
 
 
@@ -104,13 +149,26 @@ def format_value(value: float | None, unit: str = "") -> str:
     return f"{text} {unit}" if unit else text
 
 
+def spread_suffix(unit: str, spread: Spread | None) -> str:
+    """`` (min …, p99 …; n runs)`` after a median, or nothing for a figure measured once."""
+    if spread is None:
+        return ""
+    lo, hi = format_value(spread.min, unit), format_value(spread.p99, unit)
+    return f" (min {lo}, p99 {hi}; {spread.n} runs)"
+
+
+def format_spread(value: float | None, unit: str, spread: Spread | None) -> str:
+    """``value`` alone, or ``median (min …, p99 …; n runs)`` when it was timed N times."""
+    return format_value(value, unit) + spread_suffix(unit, spread)
+
+
 def print_figures(figures: list[Figure]) -> None:
     """What ``python bench/X.py`` prints: one line a figure, reference beside it."""
     for f in figures:
-        line = f"{f.name}: {format_value(f.value, f.unit)}"
+        line = f"{f.name}: {format_spread(f.value, f.unit, f.spread)}"
         if f.reference is not None:
             r = f.reference
-            ref = r.missing or format_value(r.value, r.unit)
+            ref = r.missing or format_spread(r.value, r.unit, r.spread)
             line += f"   [{r.label}: {ref}]"
         if f.aim:
             line += f"   (aim {f.aim})"

@@ -1,17 +1,22 @@
-"""Benchmark: idle detection over 7 days of N GPUs (default 1,000; run with --gpus 10000).
+"""Benchmark: idle detection on a history made through the ingest path (bench/history.py).
 
-The series and workload intervals are created through the store (one cycle, as a
-collector would); the week's samples (one utilization gauge per GPU at --step seconds) are
-bulk-inserted day by day from polars (a bench shortcut, as in bench/api.py), then rolled up
-by the store's own maintenance. One GPU in five idles at 1 %, the others vary 0..100 %;
-one workload in ten is interactive.
+The database is the one a collector leaves: the simulated cluster's agent series every
+15 s through ``Store.append_cycle``, its inventory, and the store's own hourly maintenance
+(roll-ups, compaction). This module also reports what building it cost: the ingest and the
+maintenance, each its own row (the history is shared with bench/quota_bandwidth.py and
+bench/report.py, which do not repeat them).
 
-Measured:
-  full   -- run_idle with no saved state: the 7-day re-analysis (roll-ups + raw tail)
-  sched  -- 5 more minutes of samples appended, then the scheduled (incremental) run
+Measured, on a private copy of that database:
+  full      -- ``run_idle`` with no saved state (``persist=False``, as ``gpuscope analyze
+               idle`` runs): 7 days of roll-ups (``samples_5m`` up to the roll-up frontier)
+               plus the raw samples after it; the rows it reads are counted and named
+  scheduled -- the collector's schedule: a first persisted run at the history's end, then
+               N times: 5 more minutes of cycles appended through the same ingest path
+               (untimed), and the scheduled run timed (it reads the raw samples since its
+               saved watermark)
 
-Run: .venv/bin/python bench/idle.py [--quick] [--gpus 1000] [--days 7] [--step 60]
-(or `python -m bench --only idle`: 1,000 and 10,000 GPUs at 15 s)
+Run: .venv/bin/python bench/idle.py [--quick] (or `python -m bench --only idle`);
+GPUSCOPE_BENCH_HISTORY=large for 7 days of 10,000 GPUs (see bench/history.py).
 """
 
 from __future__ import annotations
@@ -19,164 +24,150 @@ from __future__ import annotations
 import argparse
 import sys
 import tempfile
-import time
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import polars as pl
-
-from analytics.idle import run_idle
+from analytics.idle import HISTORY, LATE_DELAY, LOOKBACK, RAW_HORIZON, run_idle
 from bench.figure import Figure, print_figures
-from collector.batch import Batch
+from bench.history import (
+    CycleMaker,
+    History,
+    append_cycles,
+    chosen_size,
+    rows_between,
+    scenario_cluster,
+)
+from bench.history import history as get_history
+from bench.timing import Spread, time_alternating, time_once
 from collector.store import Store
 from gpuscope.settings import AnalyticsSettings, WorkloadSettings
 
-DAY = 86_400
-T0 = datetime(2026, 11, 9, tzinfo=UTC)
+#: the series the detector reads (analytics/sql/idle.sql: busy_candidates, workload series)
+ACTIVITY = (
+    "gpuscope_gpu_sm_active_ratio",
+    "gpuscope_gpu_utilization_ratio",
+    "gpuscope_gpu_memory_utilization_ratio",
+    "gpuscope_gpu_workload_utilization_ratio",
+)
+STEP = timedelta(minutes=5)
 
 
-def register(store: Store, gpus: int, step: int) -> None:
-    names, labels, values = [], [], []
-    for g in range(gpus):
-        gpu = {
-            "node": f"gpu-node-{g // 8:04d}",
-            "gpu": str(g % 8),
-            "uuid": f"GPU-{g:08x}",
-            "mig_instance": "",
-        }
-        names.append("gpuscope_gpu_utilization_ratio")
-        labels.append(tuple(sorted(gpu.items())))
-        values.append(0.0)
-        kind = "interactive" if g % 10 == 0 else "training"
-        info = {
-            **gpu,
-            "namespace": f"team-{g % 12:02d}",
-            "pod": f"pod-{g:05d}",
-            "container": "main",
-            "workload_kind": kind,
-            "interactive": str(kind == "interactive").lower(),
-            "project": f"p{g % 6}",
-        }
-        names.append("gpuscope_gpu_workload_info")
-        labels.append(tuple(sorted(info.items())))
-        values.append(1.0)
-    ms = int(T0.timestamp() * 1000) - step * 1000
-    store.append_cycle([(Batch("bench", ms, names, labels, values, {}), 0.0)])
+def _floor(t: datetime, seconds: int) -> datetime:
+    return datetime.fromtimestamp(t.timestamp() // seconds * seconds, UTC)
 
 
-def insert(store: Store, start: int, ticks: int, step: int) -> int:
-    """Utilization samples of every GPU for ``ticks`` ticks from Unix second ``start``."""
-    con = store._con  # bench shortcut: bulk insert, see the module docstring
-    ids = con.execute(
-        "SELECT series_id FROM series WHERE metric = 'gpuscope_gpu_utilization_ratio'"
-    ).fetchall()
-    sid = pl.DataFrame({"series_id": [r[0] for r in ids]}, schema={"series_id": pl.UInt32})
-    frame = (
-        sid.join(pl.DataFrame({"tick": pl.arange(0, ticks, eager=True)}), how="cross")
-        .with_columns(
-            pl.from_epoch(pl.col("tick") * step + start, time_unit="s").alias("ts"),
-            pl.when(pl.col("series_id") % 5 == 0)
-            .then(0.01)
-            .otherwise(
-                (
-                    (pl.col("series_id").cast(pl.Int64) * 2654435761 + pl.col("tick") * 40503)
-                    % 10_000
-                )
-                / 10_000
-            )
-            .alias("value"),
-        )
-        .select("series_id", pl.col("ts").cast(pl.Datetime("ms")), "value")
-        .sort("ts")
+def full_reads(store: Store, at: datetime) -> tuple[int, int]:
+    """(roll-up rows, raw samples) a full re-analysis at ``at`` reads (analytics/idle.py:
+    roll-ups over ``HISTORY`` up to the frontier, raw samples after it)."""
+    row = store.cursor().execute("SELECT value FROM meta WHERE key = 'rollup_5m_until'").fetchone()
+    frontier = datetime.fromisoformat(str(row[0])).replace(tzinfo=UTC) if row else at
+    lo = min(_floor(at - RAW_HORIZON, 300), frontier)
+    return (
+        rows_between(store, "samples_5m", ACTIVITY, at - HISTORY, lo),
+        rows_between(store, "samples", ACTIVITY, lo, at + timedelta(seconds=1)),
     )
-    con.register("rows", frame.to_arrow())
-    con.execute("INSERT INTO samples SELECT series_id, ts, value FROM rows")
-    con.unregister("rows")
-    return frame.height
 
 
-def measure(gpus: int, days: int, step: int) -> dict[str, float]:
-    """Seconds of the full re-analysis and of the scheduled run, and the samples stored."""
+def measure(h: History, runs: int) -> dict[str, object]:
     cfg, wl = AnalyticsSettings(), WorkloadSettings()
-    end = T0 + timedelta(days=days)
+    end = h.end
     with tempfile.TemporaryDirectory(prefix="gpuscope-idle-") as tmp:
-        store = Store.open(Path(tmp) / "idle.duckdb")
-        register(store, gpus, step)
-        a = time.perf_counter()
-        n = sum(
-            insert(store, int(T0.timestamp()) + d * DAY, DAY // step, step) for d in range(days)
-        )
-        b = time.perf_counter()
-        store.apply_retention(end)
-        store.checkpoint()
-        c = time.perf_counter()
-        print(
-            f"{gpus} GPUs x {days} d at {step} s: {n:,} samples "
-            f"(fill {b - a:.0f} s, roll-ups+compaction {c - b:.0f} s)",
-            file=sys.stderr,
-        )
-        # the intervals were last seen at registration; a live collector touches them
-        store._con.execute("UPDATE workload_intervals SET last_seen = ?", [end])
-        t = time.perf_counter()
-        full = run_idle(store, end, cfg, wl, scrape_interval_s=step)
-        t_full = time.perf_counter() - t
-        insert(store, int(end.timestamp()), 300 // step, step)
-        later = end + timedelta(minutes=5)
-        store._con.execute("UPDATE workload_intervals SET last_seen = ?", [later])
-        t = time.perf_counter()
-        sched = run_idle(store, later, cfg, wl, scrape_interval_s=step)
-        t_sched = time.perf_counter() - t
-        for name, secs, res in (("full", t_full, full), ("scheduled", t_sched, sched)):
-            s = res.summary
-            print(f"  {name:>10}: {secs:6.2f} s  findings={len(res.findings)} "
-                  f"idle_sessions={s['idle_sessions']} idle_gpus={s['idle_gpus']} "
-                  f"unknown={s['unknown_workloads']}", file=sys.stderr)  # fmt: skip
-        store.close()
-    return {"samples": n, "full_s": t_full, "scheduled_s": t_sched}
+        store = Store.open(h.copy_to(Path(tmp)))
+        try:
+            rolled, raw = full_reads(store, end)
+            full = time_alternating(
+                lambda: run_idle(store, end, cfg, wl, persist=False), n=runs, warmup=1
+            )
+            # the schedule: a first persisted run, then 5 more minutes and a run, N times
+            run_idle(store, end, cfg, wl)
+            cluster, origin = scenario_cluster(h.size.nodes)
+            maker = CycleMaker(cluster, origin, h.size.families)
+            times, read, at, result = [], 0, end, None
+            for _ in range(runs):
+                nxt = at + STEP
+                append_cycles(store, maker, at.timestamp(), nxt.timestamp(), h.size.step_s)
+                # since the saved watermark, and the look-back that learns the spacing
+                since = at - LATE_DELAY - LOOKBACK
+                read += rows_between(store, "samples", ACTIVITY, since, nxt + timedelta(seconds=1))
+                secs, result = time_once(partial(run_idle, store, nxt, cfg, wl))
+                times.append(secs)
+                at = nxt
+        finally:
+            store.close()
+    summary = full.result.summary
+    return {
+        "full": full.product,
+        "scheduled": Spread.of(times),
+        "rolled": rolled,
+        "raw": raw,
+        "sched_raw": read // runs,
+        "idle_sessions": summary["idle_sessions"],
+        "sched_findings": len(result.findings) if result is not None else 0,
+    }
+
+
+def history_figures(h: History) -> list[Figure]:
+    """What making the benchmark history cost: the ingest and the product's maintenance."""
+    m = h.maintenance
+    cached = f"; built {h.built_at}"
+    return [
+        Figure(
+            f"benchmark history, {h.size.label()}: ingest (Store.append_cycle)",
+            h.samples / h.ingest_s,
+            "samples/s",
+            notes=f"{h.samples:,} samples in {h.cycles:,} cycles, {h.ingest_s:.1f} s{cached}",
+        ),
+        Figure(
+            "same: the store's own maintenance (hourly apply_retention: roll-ups, compaction)",
+            h.maintenance_s,
+            "s",
+            notes=f"{m.get('rolled_5m', 0):,} 5-minute and {m.get('rolled_1h', 0):,} hourly "
+            f"roll-up rows, {m.get('compacted', 0):,} samples compacted",
+        ),
+        Figure("same: database file after maintenance", h.file_bytes / h.samples, "B/sample",
+               notes=f"{h.file_bytes / 2**20:,.1f} MiB, roll-ups included"),
+    ]  # fmt: skip
 
 
 def run(quick: bool = False) -> list[Figure]:
-    """Idle detection over 7 days of 1,000 and 10,000 GPUs at 15 s (quick: 40 GPUs, 1 day)."""
-    cases = [(40, 1, 60)] if quick else [(1000, 7, 15), (10_000, 7, 15)]
-    figures = []
-    for gpus, days, step in cases:
-        r = measure(gpus, days, step)
-        big = gpus >= 10_000
-        what = f"idle sessions, {days} d of {gpus:,} GPUs at {step} s"
-        notes = f"{r['samples'] / 1e6:,.1f} M samples"
-        figures += [
-            Figure(
-                f"{what}: scheduled run (every 5 minutes)",
-                r["scheduled_s"],
-                "s",
-                aim="10 s at 10,000 GPUs" if big else None,
-                notes=notes,
-                key=big,
-            ),
-            Figure(
-                f"{what}: full re-analysis",
-                r["full_s"],
-                "s",
-                aim="60 s at 10,000 GPUs" if big else None,
-                key=big,
-            ),
-        ]
-    return figures
+    """Idle detection on the shared history (quick: 3 h of 48 GPUs; default 1 d of 104)."""
+    h = get_history(chosen_size(quick))
+    runs = 3 if quick else 7
+    r = measure(h, runs)
+    what = f"idle sessions, {h.size.label()}"
+    big = h.size.gpus >= 10_000
+    full: Spread = r["full"]  # type: ignore[assignment]
+    sched: Spread = r["scheduled"]  # type: ignore[assignment]
+    return [
+        *history_figures(h),
+        Figure.timed(
+            f"{what}: scheduled run (every 5 minutes, 5 minutes appended through ingest)",
+            sched,
+            "s",
+            aim="10 s at 10,000 GPUs" if big else None,
+            notes=f"reads {r['sched_raw']:,} raw samples of the activity series a run "
+            "(5 new minutes and the 45-minute look-back)",
+            key=big,
+        ),
+        Figure.timed(
+            f"{what}: full re-analysis (no saved state)",
+            full,
+            "s",
+            aim="60 s at 10,000 GPUs" if big else None,
+            notes=f"reads {r['rolled']:,} samples_5m rows and {r['raw']:,} raw samples of "
+            f"the activity series; {r['idle_sessions']} idle sessions found",
+            key=big,
+        ),
+    ]
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--gpus", type=int, default=None)
-    ap.add_argument("--days", type=int, default=7)
-    ap.add_argument("--step", type=int, default=60, help="sample interval, seconds")
-    args = ap.parse_args()
-    if args.gpus:
-        print(measure(args.gpus, args.days, args.step))
-        return
-    print_figures(run(args.quick))
+    print_figures(run(ap.parse_args().quick))
 
 
 if __name__ == "__main__":

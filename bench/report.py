@@ -1,211 +1,129 @@
-"""Benchmark the weekly report over a fortnight of a simulated cluster (the reported week
-and the week before, which the report compares with).
+"""Benchmark: the weekly report, ``gpuscope report weekly``, on a history made through ingest.
 
-Usage: python -m bench.report [--gpus 1000 10000] [--threads 2] [--dir DIR]
+The database is the shared benchmark history (bench/history.py): the simulated cluster's
+agent series every 15 s through ``Store.append_cycle``, its inventory every 6 hours, and the
+store's own maintenance (roll-ups, compaction). It ends at 00:00 UTC on Monday 2025-03-10,
+so ISO week 2025-W10 has just closed; the default history holds that week's last day
+(1 day of 104 GPUs), ``GPUSCOPE_BENCH_HISTORY=large`` all of it for 10,000 GPUs. The rows
+say what the database held for the report's fortnight (the week and the week before, which
+it compares with).
 
-The history is written straight into a store's tables by SQL, as the collector leaves it
-on a Monday morning: utilization as 5-minute roll-ups (frontier at the week's end, so no
-raw sample is read), IB port counters as 5-minute roll-ups for the reported week, 8 GPUs
-and 8 rails per node, 4-GPU jobs of 6 hours (a tenth pending, a fifth of them idle
-notebooks) with their workload intervals and inventory versions, 20 projects with
-guarantees, and an action log. Times are wall-clock seconds at DuckDB ``threads``: the
-whole run (numbers, charts, HTML, CSV and Parquet) just after opening the database (its
-pages not yet cached) and again, and ``build_report`` (the numbers) alone.
+Measured on a copy of it:
+  whole report -- the CLI's own command function (``gpuscope report weekly --db ... --out
+                  ... --week 2025-W10 --config ...``, parsed by the CLI's parser): open the
+                  database read-only, numbers, charts, HTML, Markdown, CSV and Parquet; the
+                  first run on a fresh copy of the file, then N more (min/median/p99)
+  numbers      -- ``build_report`` alone on an open cursor, N times
+Times are wall-clock seconds.
+
+Run: .venv/bin/python bench/report.py [--quick] (or `python -m bench --only report`).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
+import sys
 import tempfile
-import time
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 
-from analytics.report import weekly_report
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
 from analytics.report_data import build_report
 from analytics.report_week import Week
-from bench.figure import Figure
+from bench.figure import Figure, print_figures
+from bench.history import History, chosen_size, rows_between
+from bench.history import history as get_history
+from bench.timing import time_alternating, time_once
 from collector.store import Store
+from gpuscope.cli import build_parser
+from gpuscope.cli_report import cmd_report
 from gpuscope.settings import Settings
 
 WEEK = Week(2025, 10)
-START = WEEK.previous().start
-NOW = datetime(2025, 3, 10, 7, 0, tzinfo=UTC)
-GENERATIONS = 56  # 6-hour jobs over 14 days
-
-SERIES = """
-INSERT INTO series
-SELECT g::UINTEGER, 'gpuscope_gpu_utilization_ratio', 'gauge', 'node-' || (g // 8),
-       (g % 8)::VARCHAR, 'GPU-' || g, '', NULL, NULL, NULL, NULL, NULL, MAP {}, $start, $end, 0
-FROM range($gpus) AS r(g)
-UNION ALL
-SELECT ($gpus + p * 3 + m)::UINTEGER,
-       ['gpuscope_ib_transmit_bytes_total', 'gpuscope_ib_receive_bytes_total',
-        'gpuscope_ib_port_rate_bytes_per_second'][m + 1],
-       CASE WHEN m = 2 THEN 'gauge' ELSE 'counter' END, 'node-' || (p // 8), NULL, NULL, NULL,
-       'mlx5_' || (p % 8), '1', NULL, NULL, NULL, MAP {}, $start, $end, 0
-FROM range($gpus) AS r(p), range(3) AS mm(m)
-"""
-# a GPU of a job idles (0.01) in some 1-hour stretches, else runs at 0.3..0.9
-UTIL = """
-INSERT INTO samples_5m
-SELECT g, $lo + to_minutes(k * 5), v, v, v * 20, 20, v
-FROM range($gpus) AS r(g), range(288) AS kk(k),
-     LATERAL (SELECT CASE WHEN hash(g // 4, $day, k // 12) % 5 = 0 THEN 0.01
-                          ELSE 0.3 + (hash(g, $day, k) % 60) / 100.0 END AS v)
-ORDER BY g, k
-"""
-IB = """
-INSERT INTO samples_5m
-SELECT $gpus + p * 3 + m, $lo + to_minutes(k * 5), v, v, v * 5, 5, v
-FROM range($gpus) AS r(p), range(3) AS mm(m), range(288) AS kk(k),
-     LATERAL (SELECT CASE WHEN m = 2 THEN 50e9
-                          ELSE (hash(p) % 1000) / 1000.0 * 50e9 * 300 END AS v)
-ORDER BY p, m, k
-"""
-PODS = """
-INSERT INTO inventory_pods
-SELECT 'proj-' || (j % 20) || '/job-' || j || '-' || gen,
-       json_object('namespace', 'proj-' || (j % 20), 'name', 'job-' || j || '-' || gen,
-                   'node', CASE WHEN j % 10 = 0 THEN NULL ELSE 'node-' || (j // 2) END,
-                   'phase', CASE WHEN j % 10 = 0 THEN 'Pending' ELSE 'Running' END,
-                   'gpu_request', 4, 'gpu_fraction', NULL, 'fraction_devices', 1,
-                   'project', 'proj-' || (j % 20), 'owner_kind', 'PyTorchJob',
-                   'owner_name', 'job-' || j, 'labels', json_object('owner', 'user' || (j % 97)),
-                   'kind', CASE WHEN j % 5 = 1 THEN 'interactive' ELSE 'training' END),
-       $start + to_hours(gen * 6),
-       CASE WHEN gen = $last THEN NULL ELSE $start + to_hours(gen * 6 + 6) END
-FROM range($jobs) AS r(j), range($gens) AS g(gen)
-"""
-INTERVALS = """
-INSERT INTO workload_intervals
-SELECT 'proj-' || (j % 20), 'job-' || j || '-' || gen, 'main', 'node-' || (j // 2),
-       (j % 2 * 4 + g)::VARCHAR, 'GPU-' || (j * 4 + g),
-       CASE WHEN j % 5 = 1 THEN 'interactive' ELSE 'training' END, 'proj-' || (j % 20),
-       j % 5 = 1, 'node-' || (j // 2), $start + to_hours(gen * 6),
-       $start + to_hours(gen * 6 + 6),
-       CASE WHEN gen = $last THEN NULL ELSE $start + to_hours(gen * 6 + 6) END
-FROM range($jobs) AS r(j), range($gens) AS gg(gen), range(4) AS q(g)
-WHERE j % 10 <> 0
-"""
-NODES = """
-INSERT INTO inventory_nodes
-SELECT 'node-' || n, json_object('name', 'node-' || n, 'gpu_model', 'H100',
-       'allocatable_gpus', 8, 'cpu_milli', 128000), $start, NULL
-FROM range($nodes) AS r(n)
-"""
-QUOTAS = """
-INSERT INTO quotas
-SELECT 'kueue//proj-' || i, json_object('project', 'proj-' || i, 'guaranteed_gpus',
-       $gpus / 20 * (0.5 + (i % 3) * 0.25), 'source', 'kueue'), $start, NULL
-FROM range(20) AS r(i)
-"""
-ACTIONS = """
-INSERT INTO actions
-SELECT 'act-' || i, $week + to_minutes(i * 10), 'idle_session', NULL, i % 2 = 0, 'ok',
-       json_object('namespace', 'proj-' || (i % 20), 'pod', 'job-' || i, 'node', 'node-1',
-                   'gpus', 4.0, 'policy', 'idle', 'reason', 'idle',
-                   'action', CASE WHEN i % 3 = 0 THEN 'warn' ELSE 'delete' END,
-                   'gpu_hours_freed', CASE WHEN i % 3 = 0 THEN NULL ELSE 8.0 END)
-FROM range(1000) AS r(i)
-"""
+CONFIG = "report:\n  price_per_gpu_hour: 2.0\n"
+READ = ("gpuscope_gpu_utilization_ratio", "gpuscope_ib_transmit_bytes_total",
+        "gpuscope_ib_receive_bytes_total", "gpuscope_ib_port_rate_bytes_per_second")  # fmt: skip
 
 
-def build(path: Path, gpus: int) -> None:
-    end = WEEK.end
-    jobs = gpus // 4
-    with Store.open(path) as store:
-        con = store.cursor()
-        con.execute(SERIES, {"gpus": gpus, "start": START, "end": end})
-        for day in range(14):
-            lo = START + timedelta(days=day)
-            con.execute(UTIL, {"gpus": gpus, "lo": lo, "day": day})
-            if lo >= WEEK.start:
-                con.execute(IB, {"gpus": gpus, "lo": lo})
-        params = {"jobs": jobs, "start": START, "gens": GENERATIONS, "last": GENERATIONS - 1}
-        con.execute(PODS, params)
-        con.execute(INTERVALS, params)
-        con.execute(NODES, {"nodes": gpus // 8, "start": START})
-        con.execute(QUOTAS, {"gpus": gpus, "start": START})
-        con.execute(ACTIONS, {"week": WEEK.start})
-        con.execute("INSERT OR REPLACE INTO meta VALUES ('rollup_5m_until', ?)", [end])
-        con.execute("CHECKPOINT")
+def cli_report(db: Path, out: Path, config: Path) -> str:
+    """``gpuscope report weekly`` as the CLI runs it after parsing; its printed summary."""
+    args = build_parser().parse_args(
+        ["report", "weekly", "--db", str(db), "--out", str(out), "--week", WEEK.label,
+         "--config", str(config)]
+    )  # fmt: skip
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        code = cmd_report(args)
+    if code != 0:
+        raise RuntimeError(f"gpuscope report weekly exited {code}")
+    return printed.getvalue()
 
 
-def measure(gpus: int, tmp: Path, threads: int = 2) -> dict[str, float]:
-    """Build the store for ``gpus`` and time the report on it."""
+def measure(h: History, runs: int) -> dict[str, object]:
     settings = Settings.model_validate({"report": {"price_per_gpu_hour": 2.0}})
-    path = tmp / f"report-{gpus}.duckdb"
-    t = time.perf_counter()
-    build(path, gpus)
-    t_build = time.perf_counter() - t
-    with Store.open(path, read_only=True) as store:
-        con = store.cursor()
-        con.execute(f"SET threads = {int(threads)}")
-        rows = con.execute("SELECT count(*) FROM samples_5m").fetchone()
-        out = tmp / "out"
-        t = time.perf_counter()
-        result = weekly_report(con, settings, now=NOW, out_dir=out)
-        t_cold = time.perf_counter() - t
-        t = time.perf_counter()
-        result = weekly_report(con, settings, now=NOW, out_dir=out)
-        t_warm = time.perf_counter() - t
-        t = time.perf_counter()
-        report = build_report(con, WEEK, settings, now=NOW)
-        t_data = time.perf_counter() - t
+    lo, hi = WEEK.previous().start, WEEK.end
+    with tempfile.TemporaryDirectory(prefix="gpuscope-report-") as tmp:
+        db = h.copy_to(Path(tmp))
+        config = Path(tmp) / "gpuscope.yaml"
+        config.write_text(CONFIG)
+        out = Path(tmp) / "reports"
+        with Store.open(db, read_only=True) as store:
+            held = {t: rows_between(store, t, READ, lo, hi) for t in ("samples_5m", "samples")}
+        first, summary = time_once(lambda: cli_report(db, out, config))
+        again = time_alternating(lambda: cli_report(db, out, config), n=runs)
+        with Store.open(db, read_only=True) as store:
+            cur = store.cursor()
+            now = WEEK.end + timedelta(hours=7)
+            numbers = time_alternating(lambda: build_report(cur, WEEK, settings, now=now), n=runs)
+            report = numbers.result
+            cur.close()
+        page = out / WEEK.label / "report.html"
+        page_kb = page.stat().st_size / 1e3 if page.is_file() else 0.0
     return {
-        "build_s": t_build,
-        "rows": float(rows[0] if rows else 0),
-        "cold_s": t_cold,
-        "warm_s": t_warm,
-        "data_s": t_data,
-        "page_kb": result.html.stat().st_size / 1e3,
+        "first": first,
+        "again": again.product,
+        "numbers": numbers.product,
+        "held": held,
+        "page_kb": page_kb,
         "allocated": report.metric("allocated_gpu_hours"),
-        "idle": report.metric("idle_gpu_hours"),
-        "efficiency": report.metric("efficiency"),
-        "whatif_policies": max(0, report.tables["whatif"].height - 1),
-        "whatif_note": report.whatif_note,
+        "summary": summary,
     }
 
 
 def run(quick: bool = False) -> list[Figure]:
-    """The runner's entry (bench/runner.py): 1,000 and 10,000 GPUs (quick: 200)."""
-    figures: list[Figure] = []
-    with tempfile.TemporaryDirectory() as tmp:
-        for gpus in [200] if quick else [1000, 10000]:
-            m = measure(gpus, Path(tmp))
-            label = f"{gpus:,} GPUs, 7 days (and the week before)"
-            figures += [
-                Figure(
-                    f"weekly report, {label}: whole report, first run after opening",
-                    m["cold_s"], "s", aim="< 30 s at 10,000 GPUs" if gpus == 10000 else None,
-                    notes="numbers, charts, HTML, CSV and Parquet", key=gpus == 10000,
-                ),
-                Figure(f"weekly report, {label}: again", m["warm_s"], "s"),
-                Figure(f"weekly report, {label}: the numbers alone", m["data_s"], "s"),
-            ]  # fmt: skip
-    return figures
+    """The weekly report on the shared history (quick: 3 h of 48 GPUs; default 1 d of 104)."""
+    h = get_history(chosen_size(quick))
+    runs = 3 if quick else 5
+    m = measure(h, runs)
+    held: dict[str, int] = m["held"]  # type: ignore[assignment]
+    label = f"{WEEK.label} and the week before, database of {h.size.label()}"
+    big = h.size.gpus >= 10_000
+    notes = (
+        f"the fortnight holds {held['samples_5m']:,} samples_5m rows and "
+        f"{held['samples']:,} raw samples of utilization and IB series"
+    )
+    first: float = m["first"]  # type: ignore[assignment]
+    return [
+        Figure(
+            f"weekly report (`gpuscope report weekly`), {label}: first run on a fresh copy",
+            first, "s", aim="< 30 s at 10,000 GPUs" if big else None,
+            notes=f"numbers, charts, HTML, Markdown, CSV and Parquet; {notes}", key=big,
+        ),
+        Figure.timed("same: again", m["again"], "s"),  # type: ignore[arg-type]
+        Figure.timed(
+            "same: the numbers alone (build_report)", m["numbers"], "s",  # type: ignore[arg-type]
+            notes=f"{m['allocated']:,.0f} allocated GPU-hours",
+        ),
+    ]  # fmt: skip
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--gpus", type=int, nargs="+", default=[1000, 10000])
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--dir", type=Path, default=None)
-    args = ap.parse_args()
-    with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
-        for gpus in args.gpus:
-            m = measure(gpus, Path(tmp), args.threads)
-            print(
-                f"{gpus} GPUs, 14 days, {m['rows']:,.0f} roll-up rows "
-                f"(built in {m['build_s']:.0f} s), threads={args.threads}:\n"
-                f"  whole report (numbers, charts, HTML, CSV, Parquet): first run after "
-                f"opening {m['cold_s']:.1f} s, again {m['warm_s']:.1f} s; numbers alone "
-                f"{m['data_s']:.1f} s; page {m['page_kb']:.0f} kB\n"
-                f"  allocated {m['allocated']:,.0f} GPU-h, idle {m['idle']:,.0f}, efficiency "
-                f"{m['efficiency']:.3f}\n"
-                f"  what-if: {m['whatif_policies']} policies replayed {m['whatif_note']}"
-            )
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true")
+    print_figures(run(ap.parse_args().quick))
 
 
 if __name__ == "__main__":

@@ -8,7 +8,15 @@ import pytest
 
 import bench.__main__ as bench_main
 from bench.figure import Figure, ModuleResult, Reference, format_value
-from bench.output import END, START, markdown, read_results, replace_generated, results_json
+from bench.output import (
+    END,
+    START,
+    markdown,
+    read_results,
+    replace_generated,
+    results_json,
+    update_readme,
+)
 from bench.runner import Benchmark, run_one, select
 
 MACHINE = {
@@ -196,3 +204,35 @@ def test_the_project_readme_has_its_generated_section_marked() -> None:
     readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
     updated = replace_generated(readme, "TABLES")
     assert "TABLES" in updated and "### How the figures were reached" in updated
+
+
+def test_each_area_table_is_printed_once_even_if_a_module_is_listed_twice() -> None:
+    """A merge of an old and a fresh run must not print a module's figures twice."""
+    newer = ModuleResult(
+        "agent_scrape", "Agent", "ok", 1.0, (Figure("resident memory", 30.5, "MiB"),)
+    )
+    md = markdown(MACHINE, [AGENT, STORE, newer], quick=False)
+    assert md.count("### Agent") == 1 and md.count("### Collector") == 1
+    assert md.count("| resident memory |") == 1 and "30.5 MiB" in md
+    assert "InfiniBand scrape" not in md  # the later result of the module replaced the earlier
+
+
+def test_readme_gets_the_tables_once_however_often_it_is_updated(tmp_path: Path) -> None:
+    readme = tmp_path / "README.md"
+    readme.write_text(README)
+    generated = markdown(MACHINE, MODULES, quick=False)
+    assert update_readme(readme, generated) is True
+    assert update_readme(readme, generated) is False
+    text = readme.read_text()
+    assert text.count("### Agent") == 1 and text.count("### Collector") == 1
+    assert text.count("| InfiniBand scrape |") == 1
+
+
+def test_a_copy_of_the_generated_tables_outside_the_markers_is_refused() -> None:
+    generated = markdown(MACHINE, MODULES, quick=False)
+    pasted = README.replace("Prose after the tables", generated + "\nProse after the tables")
+    with pytest.raises(ValueError, match="outside the bench markers"):
+        replace_generated(pasted, generated)
+    heading_only = README.replace("## Layout", "### Agent\n\n## Layout")
+    with pytest.raises(ValueError, match="### Agent"):
+        replace_generated(heading_only, generated)
