@@ -32,7 +32,7 @@ def test_frames_carry_the_agents_series_and_send_each_layout_once() -> None:
     cluster = SimulatedCluster(scenario)
     nodes = cluster.node_names
     times = [0.0, 300.0, 600.0, 3 * 86_400.0]
-    layouts: dict[int, tuple[list[str], list[object]]] = {}
+    layouts: dict[int, tuple[list[str], list[tuple[tuple[str, str], ...]]]] = {}
     sent = 0
     for t, frame in zip(times, frames(cluster, nodes, times), strict=True):
         assert len(frame) == len(nodes)
