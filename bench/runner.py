@@ -41,6 +41,7 @@ BENCHMARKS: tuple[Benchmark, ...] = (
     Benchmark("consolidation", "Consolidation planner"),
     Benchmark("report", "Weekly report"),
     Benchmark("whatif", "What-if replay"),
+    Benchmark("demo", "Demo"),
 )
 
 RunFn = Callable[[bool], list[Figure]]

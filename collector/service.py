@@ -58,6 +58,7 @@ class CollectorService:
                 rollup_5m_days=cs.rollup_5m_retention_days,
                 rollup_1h_days=cs.rollup_1h_retention_days,
             ),
+            memory_limit=cs.db_memory_limit,
         )
         self.metrics = CollectorMetrics()
         self.metrics.registry.register(InventoryGauges(self.store.cursor))

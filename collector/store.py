@@ -72,13 +72,19 @@ class Store(MaintenanceMixin, RecordsMixin, AlertsMixin):
 
     @classmethod
     def open(
-        cls, path: str | Path, *, read_only: bool = False, retention: Retention | None = None
+        cls,
+        path: str | Path,
+        *,
+        read_only: bool = False,
+        retention: Retention | None = None,
+        memory_limit: str | None = None,
     ) -> Store:
         """Open (creating it if absent, unless read-only) and migrate the database at ``path``.
 
         Raises :class:`UserError` with one line for a file that is not a DuckDB database
         (left untouched), a database of a newer gpuscope, or a read-only open of a missing
-        or not yet upgraded database.
+        or not yet upgraded database. ``memory_limit`` is DuckDB's (``collector.db_memory_limit``;
+        None keeps DuckDB's default, 80 % of RAM).
         """
         path = Path(path)
         if path.exists() and (path.is_dir() or not is_duckdb_file(path)):
@@ -86,7 +92,10 @@ class Store(MaintenanceMixin, RecordsMixin, AlertsMixin):
         if read_only and not path.exists():
             raise UserError(f"database {path} does not exist")
         try:
-            con = duckdb.connect(str(path), read_only=read_only)
+            config: dict[str, str | bool | int | float | list[str]] = {}
+            if memory_limit is not None:
+                config["memory_limit"] = memory_limit
+            con = duckdb.connect(str(path), read_only=read_only, config=config)
         except duckdb.Error as exc:
             raise UserError(f"cannot open database {path}: {str(exc).splitlines()[0]}") from None
         try:

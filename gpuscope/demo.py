@@ -36,6 +36,7 @@ from gpuscope.demo_parts import (
     record_simulated_inventory,
     run_demo_alerts,
     start_agents,
+    stop_agents,
 )
 from gpuscope.errors import UserError
 from gpuscope.service import add_analytics, analytics_job
@@ -44,6 +45,8 @@ from gpuscope.sim import SimulatedCluster, default_scenario
 from gpuscope.timefmt import rfc3339
 
 DB_NAME = "gpuscope.duckdb"
+#: DuckDB's buffer for the demo's database: its maintenance spills past it (docs/storage.md).
+DEMO_DB_MEMORY = "256MB"
 STEPS = 7
 #: Windows that a run of seconds can fill (the defaults are 30 and 5 minutes).
 DEMO_ANALYTICS = {
@@ -89,6 +92,8 @@ def _settings(db: Path, urls: list[str], listen: str, out: Path) -> Settings:
                 # allows between samples (3 intervals) and what --serve schedules
                 "scrape_interval_seconds": 5.0,
                 "listen": listen,
+                # a week's roll-up otherwise takes 80 % of RAM's worth of buffer (1.3 GB)
+                "db_memory_limit": DEMO_DB_MEMORY,
             },
             "analytics": DEMO_ANALYTICS,
             "report": {"out_dir": out / "reports"},
@@ -170,9 +175,7 @@ def run_demo(
             sink.close()
         if service is not None:
             service.stop()
-        for _, server in servers:
-            server.shutdown()
-            server.server_close()
+        stop_agents([server for _, server in servers])
     return 0
 
 
@@ -184,25 +187,20 @@ def _fill_week(
     days: float,
     origin: float,
 ) -> None:
-    """The history in 6-hour pieces, each after the inventory as the API server would have
+    """The history, each 6-hour piece after the inventory as the API server would have
     listed it then (pods come and go over the week)."""
-    targets = dict(zip(cluster.node_names, urls, strict=True))
     start = end - days * 86_400
     piece = 6 * 3600.0
     bar = _Bar()
-    t = start
-    while t < end:
-        record_simulated_inventory(service, cluster, t, origin)
-        until = min(end, t + piece)
 
-        def progress(done: float, first: float = t, last: float = until) -> None:
-            bar((first - start + done * (last - first)) / (end - start))
+    def inventory(t: float) -> None:
+        if round(t - start) % round(piece) == 0:
+            record_simulated_inventory(service, cluster, t, origin)
 
-        fill_history(
-            service.store, cluster, targets, start=t, end=until,
-            sim_time=lambda u: u - origin, progress=progress,
-        )  # fmt: skip
-        t = until
+    fill_history(
+        service.store, cluster, dict(zip(cluster.node_names, urls, strict=True)),
+        start=start, end=end, origin=origin, before=inventory, progress=bar,
+    )  # fmt: skip
 
 
 def _report(service: CollectorService, out: Path, at: datetime) -> Any:

@@ -6,35 +6,30 @@ windows have a week to read.
 The series are exactly those the agent exposes for each node at each instant (the same
 readings, the same catalogue mapping, the same labels and target), sampled every
 ``step_seconds`` (5 minutes: the report's resolution) instead of every 15 s, and without the
-per-packet and vendor counters no analysis reads. Rendering and parsing the text format is
-left out: it is measured in bench/ and exercised by the live scraping that follows.
+per-packet and vendor counters no analysis reads (:data:`~gpuscope.demo_readings.KEPT`).
+Rendering and parsing the text format is left out: it is measured in bench/ and exercised
+by the live scraping that follows. The readings are computed in a helper process
+(gpuscope/demo_readings.py) while this one commits the cycles before them.
 """
 
 from __future__ import annotations
 
+import pickle
+import subprocess
+import sys
+from array import array
 from collections.abc import Callable, Mapping
 from datetime import datetime
+from typing import IO, Any
 
 from collector.batch import Batch, Labels
 from collector.store import Store
 from gpuscope.catalogue import AGENT_METRICS
-from gpuscope.series import node_series
+from gpuscope.demo_readings import KEPT, request
 from gpuscope.sim import SimulatedCluster
 
-#: Families the history keeps: what the weekly report, the detectors and the dashboards'
-#: week views read (clocks, energy, ECC, NVLink/PCIe, packet and error counters are left to
-#: the live data).
-KEPT = frozenset({
-    "gpuscope_gpu_info", "gpuscope_gpu_up", "gpuscope_gpu_utilization_ratio",
-    "gpuscope_gpu_memory_utilization_ratio", "gpuscope_gpu_memory_used_bytes",
-    "gpuscope_gpu_memory_total_bytes", "gpuscope_gpu_power_watts",
-    "gpuscope_gpu_temperature_celsius", "gpuscope_gpu_sm_active_ratio",
-    "gpuscope_gpu_tensor_active_ratio", "gpuscope_gpu_workload_info",
-    "gpuscope_gpu_workload_memory_used_bytes", "gpuscope_gpu_workload_utilization_ratio",
-    "gpuscope_ib_transmit_bytes", "gpuscope_ib_receive_bytes", "gpuscope_ib_transmit_wait",
-    "gpuscope_ib_port_rate_bytes_per_second", "gpuscope_ib_port_up",
-})  # fmt: skip
-_SPECS = {m.name: m for m in AGENT_METRICS}
+__all__ = ["KEPT", "fill_history", "monday_before"]
+
 _TYPES: dict[str, str] = {m.name: m.type for m in AGENT_METRICS}
 
 
@@ -45,45 +40,73 @@ def fill_history(
     *,
     start: float,
     end: float,
-    sim_time: Callable[[float], float],
+    origin: float,
     step_seconds: float = 300.0,
+    before: Callable[[float], None] | None = None,
     progress: Callable[[float], None] | None = None,
 ) -> int:
     """Store the cluster's series from ``start`` to ``end`` (Unix seconds) every
     ``step_seconds``; ``targets`` maps each node to its agent's URL (the live scrape's
-    target, so the history and the live data are one series each); ``sim_time`` maps Unix
-    time onto the scenario's timeline. Returns the samples stored."""
-    labels_cache: dict[tuple[str, tuple[str, ...]], tuple[str, Labels]] = {}
-    stored = 0
+    target, so the history and the live data are one series each); ``origin`` is the
+    scenario's origin in Unix time. ``before(t)`` runs before the cycle at ``t`` is stored
+    (the demo records the inventory of that time there). Returns the samples stored.
+
+    The cluster is read as its scenario planted it (pods an action removed are not known
+    to the helper process that computes the readings).
+    """
+    nodes = list(targets)
+    urls = [targets[n] for n in nodes]
     steps = max(1, int((end - start) // step_seconds))
-    for i in range(steps):
-        t = start + i * step_seconds
-        st = sim_time(t)
-        cycle = []
-        for node, url in targets.items():
-            gpus = cluster.gpu_readings(node, st)
-            batch = Batch(url, int(t * 1000), types=_TYPES)
-            for name, values, value in node_series(
-                node, gpus, cluster.gpu_workloads(node, st, gpus), cluster.ib_readings(node, st)
-            ):
-                if name not in KEPT:
-                    continue
-                key = (name, tuple(values))
-                hit = labels_cache.get(key)
-                if hit is None:
-                    spec = _SPECS[name]
-                    hit = (spec.sample_name, tuple(sorted(zip(spec.labels, values, strict=True))))
-                    labels_cache[key] = hit
-                batch.names.append(hit[0])
-                batch.labels.append(hit[1])
-                batch.values.append(value)
-            cycle.append((batch, 0.0))
-        stored += sum(store.append_cycle(cycle))
-        if progress is not None and i % 48 == 0:
-            progress((i + 1) / steps)
+    times = [start + i * step_seconds for i in range(steps)]
+    layouts: dict[int, tuple[list[str], list[Labels]]] = {}
+    stored = 0
+    helper = subprocess.Popen(
+        [sys.executable, "-m", "gpuscope.demo_readings"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+    )
+    assert helper.stdin is not None
+    assert helper.stdout is not None
+    try:
+        helper.stdin.write(request(cluster.scenario, nodes, [t - origin for t in times]))
+        helper.stdin.close()
+        for i, t in enumerate(times):
+            frame = _next(helper.stdout)
+            if before is not None:
+                before(t)
+            cycle = []
+            for url, (layout, new, raw) in zip(urls, frame[1], strict=True):
+                if new is not None:
+                    layouts[layout] = new
+                names, labels = layouts[layout]
+                values = array("d")
+                values.frombytes(raw)
+                batch = Batch(url, int(t * 1000), list(names), list(labels), values.tolist(),
+                              types=_TYPES)  # fmt: skip
+                cycle.append((batch, 0.0))
+            stored += sum(store.append_cycle(cycle))
+            if progress is not None and i % 48 == 0:
+                progress((i + 1) / steps)
+        _next(helper.stdout, "done")
+    finally:
+        helper.stdout.close()
+        if helper.poll() is None:
+            helper.kill()
+        helper.wait()
     if progress is not None:
         progress(1.0)
     return stored
+
+
+def _next(stream: IO[bytes], kind: str = "frame") -> Any:
+    """The helper process's next frame, checked to be of ``kind``."""
+    try:
+        frame = pickle.load(stream)  # noqa: S301 -- our own child process's frames
+    except EOFError:
+        frame = ("error", "it exited before sending everything")
+    if frame[0] != kind:
+        raise RuntimeError(f"the demo's readings process failed: {frame[-1]}")
+    return frame
 
 
 def monday_before(t: datetime) -> datetime:

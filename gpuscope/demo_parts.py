@@ -59,6 +59,18 @@ def start_agents(
     return servers
 
 
+def stop_agents(servers: list[AgentHttpServer]) -> None:
+    """Stop every agent at once: each ``shutdown`` waits for its serving loop's next poll
+    (half a second), which one after another made 32 agents take 8 s to stop."""
+    stoppers = [threading.Thread(target=s.shutdown, daemon=True) for s in servers]
+    for t in stoppers:
+        t.start()
+    for t in stoppers:
+        t.join()
+    for s in servers:
+        s.server_close()
+
+
 def record_simulated_inventory(
     service: CollectorService, cluster: SimulatedCluster, at: float, origin: float
 ) -> None:

@@ -35,6 +35,8 @@ CONFIG_ENV = "GPUSCOPE_CONFIG"
 DAY_SECONDS = 86_400
 WEEK_MINUTES = 7 * 24 * 60
 MAX_DAYS = 36_500
+#: A DuckDB memory size (``512MB``, ``2GiB``) or a share of RAM (``25%``).
+DB_MEMORY_LIMIT = r"^\s*[0-9]+(\.[0-9]+)?\s*(B|[KMGT]i?B|%)\s*$"
 
 
 def parse_listen(value: str) -> tuple[str, int]:
@@ -206,6 +208,10 @@ class CollectorSettings(_Section):
     raw_retention_days: float = Field(default=14.0, gt=0, le=MAX_DAYS)
     rollup_5m_retention_days: float = Field(default=90.0, gt=0, le=MAX_DAYS)
     rollup_1h_retention_days: float = Field(default=730.0, gt=0, le=MAX_DAYS)
+    #: DuckDB's memory_limit for the database (a size such as ``1GB`` or a share of RAM
+    #: such as ``25%``): its buffer pool, which beyond this spills to ``<db>.tmp``. DuckDB's
+    #: own default is 80 % of RAM, which a roll-up of a week takes (1.3 GB for the demo's).
+    db_memory_limit: str = Field(default="1GB", pattern=DB_MEMORY_LIMIT)
     #: Closed days are exported here as day-partitioned Parquet when set.
     parquet_dir: Path | None = None
     #: Bearer token for endpoints that change anything: given here, or read from a file or

@@ -8,6 +8,7 @@ bucket), not a random generator, so any reading can be recomputed exactly.
 
 from __future__ import annotations
 
+import functools
 import math
 
 from gpuscope.sim.scenario import DAY, WorkloadSpec
@@ -37,8 +38,10 @@ def noise(*values: int) -> float:
     return mix(*values) / 2.0**64
 
 
+@functools.lru_cache(maxsize=65_536)
 def stable_id(text: str) -> int:
-    """A stable 64-bit id for a name (Python's hash() is salted per process)."""
+    """A stable 64-bit id for a name (Python's hash() is salted per process); cached, as
+    the same GPU and pod names are hashed at every reading."""
     h = 0xCBF29CE484222325
     for byte in text.encode():
         h = ((h ^ byte) * 0x100000001B3) & _MASK

@@ -89,6 +89,7 @@ class SimulatedCluster:
         self.seed = scenario.seed
         self._nodes = {n.name: n for n in scenario.nodes}
         self._removed: dict[str, float] = {}
+        self._uuids: dict[tuple[str, int, str], str] = {}
         self.pods: list[SimPod] = self._place(scenario)
         self._by_node: dict[str, list[SimPod]] = {}
         for pod in self.pods:
@@ -104,9 +105,13 @@ class SimulatedCluster:
         return self._nodes[name]
 
     def gpu_uuid(self, node: str, index: int, instance: str = "") -> str:
-        h = stable_id(f"{self.seed}/{node}/{index}/{instance}")
-        prefix = "MIG" if instance else "GPU"
-        return f"{prefix}-{uuid.UUID(int=h << 64 | h >> 1 & ((1 << 64) - 1))}"
+        key = (node, index, instance)
+        got = self._uuids.get(key)
+        if got is None:  # built once: every reading of every GPU asks again
+            h = stable_id(f"{self.seed}/{node}/{index}/{instance}")
+            prefix = "MIG" if instance else "GPU"
+            got = self._uuids[key] = f"{prefix}-{uuid.UUID(int=h << 64 | h >> 1 & ((1 << 64) - 1))}"
+        return got
 
     def mig_instances(self, node: NodeSpec) -> list[str]:
         if not node.mig_profile:

@@ -1,0 +1,157 @@
+"""Benchmark: ``gpuscope demo`` as a newcomer runs it, timed from outside.
+
+Runs the real CLI (``python -m gpuscope.cli demo --out DIR``) as a subprocess, three times
+in a row with its defaults (32 nodes, 256 GPUs, 7 days of history every 5 minutes, 25 s of
+live scraping), and reports for each figure min/median/max over the runs:
+
+- wall time from start to exit;
+- peak memory: the process tree's resident set (the CLI and its helper process, summed;
+  sampled every 50 ms from /proc), and the CLI process's own exact peak (``ru_maxrss``);
+- the database file's size once the demo has exited.
+
+No reference: nothing else does what the demo does. ``--quick`` runs once with 8 nodes,
+one day and 5 s of live scraping, to check the benchmark runs (not figures).
+Run: .venv/bin/python bench/demo.py [--quick] [--runs N]  (or `python -m bench --only demo`)
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.figure import Figure, print_figures
+
+DB_NAME = "gpuscope.duckdb"
+QUICK_ARGS = ["--nodes", "8", "--days", "1", "--seconds", "5"]
+RUNS = 3
+
+
+@dataclass(frozen=True)
+class DemoRun:
+    wall_s: float
+    tree_peak_bytes: int
+    main_peak_bytes: int
+    db_bytes: int
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        text = Path(f"/proc/{pid}/task/{pid}/children").read_text()
+    except OSError:
+        return []
+    return [int(c) for c in text.split()]
+
+
+def _rss_bytes(pid: int) -> int:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+def tree_rss_bytes(pid: int) -> int:
+    """Resident memory of ``pid`` and all its descendants, summed."""
+    total, todo = 0, [pid]
+    while todo:
+        p = todo.pop()
+        total += _rss_bytes(p)
+        todo += _children(p)
+    return total
+
+
+def run_demo(out: Path, extra: list[str]) -> DemoRun:
+    """One ``gpuscope demo`` into ``out``; raises if it fails."""
+    cmd = [sys.executable, "-m", "gpuscope.cli", "demo", "--out", str(out), *extra]
+    log = out.with_suffix(".stderr")
+    with log.open("wb") as err:
+        start = time.perf_counter()
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err)
+        peak = 0
+        while True:
+            pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+            if pid:
+                break
+            peak = max(peak, tree_rss_bytes(proc.pid))
+            time.sleep(0.05)
+        wall = time.perf_counter() - start
+    proc.returncode = code = os.waitstatus_to_exitcode(status)  # reaped here, not by Popen
+    if code != 0:
+        tail = log.read_text(errors="replace")[-500:]
+        raise RuntimeError(f"gpuscope demo failed (exit {code}): {tail}")
+    return DemoRun(wall, peak, usage.ru_maxrss * 1024, (out / DB_NAME).stat().st_size)
+
+
+def _spread(values: list[float]) -> str:
+    return f"min {min(values):.3g}, median {statistics.median(values):.3g}, max {max(values):.3g}"
+
+
+def run(quick: bool = False, runs: int | None = None) -> list[Figure]:
+    """The demo ``runs`` times (3; quick: once, small)."""
+    n = runs or (1 if quick else RUNS)
+    extra = QUICK_ARGS if quick else []
+    results = []
+    with tempfile.TemporaryDirectory(prefix="bench-demo-") as tmp:
+        for i in range(n):
+            results.append(run_demo(Path(tmp) / f"run{i}", extra))
+    size = "8 nodes, 1 day, 5 s live" if quick else "32 nodes (256 GPUs), 7 days, 25 s live"
+    walls = [r.wall_s for r in results]
+    trees = [r.tree_peak_bytes / 1e6 for r in results]
+    mains = [r.main_peak_bytes / 1e6 for r in results]
+    dbs = [r.db_bytes / 1e6 for r in results]
+    note = f"{n} run(s) in a row, {size}; "
+    return [
+        Figure(
+            "gpuscope demo wall time",
+            statistics.median(walls),
+            "s",
+            aim="≤ 90 s on 2 cores",
+            notes=note + _spread(walls) + " s",
+            key=True,
+        ),
+        Figure(
+            "gpuscope demo peak RSS (CLI and its helper process, summed)",
+            max(trees),
+            "MB",
+            aim="≤ 700 MB",
+            notes=note + _spread(trees) + " MB; sampled every 50 ms",
+            key=True,
+        ),
+        Figure(
+            "gpuscope demo peak RSS of the CLI process alone (ru_maxrss)",
+            max(mains),
+            "MB",
+            notes=note + _spread(mains) + " MB",
+        ),
+        Figure(
+            "gpuscope demo database size",
+            statistics.median(dbs),
+            "MB",
+            aim="≤ 60 MB",
+            notes=note + _spread(dbs) + " MB, the file after the demo exits",
+            key=True,
+        ),
+    ]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="one small run: checks it runs")
+    ap.add_argument("--runs", type=int, help=f"runs in a row (default {RUNS}; quick: 1)")
+    args = ap.parse_args()
+    print_figures(run(args.quick, args.runs))
+
+
+if __name__ == "__main__":
+    main()
