@@ -39,21 +39,27 @@ class MaintenanceMixin(StoreParts):
                 hi5 = max(lo5, floor_to(now - r.rollup_delay, 300))
                 lo1h = utc(scalar(con, schema.GET_META, ["rollup_1h_until"]) or EPOCH)
                 hi1h = max(lo1h, floor_to(hi5, 3600))
+                window = {"lo": lo5, "hi": hi5}
+                con.execute(Q["rollup_5m_coarse"], window)
                 done = {
-                    "rolled_5m": scalar(con, Q["rollup_5m"], {"lo": lo5, "hi": hi5}),
-                    "rolled_1h": scalar(con, Q["rollup_1h"], {"lo": lo1h, "hi": hi1h}),
+                    "rolled_5m": scalar(con, Q["rollup_5m"], window),
+                    "coarse_series": scalar(con, "SELECT count(*) FROM rollup_coarse"),
                 }
+                con.execute(Q["rollup_5m_extend"], window)
+                con.execute(Q["rollup_5m_stand_in"], window)
+                con.execute(Q["rollup_5m_done"])
+                done["rolled_1h"] = scalar(con, Q["rollup_1h"], {"lo": lo1h, "hi": hi1h})
                 con.execute(schema.SET_META, ["rollup_5m_until", hi5.isoformat()])
                 con.execute(schema.SET_META, ["rollup_1h_until", hi1h.isoformat()])
                 raw_cut = now - timedelta(days=r.raw_days)
-                cuts = {
-                    "samples": min(raw_cut, hi5),
-                    "scrapes": raw_cut,
-                    "5m": min(now - timedelta(days=r.rollup_5m_days), hi1h),
-                    "1h": now - timedelta(days=r.rollup_1h_days),
-                }
+                cut_5m = min(now - timedelta(days=r.rollup_5m_days), hi1h)
+                done["deleted_samples"] = scalar(
+                    con, Q["delete_samples"], {"cut": min(raw_cut, hi5), "cut_5m": cut_5m}
+                )
+                cuts = {"scrapes": raw_cut, "5m": cut_5m, "1h": now - timedelta(days=r.rollup_1h_days)}
                 for name, cut in cuts.items():
                     done[f"deleted_{name}"] = scalar(con, Q[f"delete_{name}"], {"cut": cut})
+                con.execute(Q["delete_5m_raw"], {"cut": cut_5m})
             done["compacted"] = self.compact(now)
         return done
 

@@ -61,7 +61,7 @@ def db(tmp_path: Path) -> Path:
 def test_migrates_an_empty_file_to_the_latest_version(db: Path) -> None:
     """A new file gets every table of every migration, the version recorded in meta."""
     with Store.open(db) as store:
-        assert store.schema_version == schema.LATEST_VERSION == 5
+        assert store.schema_version == schema.LATEST_VERSION == 6
         tables = {r[0] for r in rows(store, "SELECT table_name FROM duckdb_tables()")}
         assert {
             "series",
@@ -69,9 +69,12 @@ def test_migrates_an_empty_file_to_the_latest_version(db: Path) -> None:
             "scrapes",
             "workload_intervals",
             "findings",
-            "samples_5m",
-            "samples_1h",
+            "rollup_5m_rows",
+            "rollup_5m_raw",
+            "rollup_1h_rows",
         } <= tables
+        views = {r[0] for r in rows(store, "SELECT view_name FROM duckdb_views()")}
+        assert {"samples_5m", "samples_1h"} <= views
         assert store.samples_stored() == 0
 
 
@@ -87,7 +90,7 @@ def test_upgrades_a_v1_database_keeping_its_data(db: Path) -> None:
     con.execute("UPDATE meta SET value = '1' WHERE key = 'samples_stored'")
     con.close()
     with Store.open(db) as store:
-        assert store.schema_version == schema.LATEST_VERSION == 5
+        assert store.schema_version == schema.LATEST_VERSION == 6
         assert rows(store, "SELECT count(*) FROM samples_5m") == [(0,)]
         assert store.samples_stored() == 1
         assert store.series_id("m", labels(node="n1")) == 0
@@ -356,7 +359,8 @@ def test_retention_rolls_up_then_deletes(db: Path) -> None:
             (sid, day + timedelta(hours=10, minutes=5), 0.1, 0.1, 0.1, 1, 0.1),
         ]
         done = store.apply_retention(day + timedelta(hours=11, minutes=10))
-        assert done["rolled_5m"] == 2  # 10:55 and 11:00, nothing twice
+        # 10:55 and 11:00 hold one sample each: the raw samples stand in, no rows are written
+        assert done["rolled_5m"] == 0 and done["coarse_series"] == 1
         assert done["rolled_1h"] == 1  # 11:00 is not over
         assert rows(
             store, "SELECT series_id, bucket, min, max, sum, count, last FROM samples_1h"
@@ -365,8 +369,9 @@ def test_retention_rolls_up_then_deletes(db: Path) -> None:
         ]
         assert rows(store, "SELECT count(*) FROM samples") == [(6,)]
         done = store.apply_retention(day + timedelta(days=3))
+        # the two stand-in samples stay (until the 5-minute retention); the others go
         assert (
-            done["rolled_1h"] == 1 and done["deleted_samples"] == 6 and done["deleted_scrapes"] == 6
+            done["rolled_1h"] == 1 and done["deleted_samples"] == 4 and done["deleted_scrapes"] == 6
         )
         assert rows(
             store,
@@ -376,8 +381,10 @@ def test_retention_rolls_up_then_deletes(db: Path) -> None:
             (day + timedelta(hours=11), 0.9, 0.9, 0.9, 1, 0.9),
         ]
         assert rows(store, "SELECT count(*) FROM samples_5m") == [(4,)]
-        store.apply_retention(day + timedelta(days=6))
+        done = store.apply_retention(day + timedelta(days=6))
+        assert done["deleted_samples"] == 2
         assert rows(store, "SELECT count(*) FROM samples_5m") == [(0,)]
+        assert rows(store, "SELECT count(*) FROM rollup_5m_raw") == [(0,)]
         assert rows(store, "SELECT count(*) FROM samples_1h") == [(2,)]
         assert store.samples_stored() == 6  # acknowledged rows, not rows present
 
