@@ -48,7 +48,7 @@ FROM range($gpus) AS r(p), range(3) AS mm(m)
 """
 # a GPU of a job idles (0.01) in some 1-hour stretches, else runs at 0.3..0.9
 UTIL = """
-INSERT INTO samples_5m
+INSERT INTO rollup_5m_rows (series_id, bucket, min, max, sum, count, last)
 SELECT g, $lo + to_minutes(k * 5), v, v, v * 20, 20, v
 FROM range($gpus) AS r(g), range(288) AS kk(k),
      LATERAL (SELECT CASE WHEN hash(g // 4, $day, k // 12) % 5 = 0 THEN 0.01
@@ -56,7 +56,7 @@ FROM range($gpus) AS r(g), range(288) AS kk(k),
 ORDER BY g, k
 """
 IB = """
-INSERT INTO samples_5m
+INSERT INTO rollup_5m_rows (series_id, bucket, min, max, sum, count, last)
 SELECT $gpus + p * 3 + m, $lo + to_minutes(k * 5), v, v, v * 5, 5, v
 FROM range($gpus) AS r(p), range(3) AS mm(m), range(288) AS kk(k),
      LATERAL (SELECT CASE WHEN m = 2 THEN 50e9

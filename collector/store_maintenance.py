@@ -56,7 +56,11 @@ class MaintenanceMixin(StoreParts):
                 done["deleted_samples"] = scalar(
                     con, Q["delete_samples"], {"cut": min(raw_cut, hi5), "cut_5m": cut_5m}
                 )
-                cuts = {"scrapes": raw_cut, "5m": cut_5m, "1h": now - timedelta(days=r.rollup_1h_days)}
+                cuts = {
+                    "scrapes": raw_cut,
+                    "5m": cut_5m,
+                    "1h": now - timedelta(days=r.rollup_1h_days),
+                }
                 for name, cut in cuts.items():
                     done[f"deleted_{name}"] = scalar(con, Q[f"delete_{name}"], {"cut": cut})
                 con.execute(Q["delete_5m_raw"], {"cut": cut_5m})

@@ -90,7 +90,9 @@ class ReclaimMixin(StoreParts):
             raise UserError(f"database {self.path} is open read-only")
         with self._maintenance, self._lock:
             before = self.space()
-            worth = before.free_bytes > 0 and before.free_bytes >= min_free_ratio * before.file_bytes
+            worth = (
+                before.free_bytes > 0 and before.free_bytes >= min_free_ratio * before.file_bytes
+            )
             if dry_run or not worth:
                 return before
             partial = self.path.with_name(self.path.name + PARTIAL_SUFFIX)
@@ -104,11 +106,14 @@ class ReclaimMixin(StoreParts):
                 raise
             self._con.close()  # checkpoints: no WAL of the old file may outlive it
             wal = self.path.with_name(self.path.name + ".wal")
-            if wal.exists():  # never replay an old log onto the new file
-                raise UserError(f"database {self.path} left a WAL on close; not replacing it")
-            os.replace(partial, self.path)
-            _fsync(self.path.parent)
-            self._con = duckdb.connect(str(self.path))
+            try:
+                if wal.exists():  # never replay an old log onto the new file
+                    raise UserError(f"database {self.path} left a WAL on close; not replacing it")
+                os.replace(partial, self.path)
+                _fsync(self.path.parent)
+            finally:  # replaced or not, the store goes on with whichever file is there
+                partial.unlink(missing_ok=True)
+                self._con = duckdb.connect(str(self.path))
             after = self.path.stat().st_size
         log.info(
             "reclaimed space db=%s before_bytes=%d after_bytes=%d",
