@@ -14,7 +14,7 @@ Measures
   gets exactly the same samples with the same (whole-second) timestamps as OpenMetrics,
   turned into blocks by ``promtool tsdb create-blocks-from openmetrics``, in the same run.
 
-Run: .venv/bin/python bench/store.py [--quick] [--nodes 4] [--hours 24]
+Run: .venv/bin/python bench/store.py [--quick] [--nodes 3] [--hours 24]
 (or `python -m bench --only store`)
 """
 
@@ -348,11 +348,11 @@ def run(
     """Ingest rates, and the database file per sample beside Prometheus's TSDB on the same
     samples.
 
-    Full: batches of 8 / 1,000 / 10,000 GPUs; 4 simulated nodes (32 GPUs) x 24 h for the
+    Full: batches of 8 / 1,000 / 10,000 GPUs; 3 simulated nodes (24 GPUs) x 24 h for the
     file (``--nodes 125`` for 1,000 GPUs: opt-in, tens of minutes).
     Quick: 8 / 1,000 GPUs with a few batches, and 2 nodes x 2 h.
     """
-    nodes = nodes or (2 if quick else 4)
+    nodes = nodes or (2 if quick else 3)
     hours = hours or (2.0 if quick else 24.0)
     figures = []
     with tempfile.TemporaryDirectory(prefix="gpuscope-bench-") as tmp:
@@ -456,7 +456,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true")
     ap.add_argument(
-        "--nodes", type=int, default=None, help="simulated 8-GPU nodes for the file run (4)"
+        "--nodes", type=int, default=None, help="simulated 8-GPU nodes for the file run (3)"
     )
     ap.add_argument("--hours", type=float, default=None, help="hours of 15 s cycles (24)")
     ap.add_argument("--batches", type=int, default=40, help="batches per throughput run")
