@@ -191,11 +191,11 @@ MIGRATION_6_PACKED_ROLLUPS: tuple[str, ...] = (
     """INSERT INTO rollup_5m_rows
     SELECT series_id, bucket, sum, count, nullif(min, sum / count), nullif(max, sum / count),
            nullif(last, sum / count)
-    FROM samples_5m ORDER BY series_id, bucket""",
+    FROM samples_5m ORDER BY series_id, CASE WHEN series_id % 2 = 0 THEN bucket END, bucket DESC""",
     """INSERT INTO rollup_1h_rows
     SELECT series_id, bucket, sum, count, nullif(min, sum / count), nullif(max, sum / count),
            nullif(last, sum / count)
-    FROM samples_1h ORDER BY series_id, bucket""",
+    FROM samples_1h ORDER BY series_id, CASE WHEN series_id % 2 = 0 THEN bucket END, bucket DESC""",
     "DROP TABLE samples_5m",
     "DROP TABLE samples_1h",
     """CREATE VIEW samples_5m AS

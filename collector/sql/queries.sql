@@ -95,7 +95,8 @@ GROUP BY series_id HAVING max(n) = 1;
 
 -- name: rollup_5m
 -- min/max/last NULL where they equal the mean (the view samples_5m coalesces them back);
--- rows in (series_id, bucket) order, so that each column compresses per series.
+-- rows in series order (time forwards, backwards for odd series: see compact_copy), so
+-- that each column compresses per series.
 INSERT INTO rollup_5m_rows
 SELECT series_id, bucket, s, n, nullif(mn, s / n), nullif(mx, s / n), nullif(l, s / n)
 FROM (
@@ -105,7 +106,7 @@ FROM (
     FROM samples WHERE ts >= $lo AND ts < $hi AND isfinite(value)  -- a NaN gauge: no mean of NaN
       AND series_id NOT IN (SELECT series_id FROM rollup_coarse)
     GROUP BY ALL)
-ORDER BY series_id, bucket;
+ORDER BY series_id, CASE WHEN series_id % 2 = 0 THEN bucket END, bucket DESC;  -- as compact_copy
 
 -- name: rollup_5m_extend
 -- A coarse series whose stand-in range ends where this window starts: one range grows.
@@ -129,7 +130,7 @@ FROM (
            arg_max(last, bucket) AS l
     FROM samples_5m WHERE bucket >= $lo AND bucket < $hi
     GROUP BY ALL)
-ORDER BY series_id, hour;
+ORDER BY series_id, CASE WHEN series_id % 2 = 0 THEN hour END, hour DESC;
 
 -- name: delete_samples
 -- Past raw retention, except the samples that stand in for the 5-minute roll-up: those go
@@ -159,9 +160,12 @@ SELECT coalesce(max(rowid), -1) FROM samples;
 -- name: compact_copy
 -- Append a day's rows again, sorted by series then time: per-series runs compress
 -- (constant gauges to nothing, timestamps to their deltas) where scrape order does not.
+-- Odd series run backwards in time, so that where one series' run ends and the next
+-- begins the timestamp steps by one interval instead of jumping back a day: a jump costs
+-- its whole group of 2,048 timestamps 17 bits each (docs/storage.md).
 INSERT INTO samples
 SELECT series_id, ts, value FROM samples WHERE ts >= $lo AND ts < $hi
-ORDER BY series_id, ts;
+ORDER BY series_id, CASE WHEN series_id % 2 = 0 THEN ts END, ts DESC;
 
 -- name: compact_delete
 -- The day's rows as they were; the sorted copy, local to this transaction, has higher rowids.
