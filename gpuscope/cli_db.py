@@ -24,9 +24,7 @@ def add_db_parser(sub: Any, add_logging: Callable[[argparse.ArgumentParser], Non
         dest="what", required=True, metavar="{compact}", parser_class=type(parent)
     )
     comp = kinds.add_parser("compact", help="rewrite the database file without its free blocks")
-    comp.add_argument(
-        "--db", type=Path, metavar="PATH", help="the database (default collector.db)"
-    )
+    comp.add_argument("--db", type=Path, metavar="PATH", help="the database (default collector.db)")
     comp.add_argument(
         "--dry-run", action="store_true", help="print what it would give back; change nothing"
     )
