@@ -29,8 +29,10 @@ class MaintenanceMixin(StoreParts):
 
     def apply_retention(self, now: datetime) -> dict[str, int]:
         """Roll closed 5-minute and hour buckets up, delete what is past retention, then
-        compact closed days (:meth:`compact`). Raw samples go only once rolled up.
-        Returns row counts by step.
+        compact closed days (:meth:`compact`). Raw samples go only once rolled up; those of
+        a series with one sample a 5-minute bucket stand in for its 5-minute roll-up (no
+        rows: ``rollup_5m_raw`` records the range) and stay until the 5-minute retention
+        (docs/storage.md, "Roll-ups"). Returns row counts by step.
         """
         now, r = utc(now), self.retention
         with self._maintenance:
@@ -43,7 +45,7 @@ class MaintenanceMixin(StoreParts):
                 con.execute(Q["rollup_5m_coarse"], window)
                 done = {
                     "rolled_5m": scalar(con, Q["rollup_5m"], window),
-                    "coarse_series": scalar(con, "SELECT count(*) FROM rollup_coarse"),
+                    "coarse_series": scalar(con, Q["rollup_5m_coarse_count"]),
                 }
                 con.execute(Q["rollup_5m_extend"], window)
                 con.execute(Q["rollup_5m_stand_in"], window)

@@ -93,6 +93,9 @@ SELECT series_id FROM (
     GROUP BY ALL)
 GROUP BY series_id HAVING max(n) = 1;
 
+-- name: rollup_5m_coarse_count
+SELECT count(*) FROM rollup_coarse;
+
 -- name: rollup_5m
 -- min/max/last NULL where they equal the mean (the view samples_5m coalesces them back);
 -- rows in series order (time forwards, backwards for odd series: see compact_copy), so
