@@ -18,7 +18,11 @@ def test_db_compact_previews_then_gives_space_back(
     db = tmp_path / "g.duckdb"
     size = db.stat().st_size
     with Store.open(db) as store:
-        rows = store.cursor().execute("SELECT count(*), sum(value) FROM samples").fetchone()
+        rows = (
+            store.cursor()
+            .execute("SELECT count(*), sum(hash(series_id, ts, value)) FROM samples")
+            .fetchone()
+        )
     assert main(["db", "compact", "--db", str(db), "--dry-run"]) == 0
     assert "in free blocks" in capsys.readouterr().out
     assert db.stat().st_size == size
@@ -26,7 +30,12 @@ def test_db_compact_previews_then_gives_space_back(
     assert "given back" in capsys.readouterr().out
     assert db.stat().st_size < size
     with Store.open(db, read_only=True) as store:
-        assert store.cursor().execute("SELECT count(*), sum(value) FROM samples").fetchone() == rows
+        assert (
+            store.cursor()
+            .execute("SELECT count(*), sum(hash(series_id, ts, value)) FROM samples")
+            .fetchone()
+            == rows
+        )
 
 
 def test_db_compact_of_a_missing_file_is_one_line(
