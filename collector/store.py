@@ -25,6 +25,7 @@ from collector.batch import Batch
 from collector.schema import begin, migrate
 from collector.store_alerts import AlertsMixin
 from collector.store_maintenance import MaintenanceMixin
+from collector.store_reclaim import ReclaimMixin
 from collector.store_records import RecordsMixin
 from collector.store_sql import (  # re-exported: the store's public names stay here
     INTERVAL_LABELS,
@@ -49,7 +50,7 @@ from gpuscope.errors import UserError
 __all__ = ["BadBatch", "Retention", "Store", "series_kind", "utc"]
 
 
-class Store(MaintenanceMixin, RecordsMixin, AlertsMixin):
+class Store(MaintenanceMixin, ReclaimMixin, RecordsMixin, AlertsMixin):
     """The collector's database. Open with :meth:`open`; close it (or use ``with``)."""
 
     def __init__(

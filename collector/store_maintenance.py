@@ -29,8 +29,10 @@ class MaintenanceMixin(StoreParts):
 
     def apply_retention(self, now: datetime) -> dict[str, int]:
         """Roll closed 5-minute and hour buckets up, delete what is past retention, then
-        compact closed days (:meth:`compact`). Raw samples go only once rolled up.
-        Returns row counts by step.
+        compact closed days (:meth:`compact`). Raw samples go only once rolled up; those of
+        a series with one sample a 5-minute bucket stand in for its 5-minute roll-up (no
+        rows: ``rollup_5m_raw`` records the range) and stay until the 5-minute retention
+        (docs/storage.md, "Roll-ups"). Returns row counts by step.
         """
         now, r = utc(now), self.retention
         with self._maintenance:
@@ -39,21 +41,31 @@ class MaintenanceMixin(StoreParts):
                 hi5 = max(lo5, floor_to(now - r.rollup_delay, 300))
                 lo1h = utc(scalar(con, schema.GET_META, ["rollup_1h_until"]) or EPOCH)
                 hi1h = max(lo1h, floor_to(hi5, 3600))
+                window = {"lo": lo5, "hi": hi5}
+                con.execute(Q["rollup_5m_coarse"], window)
                 done = {
-                    "rolled_5m": scalar(con, Q["rollup_5m"], {"lo": lo5, "hi": hi5}),
-                    "rolled_1h": scalar(con, Q["rollup_1h"], {"lo": lo1h, "hi": hi1h}),
+                    "rolled_5m": scalar(con, Q["rollup_5m"], window),
+                    "coarse_series": scalar(con, Q["rollup_5m_coarse_count"]),
                 }
+                con.execute(Q["rollup_5m_extend"], window)
+                con.execute(Q["rollup_5m_stand_in"], window)
+                con.execute(Q["rollup_5m_done"])
+                done["rolled_1h"] = scalar(con, Q["rollup_1h"], {"lo": lo1h, "hi": hi1h})
                 con.execute(schema.SET_META, ["rollup_5m_until", hi5.isoformat()])
                 con.execute(schema.SET_META, ["rollup_1h_until", hi1h.isoformat()])
                 raw_cut = now - timedelta(days=r.raw_days)
+                cut_5m = min(now - timedelta(days=r.rollup_5m_days), hi1h)
+                done["deleted_samples"] = scalar(
+                    con, Q["delete_samples"], {"cut": min(raw_cut, hi5), "cut_5m": cut_5m}
+                )
                 cuts = {
-                    "samples": min(raw_cut, hi5),
                     "scrapes": raw_cut,
-                    "5m": min(now - timedelta(days=r.rollup_5m_days), hi1h),
+                    "5m": cut_5m,
                     "1h": now - timedelta(days=r.rollup_1h_days),
                 }
                 for name, cut in cuts.items():
                     done[f"deleted_{name}"] = scalar(con, Q[f"delete_{name}"], {"cut": cut})
+                con.execute(Q["delete_5m_raw"], {"cut": cut_5m})
             done["compacted"] = self.compact(now)
         return done
 

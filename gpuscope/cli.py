@@ -19,6 +19,7 @@ from typing import Any, NoReturn, cast
 from gpuscope import __version__
 from gpuscope.cli_alerts import add_alerts_parser, cmd_alerts
 from gpuscope.cli_common import FIRST_YEAR, LAST_YEAR, open_error, open_store
+from gpuscope.cli_db import add_db_parser, cmd_db
 from gpuscope.cli_report import add_report_parser, cmd_report
 from gpuscope.cli_whatif import add_whatif_parser, cmd_whatif
 from gpuscope.errors import UserError
@@ -208,6 +209,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_alerts_parser(sub, _add_logging)
     add_report_parser(sub)
+    add_db_parser(sub, _add_logging)
     _add_logging(add_whatif_parser(sub, number))
     return parser
 
@@ -391,6 +393,7 @@ _COMMANDS = {
     "demo": _cmd_demo,
     "alerts": cmd_alerts,
     "report": cmd_report,
+    "db": cmd_db,
     "whatif": cmd_whatif,
 }
 

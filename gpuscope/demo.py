@@ -143,6 +143,7 @@ def run_demo(
             step(2, f"{days:g} days of history through the store's ingest path, every 5 min")
             _fill_week(service, cluster, [u for u, _ in servers], now0.timestamp(), days, origin)
             service.retention_cycle()  # roll-ups and compaction of the closed days
+            service.store.reclaim_space()  # the file without the blocks that freed
         # the live data starts where the history ends
         offset[0] = time.time() - now0.timestamp()
         record_simulated_inventory(service, cluster, clock(), origin)

@@ -83,31 +83,76 @@ SELECT coalesce(r->>'namespace', ''), coalesce(r->>'pod', ''), coalesce(r->>'con
        $target, $ts, $ts, NULL
 FROM (SELECT CAST(record AS JSON) AS r FROM opened);
 
+-- name: rollup_5m_coarse
+-- The series whose every 5-minute bucket in [$lo, $hi) holds one (finite) raw sample: their
+-- raw samples stand in for their roll-up (docs/storage.md, "Roll-ups").
+CREATE OR REPLACE TEMP TABLE rollup_coarse AS
+SELECT series_id FROM (
+    SELECT series_id, time_bucket(INTERVAL 5 MINUTE, ts) AS bucket, count(*) AS n
+    FROM samples WHERE ts >= $lo AND ts < $hi AND isfinite(value)
+    GROUP BY ALL)
+GROUP BY series_id HAVING max(n) = 1;
+
+-- name: rollup_5m_coarse_count
+SELECT count(*) FROM rollup_coarse;
+
 -- name: rollup_5m
-INSERT INTO samples_5m
-SELECT series_id, time_bucket(INTERVAL 5 MINUTE, ts) AS bucket,
-       min(value), max(value), sum(value), count(*), arg_max(value, ts)
-FROM samples WHERE ts >= $lo AND ts < $hi AND isfinite(value)  -- a NaN gauge: no mean of NaN
-GROUP BY series_id, bucket;
+-- min/max/last NULL where they equal the mean (the view samples_5m coalesces them back);
+-- rows in series order (time forwards, backwards for odd series: see compact_copy), so
+-- that each column compresses per series.
+INSERT INTO rollup_5m_rows
+SELECT series_id, bucket, s, n, nullif(mn, s / n), nullif(mx, s / n), nullif(l, s / n)
+FROM (
+    SELECT series_id, time_bucket(INTERVAL 5 MINUTE, ts) AS bucket,
+           min(value) AS mn, max(value) AS mx, sum(value) AS s, count(*) AS n,
+           arg_max(value, ts) AS l
+    FROM samples WHERE ts >= $lo AND ts < $hi AND isfinite(value)  -- a NaN gauge: no mean of NaN
+      AND series_id NOT IN (SELECT series_id FROM rollup_coarse)
+    GROUP BY ALL)
+ORDER BY series_id, CASE WHEN series_id % 2 = 0 THEN bucket END, bucket DESC;  -- as compact_copy
+
+-- name: rollup_5m_extend
+-- A coarse series whose stand-in range ends where this window starts: one range grows.
+UPDATE rollup_5m_raw SET hi = $hi
+WHERE hi = $lo AND series_id IN (SELECT series_id FROM rollup_coarse);
+
+-- name: rollup_5m_stand_in
+INSERT INTO rollup_5m_raw
+SELECT series_id, $lo, $hi FROM rollup_coarse
+WHERE series_id NOT IN (SELECT series_id FROM rollup_5m_raw WHERE hi = $hi);
+
+-- name: rollup_5m_done
+DROP TABLE rollup_coarse;
 
 -- name: rollup_1h
-INSERT INTO samples_1h
-SELECT series_id, time_bucket(INTERVAL 1 HOUR, bucket) AS hour,
-       min(min), max(max), sum(sum), sum(count), arg_max(last, bucket)
-FROM samples_5m WHERE bucket >= $lo AND bucket < $hi
-GROUP BY series_id, hour;
+INSERT INTO rollup_1h_rows
+SELECT series_id, hour, s, n, nullif(mn, s / n), nullif(mx, s / n), nullif(l, s / n)
+FROM (
+    SELECT series_id, time_bucket(INTERVAL 1 HOUR, bucket) AS hour,
+           min(min) AS mn, max(max) AS mx, sum(sum) AS s, sum(count) AS n,
+           arg_max(last, bucket) AS l
+    FROM samples_5m WHERE bucket >= $lo AND bucket < $hi
+    GROUP BY ALL)
+ORDER BY series_id, CASE WHEN series_id % 2 = 0 THEN hour END, hour DESC;
 
 -- name: delete_samples
-DELETE FROM samples WHERE ts < $cut;
+-- Past raw retention, except the samples that stand in for the 5-minute roll-up: those go
+-- at the 5-minute retention ($cut_5m).
+DELETE FROM samples WHERE ts < $cut AND (ts < $cut_5m OR NOT EXISTS (
+    SELECT 1 FROM rollup_5m_raw AS c
+    WHERE c.series_id = samples.series_id AND samples.ts >= c.lo AND samples.ts < c.hi));
 
 -- name: delete_scrapes
 DELETE FROM scrapes WHERE ts < $cut;
 
 -- name: delete_5m
-DELETE FROM samples_5m WHERE bucket < $cut;
+DELETE FROM rollup_5m_rows WHERE bucket < $cut;
+
+-- name: delete_5m_raw
+DELETE FROM rollup_5m_raw WHERE hi <= $cut;
 
 -- name: delete_1h
-DELETE FROM samples_1h WHERE bucket < $cut;
+DELETE FROM rollup_1h_rows WHERE bucket < $cut;
 
 -- name: first_uncompacted_day
 SELECT coalesce(max(day) + 1, (SELECT CAST(min(ts) AS DATE) FROM samples)) FROM compactions;
@@ -118,9 +163,12 @@ SELECT coalesce(max(rowid), -1) FROM samples;
 -- name: compact_copy
 -- Append a day's rows again, sorted by series then time: per-series runs compress
 -- (constant gauges to nothing, timestamps to their deltas) where scrape order does not.
+-- Odd series run backwards in time, so that where one series' run ends and the next
+-- begins the timestamp steps by one interval instead of jumping back a day: a jump costs
+-- its whole group of 2,048 timestamps 17 bits each (docs/storage.md).
 INSERT INTO samples
 SELECT series_id, ts, value FROM samples WHERE ts >= $lo AND ts < $hi
-ORDER BY series_id, ts;
+ORDER BY series_id, CASE WHEN series_id % 2 = 0 THEN ts END, ts DESC;
 
 -- name: compact_delete
 -- The day's rows as they were; the sorted copy, local to this transaction, has higher rowids.

@@ -61,7 +61,7 @@ def db(tmp_path: Path) -> Path:
 def test_migrates_an_empty_file_to_the_latest_version(db: Path) -> None:
     """A new file gets every table of every migration, the version recorded in meta."""
     with Store.open(db) as store:
-        assert store.schema_version == schema.LATEST_VERSION == 5
+        assert store.schema_version == schema.LATEST_VERSION == 6
         tables = {r[0] for r in rows(store, "SELECT table_name FROM duckdb_tables()")}
         assert {
             "series",
@@ -69,9 +69,12 @@ def test_migrates_an_empty_file_to_the_latest_version(db: Path) -> None:
             "scrapes",
             "workload_intervals",
             "findings",
-            "samples_5m",
-            "samples_1h",
+            "rollup_5m_rows",
+            "rollup_5m_raw",
+            "rollup_1h_rows",
         } <= tables
+        views = {r[0] for r in rows(store, "SELECT view_name FROM duckdb_views()")}
+        assert {"samples_5m", "samples_1h"} <= views
         assert store.samples_stored() == 0
 
 
@@ -87,7 +90,7 @@ def test_upgrades_a_v1_database_keeping_its_data(db: Path) -> None:
     con.execute("UPDATE meta SET value = '1' WHERE key = 'samples_stored'")
     con.close()
     with Store.open(db) as store:
-        assert store.schema_version == schema.LATEST_VERSION == 5
+        assert store.schema_version == schema.LATEST_VERSION == 6
         assert rows(store, "SELECT count(*) FROM samples_5m") == [(0,)]
         assert store.samples_stored() == 1
         assert store.series_id("m", labels(node="n1")) == 0
@@ -356,7 +359,8 @@ def test_retention_rolls_up_then_deletes(db: Path) -> None:
             (sid, day + timedelta(hours=10, minutes=5), 0.1, 0.1, 0.1, 1, 0.1),
         ]
         done = store.apply_retention(day + timedelta(hours=11, minutes=10))
-        assert done["rolled_5m"] == 2  # 10:55 and 11:00, nothing twice
+        # 10:55 and 11:00 hold one sample each: the raw samples stand in, no rows are written
+        assert done["rolled_5m"] == 0 and done["coarse_series"] == 1
         assert done["rolled_1h"] == 1  # 11:00 is not over
         assert rows(
             store, "SELECT series_id, bucket, min, max, sum, count, last FROM samples_1h"
@@ -365,8 +369,9 @@ def test_retention_rolls_up_then_deletes(db: Path) -> None:
         ]
         assert rows(store, "SELECT count(*) FROM samples") == [(6,)]
         done = store.apply_retention(day + timedelta(days=3))
+        # the two stand-in samples stay (until the 5-minute retention); the others go
         assert (
-            done["rolled_1h"] == 1 and done["deleted_samples"] == 6 and done["deleted_scrapes"] == 6
+            done["rolled_1h"] == 1 and done["deleted_samples"] == 4 and done["deleted_scrapes"] == 6
         )
         assert rows(
             store,
@@ -376,14 +381,16 @@ def test_retention_rolls_up_then_deletes(db: Path) -> None:
             (day + timedelta(hours=11), 0.9, 0.9, 0.9, 1, 0.9),
         ]
         assert rows(store, "SELECT count(*) FROM samples_5m") == [(4,)]
-        store.apply_retention(day + timedelta(days=6))
+        done = store.apply_retention(day + timedelta(days=6))
+        assert done["deleted_samples"] == 2
         assert rows(store, "SELECT count(*) FROM samples_5m") == [(0,)]
+        assert rows(store, "SELECT count(*) FROM rollup_5m_raw") == [(0,)]
         assert rows(store, "SELECT count(*) FROM samples_1h") == [(2,)]
         assert store.samples_stored() == 6  # acknowledged rows, not rows present
 
 
 def test_compaction_sorts_closed_days_by_series_and_keeps_every_row(db: Path) -> None:
-    """Closed days are rewritten sorted by (series_id, ts) once; the open day is left as
+    """Closed days are rewritten sorted by series (and time) once; the open day is left as
     scraped; the rows (and the acknowledged count) are exactly the same afterwards."""
     start = datetime(2025, 3, 3, 23, 58)
     with Store.open(db) as store:
@@ -405,7 +412,9 @@ def test_compaction_sorts_closed_days_by_series_and_keeps_every_row(db: Path) ->
             "SELECT series_id, ts FROM samples WHERE ts < ? ORDER BY rowid",
             datetime(2025, 3, 4),
         )
-        assert closed == sorted(closed) and len(closed) == 16
+        # by series; even series forwards in time, odd ones backwards (timestamps compress)
+        assert [r[0] for r in closed] == [0] * 8 + [1] * 8
+        assert closed[:8] == sorted(closed[:8]) and closed[8:] == sorted(closed[8:], reverse=True)
         still_open = rows(
             store,
             "SELECT series_id FROM samples WHERE ts >= ? ORDER BY rowid",
