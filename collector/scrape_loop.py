@@ -22,7 +22,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 
-import httpx
+import aiohttp
 
 from collector.ingest import StoreFailed
 from collector.scrape import ScrapeOutcome, Scraper, Target
@@ -98,6 +98,7 @@ class ScrapeLoop:
                 for url in list(tasks):
                     if url not in wanted:
                         tasks.pop(url).cancel()
+                self.scraper.forget(list(wanted.values()))
                 for url, target in wanted.items():
                     if url not in tasks or tasks[url].done():
                         tasks[url] = asyncio.create_task(self._target_loop(client, target))
@@ -107,7 +108,7 @@ class ScrapeLoop:
                 task.cancel()
             await asyncio.gather(*tasks.values(), return_exceptions=True)
 
-    async def _target_loop(self, client: httpx.AsyncClient, target: Target) -> None:
+    async def _target_loop(self, client: aiohttp.ClientSession, target: Target) -> None:
         now = time.time()
         tick = float(math.ceil(now))  # the first scrape at once, on a whole second
         while True:
