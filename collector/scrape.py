@@ -16,6 +16,7 @@ import dataclasses
 import logging
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
@@ -198,11 +199,18 @@ class TargetCache:
     series: SeriesCache = field(default_factory=SeriesCache)
     #: id(parsed labels) -> (those labels, with an instance label where no node label is)
     relabelled: dict[int, tuple[Labels, Labels]] = field(default_factory=dict)
+    #: The last page's label column as parsed and as relabelled: the parser hands the same
+    #: list back for a page of the same shape, and so does the relabelling then.
+    last_labels: tuple[list[Labels], list[Labels]] | None = None
+    #: The last (names, labels) columns that passed the page checks under these limits
+    #: with nothing dropped (checks that depend on nothing else without timestamps).
+    checked: tuple[list[str], list[Labels], IngestLimits] | None = None
 
     def trim(self) -> None:
         if len(self.series) > self.limit or len(self.relabelled) > self.limit:
             self.series.clear()
             self.relabelled.clear()
+            self.last_labels = self.checked = None
 
 
 def page_to_outcome(
@@ -255,12 +263,12 @@ def page_to_outcome(
             target.url,
             ts_ms,
             cols.names,
-            _with_instance(cols.labels, target.url, {} if cache is None else cache.relabelled),
+            _relabelled(cols.labels, target.url, cache),
             cols.values,
             dict(parsed.types),
             cols.timestamps_ms,
         )
-    batch, dropped = check_page(batch, limits)
+    batch, dropped = _checked(batch, limits, cache)
     problems = [f"{n} samples dropped ({why})" for why, n in sorted(dropped.items())]
     if parsed.errors:
         problems.append(f"{parsed.error_count} malformed lines, first: {parsed.errors[0]}")
@@ -270,6 +278,32 @@ def page_to_outcome(
     return ScrapeOutcome(
         target, started, 0.0, True, error, parsed.error_count, False, batch, "", dropped
     )
+
+
+def _relabelled(labels: list[Labels], url: str, cache: TargetCache | None) -> list[Labels]:
+    if cache is None:
+        return _with_instance(labels, url, {})
+    last = cache.last_labels
+    if last is not None and last[0] is labels:
+        return last[1]
+    out = _with_instance(labels, url, cache.relabelled)
+    cache.last_labels = (labels, out)
+    return out
+
+
+def _checked(
+    batch: Batch, limits: IngestLimits, cache: TargetCache | None
+) -> tuple[Batch, Counter[str]]:
+    """:func:`check_page`, skipped for the columns of the last page that passed whole."""
+    plain = batch.timestamps_ms is None or batch.timestamps_ms.count(None) == len(batch)
+    if cache is not None and plain and cache.checked is not None:
+        names, labels, under = cache.checked
+        if names is batch.names and labels is batch.labels and under == limits:
+            return batch, Counter()
+    checked, dropped = check_page(batch, limits)
+    if cache is not None and plain and not dropped:
+        cache.checked = (batch.names, batch.labels, limits)
+    return checked, dropped
 
 
 def _with_instance(
