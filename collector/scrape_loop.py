@@ -6,8 +6,10 @@ spacing), scrape within the timeout (always shorter than the interval), hand the
 over, repeat. A target that never finishes its body holds only its own task, never the
 others'. A writer thread groups the outcomes that arrive together and stores each group
 (collector/ingest.py), so a tick of a thousand targets is a few transactions, not a
-thousand. Outcomes waiting for a slow store are bounded in samples; past the bound a page
-is dropped and counted (``store_backlog``), never queued without limit.
+thousand; a group closes as soon as no scrape is in flight (waiting on would only delay the
+tick's commit), else after ``group_seconds``. Outcomes waiting for a slow store are bounded
+in samples; past the bound a page is dropped and counted (``store_backlog``), never queued
+without limit.
 """
 
 from __future__ import annotations
@@ -53,6 +55,8 @@ class ScrapeLoop:
         self.group_seconds = group_seconds
         self._queue: queue.Queue[ScrapeOutcome] = queue.Queue()
         self._pending = 0
+        #: Scrapes started and not yet handed over: a group is complete when none is left.
+        self._in_flight = 0
         self._pending_lock = threading.Lock()
         self._stopping = threading.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -113,10 +117,15 @@ class ScrapeLoop:
         tick = float(math.ceil(now))  # the first scrape at once, on a whole second
         while True:
             await asyncio.sleep(max(tick - now, 0.0))
+            with self._pending_lock:
+                self._in_flight += 1
             try:
                 self._offer(await self.scraper.scrape_one(client, target))
             except Exception:  # a bug, not a target's fault: log it, keep the schedule
                 log.exception("scrape failed target=%s", target.url)
+            finally:
+                with self._pending_lock:
+                    self._in_flight -= 1
             now = time.time()  # the next multiple of the interval
             tick = math.floor(now / self.interval + 1) * self.interval
 
@@ -146,10 +155,12 @@ class ScrapeLoop:
             group = [first]
             deadline = time.monotonic() + self.group_seconds
             while (left := deadline - time.monotonic()) > 0:
+                if self._queue.empty() and self._in_flight == 0:
+                    break  # every scrape of the tick is in: waiting longer only delays it
                 try:
-                    group.append(self._queue.get(timeout=left))
+                    group.append(self._queue.get(timeout=min(left, 0.005)))
                 except queue.Empty:
-                    break
+                    continue
             with self._pending_lock:
                 self._pending -= sum(o.samples for o in group)
             try:
