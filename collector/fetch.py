@@ -1,5 +1,10 @@
 """Fetch one target's page over HTTP, never holding more than the size limit in memory.
 
+aiohttp, not httpx: at a thousand targets a cycle httpx cost ~1.6 ms of Python per request
+(its connection pool scans every connection for every request, and httpcore retries a failed
+``import sniffio`` each time), which alone used most of a cycle's budget; aiohttp's C parser
+takes ~0.1 ms. Proxies from the environment are not used (as Prometheus scrapes).
+
 The body is read as it comes and, when gzip- or deflate-encoded, inflated here with an
 output cap on every step (``zlib``'s ``max_length``): a gzip bomb is stopped one byte past
 the limit instead of being inflated a whole network chunk at a time (a 64 kB chunk of
@@ -11,7 +16,7 @@ from __future__ import annotations
 
 import zlib
 
-import httpx
+import aiohttp
 
 ACCEPT = "text/plain;version=0.0.4;q=0.9,application/openmetrics-text;version=1.0.0;q=0.5"
 _REFUSED_TYPES = ("text/html", "application/json", "application/xml")
@@ -51,12 +56,25 @@ def _inflater(encoding: str) -> zlib._Decompress | None:
     raise ScrapeError(f"unsupported Content-Encoding {encoding!r}", "http")
 
 
-async def fetch_page(client: httpx.AsyncClient, url: str, max_bytes: int) -> bytes:
-    """The page at ``url``, inflated; raises :class:`ScrapeError` (or httpx's errors)."""
+def client_session(concurrency: int, headers: dict[str, str]) -> aiohttp.ClientSession:
+    """The session :func:`fetch_page` takes: bodies as sent (inflated here, capped), no
+    timeout of its own (the caller bounds each scrape), ``concurrency`` connections."""
+    return aiohttp.ClientSession(
+        connector=aiohttp.TCPConnector(limit=concurrency),
+        timeout=aiohttp.ClientTimeout(total=None),
+        headers=headers,
+        auto_decompress=False,
+    )
+
+
+async def fetch_page(client: aiohttp.ClientSession, url: str, max_bytes: int) -> bytes:
+    """The page at ``url``, inflated; raises :class:`ScrapeError` (or aiohttp's errors).
+
+    Credentials in ``url`` (``http://user:pw@host``) are sent as basic auth."""
     headers = {"Accept-Encoding": "gzip, deflate"}
-    async with client.stream("GET", url, headers=headers) as resp:
-        if resp.status_code != 200:
-            raise ScrapeError(f"HTTP {resp.status_code}", "http")
+    async with client.get(url, headers=headers, allow_redirects=True) as resp:
+        if resp.status != 200:
+            raise ScrapeError(f"HTTP {resp.status}", "http")
         ctype = resp.headers.get("content-type", "").split(";")[0].strip().lower()
         if ctype in _REFUSED_TYPES:
             raise ScrapeError(f"answered {ctype}, not a Prometheus exposition", "page")
@@ -67,7 +85,7 @@ async def fetch_page(client: httpx.AsyncClient, url: str, max_bytes: int) -> byt
         chunks: list[bytes] = []
         size = 0
         try:
-            async for raw in resp.aiter_raw():
+            async for raw in resp.content.iter_any():
                 if inflate is None:
                     size += len(raw)
                     if size > max_bytes:

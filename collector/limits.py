@@ -132,16 +132,24 @@ class ChurnGuard:
         self._per_target: Counter[str] = Counter()
         self._total = 0
         self._seen_targets: set[str] = set()
+        #: Per target, the last (names, labels) columns none of whose series was new: the
+        #: store never forgets a series, so the same columns have none new again.
+        self._all_known: dict[str, tuple[list[str], list[Labels]]] = {}
 
     def admit(
         self, batch: Batch, is_new: Callable[[str, Labels], bool], known_series: int
     ) -> tuple[Batch, Counter[str]]:
         """The batch with the new series it may create; the count of those dropped."""
         dropped: Counter[str] = Counter()
+        known = self._all_known.get(batch.target)
+        if known is not None and known[0] is batch.names and known[1] is batch.labels:
+            return batch, dropped
         new_rows = [
             i for i, key in enumerate(zip(batch.names, batch.labels, strict=True)) if is_new(*key)
         ]
         if not new_rows:
+            with self._lock:
+                self._all_known[batch.target] = (batch.names, batch.labels)
             return batch, dropped
         lim = self.limits
         with self._lock:

@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from itertools import repeat
+from operator import itemgetter
 from typing import Any
 
 __all__ = ["MAX_ERRORS", "ParseResult", "Samples", "parse_exposition"]
@@ -104,6 +106,9 @@ class SeriesCache:
     series: dict[str, tuple[str, Labels]] = field(default_factory=dict)
     labels: dict[str, Labels] = field(default_factory=dict)
     comments: set[str] = field(default_factory=set)
+    #: The last page's structure, when every line of it was a comment, a blank or a plain
+    #: sample: a page that differs from it only in sample values parses in a few passes in C.
+    page: PageShape | None = None
 
     def __len__(self) -> int:
         return len(self.series) + len(self.labels)
@@ -112,6 +117,83 @@ class SeriesCache:
         self.series.clear()
         self.labels.clear()
         self.comments.clear()
+        self.page = None
+
+
+@dataclass(frozen=True, eq=False, slots=True)
+class PageShape:
+    """A page with its sample values taken out, and what the full parser made of it.
+
+    ``heads`` is every line up to its last blank (``line.rpartition(" ")[0]``); a page whose
+    heads are the same, whose other lines (comments, blanks) are the same whole, and whose
+    sample values are ones the full parser takes as they are, parses to ``names`` and
+    ``labels`` (the very same lists, so later stages can recognise the page by identity;
+    never change them) with the new values.
+    """
+
+    heads: list[str]
+    samples_at: tuple[int, ...]
+    others_at: tuple[int, ...]
+    others: tuple[str, ...]
+    names: list[str]
+    labels: list[Labels]
+    types: dict[str, str]
+    helps: dict[str, str]
+
+
+def _pick(items: list[str], at: tuple[int, ...]) -> tuple[str, ...]:
+    """``items`` at the indices ``at``, in C (itemgetter of one index gives no tuple)."""
+    if len(at) > 1:
+        return itemgetter(*at)(items)  # type: ignore[no-any-return]
+    return tuple(items[i] for i in at)
+
+
+def _split_lines(lines: list[str]) -> tuple[list[str], list[str]]:
+    """Each line's text before its last blank, and after it."""
+    parts = list(map(str.rpartition, lines, repeat(" ")))
+    return list(map(itemgetter(0), parts)), list(map(itemgetter(2), parts))
+
+
+def _parse_same_shape(lines: list[str], shape: PageShape, limit: int) -> ParseResult | None:
+    """The page, if it is ``shape`` with new sample values; None on any other difference."""
+    if len(lines) != len(shape.heads) or 0 <= limit < len(shape.names):
+        return None
+    heads, tails = _split_lines(lines)
+    if heads != shape.heads or _pick(tails, shape.others_at) != shape.others:
+        return None
+    tokens = _pick(tails, shape.samples_at)
+    joined = "".join(tokens)
+    if "_" in joined or not joined.isascii():  # Go's floats have neither
+        return None
+    try:
+        values = list(map(float, tokens))
+    except ValueError:
+        return None
+    samples = Samples(shape.names, shape.labels, values, [None] * len(values))
+    return ParseResult(samples, dict(shape.types), dict(shape.helps), [], False, 0)
+
+
+def _shape_of(lines: list[str], result: ParseResult, cache: SeriesCache) -> PageShape | None:
+    """The shape of a page the full parser read without a problem, if every line of it is
+    a comment or blank line as written, or a sample the cache knows as plain text."""
+    if result.error_count or result.truncated:
+        return None
+    heads, tails = _split_lines(lines)
+    samples_at: list[int] = []
+    others_at: list[int] = []
+    known = cache.series
+    for i, line in enumerate(lines):
+        if not line or line[0] == "#":
+            others_at.append(i)
+        elif heads[i] in known:  # no timestamp, no exemplar, one blank before the value
+            samples_at.append(i)
+        else:
+            return None
+    if len(samples_at) != len(result.names):
+        return None
+    at = tuple(others_at)
+    return PageShape(heads, tuple(samples_at), at, _pick(tails, at), result.names,
+                     result.labels, dict(result.types), dict(result.helps))  # fmt: skip
 
 
 def _parse_known(lines: list[str], cache: SeriesCache, limit: int) -> ParseResult | None:
@@ -311,9 +393,14 @@ def parse_exposition(
         text = text.replace("\r\n", "\n")
     lines = text.split("\n")
     limit = -1 if max_series is None else max(max_series, 0)
+    if cache is not None and cache.page is not None and not problems.count:
+        same = _parse_same_shape(lines, cache.page, limit)
+        if same is not None:
+            return same
     if cache is not None and cache.series and not problems.count:
         known = _parse_known(lines, cache, limit)
         if known is not None:
+            cache.page = _shape_of(lines, known, cache)
             return known
     add_name, add_labels, add_value = names.append, labels_col.append, values.append
     # raw label string -> labels, only well-formed ones
@@ -441,4 +528,7 @@ def parse_exposition(
     for i, ts in stamps.items():
         timestamps[i] = ts
     samples = Samples(names, labels_col, values, timestamps)
-    return ParseResult(samples, types, helps, errors, truncated, problems.count)
+    result = ParseResult(samples, types, helps, errors, truncated, problems.count)
+    if cache is not None:
+        cache.page = None if problems.count or eof else _shape_of(lines, result, cache)
+    return result

@@ -16,15 +16,17 @@ import dataclasses
 import logging
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-import httpx
+import aiohttp
+import yarl
 
 from collector.batch import Batch, Labels
 from collector.dcgm_ingest import dcgm_batch
-from collector.fetch import ACCEPT, ScrapeError, fetch_page, redact_url
+from collector.fetch import ACCEPT, ScrapeError, client_session, fetch_page, redact_url
 from collector.limits import IngestLimits, LimitExceeded, check_page
 from collector.parse import SeriesCache, parse_exposition
 
@@ -96,7 +98,6 @@ class Scraper:
         limits: IngestLimits | None = None,
         concurrency: int = 64,
         clock: Callable[[], float] = time.time,
-        transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         limits = limits or IngestLimits()
         changes = {
@@ -110,19 +111,19 @@ class Scraper:
         self.timeout_seconds = timeout_seconds
         self.concurrency = concurrency
         self.clock = clock
-        self._transport = transport
+        #: What each target's earlier pages parsed to (series churn clears one; see
+        #: :class:`TargetCache`): a steady page then parses by lookup, not by grammar.
+        self._caches: dict[str, TargetCache] = {}
+        self._caches_lock = threading.Lock()
 
     def scrape(self, targets: Sequence[Target]) -> list[ScrapeOutcome]:
         """Scrape all targets once (blocking; for scheduler threads)."""
         return asyncio.run(self.scrape_async(targets))
 
-    def client(self) -> httpx.AsyncClient:
-        """An HTTP client for :meth:`scrape_one` (one per event loop)."""
-        return httpx.AsyncClient(
-            timeout=self.timeout_seconds,
-            limits=httpx.Limits(max_connections=self.concurrency),
-            transport=self._transport,
-            headers={"Accept": ACCEPT, "User-Agent": "gpuscope-collector"},
+    def client(self) -> aiohttp.ClientSession:
+        """An HTTP client for :meth:`scrape_one` (one per event loop, opened inside it)."""
+        return client_session(
+            self.concurrency, {"Accept": ACCEPT, "User-Agent": "gpuscope-collector"}
         )
 
     async def scrape_async(self, targets: Sequence[Target]) -> list[ScrapeOutcome]:
@@ -135,7 +136,7 @@ class Scraper:
 
             return list(await asyncio.gather(*(one(t) for t in targets)))
 
-    async def scrape_one(self, client: httpx.AsyncClient, target: Target) -> ScrapeOutcome:
+    async def scrape_one(self, client: aiohttp.ClientSession, target: Target) -> ScrapeOutcome:
         """Fetch, parse and check one target's page within its timeout."""
         started = self.clock()
         t0 = time.perf_counter()
@@ -150,7 +151,7 @@ class Scraper:
             outcome = self._down(target, started, str(exc), exc.reason)
         except LimitExceeded as exc:
             outcome = self._down(target, started, str(exc), exc.reason)
-        except httpx.HTTPError as exc:
+        except (aiohttp.ClientError, ValueError) as exc:  # ValueError: a URL yarl refuses
             outcome = self._down(target, started, *_describe(exc, target))
         elapsed = time.perf_counter() - t0
         if not outcome.up:
@@ -169,8 +170,17 @@ class Scraper:
         )
 
     def _ingest(self, target: Target, body: bytes, started: float) -> ScrapeOutcome:
+        with self._caches_lock:
+            cache = self._caches.setdefault(target.url, TargetCache())
         with _PARSE_LOCK:
-            return page_to_outcome(target, body, started, limits=self.limits)
+            return page_to_outcome(target, body, started, limits=self.limits, cache=cache)
+
+    def forget(self, keep: Sequence[Target]) -> None:
+        """Drop the caches of targets not in ``keep`` (targets come and go by discovery)."""
+        urls = {t.url for t in keep}
+        with self._caches_lock:
+            for url in [u for u in self._caches if u not in urls]:
+                del self._caches[url]
 
     @staticmethod
     def _down(target: Target, started: float, error: str, reason: str) -> ScrapeOutcome:
@@ -189,11 +199,18 @@ class TargetCache:
     series: SeriesCache = field(default_factory=SeriesCache)
     #: id(parsed labels) -> (those labels, with an instance label where no node label is)
     relabelled: dict[int, tuple[Labels, Labels]] = field(default_factory=dict)
+    #: The last page's label column as parsed and as relabelled: the parser hands the same
+    #: list back for a page of the same shape, and so does the relabelling then.
+    last_labels: tuple[list[Labels], list[Labels]] | None = None
+    #: The last (names, labels) columns that passed the page checks under these limits
+    #: with nothing dropped (checks that depend on nothing else without timestamps).
+    checked: tuple[list[str], list[Labels], IngestLimits] | None = None
 
     def trim(self) -> None:
         if len(self.series) > self.limit or len(self.relabelled) > self.limit:
             self.series.clear()
             self.relabelled.clear()
+            self.last_labels = self.checked = None
 
 
 def page_to_outcome(
@@ -246,12 +263,12 @@ def page_to_outcome(
             target.url,
             ts_ms,
             cols.names,
-            _with_instance(cols.labels, target.url, {} if cache is None else cache.relabelled),
+            _relabelled(cols.labels, target.url, cache),
             cols.values,
             dict(parsed.types),
             cols.timestamps_ms,
         )
-    batch, dropped = check_page(batch, limits)
+    batch, dropped = _checked(batch, limits, cache)
     problems = [f"{n} samples dropped ({why})" for why, n in sorted(dropped.items())]
     if parsed.errors:
         problems.append(f"{parsed.error_count} malformed lines, first: {parsed.errors[0]}")
@@ -261,6 +278,32 @@ def page_to_outcome(
     return ScrapeOutcome(
         target, started, 0.0, True, error, parsed.error_count, False, batch, "", dropped
     )
+
+
+def _relabelled(labels: list[Labels], url: str, cache: TargetCache | None) -> list[Labels]:
+    if cache is None:
+        return _with_instance(labels, url, {})
+    last = cache.last_labels
+    if last is not None and last[0] is labels:
+        return last[1]
+    out = _with_instance(labels, url, cache.relabelled)
+    cache.last_labels = (labels, out)
+    return out
+
+
+def _checked(
+    batch: Batch, limits: IngestLimits, cache: TargetCache | None
+) -> tuple[Batch, Counter[str]]:
+    """:func:`check_page`, skipped for the columns of the last page that passed whole."""
+    plain = batch.timestamps_ms is None or batch.timestamps_ms.count(None) == len(batch)
+    if cache is not None and plain and cache.checked is not None:
+        names, labels, under = cache.checked
+        if names is batch.names and labels is batch.labels and under == limits:
+            return batch, Counter()
+    checked, dropped = check_page(batch, limits)
+    if cache is not None and plain and not dropped:
+        cache.checked = (batch.names, batch.labels, limits)
+    return checked, dropped
 
 
 def _with_instance(
@@ -283,8 +326,9 @@ def _with_instance(
         new = lbl
         if not any(k == "node" for k, _ in lbl):
             if instance is None:
-                u = httpx.URL(url)
-                instance = ("instance", f"{u.host}:{u.port}" if u.port else u.host)
+                u = yarl.URL(url)
+                port = u.explicit_port
+                instance = ("instance", f"{u.host}:{port}" if port else u.host or "")
             new = tuple(sorted((*lbl, instance)))
         memo[id(lbl)] = (lbl, new)
         append(new)
@@ -292,14 +336,14 @@ def _with_instance(
 
 
 def _host(url: str) -> str:
-    return httpx.URL(url).host or url
+    return yarl.URL(url).host or url
 
 
-def _describe(exc: httpx.HTTPError, target: Target) -> tuple[str, str]:
+def _describe(exc: Exception, target: Target) -> tuple[str, str]:
     """One line and a reason for an HTTP failure, with no credential of the URL in it."""
-    if isinstance(exc, httpx.ConnectError):
-        text, reason = (f"cannot connect: {exc}" if str(exc) else "cannot connect"), "connect"
-    elif isinstance(exc, httpx.TimeoutException):
+    if isinstance(exc, aiohttp.ClientConnectorError):
+        text, reason = f"cannot connect: {exc.os_error or exc}", "connect"
+    elif isinstance(exc, aiohttp.ServerTimeoutError):
         text, reason = "timeout", "timeout"
     else:
         text, reason = f"{type(exc).__name__}: {exc}", "http"

@@ -6,8 +6,10 @@ spacing), scrape within the timeout (always shorter than the interval), hand the
 over, repeat. A target that never finishes its body holds only its own task, never the
 others'. A writer thread groups the outcomes that arrive together and stores each group
 (collector/ingest.py), so a tick of a thousand targets is a few transactions, not a
-thousand. Outcomes waiting for a slow store are bounded in samples; past the bound a page
-is dropped and counted (``store_backlog``), never queued without limit.
+thousand; a group closes as soon as no scrape is in flight (waiting on would only delay the
+tick's commit), else after ``group_seconds``. Outcomes waiting for a slow store are bounded
+in samples; past the bound a page is dropped and counted (``store_backlog``), never queued
+without limit.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 
-import httpx
+import aiohttp
 
 from collector.ingest import StoreFailed
 from collector.scrape import ScrapeOutcome, Scraper, Target
@@ -53,6 +55,8 @@ class ScrapeLoop:
         self.group_seconds = group_seconds
         self._queue: queue.Queue[ScrapeOutcome] = queue.Queue()
         self._pending = 0
+        #: Scrapes started and not yet handed over: a group is complete when none is left.
+        self._in_flight = 0
         self._pending_lock = threading.Lock()
         self._stopping = threading.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -98,6 +102,7 @@ class ScrapeLoop:
                 for url in list(tasks):
                     if url not in wanted:
                         tasks.pop(url).cancel()
+                self.scraper.forget(list(wanted.values()))
                 for url, target in wanted.items():
                     if url not in tasks or tasks[url].done():
                         tasks[url] = asyncio.create_task(self._target_loop(client, target))
@@ -107,15 +112,20 @@ class ScrapeLoop:
                 task.cancel()
             await asyncio.gather(*tasks.values(), return_exceptions=True)
 
-    async def _target_loop(self, client: httpx.AsyncClient, target: Target) -> None:
+    async def _target_loop(self, client: aiohttp.ClientSession, target: Target) -> None:
         now = time.time()
         tick = float(math.ceil(now))  # the first scrape at once, on a whole second
         while True:
             await asyncio.sleep(max(tick - now, 0.0))
+            with self._pending_lock:
+                self._in_flight += 1
             try:
                 self._offer(await self.scraper.scrape_one(client, target))
             except Exception:  # a bug, not a target's fault: log it, keep the schedule
                 log.exception("scrape failed target=%s", target.url)
+            finally:
+                with self._pending_lock:
+                    self._in_flight -= 1
             now = time.time()  # the next multiple of the interval
             tick = math.floor(now / self.interval + 1) * self.interval
 
@@ -145,10 +155,12 @@ class ScrapeLoop:
             group = [first]
             deadline = time.monotonic() + self.group_seconds
             while (left := deadline - time.monotonic()) > 0:
+                if self._queue.empty() and self._in_flight == 0:
+                    break  # every scrape of the tick is in: waiting longer only delays it
                 try:
-                    group.append(self._queue.get(timeout=left))
+                    group.append(self._queue.get(timeout=min(left, 0.005)))
                 except queue.Empty:
-                    break
+                    continue
             with self._pending_lock:
                 self._pending -= sum(o.samples for o in group)
             try:

@@ -13,9 +13,10 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import duckdb
 import pyarrow as pa  # type: ignore[import-untyped]
@@ -50,6 +51,23 @@ from gpuscope.errors import UserError
 __all__ = ["BadBatch", "Retention", "Store", "series_kind", "utc"]
 
 
+@dataclass(frozen=True, eq=False, slots=True)
+class _Resolved:
+    """A batch's columns with the ids of its series (all known): held, so that the lists'
+    identity stands for their content as long as the entry lives."""
+
+    names: list[str]
+    labels: list[Labels]
+    sids: list[int]
+    distinct: int
+    workload_rows: tuple[int, ...]
+
+    @classmethod
+    def of(cls, batch: Batch, sids: list[int]) -> _Resolved:
+        rows = tuple(i for i, name in enumerate(batch.names) if name == WORKLOAD_INFO)
+        return cls(batch.names, batch.labels, sids, len(set(sids)), rows)
+
+
 class Store(MaintenanceMixin, ReclaimMixin, RecordsMixin, AlertsMixin):
     """The collector's database. Open with :meth:`open`; close it (or use ``with``)."""
 
@@ -63,6 +81,9 @@ class Store(MaintenanceMixin, ReclaimMixin, RecordsMixin, AlertsMixin):
         self._ids: dict[SeriesKey, int] = {}
         self._next_id = 0
         self._open: dict[str, set[IntervalKey]] = {}
+        #: Per target, its last batch's columns once all its series had ids: a steady page
+        #: (the parser hands back the same lists) resolves without hashing a label set.
+        self._resolved: dict[str, _Resolved] = {}
         if not read_only:
             for sid, metric, *cols, extra in con.execute(Q["load_series"]).fetchall():
                 pairs = [(k, v) for k, v in zip(LABEL_COLUMNS, cols, strict=True) if v is not None]
@@ -277,18 +298,30 @@ class Store(MaintenanceMixin, ReclaimMixin, RecordsMixin, AlertsMixin):
         #: each new series' kind from the types of the page it came in (TYPE per target)
         kinds: dict[SeriesKey, str] = {}
         get = ids.get
+        resolved: list[_Resolved | None] = []
         for batch, _ in batches:
             check_time(batch, batch.ts_ms)
-            keys = list(zip(batch.names, batch.labels, strict=True))
-            sids = [get(k) for k in keys]
-            if None in sids:  # new series: ids in order of first appearance
-                for i, sid in enumerate(sids):
-                    if sid is None:
-                        sids[i] = new.setdefault(keys[i], next_id + len(new))
-                        kinds.setdefault(keys[i], series_kind(keys[i][0], batch.types))
+            memo = self._resolved.get(batch.target)
+            sids: list[int | None] | list[int]
+            if memo is not None and memo.names is batch.names and memo.labels is batch.labels:
+                sids = memo.sids
+            else:
+                memo = None
+                keys = list(zip(batch.names, batch.labels, strict=True))
+                found = [get(k) for k in keys]
+                if None in found:  # new series: ids in order of first appearance
+                    for i, sid in enumerate(found):
+                        if sid is None:
+                            found[i] = new.setdefault(keys[i], next_id + len(new))
+                            kinds.setdefault(keys[i], series_kind(keys[i][0], batch.types))
+                    sids = found
+                else:
+                    sids = cast(list[int], found)
+                    memo = _Resolved.of(batch, sids)
+            resolved.append(memo)
             secs = batch.ts_ms // 1000
             times = batch.timestamps_ms
-            if times is not None and any(t is not None for t in times):
+            if times is not None and times.count(None) != len(times):  # a C pass, no generator
                 given = [t for t in times if t is not None]
                 check_time(batch, min(given), max(given))
                 all_secs += [secs if t is None else t // 1000 for t in times]
@@ -296,7 +329,7 @@ class Store(MaintenanceMixin, ReclaimMixin, RecordsMixin, AlertsMixin):
                 all_secs += [secs] * len(sids)
             all_sids += sids  # type: ignore[arg-type]
             all_values += batch.values
-            counts.append(len(set(sids)))
+            counts.append(len(set(sids)) if memo is None else memo.distinct)
         if len(set(all_sids)) != len(all_sids):  # a series twice: its last sample wins
             last = {sid: i for i, sid in enumerate(all_sids)}
             keep = sorted(last.values())
@@ -312,13 +345,16 @@ class Store(MaintenanceMixin, ReclaimMixin, RecordsMixin, AlertsMixin):
         scrape_rows: list[tuple[str, datetime, bool, float, int, str | None]] = []
         touch: dict[str, list[Any]] = {"target": [], "ts": []}
         interval_work = []
-        for (batch, duration), n in zip(batches, counts, strict=True):
+        for (batch, duration), n, memo in zip(batches, counts, resolved, strict=True):
             ts = utc(batch.ts_ms / 1000)
             scrape_rows.append((batch.target, ts, True, duration, n, None))
+            info_rows = range(len(batch)) if memo is None else memo.workload_rows
             present = {
                 tuple(lab.get(k, "") for k in INTERVAL_LABELS): lab
-                for name, labels, value in zip(batch.names, batch.labels, batch.values, strict=True)
-                if name == WORKLOAD_INFO and value and (lab := dict(labels))
+                for i in info_rows
+                if batch.names[i] == WORKLOAD_INFO
+                and batch.values[i]
+                and (lab := dict(batch.labels[i]))
             }
             was_open = self._open.get(batch.target, set())
             if was_open & present.keys():
@@ -363,6 +399,9 @@ class Store(MaintenanceMixin, ReclaimMixin, RecordsMixin, AlertsMixin):
         ids.update(new)
         self._next_id += len(new)
         self._open.update(still_open)
+        for (batch, _), memo in zip(batches, resolved, strict=True):
+            if memo is not None:
+                self._resolved[batch.target] = memo
         return counts
 
     @staticmethod

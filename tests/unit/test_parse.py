@@ -555,9 +555,82 @@ def test_series_cache_makes_an_unchanged_page_a_lookup() -> None:
     parse_module._parse_known = spy  # type: ignore[assignment]
     try:
         again = parse_exposition(page.replace("0.5\n", "0.55\n"), cache=cache)
+        assert calls == []  # same shape, new values: not even a lookup per line
         changed = parse_exposition(page + 'm_ratio{i="new"} 1\n', cache=cache)
+        moved = parse_exposition(page.replace("0.5\n", "0.5\n\n"), cache=cache)
     finally:
         parse_module._parse_known = real
-    assert calls == [True, False]  # hit, then a new series falls back to the full parser
+    # a new series: the lookup path misses, the full parser reads it; a blank line added:
+    # the shape misses, the lookups hit
+    assert calls == [False, True]
     assert again.samples.values[5] == 0.55
     assert len(changed.samples.names) == 101
+    assert len(moved.samples.names) == 100
+
+
+def _page(values: tuple[str, ...] = ("0.5", "1", "10")) -> str:
+    a, b, c = values
+    return (
+        "# HELP m_ratio a ratio\n# TYPE m_ratio gauge\n"
+        f'm_ratio{{a="1",b="x y"}} {a}\nm_ratio{{a="2",b="q\\"uote"}} {b}\n'
+        f"# TYPE c counter\nc_total {c}\n"
+    )
+
+
+@pytest.mark.parametrize(
+    "page",
+    [
+        _page(("0.25", "2", "11")),  # new values: the shape path
+        _page(("NaN", "+Inf", "-Inf")),
+        _page(("1e+06", "-0", "0.0")),
+        _page(("1_000", "2", "3")),  # not a Go float: a parse error, as without the cache
+        _page(("0x1p3", "2", "3")),
+        _page(("1\t", "2", "3")),  # a tab after the value
+        _page(("1", "2", "3 1700000000000")),  # a timestamp appears
+        _page(("1", "2", "3 # {} 1")),  # an exemplar
+        _page(("", "2", "3")),  # a missing value
+        _page().replace('a="2"', 'a="3"'),  # a changed label set
+        _page().replace('a="2",b', 'b="q\\"uote",a').replace('uote"}', 'x"}'),
+        _page().replace("gauge", "counter"),  # same head "# TYPE m_ratio", other type
+        _page().replace("a ratio", "a rate"),  # a HELP's last word
+        _page() + _page().split("\n", 2)[2],  # duplicates, and a second TYPE line
+        "\n".join(reversed(_page().splitlines())) + "\n",  # reordered
+        _page().replace("c_total 10\n", "c_total 10"),  # no newline at the end
+        _page().replace("c_total 10\n", "c_total 10\n\n"),  # a blank line more
+        _page() + "# EOF\n",
+        _page() + "# EOF\nc_total 1\n",
+        _page().replace("\n", "\r\n"),
+        "\ufeff" + _page(),
+        _page().replace("c_total", "c_total "),  # two blanks before the value
+    ],
+)
+def test_a_page_of_another_shape_or_odd_values_parses_as_without_the_cache(page: str) -> None:
+    """The per-target page shape (values swapped into a known page) never changes a
+    result: each variant, after a primed cache and before the original again, parses
+    exactly as the full parser without a cache reads it."""
+    from collector.parse import SeriesCache
+
+    cache = SeriesCache()
+    for _ in range(2):
+        assert _same(parse_exposition(_page(), cache=cache), parse_exposition(_page()))
+    assert cache.page is not None
+    assert _same(parse_exposition(page, cache=cache), parse_exposition(page)), page
+    assert _same(parse_exposition(page, cache=cache), parse_exposition(page)), page
+    assert _same(parse_exposition(_page(), cache=cache), parse_exposition(_page()))
+
+
+def test_a_steady_page_hands_back_the_same_series_columns() -> None:
+    """Later stages recognise a target's unchanged series by the identity of the columns:
+    the same label set gives the same lists, a changed one new lists."""
+    from collector.parse import SeriesCache
+
+    cache = SeriesCache()
+    first = parse_exposition(_page(), cache=cache)
+    second = parse_exposition(_page(("0.1", "0.2", "12")), cache=cache)
+    assert second.names is first.names and second.labels is first.labels
+    assert second.values == [0.1, 0.2, 12.0]
+    other = parse_exposition(_page().replace('a="2"', 'a="9"'), cache=cache)
+    assert other.labels is not first.labels
+    assert dict(other.labels[1])["a"] == "9"
+    capped = parse_exposition(_page(), cache=cache, max_series=2)
+    assert capped.truncated and len(capped.names) == 2
