@@ -10,6 +10,7 @@ ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY gpuscope ./gpuscope
+COPY sim ./sim
 COPY agent ./agent
 COPY collector ./collector
 COPY analytics ./analytics

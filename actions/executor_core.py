@@ -31,7 +31,7 @@ from actions.kube import (
 from actions.plan import Step
 from actions.policy import Policy
 from collector.store import Store
-from gpuscope.settings import ActionsSettings
+from gpuscope.core.settings import ActionsSettings
 
 log = logging.getLogger("actions.executor")
 

@@ -46,8 +46,8 @@ from collector.kube_api import (
     retry_after,
     retrying,
 )
-from gpuscope.errors import SourceError
-from gpuscope.settings import CollectorSettings
+from gpuscope.core.errors import SourceError
+from gpuscope.core.settings import CollectorSettings
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

@@ -12,7 +12,7 @@ A failed step keeps its state with an attempt counted (``retry``: a warning that
 land is given again; a warned session's act is tried again); ``gave-up`` rows get no more
 steps. Terminating pods are never selected.
 
-Consolidation takes the planner's plan (analytics/consolidation.py) and turns each target
+Consolidation takes the planner's plan (analytics/consolidation/plan.py) and turns each target
 node into ``reserve`` (a taint of gpuscope's own, so evicted pods do not land back),
 ``tolerate`` (the matching toleration for the pending pod it is freed for, and only it),
 then ``evict`` for each pod the plan moves off it, within the per-node and per-run limits.
@@ -28,9 +28,9 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from actions.policy import Policy
-from analytics.consolidation import Plan
+from analytics.consolidation.plan import Plan
 from collector.inventory_records import PodInfo
-from gpuscope.records import Finding, WorkloadKind
+from gpuscope.core.records import Finding, WorkloadKind
 
 #: Finding kinds each idle-type policy acts on.
 FINDING_KINDS = {"idle": "idle_session", "time_limit": "session_time_limit"}

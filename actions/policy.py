@@ -21,8 +21,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from gpuscope.errors import ConfigError
-from gpuscope.settings import read_yaml_file
+from gpuscope.core.errors import ConfigError
+from gpuscope.core.settings import read_yaml_file
 
 PolicyType = Literal["idle", "time_limit", "consolidation"]
 IdleAction = Literal["delete", "evict", "stop-notebook", "annotate"]

@@ -17,7 +17,7 @@ from actions.kube import ClusterClient
 from actions.plan import consolidation_blocked, plan_consolidation_steps, plan_idle
 from actions.policy import Policy
 from analytics.allocation import records_from_inventory, state_from_records
-from analytics.consolidation import (
+from analytics.consolidation.plan import (
     goals_from_pending,
     placement_from_state,
     plan_consolidation,
@@ -26,8 +26,8 @@ from analytics.idle import run_idle
 from analytics.runner import gpu_indices_of
 from collector.inventory_records import PodInfo
 from collector.store import Store
-from gpuscope.records import Finding
-from gpuscope.settings import Settings
+from gpuscope.core.records import Finding
+from gpuscope.core.settings import Settings
 
 log = logging.getLogger(__name__)
 

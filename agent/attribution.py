@@ -24,10 +24,10 @@ from typing import Protocol
 from agent.cgroup import CgroupRef, container_of_pid
 from agent.podmeta import PodMeta, PodMetadataSource
 from agent.podresources import DeviceAllocation
-from gpuscope.errors import SourceError
-from gpuscope.records import GpuReading, GpuWorkload, WorkloadKind
-from gpuscope.settings import WorkloadSettings
-from gpuscope.workload import classify
+from gpuscope.core.errors import SourceError
+from gpuscope.core.records import GpuReading, GpuWorkload, WorkloadKind
+from gpuscope.core.settings import WorkloadSettings
+from gpuscope.core.workload import classify
 
 log = logging.getLogger(__name__)
 

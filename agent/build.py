@@ -13,8 +13,8 @@ from pathlib import Path
 
 from agent.exposition import AgentCollector
 from agent.sources import GpuSource, IbSource, WorkloadAttributor
-from gpuscope.errors import SourceError, UserError
-from gpuscope.settings import AgentSettings, Settings
+from gpuscope.core.errors import SourceError, UserError
+from gpuscope.core.settings import AgentSettings, Settings
 
 log = logging.getLogger(__name__)
 
@@ -29,7 +29,7 @@ def _sim_parts(
 ) -> tuple[str, GpuSource, IbSource | None, WorkloadAttributor]:
     from agent.infiniband import SysfsIbSource
     from agent.sim import SimAttributor, SimGpuSource, SimIbSource, scenario_clock
-    from gpuscope.sim import SimulatedCluster, default_scenario, load_scenario
+    from sim import SimulatedCluster, default_scenario, load_scenario
 
     scenario = (
         load_scenario(settings.sim_scenario)

@@ -25,9 +25,9 @@ from types import ModuleType
 from typing import Any, Protocol, cast
 
 from agent.sources import GpuSource
-from gpuscope.dcgm import FB_RESERVED, FIELDS, field_values_to_attributes, is_blank
-from gpuscope.errors import SourceError
-from gpuscope.records import GpuReading
+from gpuscope.core.dcgm import FB_RESERVED, FIELDS, field_values_to_attributes, is_blank
+from gpuscope.core.errors import SourceError
+from gpuscope.core.records import GpuReading
 
 log = logging.getLogger(__name__)
 

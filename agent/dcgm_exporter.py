@@ -2,9 +2,9 @@
 
 On nodes where the GPU Operator already runs dcgm-exporter, it holds DCGM's profiling
 watches and does its own pod mapping; starting a second DCGM client would compete with it.
-This source reads that page over HTTP instead and translates it with :mod:`gpuscope.dcgm`
+This source reads that page over HTTP instead and translates it with :mod:`gpuscope.core.dcgm`
 (shared with the collector). A page that cannot be fetched or parsed is a
-:class:`~gpuscope.errors.SourceError` with one line naming the URL and the reason, so the
+:class:`~gpuscope.core.errors.SourceError` with one line naming the URL and the reason, so the
 agent reports the source down and carries on.
 """
 
@@ -16,9 +16,9 @@ from collections.abc import Iterable, Iterator
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from gpuscope.dcgm import Series, readings_from_dcgm_exporter
-from gpuscope.errors import SourceError
-from gpuscope.records import GpuReading
+from gpuscope.core.dcgm import Series, readings_from_dcgm_exporter
+from gpuscope.core.errors import SourceError
+from gpuscope.core.records import GpuReading
 
 log = logging.getLogger(__name__)
 

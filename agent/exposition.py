@@ -33,9 +33,9 @@ from agent.page import FamilySpec, PageWriter, Samples
 from agent.process_metrics import PROCESS_FAMILIES, ProcessMetrics
 from agent.sources import CountsErrors, ErrorCounts, GpuSource, IbSource, WorkloadAttributor
 from gpuscope import __version__
-from gpuscope.catalogue import AGENT_METRICS
-from gpuscope.records import GpuReading, GpuWorkload, IbPortReading
-from gpuscope.series import Series, gpu_series, port_series, workload_series
+from gpuscope.core.catalogue import AGENT_METRICS
+from gpuscope.core.records import GpuReading, GpuWorkload, IbPortReading
+from gpuscope.core.series import Series, gpu_series, port_series, workload_series
 
 if TYPE_CHECKING:
     from prometheus_client.metrics_core import Metric

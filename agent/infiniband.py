@@ -50,8 +50,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from agent.sources import ErrorCounts
-from gpuscope.errors import SourceError
-from gpuscope.records import IbPortReading
+from gpuscope.core.errors import SourceError
+from gpuscope.core.records import IbPortReading
 
 logger = logging.getLogger(__name__)
 

@@ -11,8 +11,8 @@ from typing import TextIO
 from agent.build import build_agent
 from agent.process_metrics import ProcessMetrics
 from agent.server import AgentHttpServer
-from gpuscope.errors import UserError
-from gpuscope.settings import Settings, parse_listen
+from gpuscope.core.errors import UserError
+from gpuscope.core.settings import Settings, parse_listen
 
 log = logging.getLogger(__name__)
 

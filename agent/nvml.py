@@ -12,7 +12,7 @@ Rules this module keeps:
 * A GPU that fails as a whole (lost from the bus, reset required, no handle) is reported with
   ``up=False``, its UUID and model as last seen, and the error; the other GPUs carry on.
 * NVML itself failing (not initialised, driver gone, device count unreadable) raises
-  :class:`gpuscope.errors.SourceError`, so the agent reports this source down.
+  :class:`gpuscope.core.errors.SourceError`, so the agent reports this source down.
 * Under MIG the parent's utilization means nothing (NVML refuses it), so the parent has none,
   and each MIG device is its own reading. NVML has no plain utilization for a MIG device, so
   an instance's ``utilization_ratio`` is the sum of its processes' SM samples (capped at 1.0)
@@ -33,8 +33,8 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
-from gpuscope.errors import SourceError
-from gpuscope.records import GpuProcess, GpuReading
+from gpuscope.core.errors import SourceError
+from gpuscope.core.records import GpuProcess, GpuReading
 
 logger = logging.getLogger(__name__)
 

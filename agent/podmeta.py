@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Protocol
 
-from gpuscope.workload import PodFacts
+from gpuscope.core.workload import PodFacts
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +48,7 @@ class PodMeta:
     containers: Mapping[str, str] = field(default_factory=dict)
 
     def facts(self) -> PodFacts:
-        """The pod as :func:`gpuscope.workload.classify` sees it."""
+        """The pod as :func:`gpuscope.core.workload.classify` sees it."""
         return PodFacts(
             namespace=self.namespace,
             labels=self.labels,

@@ -23,7 +23,7 @@ import grpc
 
 from agent.proto import podresources_v1_pb2 as pb2
 from agent.proto import podresources_v1_pb2_grpc as pb2_grpc
-from gpuscope.errors import SourceError
+from gpuscope.core.errors import SourceError
 
 log = logging.getLogger(__name__)
 

@@ -1,4 +1,4 @@
-"""Simulated sources: one node of a :class:`~gpuscope.sim.SimulatedCluster`.
+"""Simulated sources: one node of a :class:`~sim.SimulatedCluster`.
 
 They implement the same protocols as the real sources, so the exposition cannot tell them
 apart. Used only when asked for (``--gpu-source sim``), never as a fallback.
@@ -9,8 +9,8 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 
-from gpuscope.records import GpuReading, GpuWorkload, IbPortReading
-from gpuscope.sim import Scenario, SimulatedCluster
+from gpuscope.core.records import GpuReading, GpuWorkload, IbPortReading
+from sim import Scenario, SimulatedCluster
 
 Clock = Callable[[], float]
 

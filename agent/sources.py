@@ -1,7 +1,7 @@
 """The narrow interfaces between the agent's sources and its exposition.
 
 Each source has a real implementation and a simulated one, passed in through constructors.
-A source raises :class:`gpuscope.errors.SourceError` (or anything else) when it cannot read
+A source raises :class:`gpuscope.core.errors.SourceError` (or anything else) when it cannot read
 at all; the exposition then reports it down and goes on with the others. A problem with one
 device (a GPU lost from the bus, an unreadable port) is reported inside the readings instead.
 A device or value a source skips as unusable (a name that is not UTF-8, a counter past 2**64)
@@ -16,7 +16,7 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
-from gpuscope.records import GpuReading, GpuWorkload, IbPortReading
+from gpuscope.core.records import GpuReading, GpuWorkload, IbPortReading
 
 
 class GpuSource(Protocol):

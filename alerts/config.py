@@ -30,8 +30,8 @@ from pydantic import (
 )
 
 from alerts.matchers import Matcher, parse_matchers
-from gpuscope.errors import ConfigError
-from gpuscope.settings import read_yaml_file
+from gpuscope.core.errors import ConfigError
+from gpuscope.core.settings import read_yaml_file
 
 _UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d|w)")

@@ -19,7 +19,7 @@ from alerts.config import AlertsConfig
 from alerts.delivery import Deliverer
 from alerts.model import Alert, Notification, Outcome, fingerprint
 from alerts.notifiers import build_notifier
-from gpuscope.errors import ConfigError
+from gpuscope.core.errors import ConfigError
 
 
 def sample_alert(now: datetime) -> Alert:

@@ -42,8 +42,8 @@ from collector.inventory_records import (
     pod_from_json,
 )
 from collector.scheduling_rules import tolerates
-from gpuscope.records import WorkloadKind
-from gpuscope.settings import WorkloadSettings
+from gpuscope.core.records import WorkloadKind
+from gpuscope.core.settings import WorkloadSettings
 
 log = logging.getLogger(__name__)
 

@@ -61,8 +61,8 @@ import duckdb
 
 from analytics.base import Analysis
 from collector.store import utc
-from gpuscope.records import Finding, Severity, finding_id
-from gpuscope.settings import AnalyticsSettings
+from gpuscope.core.records import Finding, Severity, finding_id
+from gpuscope.core.settings import AnalyticsSettings
 
 KINDS: tuple[str, ...] = (
     "bandwidth_hotspot",

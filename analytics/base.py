@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpuscope.records import Finding
+from gpuscope.core.records import Finding
 
 
 @dataclass(frozen=True, slots=True)

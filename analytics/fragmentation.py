@@ -62,8 +62,8 @@ from analytics.allocation import (
 )
 from analytics.base import Analysis
 from collector.inventory_records import NodeInfo, PodInfo
-from gpuscope.records import Finding, Severity, finding_id
-from gpuscope.settings import AnalyticsSettings
+from gpuscope.core.records import Finding, Severity, finding_id
+from gpuscope.core.settings import AnalyticsSettings
 
 log = logging.getLogger(__name__)
 

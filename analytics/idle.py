@@ -33,8 +33,8 @@ import pyarrow.compute  # type: ignore[import-untyped]
 from analytics.base import Analysis
 from collector.schema import GET_META, SET_META, begin
 from collector.store import Store, utc
-from gpuscope.records import Finding, Severity, finding_id
-from gpuscope.settings import AnalyticsSettings, WorkloadSettings
+from gpuscope.core.records import Finding, Severity, finding_id
+from gpuscope.core.settings import AnalyticsSettings, WorkloadSettings
 
 KINDS: tuple[str, ...] = ("idle_session", "workload_idle", "session_time_limit")
 #: Samples younger than this may still be in flight (a scrape is stored after it ends), so

@@ -50,8 +50,8 @@ import duckdb
 from analytics.base import Analysis
 from analytics.quota_reclaim import victims, weighted_shares
 from collector.store import utc
-from gpuscope.records import Finding, Severity, finding_id
-from gpuscope.settings import AnalyticsSettings
+from gpuscope.core.records import Finding, Severity, finding_id
+from gpuscope.core.settings import AnalyticsSettings
 
 KINDS: tuple[str, ...] = ("quota_overuse",)
 #: GPU amounts below this are rounding noise of fractional sums, not over-use.
@@ -97,7 +97,7 @@ def _placement_blocker(
     con: duckdb.DuckDBPyConnection, at: datetime, settings: AnalyticsSettings
 ) -> dict[str, Any]:
     """The placement view at ``at``: what the fragmentation analysis says is free."""
-    from analytics.report_fragmentation import analysis_at
+    from analytics.report.fragmentation import analysis_at
 
     found = analysis_at(con, at, settings)
     s = found.summary if found is not None else {}

@@ -15,9 +15,9 @@ from typing import Any, cast
 
 from analytics.base import Analysis
 from collector.store import Store, utc
-from gpuscope.errors import UserError
-from gpuscope.settings import Settings
-from gpuscope.timefmt import api_times, rfc3339
+from gpuscope.core.errors import UserError
+from gpuscope.core.settings import Settings
+from gpuscope.core.timefmt import api_times, rfc3339
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +39,7 @@ def run_on_store(
     from analytics.fragmentation import analyze_fragmentation
     from analytics.idle import run_idle
     from analytics.quota import run_quota
-    from analytics.report_fragmentation import analysis_at
+    from analytics.report.fragmentation import analysis_at
 
     out: dict[str, Analysis] = {}
     a = settings.analytics
@@ -136,7 +136,7 @@ def gpu_indices_of(con: Any) -> dict[str, list[int]]:
 
 def _consolidation_from_store(cur: Any, at: datetime, settings: Settings) -> Analysis:
     from analytics.allocation import records_from_inventory, state_from_records
-    from analytics.consolidation import analyze_consolidation
+    from analytics.consolidation.plan import analyze_consolidation
 
     indices = gpu_indices_of(cur)
     nodes, pods = records_from_inventory(cur)
@@ -180,7 +180,7 @@ def run_on_snapshot(
         docs.append(doc)
     if what == "consolidation":
         from analytics.allocation import records_from_kubectl, state_from_records
-        from analytics.consolidation import analyze_consolidation
+        from analytics.consolidation.plan import analyze_consolidation
 
         node_infos, pod_infos = records_from_kubectl(docs[0], docs[1], settings.workloads)
         return analyze_consolidation(

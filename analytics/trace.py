@@ -21,7 +21,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 from analytics.allocation import ClusterState, NodeState, Task
-from gpuscope.errors import UserError
+from gpuscope.core.errors import UserError
 
 log = logging.getLogger(__name__)
 

@@ -133,7 +133,7 @@ def stop(served: Served) -> None:
 #: Commands are written with ``{port}``, filled in with a free port when they start.
 def agent_cmd(tree: Path) -> list[str]:
     return [
-        sys.executable, "-m", "gpuscope.cli", "agent", "--gpu-source", "sim", "--node", NODE,
+        sys.executable, "-m", "gpuscope.cli.main", "agent", "--gpu-source", "sim", "--node", NODE,
         "--sysfs-root", str(tree), "--listen", "127.0.0.1:{port}", "--log-level", "WARNING",
     ]  # fmt: skip
 

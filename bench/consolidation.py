@@ -12,7 +12,7 @@ min and p99, and the rows say so; the HiGHS optimum on small cases joins the loo
 cluster every hour of its timeline, pods come and go), each planned once per strategy,
 round-robin: median and p99 over the snapshots.
 
-Cases: the simulated cluster (``gpuscope.sim`` default scenario through kubectl JSON) at
+Cases: the simulated cluster (``sim`` default scenario through kubectl JSON) at
 several sizes, goals = its pending pods + every empty node and 5 % more + every free whole
 GPU and 2 % more, up to 1250 8-GPU nodes (10,000 GPUs, the timed case); the public
 Alibaba trace (1213 nodes, 6212 GPUs): a prefix of its tasks placed first fit until the
@@ -36,7 +36,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from analytics.allocation import EPS, NodeState, state_from_records
-from analytics.consolidation import (
+from analytics.consolidation.plan import (
     Goal,
     Placed,
     Plan,
@@ -51,9 +51,9 @@ from analytics.trace import read_trace
 from bench.figure import Figure, Reference, print_figures
 from bench.timing import Spread, time_round_robin
 from collector.inventory_records import node_from_json, pod_from_json
-from gpuscope.settings import WorkloadSettings
-from gpuscope.sim import SimulatedCluster, default_scenario
-from gpuscope.sim.kube import nodes_json, pods_json
+from gpuscope.core.settings import WorkloadSettings
+from sim import SimulatedCluster, default_scenario
+from sim.kube import nodes_json, pods_json
 
 #: The public trace's lists the project keeps (tests/fixtures/alibaba-gpu-v2023/PROVENANCE.md).
 CSV = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "alibaba-gpu-v2023" / "csv"
@@ -167,7 +167,7 @@ def run_case(
         label: functools.partial(fn, nodes, placed, goals) for label, fn in STRATEGIES.items()
     }
     if exact:
-        from analytics.consolidation_exact import exact_min_evictions
+        from analytics.consolidation.exact import exact_min_evictions
 
         peers["exact"] = functools.partial(exact_min_evictions, nodes, placed, goals, time_limit=60)
     timed = time_round_robin(peers, n=runs)

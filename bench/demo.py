@@ -1,6 +1,6 @@
 """Benchmark: ``gpuscope demo`` as a newcomer runs it, timed from outside.
 
-Runs the real CLI (``python -m gpuscope.cli demo --out DIR``) as a subprocess, three times
+Runs the real CLI (``python -m gpuscope.cli.main demo --out DIR``) as a subprocess, three times
 in a row with its defaults (32 nodes, 256 GPUs, 7 days of history every 5 minutes, 25 s of
 live scraping), and reports for each figure min/median/max over the runs:
 
@@ -73,7 +73,7 @@ def tree_rss_bytes(pid: int) -> int:
 
 def run_demo(out: Path, extra: list[str]) -> DemoRun:
     """One ``gpuscope demo`` into ``out``; raises if it fails."""
-    cmd = [sys.executable, "-m", "gpuscope.cli", "demo", "--out", str(out), *extra]
+    cmd = [sys.executable, "-m", "gpuscope.cli.main", "demo", "--out", str(out), *extra]
     log = out.with_suffix(".stderr")
     with log.open("wb") as err:
         start = time.perf_counter()

@@ -25,7 +25,7 @@ from analytics.allocation import ClusterState, NodeState
 from analytics.fragmentation import TaskMix, analyze_fragmentation, learn_task_mix
 from analytics.trace import read_trace
 from bench.figure import Figure, print_figures
-from gpuscope.settings import AnalyticsSettings
+from gpuscope.core.settings import AnalyticsSettings
 
 #: The public trace's lists the project keeps (tests/fixtures/alibaba-gpu-v2023/PROVENANCE.md).
 CSV = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "alibaba-gpu-v2023" / "csv"

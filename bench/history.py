@@ -4,10 +4,10 @@ The analytics benchmarks (idle, quota and bandwidth, the weekly report) all read
 history; a history written into the tables by SQL measures a database no user has. This
 builder makes it as a collector does:
 
-- the simulated cluster (``gpuscope.sim``, the demo's default scenario at ``nodes`` 8-GPU
+- the simulated cluster (``sim``, the demo's default scenario at ``nodes`` 8-GPU
   nodes with 8 InfiniBand rails each) is read at every scrape instant, ``step_s`` apart
   (15 s, the collector's default interval; the IB counters are read on the same scrape, as
-  the agent's InfiniBand source is), and mapped to series by ``gpuscope.series.node_series``,
+  the agent's InfiniBand source is), and mapped to series by ``gpuscope.core.series.node_series``,
   the mapping the agent's exposition uses: the same names, labels and target per node;
 - each instant's pages go into :meth:`collector.store.Store.append_cycle` as
   :class:`~collector.batch.Batch` objects, one transaction per cycle, as the collector's
@@ -52,12 +52,12 @@ from typing import Any
 from collector.batch import Batch, Labels
 from collector.inventory_records import node_from_json, pod_from_json, quota_from_clusterqueue
 from collector.store import Store
-from gpuscope.catalogue import AGENT_METRICS
+from gpuscope.core.catalogue import AGENT_METRICS
+from gpuscope.core.series import node_series
+from gpuscope.core.settings import WorkloadSettings
 from gpuscope.demo_history import KEPT
-from gpuscope.series import node_series
-from gpuscope.settings import WorkloadSettings
-from gpuscope.sim import SimulatedCluster, default_scenario
-from gpuscope.sim.kube import nodes_json, pods_json, quotas_json
+from sim import SimulatedCluster, default_scenario
+from sim.kube import nodes_json, pods_json, quotas_json
 
 REPO = Path(__file__).resolve().parents[1]
 #: The history ends here: 00:00 UTC on a Monday, so the ISO week 2025-W10 has just closed
@@ -77,7 +77,7 @@ _SOURCES = (
     "collector/store_sql.py",
     "collector/store_maintenance.py",
     "collector/schema.py",
-    "gpuscope/series.py",
+    "gpuscope/core/series.py",
     "gpuscope/demo_history.py",
 )
 

@@ -170,7 +170,7 @@ def _wait(url: str, proc: subprocess.Popen[bytes], timeout: float = 60) -> None:
 @contextmanager
 def process(args: list[str], health: str) -> Iterator[subprocess.Popen[bytes]]:
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    cmd = [sys.executable, "-m", "gpuscope.cli", *args]
+    cmd = [sys.executable, "-m", "gpuscope.cli.main", *args]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
     try:
         _wait(health, proc)

@@ -43,7 +43,7 @@ from bench.history import (
 from bench.history import history as get_history
 from bench.timing import Spread, time_alternating, time_once
 from collector.store import Store
-from gpuscope.settings import AnalyticsSettings, WorkloadSettings
+from gpuscope.core.settings import AnalyticsSettings, WorkloadSettings
 
 #: the series the detector reads (analytics/sql/idle.sql: busy_candidates, workload series)
 ACTIVITY = (

@@ -57,7 +57,7 @@ from collector.scrape import ScrapeOutcome, Scraper, Target
 from collector.scrape_loop import ScrapeLoop
 from collector.store import Store
 from collector.targets import TargetRegistry
-from gpuscope.sim import SimulatedCluster, default_scenario
+from sim import SimulatedCluster, default_scenario
 
 VARIANTS = 3  # pages per node, served in turn, so values change from scrape to scrape
 WARMUP = 2  # cycles left out: the first creates the series, the second warms the caches

@@ -39,7 +39,7 @@ from bench.history import History, chosen_size, rows_between
 from bench.history import history as get_history
 from bench.timing import time_alternating
 from collector.store import Store
-from gpuscope.settings import AnalyticsSettings
+from gpuscope.core.settings import AnalyticsSettings
 
 IB = (
     "gpuscope_ib_transmit_bytes_total",

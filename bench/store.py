@@ -169,7 +169,7 @@ def _cycle_pages(nodes: int) -> tuple[list[Any], list[Target], list[TargetCache]
 
     from agent.exposition import AgentCollector
     from agent.sim import SimAttributor, SimGpuSource, SimIbSource
-    from gpuscope.sim import SimulatedCluster, default_scenario
+    from sim import SimulatedCluster, default_scenario
 
     cluster = SimulatedCluster(default_scenario(nodes=max(6, nodes)))
     now = [0.0]

@@ -30,7 +30,7 @@ from collector.metrics import CollectorMetrics
 from collector.store import Store
 from collector.targets import TargetRegistry
 from gpuscope import __version__
-from gpuscope.timefmt import rfc3339
+from gpuscope.core.timefmt import rfc3339
 
 MAX_LIMIT = 1000
 MAX_POINTS = 11_000

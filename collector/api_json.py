@@ -11,7 +11,7 @@ from typing import Any
 
 from fastapi.responses import JSONResponse
 
-from gpuscope.timefmt import api_times
+from gpuscope.core.timefmt import api_times
 
 
 class TimesJSONResponse(JSONResponse):

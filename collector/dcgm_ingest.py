@@ -1,8 +1,8 @@
 """dcgm-exporter pages into catalogue series, so a cluster running the GPU Operator's
 exporter gets gpuscope's analytics without gpuscope's agent.
 
-The translation of ``DCGM_FI_*`` fields lives in :mod:`gpuscope.dcgm` and the naming of
-series in :mod:`gpuscope.series`, both shared with the agent, so a GPU read either way ends
+The translation of ``DCGM_FI_*`` fields lives in :mod:`gpuscope.core.dcgm` and the naming of
+series in :mod:`gpuscope.core.series`, both shared with the agent, so a GPU read either way ends
 up as the same series. The exporter's own pod labels become workload series; their kind
 and project are resolved later against the Kubernetes inventory.
 """
@@ -13,10 +13,10 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping
 
 from collector.batch import Batch, Labels
-from gpuscope.catalogue import AGENT_METRICS_BY_NAME
-from gpuscope.dcgm import readings_from_dcgm_exporter
-from gpuscope.records import GpuWorkload
-from gpuscope.series import node_series
+from gpuscope.core.catalogue import AGENT_METRICS_BY_NAME
+from gpuscope.core.dcgm import readings_from_dcgm_exporter
+from gpuscope.core.records import GpuWorkload
+from gpuscope.core.series import node_series
 
 _TYPES = {m.name: m.type for m in AGENT_METRICS_BY_NAME.values()}
 

@@ -41,7 +41,7 @@ from collector.kube_config import (
     kube_configuration,
     load_configuration,
 )
-from gpuscope.settings import WorkloadSettings
+from gpuscope.core.settings import WorkloadSettings
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

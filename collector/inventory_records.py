@@ -3,7 +3,7 @@
 Frozen records, and the pure functions that build them from Kubernetes objects as the API
 server or ``kubectl get -o json`` gives them (:mod:`collector.inventory` re-exports them;
 ``--nodes FILE --pods FILE`` reads files with them). Pods are classified with
-:mod:`gpuscope.workload`, so the collector and the agent always agree on what a pod is.
+:mod:`gpuscope.core.workload`, so the collector and the agent always agree on what a pod is.
 """
 
 from __future__ import annotations
@@ -15,10 +15,10 @@ from datetime import datetime
 from typing import Any
 
 from collector.scheduling_rules import HARD_EFFECTS, gpu_spec, taint_text, toleration
-from gpuscope.records import WorkloadKind
-from gpuscope.settings import WorkloadSettings
-from gpuscope.sim import kube as names
-from gpuscope.workload import PodFacts, classify
+from gpuscope.core.records import WorkloadKind
+from gpuscope.core.settings import WorkloadSettings
+from gpuscope.core.workload import PodFacts, classify
+from sim import kube as names
 
 #: Pool of nodes that carry no pool label (the fragmentation analysis and the node gauges
 #: both use it, so a dashboard's pool filter sees the same pools in each).

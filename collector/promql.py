@@ -17,8 +17,8 @@ import httpx
 
 from collector.batch import Batch, Labels
 from collector.fetch import redact_url
-from gpuscope.catalogue import AGENT_METRICS
-from gpuscope.errors import SourceError
+from gpuscope.core.catalogue import AGENT_METRICS
+from gpuscope.core.errors import SourceError
 
 log = logging.getLogger(__name__)
 

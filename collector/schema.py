@@ -16,7 +16,7 @@ from typing import Any
 
 import duckdb
 
-from gpuscope.errors import UserError
+from gpuscope.core.errors import UserError
 
 #: v1: every table the collector writes and the analytics read.
 MIGRATION_1_TABLES: tuple[str, ...] = (

@@ -39,8 +39,8 @@ from collector.scrape import Scraper, Target
 from collector.scrape_loop import ScrapeLoop
 from collector.store import Retention, Store
 from collector.targets import TargetRegistry, discover_targets
-from gpuscope.errors import SourceError, UserError
-from gpuscope.settings import Settings, parse_listen
+from gpuscope.core.errors import SourceError, UserError
+from gpuscope.core.settings import Settings, parse_listen
 
 log = logging.getLogger(__name__)
 

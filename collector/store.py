@@ -46,7 +46,7 @@ from collector.store_sql import (  # re-exported: the store's public names stay 
     series_kind,
     utc,
 )
-from gpuscope.errors import UserError
+from gpuscope.core.errors import UserError
 
 __all__ = ["BadBatch", "Retention", "Store", "series_kind", "utc"]
 

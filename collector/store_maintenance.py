@@ -21,7 +21,7 @@ from collector.store_sql import (
     floor_to,
     utc,
 )
-from gpuscope.errors import UserError
+from gpuscope.core.errors import UserError
 
 
 class MaintenanceMixin(StoreParts):

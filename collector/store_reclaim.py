@@ -24,7 +24,7 @@ from pathlib import Path
 import duckdb
 
 from collector.store_sql import StoreParts
-from gpuscope.errors import UserError
+from gpuscope.core.errors import UserError
 
 log = logging.getLogger(__name__)
 

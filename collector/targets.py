@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from collector.scrape import ScrapeOutcome, Target
-from gpuscope.errors import SourceError
-from gpuscope.settings import DiscoverySettings
+from gpuscope.core.errors import SourceError
+from gpuscope.core.settings import DiscoverySettings
 
 log = logging.getLogger(__name__)
 

@@ -25,7 +25,7 @@ from matplotlib.axes import Axes
 
 from dashboards.promql import DASHBOARD_DIR, load, substitute
 from dashboards.stack import simulated_stack
-from gpuscope.errors import UserError
+from gpuscope.core.errors import UserError
 
 OUT = DASHBOARD_DIR.parent / "docs" / "img" / "dashboards.png"
 ALL = {"cluster": ".*", "node_pool": ".*", "node": ".*", "namespace": ".*", "project": ".*"}

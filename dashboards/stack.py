@@ -26,13 +26,13 @@ from prometheus_client.registry import CollectorRegistry
 
 from agent.sim import scenario_clock
 from collector.service import CollectorService
+from gpuscope.core.errors import UserError
+from gpuscope.core.settings import load_settings
 from gpuscope.demo import DEMO_ANALYTICS
 from gpuscope.demo_parts import record_simulated_inventory
 from gpuscope.demo_parts import start_agents as demo_agents
-from gpuscope.errors import UserError
 from gpuscope.service import analytics_job
-from gpuscope.settings import load_settings
-from gpuscope.sim import SimulatedCluster, default_scenario
+from sim import SimulatedCluster, default_scenario
 
 CLUSTER = "sim"
 Clock = Callable[[], float]

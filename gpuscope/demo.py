@@ -28,6 +28,9 @@ import yaml
 from agent.sim import scenario_clock
 from analytics.runner import as_json, render_text
 from collector.service import CollectorService, bind_listen
+from gpuscope.core.errors import UserError
+from gpuscope.core.settings import Settings, load_settings
+from gpuscope.core.timefmt import rfc3339
 from gpuscope.demo_history import fill_history, monday_before
 from gpuscope.demo_parts import (
     AlertSink,
@@ -38,11 +41,8 @@ from gpuscope.demo_parts import (
     start_agents,
     stop_agents,
 )
-from gpuscope.errors import UserError
 from gpuscope.service import add_analytics, analytics_job
-from gpuscope.settings import Settings, load_settings
-from gpuscope.sim import SimulatedCluster, default_scenario
-from gpuscope.timefmt import rfc3339
+from sim import SimulatedCluster, default_scenario
 
 DB_NAME = "gpuscope.duckdb"
 #: DuckDB's buffer for the demo's database: its maintenance spills past it (docs/storage.md).
@@ -205,7 +205,7 @@ def _fill_week(
 
 
 def _report(service: CollectorService, out: Path, at: datetime) -> Any:
-    from analytics.report import weekly_report
+    from analytics.report.weekly import weekly_report
 
     cur = service.store.cursor()
     try:
@@ -265,7 +265,7 @@ def gpuscope_command() -> str:
             return shlex.quote(str(script.relative_to(Path.cwd().absolute())))
         except ValueError:
             return shlex.quote(str(script))
-    return f"{shlex.quote(sys.executable)} -m gpuscope.cli"
+    return f"{shlex.quote(sys.executable)} -m gpuscope.cli.main"
 
 
 def follow_up_lines(db: Path, out: Path, config: Path, html: Path, at: datetime) -> list[str]:

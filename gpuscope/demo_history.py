@@ -24,9 +24,9 @@ from typing import IO, Any
 
 from collector.batch import Batch, Labels
 from collector.store import Store
-from gpuscope.catalogue import AGENT_METRICS
+from gpuscope.core.catalogue import AGENT_METRICS
 from gpuscope.demo_readings import KEPT, request
-from gpuscope.sim import SimulatedCluster
+from sim import SimulatedCluster
 
 __all__ = ["KEPT", "fill_history", "monday_before"]
 

@@ -25,8 +25,8 @@ from agent.server import AgentHttpServer
 from agent.sim import SimAttributor, SimGpuSource, SimIbSource
 from collector.inventory_records import node_from_json, pod_from_json, quota_from_clusterqueue
 from collector.service import CollectorService
-from gpuscope.sim import SimulatedCluster
-from gpuscope.sim.kube import nodes_json, pods_json, quotas_json
+from sim import SimulatedCluster
+from sim.kube import nodes_json, pods_json, quotas_json
 
 Clock = Callable[[], float]
 

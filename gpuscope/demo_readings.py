@@ -4,7 +4,7 @@
 nodes, the sample times) and writes one pickled frame per sample time on stdout: for each
 node its series' values, and its names and labels only when they changed (pods come and
 go a few times a week; the labels of a node stay the same between). The series are exactly
-what :func:`gpuscope.series.node_series` gives for the simulated readings, kept to
+what :func:`gpuscope.core.series.node_series` gives for the simulated readings, kept to
 :data:`KEPT`. Computing them costs about as much as the store's commit of them; in one
 process the two took turns (55 s for the week on two cores), in two they overlap. Threads
 do not help: both halves are mostly Python, and the GIL made them slower together.
@@ -22,10 +22,10 @@ from array import array
 from collections.abc import Iterator, Sequence
 from typing import Any, BinaryIO
 
-from gpuscope.catalogue import AGENT_METRICS
-from gpuscope.series import node_series
-from gpuscope.sim import SimulatedCluster
-from gpuscope.sim.scenario import Scenario
+from gpuscope.core.catalogue import AGENT_METRICS
+from gpuscope.core.series import node_series
+from sim import SimulatedCluster
+from sim.scenario import Scenario
 
 #: Families the history keeps: what the weekly report, the detectors and the dashboards'
 #: week views read (clocks, energy, ECC, NVLink/PCIe, packet and error counters are left to

@@ -18,12 +18,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from analytics.base import Analysis
-from analytics.report import ReportResult, weekly_report
+from analytics.report.weekly import ReportResult, weekly_report
 from analytics.runner import DETECTORS, run_on_store
 from collector.api_whatif import WhatIf
 from collector.service import CollectorService, run_collector
 from collector.store import Store
-from gpuscope.settings import Settings
+from gpuscope.core.settings import Settings
 
 if TYPE_CHECKING:
     from actions.executor import OwnerNotice
@@ -153,7 +153,7 @@ def add_actions(service: CollectorService, notices: AlertsNotices | None = None)
     from actions.kube import ClusterClient, KubeError
     from actions.policy import load_policies
     from actions.runner import run_policies
-    from gpuscope.errors import UserError
+    from gpuscope.core.errors import UserError
 
     cfg = service.settings.actions
     if cfg.policy_file is None:
@@ -183,12 +183,12 @@ def whatif_on_store(store: Store, settings: Settings, clock: Callable[[], float]
     """The replay behind ``GET /api/v1/whatif``: ``gpuscope whatif --db`` on the live store
     (the same :func:`~analytics.whatif.week.replay_window`), its refusals as
     :class:`~collector.api_whatif.WhatIfRefused` with the HTTP status they deserve."""
-    from analytics.report_week import Week
+    from analytics.report.week import Week
     from analytics.whatif.policies import POLICIES
     from analytics.whatif.week import replay_window
     from collector.api_whatif import WhatIfRefused
-    from gpuscope.cli_common import FIRST_YEAR, LAST_YEAR
-    from gpuscope.errors import UserError
+    from gpuscope.cli.common import FIRST_YEAR, LAST_YEAR
+    from gpuscope.core.errors import UserError
 
     def run(week_text: str | None, policies: list[str] | None) -> dict[str, Any]:
         now = datetime.fromtimestamp(clock(), UTC)

@@ -36,7 +36,7 @@ import duckdb
 from analytics.allocation import _record
 from analytics.whatif.events import Inventory, PodEvent, empty_nodes, request_of
 from collector.inventory_records import NodeInfo, PodInfo
-from gpuscope.records import WorkloadKind
+from gpuscope.core.records import WorkloadKind
 
 #: Versions of nodes / pods that overlap the window [start, end).
 NODES_SQL = (

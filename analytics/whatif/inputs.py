@@ -35,8 +35,8 @@ from analytics.whatif.events import (
 )
 from analytics.whatif.history import History
 from analytics.whatif.results import PolicyResult
-from gpuscope.errors import UserError
-from gpuscope.settings import Settings
+from gpuscope.core.errors import UserError
+from gpuscope.core.settings import Settings
 
 log = logging.getLogger(__name__)
 

@@ -43,7 +43,7 @@ def agent_process(
     port = port or free_port()
     args = ["agent", "--gpu-source", "sim", "--node", node, "--listen", f"{host}:{port}"]
     proc = subprocess.Popen(
-        [sys.executable, "-m", "gpuscope.cli", *args, *extra],
+        [sys.executable, "-m", "gpuscope.cli.main", *args, *extra],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,

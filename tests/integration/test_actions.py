@@ -30,7 +30,7 @@ from actions.policy import Policy, parse_policies
 from actions.runner import ActRun, run_policies
 from collector.inventory_records import node_from_json, pod_from_json
 from collector.store import Store
-from gpuscope.settings import Settings
+from gpuscope.core.settings import Settings
 from tests.fakes.kube_api import FakeKubeApi
 from tests.integration.test_idle import END, T0, Gpu, Work, fill
 
@@ -641,7 +641,7 @@ def act_cli(
         [
             sys.executable,
             "-m",
-            "gpuscope.cli",
+            "gpuscope.cli.main",
             "act",
             "--db",
             str(cluster.db),

@@ -154,9 +154,9 @@ def test_terminating_pods_are_never_candidates() -> None:
     from actions.plan import plan_idle
     from actions.policy import parse_policies
     from analytics.allocation import state_from_records
-    from analytics.consolidation import goals_from_pending, placement_from_state
+    from analytics.consolidation.plan import goals_from_pending, placement_from_state
     from collector.inventory_records import node_from_json
-    from gpuscope.records import Finding
+    from gpuscope.core.records import Finding
     from tests.integration.test_actions import node_obj, pod_obj
 
     now = datetime(2026, 3, 2, 11, 0, tzinfo=UTC)

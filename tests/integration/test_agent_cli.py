@@ -10,11 +10,11 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from gpuscope.catalogue import AGENT_METRICS
+from gpuscope.core.catalogue import AGENT_METRICS
 from tests.conftest import free_port
 
 pytestmark = pytest.mark.integration
-GPUSCOPE = [sys.executable, "-m", "gpuscope.cli"]
+GPUSCOPE = [sys.executable, "-m", "gpuscope.cli.main"]
 ENV = {**os.environ, "PYTHONUNBUFFERED": "1"}
 
 
@@ -168,7 +168,7 @@ def test_the_agent_command_loads_no_collector_side_or_exposition_library() -> No
     code = "\n".join(
         [
             "import io, sys, contextlib",
-            "from gpuscope.cli import main",
+            "from gpuscope.cli.main import main",
             "out = io.StringIO()",
             "with contextlib.redirect_stdout(out):",
             "    rc = main(['agent', '--gpu-source', 'sim', '--once'])",
@@ -181,6 +181,6 @@ def test_the_agent_command_loads_no_collector_side_or_exposition_library() -> No
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert res.returncode == 0, res.stdout + res.stderr
     from analytics.whatif.policies import POLICIES
-    from gpuscope.cli_whatif import POLICIES as CLI_POLICIES
+    from gpuscope.cli.whatif import POLICIES as CLI_POLICIES
 
     assert CLI_POLICIES == POLICIES

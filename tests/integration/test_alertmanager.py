@@ -11,7 +11,7 @@ import pytest
 from alerts.config import AlertsConfig
 from alerts.engine import AlertsEngine
 from collector.store import Store
-from gpuscope.records import Finding, finding_id
+from gpuscope.core.records import Finding, finding_id
 from tests.integration.alert_receivers import (
     FakeTime,
     alertmanager_server,

@@ -27,8 +27,8 @@ from collector.metrics import CollectorMetrics
 from collector.scrape import Scraper, Target
 from collector.store import Store
 from collector.targets import TargetRegistry
-from gpuscope.cli import main
-from gpuscope.records import Finding, finding_id
+from gpuscope.cli.main import main
+from gpuscope.core.records import Finding, finding_id
 from tests.conftest import free_port
 from tests.integration.alert_receivers import FakeTime, Reply, receiver
 from tests.integration.helpers import http_server, send

@@ -22,11 +22,11 @@ from fastapi.testclient import TestClient
 from agent.sim import scenario_clock
 from collector.api import create_app
 from collector.service import CollectorService
+from gpuscope.core.settings import load_settings
 from gpuscope.demo_parts import start_agents
 from gpuscope.service import analytics_job
-from gpuscope.settings import load_settings
-from gpuscope.sim import SimulatedCluster, default_scenario
-from gpuscope.sim.kube import namespaces_json, nodes_json, pods_json, quotas_json
+from sim import SimulatedCluster, default_scenario
+from sim.kube import namespaces_json, nodes_json, pods_json, quotas_json
 from tests.fakes.kube_api import FakeKubeApi
 from tests.integration.helpers import ENV
 
@@ -162,7 +162,7 @@ def test_analyze_all_on_the_database_finds_the_same(finished: dict[str, object])
         [
             sys.executable,
             "-m",
-            "gpuscope.cli",
+            "gpuscope.cli.main",
             "analyze",
             "all",
             "--db",
@@ -184,7 +184,15 @@ def test_analyze_all_on_the_database_finds_the_same(finished: dict[str, object])
     got = {f["kind"] for f in out["findings"]}
     assert {"quota_overuse", "node_fragmentation", "bandwidth_hotspot"} <= got
     text = subprocess.run(
-        [sys.executable, "-m", "gpuscope.cli", "analyze", "quota", "--db", str(finished["db"])],
+        [
+            sys.executable,
+            "-m",
+            "gpuscope.cli.main",
+            "analyze",
+            "quota",
+            "--db",
+            str(finished["db"]),
+        ],
         capture_output=True,
         text=True,
         timeout=120,
@@ -200,7 +208,7 @@ def test_consolidation_plans_room_for_the_blocked_job(finished: dict[str, object
         [
             sys.executable,
             "-m",
-            "gpuscope.cli",
+            "gpuscope.cli.main",
             "analyze",
             "consolidation",
             "--db",

@@ -22,7 +22,7 @@ from collector.api import ApiState, create_app
 from collector.metrics import CollectorMetrics
 from collector.store import Store
 from collector.targets import TargetRegistry
-from gpuscope.records import Finding, finding_id
+from gpuscope.core.records import Finding, finding_id
 from tests.conftest import free_port
 from tests.integration.alert_receivers import FakeTime, receiver
 

@@ -21,9 +21,9 @@ from fastapi.testclient import TestClient
 
 from collector.api import create_app
 from dashboards.stack import collector_service, start_agents
+from gpuscope.core.timefmt import TIME_KEYS
 from gpuscope.service import add_alerts, alerts_job, analytics_job
-from gpuscope.sim import SimulatedCluster, default_scenario
-from gpuscope.timefmt import TIME_KEYS
+from sim import SimulatedCluster, default_scenario
 
 pytestmark = pytest.mark.integration
 RFC3339_Z = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d{1,6})?Z$")

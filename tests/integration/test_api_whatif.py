@@ -17,8 +17,8 @@ from collector.api import ApiState, create_app
 from collector.metrics import CollectorMetrics
 from collector.store import Store
 from collector.targets import TargetRegistry
+from gpuscope.core.settings import Settings
 from gpuscope.service import whatif_on_store
-from gpuscope.settings import Settings
 from tests.integration.helpers import ENV
 from tests.integration.test_report_whatif import NOW, write_history
 
@@ -54,7 +54,7 @@ def client(db: Path) -> Iterator[TestClient]:
 def test_the_api_answers_what_the_cli_prints(db: Path) -> None:
     """Same week, same policies: the same JSON as ``gpuscope whatif --db --json``."""
     proc = subprocess.run(
-        [sys.executable, "-m", "gpuscope.cli", "whatif", "--db", str(db), "--week",
+        [sys.executable, "-m", "gpuscope.cli.main", "whatif", "--db", str(db), "--week",
          "2025-W10", "--json"],
         capture_output=True, text=True, timeout=120, env=ENV,
     )  # fmt: skip
@@ -123,8 +123,8 @@ def test_the_assembled_service_serves_the_replay(db: Path, tmp_path: Path) -> No
     """``gpuscope collector`` (extend_service) hands the API its replay: the route answers
     from the live store, where a bare collector answers 503."""
     from collector.service import CollectorService
+    from gpuscope.core.settings import load_settings
     from gpuscope.service import extend_service
-    from gpuscope.settings import load_settings
 
     live = tmp_path / "live.duckdb"
     live.write_bytes(db.read_bytes())

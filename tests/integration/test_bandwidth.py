@@ -19,7 +19,7 @@ from analytics.bandwidth import HotPort, bandwidth_history, run_bandwidth
 from analytics.base import Analysis
 from collector.batch import Batch
 from collector.store import Store
-from gpuscope.settings import AnalyticsSettings
+from gpuscope.core.settings import AnalyticsSettings
 
 T0 = datetime(2025, 3, 3, 10, 0, 0)
 RATE = 50e9  # 400 Gb/s in bytes/s

@@ -34,7 +34,7 @@ def snapshot(folder: Path) -> dict[str, bytes]:
 def gpuscope(cwd: Path, *args: str, env: dict[str, str] | None = None) -> tuple[int, str]:
     """Run the CLI in ``cwd``; the exit code and stderr."""
     proc = subprocess.run(
-        [sys.executable, "-m", "gpuscope.cli", *args],
+        [sys.executable, "-m", "gpuscope.cli.main", *args],
         cwd=cwd,
         capture_output=True,
         text=True,

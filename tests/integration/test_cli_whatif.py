@@ -21,7 +21,7 @@ CSV = FIXTURES / "alibaba-gpu-v2023" / "csv"
 
 def gpuscope(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "gpuscope.cli", "whatif", *args],
+        [sys.executable, "-m", "gpuscope.cli.main", "whatif", *args],
         cwd=cwd,
         capture_output=True,
         text=True,

@@ -45,7 +45,7 @@ def start_collector(
     args = [
         sys.executable,
         "-m",
-        "gpuscope.cli",
+        "gpuscope.cli.main",
         "collector",
         "--db",
         str(db),
@@ -167,7 +167,7 @@ def test_sigkill_loses_no_acknowledged_sample(tmp_path: Path, agents: list[str])
 
 def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "gpuscope.cli", *args],
+        [sys.executable, "-m", "gpuscope.cli.main", *args],
         capture_output=True,
         text=True,
         timeout=60,
@@ -224,7 +224,7 @@ def test_a_guessable_api_token_stops_the_start(tmp_path: Path, token: str, messa
     secret = tmp_path / "token"
     secret.write_text(token + "\n")  # as a mounted Secret holds it
     res = subprocess.run(
-        [sys.executable, "-m", "gpuscope.cli", "collector", "--kubernetes", "none",
+        [sys.executable, "-m", "gpuscope.cli.main", "collector", "--kubernetes", "none",
          "--db", str(db), "--listen", f"127.0.0.1:{free_port()}"],
         capture_output=True, text=True, timeout=60,
         env={**ENV, "GPUSCOPE_COLLECTOR__API_TOKEN_FILE": str(secret)},

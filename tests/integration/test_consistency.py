@@ -30,13 +30,13 @@ from prometheus_client import CollectorRegistry
 
 from analytics.base import Analysis
 from analytics.quota import over_quota_hours, run_quota
-from analytics.report_data import build_report, pod_usage
-from analytics.report_fragmentation import COLUMNS, change_points, fragmentation_at
-from analytics.report_week import Week
+from analytics.report.data import build_report, pod_usage
+from analytics.report.fragmentation import COLUMNS, change_points, fragmentation_at
+from analytics.report.week import Week
 from analytics.runner import run_on_store
 from collector.analytics_gauges import AnalyticsGauges
 from collector.store import Store
-from gpuscope.settings import Settings
+from gpuscope.core.settings import Settings
 from tests.integration import cluster_history as ch
 from tests.integration.helpers import ENV
 
@@ -220,7 +220,7 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     a user runs it."""
     out = tmp_path_factory.mktemp("demo") / "run"
     res = subprocess.run(
-        [sys.executable, "-m", "gpuscope.cli", "demo", "--out", str(out), "--nodes", "8",
+        [sys.executable, "-m", "gpuscope.cli.main", "demo", "--out", str(out), "--nodes", "8",
          "--days", "1", "--seconds", "20"],
         capture_output=True, text=True, timeout=300, env=ENV,
     )  # fmt: skip
@@ -234,7 +234,7 @@ def _demo_at(out: Path) -> datetime:
 
 
 def _demo_settings(out: Path) -> Settings:
-    from gpuscope.settings import load_settings
+    from gpuscope.core.settings import load_settings
 
     return load_settings(out / "demo-settings.yaml", env={})
 
@@ -245,7 +245,7 @@ def test_demo_analyze_without_flags_finds_what_the_demo_printed(demo: Path) -> N
     Now it says in one line how old the data is and analyses at its end: the same
     findings the demo printed (by kind and subject)."""
     res = subprocess.run(
-        [sys.executable, "-m", "gpuscope.cli", "analyze", "all", "--db",
+        [sys.executable, "-m", "gpuscope.cli.main", "analyze", "all", "--db",
          str(demo / "gpuscope.duckdb"), "--json"],
         capture_output=True, text=True, timeout=120, env=ENV,
     )  # fmt: skip
@@ -336,7 +336,7 @@ def test_demo_report_whatif_names_what_gpuscope_whatif_finds(demo: Path) -> None
     assert table.height > 1, report.whatif_note
     top = table.row(0, named=True)
     res = subprocess.run(
-        [sys.executable, "-m", "gpuscope.cli", "whatif", "--db", str(demo / "gpuscope.duckdb"),
+        [sys.executable, "-m", "gpuscope.cli.main", "whatif", "--db", str(demo / "gpuscope.duckdb"),
          "--week", week.label, "--config", str(demo / "demo-settings.yaml"), "--json"],
         capture_output=True, text=True, timeout=300, env=ENV,
     )  # fmt: skip

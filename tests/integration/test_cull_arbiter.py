@@ -35,7 +35,7 @@ from collector.api import ApiState, create_app
 from collector.metrics import CollectorMetrics
 from collector.store import Store
 from collector.targets import TargetRegistry
-from gpuscope.settings import AnalyticsSettings, WorkloadSettings
+from gpuscope.core.settings import AnalyticsSettings, WorkloadSettings
 from tests.conftest import free_port
 from tests.fakes.jupyterhub_api import CULLER_SCOPES, FakeHub, HubServer
 from tests.integration.test_idle import END, T0, Gpu, Work, fill

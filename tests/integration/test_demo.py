@@ -15,7 +15,7 @@ pytestmark = pytest.mark.integration
 
 def demo(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "gpuscope.cli", "demo", *args],
+        [sys.executable, "-m", "gpuscope.cli.main", "demo", *args],
         capture_output=True,
         text=True,
         timeout=300,
@@ -73,7 +73,7 @@ def test_demo_finds_what_the_scenario_planted(tmp_path: Path) -> None:
     # the command the demo prints reproduces its findings from the database
     hint = res.stdout.strip().splitlines()[-1].split("gpuscope ", 1)[1].split()
     again_out = subprocess.run(
-        [sys.executable, "-m", "gpuscope.cli", *hint, "--json"],
+        [sys.executable, "-m", "gpuscope.cli.main", *hint, "--json"],
         capture_output=True,
         text=True,
         timeout=120,
@@ -86,7 +86,7 @@ def test_demo_finds_what_the_scenario_planted(tmp_path: Path) -> None:
     line = next(x for x in res.stdout.splitlines() if x.startswith("the policies again"))
     words = shlex.split(line.split(": ", 1)[1])
     act = subprocess.run(
-        [sys.executable, "-m", "gpuscope.cli", *words[words.index("act") :], "--json"],
+        [sys.executable, "-m", "gpuscope.cli.main", *words[words.index("act") :], "--json"],
         capture_output=True,
         text=True,
         timeout=120,

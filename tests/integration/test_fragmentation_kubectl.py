@@ -12,9 +12,9 @@ from analytics.allocation import state_from_inventory, state_from_kubectl
 from analytics.fragmentation import analyze_fragmentation
 from collector.inventory_records import node_from_json, pod_from_json
 from collector.store import Store
-from gpuscope.settings import AnalyticsSettings
-from gpuscope.sim import SimulatedCluster, default_scenario
-from gpuscope.sim.kube import nodes_json, pods_json
+from gpuscope.core.settings import AnalyticsSettings
+from sim import SimulatedCluster, default_scenario
+from sim.kube import nodes_json, pods_json
 
 AT = datetime(2025, 1, 1, tzinfo=UTC)
 

@@ -34,7 +34,7 @@ PASSWORD = "hunter2-very-secret"
 SMALL_DISK = (
     "import os, resource, signal, sys; signal.signal(signal.SIGXFSZ, signal.SIG_IGN); "
     "n = int(sys.argv[1]); resource.setrlimit(resource.RLIMIT_FSIZE, (n, n)); "
-    "os.execv(sys.executable, [sys.executable, '-m', 'gpuscope.cli', *sys.argv[2:]])"
+    "os.execv(sys.executable, [sys.executable, '-m', 'gpuscope.cli.main', *sys.argv[2:]])"
 )
 
 
@@ -54,7 +54,7 @@ def collector(
     """A real ``gpuscope collector`` at a 1 s interval. ``file_size_limit``: no file the
     process writes may grow past it (a small disk: writes fail with EFBIG, as ENOSPC)."""
     port = free_port()
-    cmd = [sys.executable, "-m", "gpuscope.cli"]
+    cmd = [sys.executable, "-m", "gpuscope.cli.main"]
     if file_size_limit is not None:
         cmd = [sys.executable, "-c", SMALL_DISK, str(file_size_limit)]
     args = [*cmd, "collector", "--db", str(db),
@@ -221,7 +221,7 @@ def test_a_never_finishing_body_does_not_delay_a_healthy_targets_pages(agent: st
 def test_timeout_not_less_than_interval_is_refused_in_one_line(tmp_path: Path) -> None:
     """Before: a 10 s timeout was accepted with a 1 s interval."""
     res = subprocess.run(
-        [sys.executable, "-m", "gpuscope.cli", "collector", "--kubernetes", "none",
+        [sys.executable, "-m", "gpuscope.cli.main", "collector", "--kubernetes", "none",
          "--db", str(tmp_path / "x.duckdb"), "--scrape-interval", "1"],
         capture_output=True, text=True, timeout=60,
         env={**ENV, "GPUSCOPE_COLLECTOR__SCRAPE_TIMEOUT_SECONDS": "10"},

@@ -21,8 +21,8 @@ from hypothesis import strategies as st
 from analytics.idle import KINDS, activity_state, run_idle
 from collector.batch import Batch
 from collector.store import Store
-from gpuscope.records import Finding
-from gpuscope.settings import AnalyticsSettings, WorkloadSettings
+from gpuscope.core.records import Finding
+from gpuscope.core.settings import AnalyticsSettings, WorkloadSettings
 
 T0 = datetime(2026, 3, 2, 10, 0)
 END = T0 + timedelta(hours=1)
@@ -356,7 +356,7 @@ def test_scheduled_analytics_pass_the_collectors_scrape_interval(store: Store) -
     calls) finds the idle notebook whether 60 s or the 15 s default is declared: the
     spacing is learned from the samples, so a minute between them is not missing data."""
     from analytics.runner import run_on_store
-    from gpuscope.settings import Settings
+    from gpuscope.core.settings import Settings
 
     nb = Work("alice", "jupyter-alice", "interactive", (A0,))
     fill(store, [A0], [nb], lambda g, ts: 0.01, step=60)

@@ -21,8 +21,8 @@ import trustme
 from actions.kube import ClusterClient, Forbidden
 from collector.inventory import InventoryError, KubeInventory, kube_configuration
 from collector.kube_api import RetryPolicy
-from gpuscope.errors import ConfigError
-from gpuscope.settings import CollectorSettings, load_settings
+from gpuscope.core.errors import ConfigError
+from gpuscope.core.settings import CollectorSettings, load_settings
 from tests.conftest import free_port
 from tests.fakes.kube_api import FakeKubeApi
 

@@ -20,7 +20,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from alerts.metrics import AlertMetrics
 from dashboards.stack import collector_service, start_agents
 from gpuscope.service import analytics_job
-from gpuscope.sim import SimulatedCluster, default_scenario
+from sim import SimulatedCluster, default_scenario
 from tests.paths import FIXTURES
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
@@ -63,7 +63,7 @@ def collector_page(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 def agent_page() -> str:
     sysfs = FIXTURES / "infiniband-procfs" / "sys"
     done = subprocess.run(
-        [sys.executable, "-m", "gpuscope.cli", "agent", "--gpu-source", "sim",
+        [sys.executable, "-m", "gpuscope.cli.main", "agent", "--gpu-source", "sim",
          "--sysfs-root", str(sysfs), "--once"],
         capture_output=True, text=True, timeout=60, check=True,
     )  # fmt: skip

@@ -16,7 +16,7 @@ import pytest
 from agent.podresources import DeviceAllocation, PodResourcesClient
 from agent.proto import podresources_v1_pb2 as pb2
 from agent.proto import podresources_v1_pb2_grpc as pb2_grpc
-from gpuscope.errors import SourceError
+from gpuscope.core.errors import SourceError
 
 pytestmark = pytest.mark.integration
 

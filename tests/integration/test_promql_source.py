@@ -14,7 +14,7 @@ import pytest
 
 from collector.promql import PrometheusQuerySource
 from collector.store import Store
-from gpuscope.errors import SourceError
+from gpuscope.core.errors import SourceError
 from tests.integration.helpers import agent_process, http_server, prometheus_server, send
 
 pytestmark = pytest.mark.integration

@@ -21,7 +21,7 @@ from analytics.quota import run_quota
 from collector.batch import Batch
 from collector.inventory_records import PodInfo, QuotaInfo
 from collector.store import Store
-from gpuscope.settings import AnalyticsSettings
+from gpuscope.core.settings import AnalyticsSettings
 
 T0 = datetime(2025, 3, 3, 10, 0, 0)
 INFO = "gpuscope_gpu_workload_info"

@@ -20,8 +20,8 @@ from collector.inventory import quota_from_clusterqueue
 from collector.service import CollectorService
 from dashboards.stack import collector_service
 from gpuscope.service import analytics_job
-from gpuscope.sim import SimulatedCluster, default_scenario
-from gpuscope.sim.kube import quotas_json
+from sim import SimulatedCluster, default_scenario
+from sim.kube import quotas_json
 
 pytestmark = pytest.mark.integration
 T0 = 1_795_000_000.0
@@ -89,7 +89,7 @@ def test_first_scheduled_runs_keep_the_quotas_and_agree_with_the_findings(
 def test_no_quota_gauge_before_there_is_inventory(tmp_path: Path, clock: list[float]) -> None:
     """A collector with no inventory yet publishes no quota numbers (a 0 would claim that
     nobody is guaranteed or uses anything), only the zero count of quota findings."""
-    from gpuscope.settings import load_settings
+    from gpuscope.core.settings import load_settings
 
     settings = load_settings(
         env={}, overrides={"collector": {"db": tmp_path / "e.duckdb", "kubernetes": "none"}}

@@ -20,14 +20,14 @@ from typing import Any
 import polars as pl
 import pytest
 
-from analytics.report import weekly_report
-from analytics.report_data import TABLES, WeeklyReport, build_report
-from analytics.report_week import Week
+from analytics.report.data import TABLES, WeeklyReport, build_report
+from analytics.report.week import Week
+from analytics.report.weekly import weekly_report
 from collector.batch import Batch
 from collector.service import CollectorService
 from collector.store import Store
+from gpuscope.core.settings import Settings, load_settings
 from gpuscope.service import report_job
-from gpuscope.settings import Settings, load_settings
 from tests.integration import report_week as rw
 from tests.integration.helpers import ENV
 
@@ -168,8 +168,8 @@ def test_worst_fragmentation_is_the_worst_state_of_the_week(db: Path, tmp_path: 
     "worst 13 %" of a week whose last hours sat at 54 % with a 4-GPU job blocked. A state
     that lasts only Sunday 20:00-24:00 (a 4-GPU job pending, a 1-GPU pod on n1) is a row
     of 4 hours, the week's worst, and the summary's worst; the mean is time-weighted."""
-    from analytics.report_fragmentation import weighted_mean
-    from analytics.report_markdown import render_markdown
+    from analytics.report.fragmentation import weighted_mean
+    from analytics.report.markdown import render_markdown
 
     copy = tmp_path / "late.duckdb"
     copy.write_bytes(db.read_bytes())
@@ -264,7 +264,7 @@ def test_raw_samples_and_their_rollups_give_the_same_report(tmp_path: Path) -> N
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "gpuscope.cli", "report", "weekly", *args],
+        [sys.executable, "-m", "gpuscope.cli.main", "report", "weekly", *args],
         capture_output=True, text=True, timeout=120, env=ENV,
     )  # fmt: skip
 

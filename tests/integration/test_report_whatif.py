@@ -35,14 +35,14 @@ import polars as pl
 import pytest
 
 from analytics.allocation import records_from_kubectl
-from analytics.report_data import WeeklyReport, build_report
-from analytics.report_html import render_html
-from analytics.report_markdown import render_markdown
-from analytics.report_week import Week
-from analytics.report_whatif import WHAT_HAPPENED, whatif_over
+from analytics.report.data import WeeklyReport, build_report
+from analytics.report.html import render_html
+from analytics.report.markdown import render_markdown
+from analytics.report.week import Week
+from analytics.report.whatif import WHAT_HAPPENED, whatif_over
 from analytics.whatif.policies import POLICIES
 from collector.store import Store
-from gpuscope.settings import Settings
+from gpuscope.core.settings import Settings
 from tests.unit.test_placement_regressions import k8s_node, k8s_pod
 
 pytestmark = pytest.mark.integration
@@ -338,7 +338,7 @@ def test_the_week_ends_at_midnight_utc_whatever_the_local_time_zone(tmp_path: Pa
             store.record_inventory(at(h), nodes=n_infos, pods=p_infos)
     env = {k: v for k, v in os.environ.items() if not k.startswith("GPUSCOPE_")}
     proc = subprocess.run(
-        [sys.executable, "-m", "gpuscope.cli", "whatif", "--db", str(tmp_path / "tz.duckdb"),
+        [sys.executable, "-m", "gpuscope.cli.main", "whatif", "--db", str(tmp_path / "tz.duckdb"),
          "--week", "2025-W10", "--policy", "fgd", "--json"],
         capture_output=True, text=True, timeout=120, env=env | {"TZ": "JST-9"},
     )  # fmt: skip

@@ -81,7 +81,7 @@ def test_whatif_db_names_the_gpus_packing_recovers(tmp_path: Path) -> None:
         [
             sys.executable,
             "-m",
-            "gpuscope.cli",
+            "gpuscope.cli.main",
             "whatif",
             "--db",
             str(db),
@@ -131,7 +131,7 @@ def test_bad_db_input_is_one_line(tmp_path: Path, args: list[str], message: str)
         str(db) if a == "DB" else str(tmp_path / "m.duckdb") if a == "MISSING" else a for a in args
     ]
     proc = subprocess.run(
-        [sys.executable, "-m", "gpuscope.cli", "whatif", *args],
+        [sys.executable, "-m", "gpuscope.cli.main", "whatif", *args],
         capture_output=True,
         text=True,
         timeout=120,

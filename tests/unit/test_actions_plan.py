@@ -9,8 +9,8 @@ import pytest
 from actions.plan import idle_key, plan_idle
 from actions.policy import parse_policies
 from collector.inventory_records import PodInfo
-from gpuscope.errors import ConfigError
-from gpuscope.records import Finding, WorkloadKind
+from gpuscope.core.errors import ConfigError
+from gpuscope.core.records import Finding, WorkloadKind
 
 NOW = datetime(2026, 11, 21, 12, 0, tzinfo=UTC)
 

@@ -10,7 +10,7 @@ from alerts.lifecycle import advance, from_record, to_record
 from alerts.matchers import parse_matcher
 from alerts.model import Candidate
 from alerts.rules import SeriesWindow, finding_candidates, metric_candidates, render
-from gpuscope.errors import ConfigError
+from gpuscope.core.errors import ConfigError
 
 T0 = datetime(2026, 3, 2, 9, 0)
 

@@ -7,7 +7,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from analytics.base import Analysis
 from collector.analytics_gauges import AnalyticsGauges
-from gpuscope.records import Finding, finding_id
+from gpuscope.core.records import Finding, finding_id
 
 NOW = datetime(2026, 11, 16, tzinfo=UTC)
 

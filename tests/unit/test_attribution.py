@@ -1,7 +1,7 @@
 """GPU -> pod attribution from pod-resources, process cgroups and the source's own pod list.
 
 Also the API-server pod metadata cache it classifies with. The procfs tree, the kubelet and
-the API server are doubles; classification is the real :func:`gpuscope.workload.classify`.
+the API server are doubles; classification is the real :func:`gpuscope.core.workload.classify`.
 """
 
 from __future__ import annotations
@@ -26,9 +26,9 @@ from kubernetes.client.exceptions import ApiException
 from agent.attribution import KubeletAttributor
 from agent.podmeta import ApiServerPodMetadata, NoPodMetadata, PodMeta, pod_meta_from_api
 from agent.podresources import DeviceAllocation
-from gpuscope.errors import SourceError
-from gpuscope.records import GpuProcess, GpuReading, GpuWorkload, PodRef, WorkloadKind
-from gpuscope.settings import WorkloadSettings
+from gpuscope.core.errors import SourceError
+from gpuscope.core.records import GpuProcess, GpuReading, GpuWorkload, PodRef, WorkloadKind
+from gpuscope.core.settings import WorkloadSettings
 
 GPU0 = "GPU-00000000-0000-0000-0000-000000000000"
 GPU1 = "GPU-11111111-1111-1111-1111-111111111111"

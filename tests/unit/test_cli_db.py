@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from collector.store import Store
-from gpuscope.cli import main
+from gpuscope.cli.main import main
 from tests.unit.test_store_rollups import filled
 
 

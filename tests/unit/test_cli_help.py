@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpuscope.cli import main
+from gpuscope.cli.main import main
 
 
 def test_report_weekly_help_is_its_own(capsys: pytest.CaptureFixture[str]) -> None:

@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from analytics.allocation import ClusterState, NodeState
-from analytics.consolidation import (
+from analytics.consolidation.plan import (
     Goal,
     Placed,
     Plan,
@@ -25,8 +25,8 @@ from analytics.consolidation import (
     plan_high_node_utilization,
 )
 from collector.inventory_records import PodInfo
-from gpuscope.records import WorkloadKind
-from gpuscope.settings import AnalyticsSettings
+from gpuscope.core.records import WorkloadKind
+from gpuscope.core.settings import AnalyticsSettings
 
 AT = datetime(2025, 1, 1, tzinfo=UTC)
 
@@ -282,7 +282,7 @@ def clusters(draw: st.DrawFn) -> tuple[list[NodeState], list[Placed], list[Goal]
 def test_planner_vs_baselines_and_exact(
     case: tuple[list[NodeState], list[Placed], list[Goal]],
 ) -> None:
-    from analytics.consolidation_exact import exact_min_evictions
+    from analytics.consolidation.exact import exact_min_evictions
 
     nodes, placed, goals = case
     plan = plan_consolidation(nodes, placed, goals)

@@ -8,15 +8,15 @@ import pytest
 import yaml
 from pydantic import BaseModel
 
-from gpuscope.catalogue import render_markdown
-from gpuscope.cli import build_parser
-from gpuscope.settings import Settings
+from gpuscope.cli.main import build_parser
+from gpuscope.core.catalogue import render_markdown
+from gpuscope.core.settings import Settings
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 def test_metric_doc_is_generated_from_the_catalogue() -> None:
-    """docs/metrics.md opens with what `python -m gpuscope.catalogue` prints (regenerate that
+    """docs/metrics.md opens with what `python -m gpuscope.core.catalogue` prints (regenerate that
     part if not); the hand-written sections (renames, mappings) follow it."""
     assert (REPO / "docs" / "metrics.md").read_text().startswith(render_markdown() + "\n## ")
 
@@ -97,7 +97,7 @@ def test_collector_configmap_holds_valid_alerts_and_policies() -> None:
     """The deployed config, alerts file and policy file load as the collector would load them."""
     from actions.policy import parse_policies
     from alerts.config import load_alerts_config
-    from gpuscope.settings import Settings
+    from gpuscope.core.settings import Settings
 
     docs = list(yaml.safe_load_all((REPO / "deploy/collector/collector.yaml").read_text()))
     data = next(d for d in docs if d and d["kind"] == "ConfigMap")["data"]

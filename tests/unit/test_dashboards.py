@@ -25,7 +25,7 @@ from dashboards.promql import (
     substitute,
     variable_query,
 )
-from gpuscope.catalogue import agent_sample_names
+from gpuscope.core.catalogue import agent_sample_names
 
 REPO = Path(__file__).resolve().parents[2]
 DASHBOARDS = {p.stem: load(p) for p in dashboard_files()}

@@ -24,15 +24,15 @@ import pytest
 
 from agent.dcgm import WATCH_FIELD_IDS, DcgmSource, load_dcgm_bindings
 from agent.dcgm_exporter import DcgmExporterSource, parse_page
-from gpuscope.dcgm import (
+from gpuscope.core.dcgm import (
     FIELDS,
     FIELDS_BY_NAME,
     MIB,
     is_blank,
     readings_from_dcgm_exporter,
 )
-from gpuscope.errors import SourceError
-from gpuscope.records import GpuProcess, GpuReading, PodRef
+from gpuscope.core.errors import SourceError
+from gpuscope.core.records import GpuProcess, GpuReading, PodRef
 from tests.paths import FIXTURES
 
 DATA = FIXTURES
@@ -61,7 +61,7 @@ def line(name: str, value: str, **labels: str) -> str:
     return f"{name}{{{inner}}} {value}\n"
 
 
-# --- gpuscope.dcgm: translation of the recorded page -------------------------------------
+# --- gpuscope.core.dcgm: translation of the recorded page -------------------------------------
 
 
 def test_sample_first_t4_values_in_base_units() -> None:
@@ -103,7 +103,7 @@ def test_sample_a10g_dram_active_attributed_to_its_pod() -> None:
 
 def test_sample_unlabelled_dummy_block_is_skipped(caplog: pytest.LogCaptureFixture) -> None:
     """Series with no gpu/UUID labels make no reading and are logged at DEBUG."""
-    with caplog.at_level(logging.DEBUG, logger="gpuscope.dcgm"):
+    with caplog.at_level(logging.DEBUG, logger="gpuscope.core.dcgm"):
         readings = sample_readings()
     assert set(readings) == {T4_A, T4_B, A10G}
     # The dummy DCGM_FI_PROF_SM_ACTIVE 0 must not land on any GPU as a real zero.
@@ -571,7 +571,7 @@ def test_the_agent_connects_to_the_configured_hostengine(
     """GPUSCOPE_AGENT__DCGM_HOSTENGINE (what the Helm chart sets to the node's address) reaches
     DcgmReader; "embedded" asks for a host engine inside the agent (hostname None)."""
     from agent.build import _dcgm_source
-    from gpuscope.settings import load_settings
+    from gpuscope.core.settings import load_settings
 
     for name, text in _FAKE_BINDINGS.items():
         (tmp_path / name).write_text(text)

@@ -5,10 +5,10 @@ import json
 import pickle
 from array import array
 
-from gpuscope.catalogue import AGENT_METRICS
+from gpuscope.core.catalogue import AGENT_METRICS
+from gpuscope.core.series import node_series
 from gpuscope.demo_readings import KEPT, frames, request, serve
-from gpuscope.series import node_series
-from gpuscope.sim import SimulatedCluster, default_scenario
+from sim import SimulatedCluster, default_scenario
 
 SPECS = {m.name: m for m in AGENT_METRICS}
 

@@ -9,8 +9,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import CollectorRegistry
 
 from agent.exposition import AgentCollector
-from gpuscope.catalogue import AGENT_METRICS
-from gpuscope.records import GpuProcess, GpuReading, GpuWorkload, IbPortReading, WorkloadKind
+from gpuscope.core.catalogue import AGENT_METRICS
+from gpuscope.core.records import GpuProcess, GpuReading, GpuWorkload, IbPortReading, WorkloadKind
 
 FULL = GpuReading(
     index=0,
@@ -193,7 +193,7 @@ def test_source_raising_is_reported_down() -> None:
 @pytest.mark.parametrize("spec", AGENT_METRICS, ids=lambda m: m.name)
 def test_catalogue_follows_prometheus_conventions(spec: object) -> None:
     """Names carry base-unit suffixes; counters are not named _total twice; GPU series have node/gpu/uuid."""
-    from gpuscope.catalogue import MetricSpec
+    from gpuscope.core.catalogue import MetricSpec
 
     assert isinstance(spec, MetricSpec)
     assert spec.name.startswith("gpuscope_")

@@ -19,7 +19,7 @@ from analytics.fragmentation import (
     task_fragment,
 )
 from collector.inventory_records import NodeInfo, PodInfo
-from gpuscope.settings import AnalyticsSettings
+from gpuscope.core.settings import AnalyticsSettings
 
 AT = datetime(2025, 1, 1, tzinfo=UTC)
 HALF = Task(gpu_count=1, gpu_share=0.5)

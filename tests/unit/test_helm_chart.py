@@ -17,8 +17,8 @@ from cloudcoil.models.prometheus_operator import v1 as prometheus_operator
 
 from deploy.render import CHART, PLAIN_VALUES, RenderError, objects, render, stale
 from gpuscope import __version__
-from gpuscope.cli import build_parser
-from gpuscope.settings import Settings, load_settings
+from gpuscope.cli.main import build_parser
+from gpuscope.core.settings import Settings, load_settings
 
 REPO = Path(__file__).resolve().parents[2]
 VALUES = yaml.safe_load((CHART / "values.yaml").read_text())

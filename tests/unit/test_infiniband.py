@@ -18,8 +18,8 @@ import pytest
 
 from agent.infiniband import SysfsIbSource, parse_rate
 from agent.sources import IbSource
-from gpuscope.errors import SourceError
-from gpuscope.records import IbPortReading
+from gpuscope.core.errors import SourceError
+from gpuscope.core.records import IbPortReading
 from tests.paths import FIXTURES
 
 DATA = FIXTURES

@@ -11,7 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from gpuscope.logs import make_handler
+from gpuscope.core.logs import make_handler
 
 TRACE = Path(__file__).resolve().parents[1] / "fixtures" / "alibaba-gpu-v2023" / "csv"
 RFC3339_Z = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z$")
@@ -42,7 +42,7 @@ def _analyze(
 ) -> list[str]:
     """The log lines of ``gpuscope [before] analyze fragmentation ... [after]`` on the trace."""
     done = subprocess.run(
-        [sys.executable, "-m", "gpuscope.cli", *before, "analyze", "fragmentation",
+        [sys.executable, "-m", "gpuscope.cli.main", *before, "analyze", "fragmentation",
          "--nodes", str(TRACE / "openb_node_list_gpu_node.csv"),
          "--pods", str(TRACE / "openb_pod_list_multigpu50.csv"), "--log-level", "DEBUG",
          *after],

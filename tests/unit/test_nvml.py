@@ -14,8 +14,8 @@ import pynvml
 import pytest
 
 from agent.nvml import NvmlSource
-from gpuscope.errors import SourceError
-from gpuscope.records import GpuReading
+from gpuscope.core.errors import SourceError
+from gpuscope.core.records import GpuReading
 from tests.fakes.nvml import NVIDIA_SMI_XML, FakeNvml
 
 A10G = NVIDIA_SMI_XML / "a10g.xml"

@@ -18,7 +18,7 @@ from agent.exposition import AgentCollector
 from agent.page import FamilySpec, PageWriter, Samples, go_float, negotiate
 from agent.process_metrics import PROCESS_FAMILIES, ProcessMetrics
 from agent.sim import SimAttributor, SimGpuSource, SimIbSource
-from gpuscope.sim import SimulatedCluster, default_scenario
+from sim import SimulatedCluster, default_scenario
 
 SPECIAL = [
     0.0, -0.0, 1.0, -1.0, 0.5, 1e-12, -1.5e-12, 999_999.0, 1e6, 1_234_567.0, -1_234_567.0,

@@ -93,7 +93,7 @@ def test_matches_client_on_recorded_dcgm_exporter_page() -> None:
 @pytest.fixture(scope="module")
 def agent_page() -> str:
     proc = subprocess.run(
-        [sys.executable, "-m", "gpuscope.cli", "agent", "--gpu-source", "sim", "--once"],
+        [sys.executable, "-m", "gpuscope.cli.main", "agent", "--gpu-source", "sim", "--once"],
         capture_output=True,
         text=True,
         timeout=120,

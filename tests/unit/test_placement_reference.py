@@ -25,7 +25,7 @@ from analytics.allocation import state_from_records
 from analytics.fragmentation import analyze_fragmentation, summarize
 from analytics.runner import run_on_snapshot
 from collector.inventory_records import NodeInfo, PodInfo
-from gpuscope.settings import AnalyticsSettings, Settings
+from gpuscope.core.settings import AnalyticsSettings, Settings
 from tests.paths import FIXTURES
 
 AT = datetime(2025, 1, 1, tzinfo=UTC)

@@ -13,11 +13,11 @@ import pytest
 
 from analytics.allocation import NodeState, Task
 from analytics.base import Analysis
-from analytics.consolidation import Goal, Placed, plan_consolidation
+from analytics.consolidation.plan import Goal, Placed, plan_consolidation
 from analytics.fragmentation import TaskMix, learn_task_mix
 from analytics.runner import run_on_snapshot
 from analytics.trace import read_tasks
-from gpuscope.settings import Settings
+from gpuscope.core.settings import Settings
 
 AT = datetime(2025, 1, 1, tzinfo=UTC)
 

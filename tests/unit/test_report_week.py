@@ -4,9 +4,9 @@ from datetime import UTC, datetime
 
 import pytest
 
-from analytics.report_html import format_cell
-from analytics.report_week import Week
-from gpuscope.errors import UserError
+from analytics.report.html import format_cell
+from analytics.report.week import Week
+from gpuscope.core.errors import UserError
 
 
 def test_iso_week_bounds_are_monday_to_monday_utc() -> None:

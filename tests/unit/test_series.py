@@ -1,8 +1,8 @@
 """The shared readings-to-series mapping fits the catalogue exactly."""
 
-from gpuscope.catalogue import AGENT_METRICS_BY_NAME
-from gpuscope.series import node_series
-from gpuscope.sim import SimulatedCluster, default_scenario
+from gpuscope.core.catalogue import AGENT_METRICS_BY_NAME
+from gpuscope.core.series import node_series
+from sim import SimulatedCluster, default_scenario
 
 
 def test_every_series_matches_its_spec_labels() -> None:
@@ -22,7 +22,7 @@ def test_every_series_matches_its_spec_labels() -> None:
 
 def test_lost_gpu_yields_identity_only() -> None:
     """A lost GPU gives its info and up=0 series, nothing else."""
-    from gpuscope.records import GpuReading
+    from gpuscope.core.records import GpuReading
 
     got = list(node_series("n", [GpuReading(index=3, uuid="GPU-x", up=False, power_watts=5.0)]))
     assert [(n, v) for n, _, v in got] == [("gpuscope_gpu_info", 1.0), ("gpuscope_gpu_up", 0.0)]

@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from gpuscope.errors import ConfigError
-from gpuscope.settings import load_settings, parse_listen
+from gpuscope.core.errors import ConfigError
+from gpuscope.core.settings import load_settings, parse_listen
 
 
 def test_flags_beat_env_beat_file_beat_defaults(tmp_path: Path) -> None:

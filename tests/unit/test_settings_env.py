@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from gpuscope.errors import ConfigError
-from gpuscope.settings import load_settings
+from gpuscope.core.errors import ConfigError
+from gpuscope.core.settings import load_settings
 
 
 def test_a_nested_setting_is_set_from_the_environment() -> None:

@@ -4,9 +4,9 @@ from pathlib import Path
 
 import pytest
 
-from gpuscope.errors import ConfigError
-from gpuscope.sim import Scenario, SimulatedCluster, default_scenario, load_scenario
-from gpuscope.sim.scenario import HOUR, NodeSpec, WorkloadSpec
+from gpuscope.core.errors import ConfigError
+from sim import Scenario, SimulatedCluster, default_scenario, load_scenario
+from sim.scenario import HOUR, NodeSpec, WorkloadSpec
 
 
 @pytest.fixture(scope="module")

@@ -12,9 +12,9 @@ from collector.inventory import (
     quota_from_clusterqueue,
     quota_from_kai_queue,
 )
-from gpuscope.records import WorkloadKind
-from gpuscope.sim import NodeSpec, Scenario, SimulatedCluster, WorkloadSpec, default_scenario
-from gpuscope.sim.kube import namespaces_json, nodes_json, pods_json, quotas_json, rfc3339
+from gpuscope.core.records import WorkloadKind
+from sim import NodeSpec, Scenario, SimulatedCluster, WorkloadSpec, default_scenario
+from sim.kube import namespaces_json, nodes_json, pods_json, quotas_json, rfc3339
 
 ORIGIN = 1_717_200_000.0
 

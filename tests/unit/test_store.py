@@ -14,7 +14,7 @@ from collector import schema
 from collector.batch import Batch
 from collector.schema import migrate
 from collector.store import Q, Retention, Store, series_kind
-from gpuscope.errors import UserError
+from gpuscope.core.errors import UserError
 
 T0 = datetime(2025, 3, 3, 10, 0, 0)  # a Monday, 10:00 UTC
 ENERGY = "gpuscope_gpu_energy_joules_total"

@@ -5,8 +5,8 @@ from pathlib import Path
 import pytest
 
 from collector.store import Store
-from gpuscope.errors import ConfigError
-from gpuscope.settings import load_settings
+from gpuscope.core.errors import ConfigError
+from gpuscope.core.settings import load_settings
 
 
 def test_the_store_opens_duckdb_with_the_memory_limit_given(tmp_path: Path) -> None:

@@ -8,7 +8,7 @@ from prometheus_client.registry import Collector, CollectorRegistry
 from agent.exposition import AgentCollector
 from agent.sim import SimAttributor, SimGpuSource, SimIbSource
 from agent.textformat import generate_text
-from gpuscope.sim import SimulatedCluster, default_scenario
+from sim import SimulatedCluster, default_scenario
 
 
 class Tricky(Collector):

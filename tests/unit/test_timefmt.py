@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from gpuscope.core.timefmt import api_times, rfc3339
 from gpuscope.demo import follow_up_lines, gpuscope_command
-from gpuscope.timefmt import api_times, rfc3339
 
 AT = datetime(2026, 11, 23, 0, 10, 26, tzinfo=UTC)
 
@@ -95,7 +95,7 @@ def test_the_demo_prints_whole_seconds(tmp_path: Path) -> None:
 def test_analyze_json_writes_times_as_the_api_does() -> None:
     from analytics.base import Analysis
     from analytics.runner import as_json
-    from gpuscope.records import Finding, finding_id
+    from gpuscope.core.records import Finding, finding_id
 
     subject = {"namespace": "r", "pod": "nb-0"}
     f = Finding(finding_id("idle_session", subject), "idle_session", "warning", subject,

@@ -8,7 +8,7 @@ import pytest
 
 from analytics.allocation import Task
 from analytics.trace import parse_gpu_spec, read_trace
-from gpuscope.errors import UserError
+from gpuscope.core.errors import UserError
 from tests.paths import TRACE_CSV
 
 CSV = TRACE_CSV

@@ -2,9 +2,9 @@
 
 import pytest
 
-from gpuscope.records import WorkloadKind
-from gpuscope.settings import WorkloadRule
-from gpuscope.workload import PodFacts, classify, project_of, workload_kind
+from gpuscope.core.records import WorkloadKind
+from gpuscope.core.settings import WorkloadRule
+from gpuscope.core.workload import PodFacts, classify, project_of, workload_kind
 
 
 def pod(

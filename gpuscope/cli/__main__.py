@@ -1,0 +1,5 @@
+"""``python -m gpuscope.cli``: the same as the ``gpuscope`` command."""
+
+from gpuscope.cli.main import main
+
+main()

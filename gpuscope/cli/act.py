@@ -1,0 +1,159 @@
+"""``gpuscope act``: run the action policies once over a database (dry run unless
+``--execute``), and print what was done or would be done.
+
+Exit codes: 0 when every step was done (or would be, or was held back by a safety rule),
+or there was nothing to do; 3 when the API server refused a step or a step failed
+(forbidden, unauthorized, conflict, invalid, blocked by a PodDisruptionBudget, a 5xx or no
+answer, given up), so that automation notices; 2 for bad input (one line on stderr).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from gpuscope.core.errors import UserError
+from gpuscope.core.settings import Settings, load_settings
+
+if TYPE_CHECKING:
+    from collector.store import Store
+
+#: ``gpuscope act``'s exit code when a step was refused or failed.
+EXIT_REFUSED = 3
+
+
+@dataclass
+class _Context:
+    """What the alerts notices need, outside the collector's service."""
+
+    settings: Settings
+    store: Store
+    clock: Callable[[], float] = field(default=time.time)
+
+
+def add_act_parser(
+    sub: argparse._SubParsersAction[Any],
+) -> argparse.ArgumentParser:
+    act: argparse.ArgumentParser = sub.add_parser(
+        "act", help="run idle-termination and consolidation policies (dry run by default)"
+    )
+    act.add_argument(
+        "--db", type=Path, metavar="PATH", required=True, help="a gpuscope DuckDB file"
+    )
+    act.add_argument("--policy", type=Path, metavar="FILE", required=True, help="YAML policy file")
+    act.add_argument(
+        "--execute",
+        action="store_true",
+        help="change the cluster (only policies with dry_run: false; default: a dry run)",
+    )
+    act.add_argument("--at", metavar="TIME", help="run as of this time (RFC 3339; default now)")
+    act.add_argument("--json", action="store_true", help="print one JSON object")
+    act.add_argument(
+        "--config", type=Path, help="YAML settings file (actions, collector.kubernetes)"
+    )
+    return act
+
+
+def _as_of_the_data(store: Store, now: datetime, settings: Settings, *, execute: bool) -> datetime:
+    """``analyze``'s data-age rule for ``act`` without ``--at``: on a database whose data
+    ended a while ago, a dry run plans as of the newest data (as of now, no idle notebook
+    would be left to see and the last inventory would pass for today's), saying so in one
+    line; ``--execute`` refuses, since it would change today's cluster on that old picture
+    of it."""
+    from analytics.runner import analysis_time, newest_data
+
+    cur = store.cursor()
+    try:
+        newest = newest_data(cur)
+    finally:
+        cur.close()
+    at, note = analysis_time(newest, now, settings.collector.scrape_interval_seconds)
+    if note is None or newest is None:
+        return now
+    age = f"the newest data is from {newest.isoformat(timespec='seconds')}Z, " + (
+        f"{(now - at.replace(tzinfo=UTC)).total_seconds() / 3600:.1f} h ago"
+    )
+    if execute:
+        raise UserError(
+            f"{age}: will not change the cluster on data that old (is the collector "
+            "running?); give --at to run as of a time anyway"
+        )
+    print(f"gpuscope act: {age}: planning as of then (give --at to choose another time)",
+          file=sys.stderr)  # fmt: skip
+    return at.replace(tzinfo=UTC)
+
+
+def run_act(args: argparse.Namespace, at: object) -> int:
+    from actions.kube import ClusterClient, KubeError
+    from actions.policy import load_policies
+    from actions.runner import run_policies
+    from gpuscope.cli.common import open_store
+
+    settings = load_settings(args.config)
+    policies = load_policies(args.policy)
+    if not policies:
+        raise UserError(f"policy file {args.policy} has no policies")
+    if not args.db.exists():
+        raise UserError(f"database {args.db} does not exist")
+    try:
+        client = ClusterClient.from_setting(settings.collector)
+    except KubeError as exc:
+        raise UserError(str(exc)) from None
+    if args.execute and client is None:
+        raise UserError(
+            "--execute needs a Kubernetes API (collector.kubernetes: in-cluster, kubeconfig "
+            "or a URL); without one, run without --execute to plan"
+        )
+    store = open_store(
+        args.db,
+        read_only=False,
+        busy="its schedule runs the policies (actions.policy_file)",
+    )
+    try:
+        if args.at is None:
+            at = _as_of_the_data(store, at, settings, execute=args.execute)  # type: ignore[arg-type]
+        notifier = None
+        if settings.alerts.enabled:  # warn owners as the collector's schedule does
+            from gpuscope.service import AlertsNotices
+
+            notifier = AlertsNotices(_Context(settings, store))
+        run = run_policies(
+            store,
+            policies,
+            settings,
+            client=client,
+            execute=args.execute,
+            at=at,  # type: ignore[arg-type]
+            notifier=notifier,
+        )
+    except KubeError as exc:
+        raise UserError(str(exc)) from None
+    finally:
+        store.close()
+        if client is not None:
+            client.close()
+    code = EXIT_REFUSED if run.refused else 0
+    if args.json:
+        print(json.dumps(run.as_json(), indent=2, default=str))
+        return code
+    mode = "dry run" if run.dry_run else "executed"
+    print(f"gpuscope act ({mode}): {len(run.records)} step(s)")
+    for r in run.records:
+        target = f"{r.namespace}/{r.pod}" if r.pod else f"node {r.node}"
+        dry = " (dry run)" if r.dry_run else ""
+        answer = f" ({r.status})" if r.status else ""
+        print(f"  {r.kind:<14} {target:<40} {r.result}{answer}{dry}  [{r.policy}] {r.reason}")
+        if r.message:
+            print(f"  {'':<14} {r.message}")
+    for note in run.notes:
+        print(f"  note: {note}")
+    if run.refused:
+        print(f"  {len(run.refused)} step(s) refused or failed: exit code {EXIT_REFUSED}")
+    return code

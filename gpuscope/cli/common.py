@@ -1,0 +1,44 @@
+"""What the CLI's subcommand modules share: the years ``--at``/``--week`` accept and opening
+the database with one clear line when it cannot be opened.
+
+It sits below ``cli.py`` and the ``cli_*`` modules, so they import it and not each other
+(``cli.py`` imports the subcommands; a subcommand importing ``cli.py`` back made a cycle).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from gpuscope.core.errors import UserError
+
+#: ``--at`` and ``--week`` are refused outside these years: further out, the detectors'
+#: look-back windows and the report's week arithmetic leave the calendar.
+FIRST_YEAR, LAST_YEAR = 1970, 2999
+
+
+def open_store(
+    path: Path,
+    *,
+    read_only: bool = True,
+    busy: str = "analyse a copy of it, or use the collector's API",
+) -> Any:
+    """The database for a CLI command, with one clear line when a running collector holds
+    it (``busy`` says what to do instead) or it cannot be opened."""
+    import duckdb
+
+    from collector.store import Store
+
+    try:
+        return Store.open(path, read_only=read_only)
+    except duckdb.Error as exc:
+        raise open_error(path, exc, busy) from None
+
+
+def open_error(path: Path, exc: Exception, busy: str) -> UserError:
+    """One line for a database DuckDB cannot open: held by another process, or damaged."""
+    if "lock" in str(exc).lower():
+        hint = f": {busy}" if busy else ""
+        return UserError(f"{path} is in use by another process (a running collector?){hint}")
+    first = (str(exc).splitlines() or [type(exc).__name__])[0]
+    return UserError(f"cannot read database {path} (damaged or truncated?): {first}")

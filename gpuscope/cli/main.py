@@ -1,0 +1,442 @@
+"""The ``gpuscope`` command line: a thin layer over the components' libraries.
+
+Every user mistake ends as one line on stderr and a non-zero exit code, never a traceback
+(set ``GPUSCOPE_DEBUG=1`` to see one for an internal error).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import math
+import os
+import sys
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, NoReturn, cast
+
+from gpuscope import __version__
+from gpuscope.cli.alerts import add_alerts_parser, cmd_alerts
+from gpuscope.cli.common import FIRST_YEAR, LAST_YEAR, open_error, open_store
+from gpuscope.cli.db import add_db_parser, cmd_db
+from gpuscope.cli.report import add_report_parser, cmd_report
+from gpuscope.cli.whatif import add_whatif_parser, cmd_whatif
+from gpuscope.core.errors import UserError
+from gpuscope.core.logs import LogFormat, configure_logging
+from gpuscope.core.settings import Settings, load_settings
+
+log = logging.getLogger("gpuscope")
+
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that reports a usage mistake as one line, exit code 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+
+def _add_logging(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--log-level",
+        default=os.environ.get("GPUSCOPE_LOG_LEVEL", "INFO"),
+        choices=LOG_LEVELS,
+        help="log verbosity (default INFO)",
+    )
+    _add_log_format(p, argparse.SUPPRESS)
+
+
+def _add_log_format(p: argparse.ArgumentParser, default: str | None) -> None:
+    """``--log-format`` before the command or after it; the command's copy sets nothing
+    when not given (SUPPRESS), so it never hides the global one."""
+    p.add_argument(
+        "--log-format",
+        choices=["text", "json"],
+        default=default,
+        help="log lines as text or JSON objects (default: the logging.format setting, text)",
+    )
+
+
+def number(
+    kind: type[int] | type[float], low: float, high: float = math.inf
+) -> Callable[[str], float]:
+    """An argparse type: a finite ``kind`` between ``low`` and ``high`` (inclusive); NaN,
+    infinities and values out of range are usage errors (one line, exit 2)."""
+
+    def parse(text: str) -> float:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        if not (math.isfinite(value) and low <= value <= high):
+            bound = f"at least {low:g}" if high == math.inf else f"between {low:g} and {high:g}"
+            raise argparse.ArgumentTypeError(f"{text!r}: expected a number {bound}")
+        return value
+
+    return parse
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="gpuscope", description="Find where GPUs are wasted, and why.")
+    parser.add_argument("--version", action="version", version=f"gpuscope {__version__}")
+    _add_log_format(parser, None)
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    agent = sub.add_parser("agent", help="node agent: GPU, workload and IB metrics on /metrics")
+    agent.add_argument("--config", type=Path, help="YAML settings file (also $GPUSCOPE_CONFIG)")
+    agent.add_argument(
+        "--listen", metavar="HOST:PORT", help="where to serve (default 0.0.0.0:9835)"
+    )
+    agent.add_argument(
+        "--node", metavar="NAME", help="node name on every series (default host name)"
+    )
+    agent.add_argument(
+        "--gpu-source",
+        choices=["auto", "nvml", "dcgm", "sim"],
+        help="GPU source (default auto: DCGM, then NVML)",
+    )
+    agent.add_argument(
+        "--sysfs-root", type=Path, metavar="DIR", help="root of sysfs (default /sys)"
+    )
+    agent.add_argument(
+        "--procfs-root", type=Path, metavar="DIR", help="root of procfs (default /proc)"
+    )
+    agent.add_argument(
+        "--pod-resources-socket", type=Path, metavar="PATH", help="kubelet pod-resources socket"
+    )
+    agent.add_argument(
+        "--dcgm-exporter-url",
+        metavar="URL",
+        help="read a local dcgm-exporter instead of DCGM's bindings",
+    )
+    agent.add_argument(
+        "--scenario",
+        type=Path,
+        metavar="FILE",
+        help="scenario file for --gpu-source sim (default: the built-in one)",
+    )
+    agent.add_argument("--once", action="store_true", help="print one exposition and exit")
+    _add_logging(agent)
+
+    col = sub.add_parser(
+        "collector", help="scrape agents into DuckDB, sync inventory, serve the API"
+    )
+    col.add_argument("--config", type=Path, help="YAML settings file (also $GPUSCOPE_CONFIG)")
+    col.add_argument(
+        "--db", type=Path, metavar="PATH", help="DuckDB file (default gpuscope.duckdb)"
+    )
+    col.add_argument("--listen", metavar="HOST:PORT", help="API address (default 127.0.0.1:8080)")
+    col.add_argument(
+        "--target", action="append", metavar="URL", help="agent /metrics URL to scrape (repeatable)"
+    )
+    col.add_argument(
+        "--dcgm-exporter",
+        action="append",
+        metavar="URL",
+        help="dcgm-exporter /metrics URL to scrape and translate (repeatable)",
+    )
+    col.add_argument(
+        "--prometheus-url",
+        metavar="URL",
+        help="ingest from this Prometheus-compatible query API instead of scraping",
+    )
+    col.add_argument(
+        "--scrape-interval",
+        type=float,
+        metavar="SECONDS",
+        help="seconds between scrapes (default 15)",
+    )
+    col.add_argument(
+        "--kubernetes",
+        metavar="auto|none|URL",
+        help="Kubernetes API for inventory and discovery (default auto)",
+    )
+    _add_logging(col)
+
+    an = sub.add_parser("analyze", help="run detectors over a database or a cluster snapshot")
+    an.add_argument(
+        "what",
+        choices=["idle", "fragmentation", "quota", "bandwidth", "consolidation", "all"],
+        help="which analysis (all: every detector; consolidation plans, it is not in all)",
+    )
+    an.add_argument("--db", type=Path, metavar="PATH", help="a gpuscope DuckDB file (read-only)")
+    an.add_argument(
+        "--nodes",
+        type=Path,
+        metavar="FILE",
+        help="kubectl get nodes -o json, or the Alibaba trace's node CSV",
+    )
+    an.add_argument(
+        "--pods",
+        type=Path,
+        metavar="FILE",
+        help="kubectl get pods -A -o json, or the Alibaba trace's pod CSV",
+    )
+    an.add_argument("--at", metavar="TIME", help="analyse as of this time (RFC 3339; default now)")
+    an.add_argument("--json", action="store_true", help="print one JSON object")
+    an.add_argument("--config", type=Path, help="YAML settings file (thresholds: analytics)")
+    _add_logging(an)
+
+    from gpuscope.cli.act import add_act_parser
+
+    _add_logging(add_act_parser(sub))
+
+    demo = sub.add_parser("demo", help="run the whole pipeline on a simulated cluster")
+    demo.add_argument("--out", type=Path, metavar="DIR", help="output folder (default: a new one)")
+    demo.add_argument(
+        "--nodes", type=number(int, 6, 4096), default=32, help="simulated nodes (default 32)"
+    )
+    demo.add_argument(
+        "--seconds",
+        type=number(float, 0, 86_400),
+        default=25.0,
+        help="seconds of live scraping after the history (default 25)",
+    )
+    demo.add_argument(
+        "--days",
+        type=number(float, 0, 14),
+        default=7.0,
+        help="days of simulated history before the live scraping (default 7; 0 for none)",
+    )
+    demo.add_argument(
+        "--serve",
+        action="store_true",
+        help="keep running, with the API and /metrics on 127.0.0.1:8080",
+    )
+    _add_logging(demo)
+
+    add_alerts_parser(sub, _add_logging)
+    add_report_parser(sub)
+    add_db_parser(sub, _add_logging)
+    _add_logging(add_whatif_parser(sub, number))
+    return parser
+
+
+def _cmd_agent(args: argparse.Namespace) -> int:
+    from agent.main import run_agent
+
+    flags = {
+        "listen": args.listen,
+        "node": args.node,
+        "gpu_source": args.gpu_source,
+        "sysfs_root": args.sysfs_root,
+        "procfs_root": args.procfs_root,
+        "pod_resources_socket": args.pod_resources_socket,
+        "dcgm_exporter_url": args.dcgm_exporter_url,
+        "sim_scenario": args.scenario,
+    }
+    settings = load_settings(args.config, overrides={"agent": flags})
+    return run_agent(settings, once=args.once)
+
+
+def _cmd_collector(args: argparse.Namespace) -> int:
+    from gpuscope.service import run_service
+
+    targets = [{"url": u, "kind": "agent"} for u in args.target or []]
+    targets += [{"url": u, "kind": "dcgm-exporter"} for u in args.dcgm_exporter or []]
+    flags = {
+        "db": args.db,
+        "listen": args.listen,
+        "targets": targets or None,
+        "prometheus_url": args.prometheus_url,
+        "scrape_interval_seconds": args.scrape_interval,
+        "kubernetes": args.kubernetes,
+    }
+    settings = load_settings(args.config, overrides={"collector": flags})
+    check_service_inputs(settings)
+    return run_service(settings)
+
+
+def check_service_inputs(settings: Settings) -> None:
+    """Read every file the service will need, before the service creates its database:
+    a bad token file, alerts config, policy file, Kubernetes credential or damaged database
+    is one line, and nothing is created or changed on disk."""
+    from collector.inventory import InventoryError, kube_configuration
+
+    cs = settings.collector
+    cs.resolve_api_token()
+    if settings.alerts.enabled:
+        from alerts.config import load_alerts_config
+
+        load_alerts_config(settings.alerts.config_file)
+    if settings.actions.policy_file is not None:
+        from actions.policy import load_policies
+
+        load_policies(settings.actions.policy_file)
+    try:
+        kube_configuration(cs)
+    except InventoryError as exc:
+        if cs.kubernetes != "auto":
+            raise UserError(f"collector.kubernetes={cs.kubernetes}: {exc}") from None
+    db = Path(cs.db)
+    if db.exists():
+        if db.is_dir():
+            raise UserError(f"{db} is not a DuckDB database; refusing to open or overwrite it")
+        check_database(db)
+    elif not db.parent.is_dir():
+        raise UserError(f"cannot create database {db}: folder {db.parent} does not exist")
+    for what, folder in (("collector.parquet_dir", cs.parquet_dir),
+                         ("report.out_dir", settings.report.out_dir)):  # fmt: skip
+        if folder is not None and folder.exists() and not folder.is_dir():
+            raise UserError(f"{what} {folder} is not a folder")
+
+
+def check_database(path: Path) -> None:
+    """Open an existing database read-only and read its schema version: a damaged,
+    foreign, newer or locked file is refused here with one line, untouched."""
+    import duckdb
+
+    from collector import schema
+    from collector.store_sql import is_duckdb_file
+
+    if not is_duckdb_file(path):
+        raise UserError(f"{path} is not a DuckDB database; refusing to open or overwrite it")
+    try:
+        con = duckdb.connect(str(path), read_only=True)
+    except duckdb.Error as exc:
+        raise open_error(path, exc, "stop the other process first") from None
+    try:
+        version = schema.schema_version(con)
+    except duckdb.Error as exc:
+        raise open_error(path, exc, "") from None
+    finally:
+        con.close()
+    if version > schema.LATEST_VERSION:
+        raise UserError(
+            f"database {path} has schema version {version}, newer than this gpuscope "
+            f"supports ({schema.LATEST_VERSION}); upgrade gpuscope to open it"
+        )
+
+
+def _parse_at(text: str | None) -> datetime:
+    if not text:
+        return datetime.now(UTC)
+    try:
+        at = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise UserError(f"--at {text!r}: expected a time like 2026-11-16T09:00:00Z") from None
+    at = at if at.tzinfo else at.replace(tzinfo=UTC)
+    if not FIRST_YEAR <= at.astimezone(UTC).year <= LAST_YEAR:
+        raise UserError(f"--at {text!r}: expected a time between {FIRST_YEAR} and {LAST_YEAR}")
+    return at
+
+
+def _cmd_analyze(args: argparse.Namespace) -> int:
+    import json
+
+    from analytics.runner import DETECTORS, as_json, render_text, run_on_snapshot, run_on_store
+
+    settings = load_settings(args.config)
+    at = _parse_at(args.at)
+    if (args.nodes is None) != (args.pods is None):
+        raise UserError("--nodes and --pods go together")
+    if args.nodes is not None:
+        if args.what not in ("fragmentation", "consolidation", "all"):
+            raise UserError(f"{args.what} needs --db: a snapshot only holds placement")
+        for flag, path in (("--nodes", args.nodes), ("--pods", args.pods)):
+            if path.is_dir():
+                raise UserError(f"{flag} {path} is a folder; expected a file")
+        what = "consolidation" if args.what == "consolidation" else "fragmentation"
+        analyses = {what: run_on_snapshot(args.nodes, args.pods, at, settings, what)}
+    else:
+        if args.db is None:
+            raise UserError("give --db PATH (or --nodes FILE --pods FILE for fragmentation)")
+        which = list(DETECTORS) if args.what == "all" else [args.what]
+        with open_store(args.db) as store:
+            if args.at is None:
+                at = _data_age_at(store, at, settings.collector.scrape_interval_seconds)
+            analyses = run_on_store(store, at, settings, which, persist=False)
+    if args.json:
+        print(json.dumps(as_json(analyses), indent=2, default=str))
+    else:
+        print(render_text(analyses), end="")
+    return 0
+
+
+def _data_age_at(store: Any, now: datetime, scrape_interval_s: float) -> datetime:
+    """The data-age rule: a database whose data ended a while ago is analysed as of its
+    newest data, with one line on stderr saying so (``--at`` overrides)."""
+    from analytics.runner import analysis_time, newest_data
+
+    cur = store.cursor()
+    try:
+        newest = newest_data(cur)
+    finally:
+        cur.close()
+    at, note = analysis_time(newest, now, scrape_interval_s)
+    if note:
+        print(f"gpuscope analyze: {note}", file=sys.stderr)
+    return at
+
+
+def _cmd_act(args: argparse.Namespace) -> int:
+    from gpuscope.cli.act import run_act
+
+    return run_act(args, _parse_at(args.at))
+
+
+def _cmd_demo(args: argparse.Namespace) -> int:
+    from gpuscope.demo import run_demo
+
+    return run_demo(
+        out=args.out, nodes=args.nodes, serve=args.serve, seconds=args.seconds, days=args.days
+    )
+
+
+_COMMANDS = {
+    "agent": _cmd_agent,
+    "collector": _cmd_collector,
+    "analyze": _cmd_analyze,
+    "act": _cmd_act,
+    "demo": _cmd_demo,
+    "alerts": cmd_alerts,
+    "report": cmd_report,
+    "db": cmd_db,
+    "whatif": cmd_whatif,
+}
+
+
+def _log_format(args: argparse.Namespace) -> LogFormat:
+    """The flag, else the ``logging.format`` setting (file or environment), else text. A
+    settings file that does not load is left for the command to report in its one line."""
+    if args.log_format is not None:
+        return cast(LogFormat, args.log_format)
+    try:
+        return load_settings(getattr(args, "config", None)).logging.format
+    except UserError:
+        return "text"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    level = str(getattr(args, "log_level", "INFO")).upper()
+    if level not in LOG_LEVELS:  # a flag is checked by argparse; this came from the environment
+        print(
+            f"gpuscope {args.command}: GPUSCOPE_LOG_LEVEL={args.log_level!r}: expected one of "
+            f"{', '.join(LOG_LEVELS)}",
+            file=sys.stderr,
+        )
+        return 2
+    configure_logging(level, _log_format(args))
+    try:
+        return _COMMANDS[args.command](args)
+    except UserError as exc:
+        print(f"gpuscope {args.command}: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        return 130
+    except Exception as exc:
+        if os.environ.get("GPUSCOPE_DEBUG"):
+            raise
+        print(
+            f"gpuscope {args.command}: internal error: {exc!r} "
+            "(set GPUSCOPE_DEBUG=1 for a traceback)",
+            file=sys.stderr,
+        )
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

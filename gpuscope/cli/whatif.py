@@ -1,0 +1,191 @@
+"""``gpuscope whatif``: how many GPUs other placement policies would have allocated.
+
+Kept apart from gpuscope/cli/main.py so the command's flags live beside the code that reads
+them; cli.py only registers it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+#: The policies' names, as ``analytics.whatif.policies.POLICIES`` has them (a test holds
+#: them equal). Named here so that building the CLI's parser, which every command does,
+#: imports no analytics: ``gpuscope agent`` would otherwise load DuckDB (~20 MiB resident).
+POLICIES = ("leastallocated", "mostallocated", "bestfit", "dotprod", "random", "fgd")
+
+
+def add_whatif_parser(sub: Any, number: Callable[..., Callable[[str], float]]) -> Any:
+    """The ``whatif`` subcommand on the CLI's subparsers (``number``: cli.py's checked
+    numeric argparse type)."""
+    wi = sub.add_parser(
+        "whatif",
+        help="replay a workload under other placement policies: GPUs each would allocate",
+    )
+    wi.add_argument(
+        "--db", type=Path, metavar="PATH", help="replay a stored week (read-only database)"
+    )
+    wi.add_argument(
+        "--week",
+        metavar="YYYY-Www",
+        help="with --db: the ISO week in UTC (default: the last complete week)",
+    )
+    wi.add_argument(
+        "--nodes",
+        type=Path,
+        metavar="FILE",
+        help="kubectl get nodes -o json, or the Alibaba trace's node CSV",
+    )
+    wi.add_argument(
+        "--pods",
+        type=Path,
+        metavar="FILE",
+        help="kubectl get pods -A -o json, or the Alibaba trace's pod CSV",
+    )
+    wi.add_argument(
+        "--arrivals",
+        type=number(float, 0.01, 10),
+        metavar="SHARE",
+        help="draw tasks with replacement until they ask for this share of GPU capacity "
+        "(default 1.3 for the trace; a kubectl snapshot's pods arrive once each)",
+    )
+    wi.add_argument(
+        "--seeds",
+        type=number(int, 1, 100),
+        default=1,
+        metavar="N",
+        help="replays per policy, seeds 42.. (default 1)",
+    )
+    wi.add_argument(
+        "--policy",
+        nargs="+",
+        choices=POLICIES,
+        metavar="NAME",
+        help=f"policies to replay (default all: {', '.join(POLICIES)})",
+    )
+    wi.add_argument(
+        "--drop",
+        action="store_true",
+        help="drop pods that fit nowhere, as the FGD simulator does (default: they wait)",
+    )
+    wi.add_argument("--json", action="store_true", help="print one JSON object")
+    wi.add_argument("--config", type=Path, help="YAML settings file (analytics:, workloads:)")
+    return wi
+
+
+def _render(out: dict[str, Any]) -> str:
+    s = out["summary"]
+    lines = [
+        f"what-if on {s['nodes']} nodes, {s['capacity_gpus']} GPUs "
+        f"({s['source']}{', ' + s['week'] if 'week' in s else ''}); "
+        f"{s['arrived_gpus']:.0f} GPUs asked for, {s['seeds']} seed(s)",
+        f"{'policy':16s} {'allocated':>9s} {'unallocated':>11s} {'not started':>11s} "
+        f"{'queued GPU-h':>12s} {'FGD frag':>8s}",
+    ]
+    for name, p in out["policies"].items():
+        lines.append(
+            f"{name:16s} {p['allocation_ratio'] * 100:8.2f}% {p['unallocated_gpus']:11.1f} "
+            f"{p['jobs_never_started']:11.1f} {p['queued_gpu_hours']:12.2f} "
+            f"{p['fgd_fragmentation_ratio'] * 100:7.1f}%"
+        )
+    actual = s.get("what_happened")
+    if actual is not None:
+        lines.append(
+            f"{'what happened':16s} {actual['allocation_ratio'] * 100:8.2f}% "
+            f"{s['capacity_gpus'] - actual['allocated_gpus']:11.1f} "
+            f"{actual['jobs_never_started']:11.1f} {actual['queued_gpu_hours']:12.2f}"
+        )
+    lines.append(f"most GPUs allocated: {s['best_policy']}")
+    if "most_jobs_policy" in s:
+        lines.append(f"most jobs started: {s['most_jobs_policy']}")
+    return "\n".join(lines) + "\n"
+
+
+def _check_inputs(args: argparse.Namespace) -> None:
+    from gpuscope.core.errors import UserError
+
+    if args.week is not None and args.db is None:
+        raise UserError("--week goes with --db")
+    if (args.nodes is None) != (args.pods is None):
+        raise UserError("--nodes and --pods go together")
+    if args.db is not None and args.nodes is not None:
+        raise UserError("give --db PATH or --nodes FILE --pods FILE, not both")
+    if args.db is None and args.nodes is None:
+        raise UserError("give --db PATH (a stored week) or --nodes FILE --pods FILE")
+    if args.db is not None and args.arrivals is not None:
+        raise UserError("--arrivals applies to files; a stored week replays its own arrivals")
+
+
+def _from_db(args: argparse.Namespace, policies: list[str], settings: Any) -> dict[str, Any]:
+    from datetime import UTC, datetime
+
+    from analytics.report.week import Week
+    from analytics.whatif.week import replay_window
+    from gpuscope.cli.common import FIRST_YEAR, LAST_YEAR, open_store
+    from gpuscope.core.errors import UserError
+
+    now = datetime.now(UTC)
+    week = Week.parse(args.week) if args.week else Week.last_complete(now)
+    if not FIRST_YEAR <= week.year <= LAST_YEAR:
+        raise UserError(f"--week {args.week}: expected a week between {FIRST_YEAR} and {LAST_YEAR}")
+    week.check_over(now)
+    if args.db.is_dir():
+        raise UserError(f"--db {args.db} is a folder; expected a database file")
+    if not args.db.exists():
+        raise UserError(f"database {args.db} does not exist")
+    with open_store(args.db) as store:
+        cur = store.cursor()
+        try:
+            replayed = replay_window(
+                cur,
+                week.start,
+                week.end,
+                policies,
+                seeds=int(args.seeds),
+                drop=args.drop,
+                coverage=settings.analytics.fgd_task_coverage,
+            )
+        finally:
+            cur.close()
+    if replayed is None:
+        raise UserError(f"no pods and GPU nodes stored in {week.label}; nothing to replay")
+    out = replayed.figures
+    out["summary"].update({"source": "database", "week": week.label})
+    return out
+
+
+def cmd_whatif(args: argparse.Namespace) -> int:
+    """Replay the workload under each policy and print what each allocated."""
+    from analytics.whatif.inputs import read_workload, run_policies
+    from analytics.whatif.results import summarize
+    from gpuscope.core.settings import load_settings
+
+    _check_inputs(args)
+    settings = load_settings(args.config)
+    policies = list(dict.fromkeys(args.policy or POLICIES))
+    if args.db is not None:
+        out = _from_db(args, policies, settings)
+    else:
+        workload = read_workload(args.nodes, args.pods, settings)
+        results = run_policies(
+            workload, policies, seeds=int(args.seeds), arrival_share=args.arrivals, drop=args.drop
+        )
+        out = summarize(results)
+        out["summary"].update(
+            {
+                "source": workload.source,
+                "nodes": len(workload.inventory.nodes),
+                "tasks": len(workload.tasks),
+                "arrival_share": args.arrivals,
+                "seeds": int(args.seeds),
+                "dropped_when_unplaceable": bool(args.drop),
+            }
+        )
+    if args.json:
+        print(json.dumps(out, indent=2))
+    else:
+        print(_render(out), end="")
+    return 0

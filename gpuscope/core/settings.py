@@ -1,0 +1,535 @@
+"""Settings: one model, filled from defaults < config file < environment < flags.
+
+Every component reads its part of :class:`Settings`. The precedence is the same
+everywhere: a flag beats an environment variable (``GPUSCOPE_<SECTION>__<KEY>``), which beats
+the YAML config file, which beats the default. A value that does not validate raises
+:class:`~gpuscope.core.errors.ConfigError` with one line naming the key and where it came from.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
+
+import yaml
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+
+from gpuscope.core.errors import ConfigError
+
+ENV_PREFIX = "GPUSCOPE_"
+#: Environment variable that names the config file when no ``--config`` flag is given.
+CONFIG_ENV = "GPUSCOPE_CONFIG"
+#: Upper bounds of durations: past them a schedule or a time window overflows the clock (and
+#: no site means them): intervals up to a day, windows up to a week, retention a century.
+DAY_SECONDS = 86_400
+WEEK_MINUTES = 7 * 24 * 60
+MAX_DAYS = 36_500
+#: A DuckDB memory size (``512MB``, ``2GiB``) or a share of RAM (``25%``).
+DB_MEMORY_LIMIT = r"^\s*[0-9]+(\.[0-9]+)?\s*(B|[KMGT]i?B|%)\s*$"
+
+
+def parse_listen(value: str) -> tuple[str, int]:
+    """Split ``HOST:PORT`` (``[::1]:9835`` for IPv6) into host and port."""
+    host, sep, port_text = value.rpartition(":")
+    if not sep or not port_text.isdigit():
+        raise ValueError(f"expected HOST:PORT, got {value!r}")
+    port = int(port_text)
+    if not 0 <= port <= 65535:
+        raise ValueError(f"port {port} is out of range 0..65535")
+    host = host.strip("[]") or "0.0.0.0"  # noqa: S104 - ":9835" means all interfaces
+    return host, port
+
+
+def check_http_url(value: str) -> str:
+    """``value`` when it is an http(s) URL with a host (and a valid port, if given); the
+    error names neither a password nor a token that the URL might carry."""
+    parts = urlsplit(value)
+    try:
+        parts.port  # noqa: B018 - raises ValueError for a port out of range or not a number
+    except ValueError:
+        raise ValueError(f"{parts.scheme}://{parts.hostname}: bad port") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError("expected an http(s) URL such as http://host:9090")
+    return value
+
+
+class _Section(BaseModel):
+    # No NaN or infinity anywhere: ``inf`` seconds or days overflow every clock sum.
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+
+class WorkloadRule(_Section):
+    """A site rule: pods whose labels match ``match`` are of ``kind``."""
+
+    match: dict[str, str]
+    kind: Literal["interactive", "training", "batch", "inference"]
+
+
+class WorkloadSettings(_Section):
+    """How pods are classified (docs/design.md, Workloads, projects and quotas)."""
+
+    rules: list[WorkloadRule] = Field(default_factory=list)
+    #: Pods with a priority below this may be moved by consolidation.
+    preemptible_priority_below: int = 0
+    protected_namespaces: list[str] = Field(
+        default_factory=lambda: ["kube-system", "kube-public", "gpu-operator", "gpuscope"]
+    )
+
+
+class AgentSettings(_Section):
+    listen: str = "0.0.0.0:9835"
+    #: Node name on every series; the host name when empty (the first node under sim).
+    node: str = ""
+    gpu_source: Literal["auto", "nvml", "dcgm", "sim"] = "auto"
+    #: Root of sysfs (IB counters); /sys when empty, and simulated ports under sim.
+    sysfs_root: Path | None = None
+    #: Root of procfs (GPU processes' cgroups); /proc when empty.
+    procfs_root: Path | None = None
+    #: The kubelet's pod-resources socket (gRPC, ``v1`` List).
+    pod_resources_socket: Path = Path("/var/lib/kubelet/pod-resources/kubelet.sock")
+    #: A local dcgm-exporter to read instead of DCGM's bindings, e.g. http://localhost:9400/metrics.
+    dcgm_exporter_url: str = ""
+    dcgm_bindings_path: Path = Path("/usr/local/dcgm/bindings/python3")
+    #: nv-hostengine's address for DCGM's bindings (``host`` or ``host:port``, port 5555 by
+    #: default); ``embedded`` starts a host engine inside the agent.
+    dcgm_hostengine: str = "localhost"
+    #: Where pod metadata (labels, owner) comes from: the API server, or nowhere.
+    pod_metadata: Literal["apiserver", "none"] = "apiserver"
+    pod_metadata_ttl_seconds: float = Field(default=30.0, gt=0, le=DAY_SECONDS)
+    #: The most a scrape waits for any one source before reporting it down.
+    source_timeout_seconds: float = Field(default=2.0, gt=0, le=60)
+    #: Scenario file for ``--gpu-source sim`` (the embedded default when empty).
+    sim_scenario: Path | None = None
+    sim_seed: int = 42
+
+    @field_validator("listen")
+    @classmethod
+    def _check_listen(cls, value: str) -> str:
+        parse_listen(value)
+        return value
+
+    @field_validator("dcgm_exporter_url")
+    @classmethod
+    def _check_dcgm_url(cls, value: str) -> str:
+        return value and check_http_url(value)
+
+
+class TargetSettings(_Section):
+    """One static scrape target."""
+
+    url: str
+    kind: Literal["agent", "dcgm-exporter"] = "agent"
+    #: For a dcgm-exporter whose series carry no Hostname label: the node it runs on.
+    node: str = ""
+
+    @field_validator("url")
+    @classmethod
+    def _check_url(cls, value: str) -> str:
+        return check_http_url(value)
+
+
+class DiscoverySettings(_Section):
+    """Find agent pods through the Kubernetes API: a Service's endpoints, or pods by label."""
+
+    enabled: bool = False
+    namespace: str = "gpuscope"
+    service: str = "gpuscope-agent"
+    #: Used instead of the Service when set, e.g. ``app.kubernetes.io/component=agent``.
+    pod_label_selector: str = ""
+    port: int = Field(default=9835, ge=1, le=65535)
+    path: str = "/metrics"
+
+
+class ProjectSettings(_Section):
+    """A project's guaranteed GPUs, as the site's config states them."""
+
+    name: str
+    guaranteed_gpus: float = Field(ge=0)
+    namespaces: list[str] = Field(default_factory=list)
+
+
+#: The files of an https connection to the Kubernetes API (``collector.kubernetes_*``).
+KUBE_ACCESS_FILES = (
+    "kubernetes_ca_file",
+    "kubernetes_client_cert_file",
+    "kubernetes_client_key_file",
+    "kubernetes_token_file",
+)
+
+
+class CollectorSettings(_Section):
+    db: Path = Path("gpuscope.duckdb")
+    listen: str = "127.0.0.1:8080"
+    targets: list[TargetSettings] = Field(default_factory=list)
+    discovery: DiscoverySettings = Field(default_factory=DiscoverySettings)
+    scrape_interval_seconds: float = Field(default=15.0, ge=1, le=DAY_SECONDS)
+    #: Must be less than the interval when given; unset, 10 s or 90 % of the interval.
+    scrape_timeout_seconds: float = Field(default=10.0, gt=0)
+    #: Prometheus's sample_limit: a page with more samples fails its scrape.
+    max_series_per_target: int = Field(default=50_000, gt=0)
+    #: Prometheus's label_value_length_limit (bytes): a longer value drops its line.
+    max_label_value_bytes: int = Field(default=4096, gt=0)
+    #: Prometheus's label_limit: a series with more labels fails its scrape.
+    max_labels_per_series: int = Field(default=64, gt=0)
+    #: Bytes of a page once inflated; more fails the scrape (bounds memory, gzip bombs).
+    max_body_bytes: int = Field(default=8 * 2**20, gt=0)
+    #: Series churn: new series per hour one target, and all together, may create after
+    #: their first page; more are dropped and counted.
+    max_new_series_per_target_per_hour: int = Field(default=10_000, ge=0)
+    max_new_series_per_hour: int = Field(default=100_000, ge=0)
+    #: Series the collector holds at most (up to about 600 bytes of memory each).
+    max_series: int = Field(default=1_000_000, gt=0)
+    #: How long ingest retries a database that refuses writes before the process exits.
+    store_failure_exit_seconds: float = Field(default=60.0, gt=0, le=86_400)
+    #: Ingest from this Prometheus-compatible query API instead of scraping (docs/design.md, Scale).
+    prometheus_url: str = ""
+    #: Kubernetes API access: ``auto`` (in-cluster, else kubeconfig, else none), ``none``,
+    #: or an explicit API server URL (``kubectl proxy``, or https with the options below).
+    kubernetes: str = "auto"
+    #: With an https URL in ``kubernetes``: the CA bundle that signed the API server's
+    #: certificate (else the system's), a client certificate and its key, and a file holding
+    #: a bearer token (re-read when it changes, as a projected service-account token does).
+    kubernetes_ca_file: Path | None = None
+    kubernetes_client_cert_file: Path | None = None
+    kubernetes_client_key_file: Path | None = None
+    kubernetes_token_file: Path | None = None
+    inventory_interval_seconds: float = Field(default=60.0, ge=1, le=DAY_SECONDS)
+    raw_retention_days: float = Field(default=14.0, gt=0, le=MAX_DAYS)
+    rollup_5m_retention_days: float = Field(default=90.0, gt=0, le=MAX_DAYS)
+    rollup_1h_retention_days: float = Field(default=730.0, gt=0, le=MAX_DAYS)
+    #: DuckDB's memory_limit for the database (a size such as ``1GB`` or a share of RAM
+    #: such as ``25%``): its buffer pool, which beyond this spills to ``<db>.tmp``. DuckDB's
+    #: own default is 80 % of RAM, which a roll-up of a week takes (1.3 GB for the demo's).
+    db_memory_limit: str = Field(default="1GB", pattern=DB_MEMORY_LIMIT)
+    #: Closed days are exported here as day-partitioned Parquet when set.
+    parquet_dir: Path | None = None
+    #: Bearer token for endpoints that change anything: given here, or read from a file or
+    #: an environment variable (preferred: a secret never sits in the config file).
+    api_token: str = ""
+    api_token_file: Path | None = None
+    api_token_env: str = ""
+    #: Whether read endpoints need the token too.
+    read_requires_token: bool = False
+    projects: list[ProjectSettings] = Field(default_factory=list)
+
+    @field_validator("listen")
+    @classmethod
+    def _check_listen(cls, value: str) -> str:
+        parse_listen(value)
+        return value
+
+    @field_validator("prometheus_url")
+    @classmethod
+    def _check_prometheus_url(cls, value: str) -> str:
+        return value and check_http_url(value)
+
+    @field_validator("kubernetes")
+    @classmethod
+    def _check_kubernetes(cls, value: str) -> str:
+        if value in ("auto", "none"):
+            return value
+        try:
+            return check_http_url(value)
+        except ValueError:
+            raise ValueError("expected auto, none, or the API server's http(s) URL") from None
+
+    @model_validator(mode="after")
+    def _check_kubernetes_access(self) -> CollectorSettings:
+        given = [name for name in KUBE_ACCESS_FILES if getattr(self, name) is not None]
+        if given and not self.kubernetes.startswith("https://"):
+            raise ValueError(f"{given[0]} needs an https:// URL in collector.kubernetes")
+        if (self.kubernetes_client_cert_file is None) != (self.kubernetes_client_key_file is None):
+            raise ValueError(
+                "kubernetes_client_cert_file and kubernetes_client_key_file go together"
+            )
+        return self
+
+    @field_validator("scrape_timeout_seconds")
+    @classmethod
+    def _check_timeout(cls, value: float, info: ValidationInfo) -> float:
+        interval = info.data.get("scrape_interval_seconds")
+        if interval is not None and value >= interval:
+            raise ValueError(f"must be less than scrape_interval_seconds ({interval:g})")
+        return value
+
+    def effective_scrape_timeout(self) -> float:
+        """The timeout given, or (unset) 10 s capped to 90 % of the interval."""
+        if "scrape_timeout_seconds" in self.model_fields_set:
+            return self.scrape_timeout_seconds
+        return min(self.scrape_timeout_seconds, 0.9 * self.scrape_interval_seconds)
+
+    def collector_api_token(self, env: Mapping[str, str] | None = None) -> str:
+        """The token the collector serves with, refused when guessable (see
+        :func:`check_api_token`); empty when none is configured (writes then answer 403)."""
+        token = self.resolve_api_token(env)
+        check_api_token(token)
+        return token
+
+    def resolve_api_token(self, env: Mapping[str, str] | None = None) -> str:
+        """The token from the setting, the file or the environment variable, in that order."""
+        if self.api_token:
+            return self.api_token
+        if self.api_token_file is not None:
+            try:
+                return self.api_token_file.read_text(encoding="utf-8").strip()
+            except OSError as exc:
+                raise ConfigError(
+                    f"collector.api_token_file {self.api_token_file}: {exc.strerror}"
+                ) from None
+        if self.api_token_env:
+            return (os.environ if env is None else env).get(self.api_token_env, "")
+        return ""
+
+
+#: The shortest API token the collector accepts: 32 characters, as from
+#: ``openssl rand -hex 16`` or ``python -c "import secrets; print(secrets.token_hex(16))"``.
+MIN_API_TOKEN_LENGTH = 32
+#: Tokens written in the docs and manifests as examples: anyone can read them, so the
+#: collector refuses them, as it refuses any token with a placeholder's words in it.
+EXAMPLE_API_TOKENS = frozenset({"change-me-long-random-token"})
+_PLACEHOLDER_WORDS = ("change-me", "changeme", "replace-me", "example")
+
+
+def check_api_token(token: str) -> None:
+    """Refuse a configured API token that protects nothing: too short to resist guessing, or
+    a documented example. An empty token is allowed (no write endpoint then accepts any)."""
+    if not token:
+        return
+    lowered = token.lower()
+    if token in EXAMPLE_API_TOKENS or any(w in lowered for w in _PLACEHOLDER_WORDS):
+        raise ConfigError(
+            "collector API token is an example from the docs; set a random one "
+            f"(at least {MIN_API_TOKEN_LENGTH} characters, e.g. openssl rand -hex 16)"
+        )
+    if len(token) < MIN_API_TOKEN_LENGTH:
+        raise ConfigError(
+            f"collector API token is {len(token)} characters; at least "
+            f"{MIN_API_TOKEN_LENGTH} are needed (e.g. openssl rand -hex 16)"
+        )
+
+
+class AnalyticsSettings(_Section):
+    """Thresholds of the detectors; the defaults follow common practice."""
+
+    #: A workload is idle when each of its GPUs stays under this for the whole window.
+    idle_utilization_below: float = Field(default=0.05, ge=0, le=1)
+    idle_window_minutes: float = Field(default=30, gt=0, le=WEEK_MINUTES)
+    #: Also require GPU memory traffic under the threshold (catches data-loading loops).
+    idle_include_memory_activity: bool = False
+    #: No workload is called idle in its first minutes.
+    startup_grace_minutes: float = Field(default=10, ge=0, le=WEEK_MINUTES)
+    #: Interactive sessions older than this get a session_time_limit finding (0: off).
+    max_session_age_hours: float = Field(default=72, ge=0, le=MAX_DAYS * 24)
+    #: A port is hot when its throughput stays over this share of link rate for the window.
+    ib_hot_ratio: float = Field(default=0.8, gt=0, le=1)
+    ib_hot_window_minutes: float = Field(default=5, gt=0, le=WEEK_MINUTES)
+    #: An NVLink/PCIe link is hot when a GPU's throughput stays over this share of the
+    #: link's capacity for ``ib_hot_window_minutes`` (the same rule as an IB port).
+    gpu_link_hot_ratio: float = Field(default=0.8, gt=0, le=1)
+    #: NVLink capacity per GPU and direction in bytes/s, by a substring of the
+    #: ``gpuscope_gpu_info`` ``model`` label (the longest matching key wins; a model no key
+    #: matches gets no NVLink ratio). H100/H200: 18 NVLink 4 links x 25 GB/s; A100: 12 x 25.
+    nvlink_bytes_per_second: dict[str, Annotated[float, Field(gt=0)]] = Field(
+        default_factory=lambda: {"H100": 450e9, "H200": 450e9, "A100": 300e9}
+    )
+    #: PCIe capacity per GPU and direction in bytes/s, by model substring as above: the
+    #: usable rate of the GPU's x16 slot, Gen5 (~64 GB/s) for H100/H200, Gen4 (~32 GB/s)
+    #: for A100. A model no key matches gets no PCIe ratio.
+    pcie_bytes_per_second: dict[str, Annotated[float, Field(gt=0)]] = Field(
+        default_factory=lambda: {"H100": 64e9, "H200": 64e9, "A100": 32e9}
+    )
+    #: Job sizes (GPUs on one node) that node fragmentation checks, besides pending ones.
+    job_sizes: list[Annotated[int, Field(ge=1, le=1024)]] = Field(
+        default_factory=lambda: [1, 2, 4, 8]
+    )
+    #: Share of tasks the FGD task mix keeps (most frequent groups first).
+    fgd_task_coverage: float = Field(default=0.95, gt=0, le=1)
+    #: Minutes between scheduled runs of the detectors in the collector.
+    interval_minutes: float = Field(default=5, gt=0, le=WEEK_MINUTES)
+
+
+class ActionsSettings(_Section):
+    """The actions executor's safety switches (policies themselves are in a policy file)."""
+
+    #: Global kill switch: when true every new action is a dry run, whatever flags and
+    #: policies say (an executing run still lifts the reservations gpuscope made).
+    kill_switch: bool = False
+    #: Allowlist mode: when not empty, act only on pods in these namespaces.
+    allowlist_namespaces: list[str] = Field(default_factory=list)
+    #: At most this many acts on workloads (delete, evict, stop, annotate) per rolling hour;
+    #: dry runs are counted apart from real ones.
+    max_actions_per_hour: int = Field(default=10, ge=0)
+    #: The policy file the collector's schedule runs; none: no scheduled actions.
+    policy_file: Path | None = None
+    #: Whether the collector's schedule executes policies that say ``dry_run: false``
+    #: (``gpuscope act`` needs ``--execute`` instead).
+    execute: bool = False
+    #: Minutes between scheduled runs of the policies.
+    interval_minutes: float = Field(default=5, gt=0, le=WEEK_MINUTES)
+
+
+class AlertsSettings(_Section):
+    """The alerts job (docs/alerts.md): rules, receivers and routes live in their own file."""
+
+    enabled: bool = True
+    #: The alerts config (YAML); without one, the shipped rules are evaluated and kept
+    #: (API) but nothing is sent.
+    config_file: Path | None = None
+
+
+class ReportSettings(_Section):
+    """The weekly utilization report (analytics/report/) and its place on the schedule."""
+
+    #: Write the report on the collector's schedule (the previous ISO week, UTC).
+    schedule_enabled: bool = True
+    schedule_day: Literal["mon", "tue", "wed", "thu", "fri", "sat", "sun"] = "mon"
+    #: Hour of ``schedule_day`` (UTC) the report is written.
+    schedule_hour: int = Field(default=7, ge=0, le=23)
+    #: Each week's report goes in ``<out_dir>/<YYYY-Www>/``.
+    out_dir: Path = Path("reports")
+    #: Cost per GPU-hour; money columns appear only when this is set.
+    price_per_gpu_hour: float | None = Field(default=None, ge=0)
+    currency: str = "USD"
+    #: A link (Grafana) the chat summary points to, besides the report file.
+    dashboard_url: str = ""
+    #: Rows in the top-N sections (idle sessions, IB hot spots, actions).
+    top_n: int = Field(default=10, ge=1, le=1000)
+    #: No longer used: the week's fragmentation is evaluated at every inventory change
+    #: (analytics/report/fragmentation.py). Kept so existing settings files still load.
+    fragmentation_step_hours: float = Field(default=6, gt=0, le=168)
+
+
+class LoggingSettings(_Section):
+    """How every command logs (``--log-format`` overrides it)."""
+
+    #: ``text`` lines for people, or ``json``: one object per record for log collectors.
+    format: Literal["text", "json"] = "text"
+
+
+class Settings(_Section):
+    agent: AgentSettings = Field(default_factory=AgentSettings)
+    collector: CollectorSettings = Field(default_factory=CollectorSettings)
+    analytics: AnalyticsSettings = Field(default_factory=AnalyticsSettings)
+    workloads: WorkloadSettings = Field(default_factory=WorkloadSettings)
+    actions: ActionsSettings = Field(default_factory=ActionsSettings)
+    alerts: AlertsSettings = Field(default_factory=AlertsSettings)
+    report: ReportSettings = Field(default_factory=ReportSettings)
+    logging: LoggingSettings = Field(default_factory=LoggingSettings)
+
+
+def read_yaml_file(path: Path, what: str) -> Any:
+    """The YAML document in ``path`` (None when empty); a missing, unreadable or malformed
+    file is one :class:`ConfigError` line naming ``what`` it is ("config file", "policy
+    file", ...). Shared by every YAML file gpuscope reads, so they fail alike."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"{what} {path} does not exist") from None
+    except OSError as exc:
+        raise ConfigError(f"{what} {path} cannot be read: {exc.strerror}") from None
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark is not None else ""
+        raise ConfigError(f"{what} {path} is not valid YAML{where}") from None
+
+
+def _read_file(path: Path) -> dict[str, Any]:
+    data = read_yaml_file(path, "config file")
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file {path} must hold a mapping of sections")
+    return data
+
+
+def _env_overrides(env: Mapping[str, str]) -> dict[str, Any]:
+    """``GPUSCOPE_<SECTION>__<KEY>`` variables as settings; ``__`` also reaches into nested
+    sections (``GPUSCOPE_COLLECTOR__DISCOVERY__ENABLED=true``)."""
+    out: dict[str, Any] = {}
+    for key, value in env.items():
+        if not key.startswith(ENV_PREFIX) or key == CONFIG_ENV or "__" not in key:
+            continue
+        *parents, name = key[len(ENV_PREFIX) :].lower().split("__")
+        node = out
+        for part in parents:
+            child = node.setdefault(part, {})
+            if not isinstance(child, dict):  # GPUSCOPE_A__B and GPUSCOPE_A__B__C both set
+                raise ConfigError(f"environment variable {key}: {part} is not a section")
+            node = child
+        if isinstance(node.get(name), dict):
+            raise ConfigError(f"environment variable {key}: {name} is a section, not a value")
+        node[name] = value
+    return out
+
+
+def _merge(base: dict[str, Any], top: Mapping[str, Any]) -> dict[str, Any]:
+    merged = dict(base)
+    for key, value in top.items():
+        if isinstance(value, Mapping) and isinstance(merged.get(key), Mapping):
+            merged[key] = _merge(dict(merged[key]), value)
+        else:
+            merged[key] = value
+    return merged
+
+
+def load_settings(
+    config_file: Path | None = None,
+    *,
+    env: Mapping[str, str] | None = None,
+    overrides: Mapping[str, Mapping[str, Any]] | None = None,
+) -> Settings:
+    """Build settings from the file, the environment and flag overrides, in that order.
+
+    ``overrides`` holds flag values as ``{"agent": {"listen": ...}}``; a ``None`` value
+    means the flag was not given and is skipped.
+    """
+    env = os.environ if env is None else env
+    if config_file is None and env.get(CONFIG_ENV):
+        config_file = Path(env[CONFIG_ENV])
+    layers: list[tuple[str, Mapping[str, Any]]] = []
+    if config_file is not None:
+        layers.append((f"config file {config_file}", _read_file(config_file)))
+    layers.append(("environment", _env_overrides(env)))
+    flags = {
+        section: {k: v for k, v in values.items() if v is not None}
+        for section, values in (overrides or {}).items()
+    }
+    layers.append(("flags", flags))
+    merged: dict[str, Any] = {}
+    origin: dict[tuple[str, str], str] = {}
+    for name, layer in layers:
+        merged = _merge(merged, layer)
+        for section, values in layer.items():
+            if isinstance(values, Mapping):
+                for key in values:
+                    origin[(section, key)] = name
+            else:
+                origin[(section, "")] = name
+    try:
+        return Settings.model_validate(merged)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        loc = [str(p) for p in err["loc"]]
+        where = origin.get((loc[0], loc[1] if len(loc) > 1 else ""))
+        if where is None:  # a check across a section's keys: the last layer that set one
+            where = next(
+                (o for (sec, _), o in reversed(origin.items()) if sec == loc[0]), "defaults"
+            )
+        dotted = ".".join(loc)
+        if err["type"] == "extra_forbidden":
+            raise ConfigError(f"unknown setting {dotted} (from {where})") from None
+        message = str(err["msg"]).removeprefix("Value error, ")
+        raise ConfigError(f"invalid setting {dotted} (from {where}): {message}") from None

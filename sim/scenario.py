@@ -1,0 +1,312 @@
+"""Scenarios: what a simulated cluster holds, written in code or in a YAML file.
+
+A scenario names nodes (GPU model and count, InfiniBand ports, pool and rack), projects with
+guaranteed GPUs, and workloads with their kind and behaviour over time. Times are seconds
+relative to the scenario's origin, so the same scenario can be replayed at any wall-clock
+time. Tests and benchmarks write small scenarios that plant exactly what they need.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from gpuscope.core.errors import ConfigError
+
+HOUR = 3600.0
+DAY = 24 * HOUR
+
+
+class GpuModel(BaseModel):
+    """Static properties of a GPU model, as NVML reports them."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str
+    memory_bytes: int
+    idle_watts: float
+    max_watts: float
+    sm_clock_mhz: float = 1980.0
+    memory_clock_mhz: float = 2619.0
+    nvlink_bytes_per_second: float = 450e9
+
+
+GPU_MODELS: dict[str, GpuModel] = {
+    "H100": GpuModel(
+        name="NVIDIA H100 80GB HBM3", memory_bytes=81559 * 2**20, idle_watts=70, max_watts=700
+    ),
+    "A100": GpuModel(
+        name="NVIDIA A100-SXM4-80GB",
+        memory_bytes=81920 * 2**20,
+        idle_watts=55,
+        max_watts=400,
+        sm_clock_mhz=1410,
+        memory_clock_mhz=1593,
+        nvlink_bytes_per_second=300e9,
+    ),
+}
+
+Kind = Literal["interactive", "training", "batch", "inference"]
+
+
+class _Spec(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class NodeSpec(_Spec):
+    name: str
+    gpu_model: Literal["H100", "A100"] = "H100"
+    gpus: int = Field(default=8, ge=0, le=16)
+    #: MIG profile every GPU of the node is split into ("" for none), e.g. "3g.40gb".
+    mig_profile: str = ""
+    ib_ports: int = Field(default=8, ge=0, le=16)
+    ib_rate_gbps: float = Field(default=400, gt=0)
+    cpu_milli: int = 128_000
+    pool: str = "default"
+    rack: str = ""
+
+
+class ProjectSpec(_Spec):
+    name: str
+    guaranteed_gpus: float = Field(default=0, ge=0)
+    #: Namespaces of the project; the project's own name when empty.
+    namespaces: tuple[str, ...] = ()
+
+
+class WorkloadSpec(_Spec):
+    """One workload: a notebook, a training job (``replicas`` pods), an inference server."""
+
+    name: str
+    namespace: str
+    kind: Kind
+    project: str = ""
+    #: GPUs per pod; with ``gpu_fraction`` < 1 each pod takes that share of one GPU.
+    gpus: int = Field(default=1, ge=0, le=16)
+    gpu_fraction: float = Field(default=1.0, gt=0, le=1)
+    #: Takes one MIG instance instead of whole GPUs (only on MIG nodes).
+    mig: bool = False
+    replicas: int = Field(default=1, ge=1)
+    cpu_milli: int = 8_000
+    #: Nodes to place the pods on, one per replica; empty lets the simulator place them.
+    nodes: tuple[str, ...] = ()
+    #: GPU indices on the node (for each replica the same) when the placement is planted.
+    gpu_indices: tuple[int, ...] = ()
+    start: float = 0.0
+    end: float | None = None
+    #: Never scheduled: a pending job that waits for room.
+    pending: bool = False
+    #: Mean GPU utilization while busy (0..1).
+    utilization: float = Field(default=0.85, ge=0, le=1)
+    #: Interactive: seconds of use after start before the session goes idle (None: never).
+    active_seconds: float | None = None
+    #: Share of the InfiniBand link rate each pod drives (multi-node training), 0..1.
+    ib_load: float = Field(default=0.0, ge=0, le=1)
+    memory_fraction: float = Field(default=0.7, ge=0, le=1)
+    priority: int = 0
+    preemptible: bool = False
+    labels: dict[str, str] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _check(self) -> WorkloadSpec:
+        if self.gpu_fraction < 1 and self.gpus != 1:
+            raise ValueError("a fractional workload asks for gpus: 1")
+        if self.nodes and len(self.nodes) != self.replicas:
+            raise ValueError("nodes must name one node per replica")
+        return self
+
+    @property
+    def project_name(self) -> str:
+        return self.project or self.namespace
+
+
+class Fault(_Spec):
+    """A planted fault: an erroring IB port or a GPU that falls off the bus."""
+
+    kind: Literal["ib_errors", "gpu_lost"]
+    node: str
+    port: int = 1
+    device_index: int = 0
+    #: For ib_errors: symbol errors per hour.
+    per_hour: float = 60.0
+    at: float = 0.0
+
+
+class Scenario(_Spec):
+    name: str = "scenario"
+    seed: int = 42
+    #: Unix time of the scenario's origin; None lets the runner choose (e.g. now - live_offset).
+    origin: float | None = None
+    #: Where a live run starts on the timeline, so a fresh demo already has history.
+    live_offset: float = 6 * HOUR
+    nodes: tuple[NodeSpec, ...]
+    projects: tuple[ProjectSpec, ...] = ()
+    workloads: tuple[WorkloadSpec, ...] = ()
+    faults: tuple[Fault, ...] = ()
+
+    @model_validator(mode="after")
+    def _check_names(self) -> Scenario:
+        names = [n.name for n in self.nodes]
+        if len(set(names)) != len(names):
+            raise ValueError("node names must be unique")
+        known = set(names)
+        for w in self.workloads:
+            for n in w.nodes:
+                if n not in known:
+                    raise ValueError(f"workload {w.name} names unknown node {n}")
+        return self
+
+    def node(self, name: str) -> NodeSpec:
+        for n in self.nodes:
+            if n.name == name:
+                return n
+        raise KeyError(name)
+
+
+def load_scenario(path: Path) -> Scenario:
+    """Read a scenario from YAML; any problem is one ConfigError line."""
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(f"scenario file {path} does not exist") from None
+    except (OSError, yaml.YAMLError) as exc:
+        raise ConfigError(f"scenario file {path} cannot be read: {exc}") from None
+    try:
+        return Scenario.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        where = ".".join(str(p) for p in err["loc"])
+        raise ConfigError(f"scenario file {path}: {where}: {err['msg']}") from None
+
+
+def default_scenario(nodes: int = 32, seed: int = 42) -> Scenario:
+    """The demo's cluster: 32 × 8 H100 with 8 × 400G IB rails each, four projects.
+
+    What it plants, so that every detector has something true to find:
+    - ``nlp`` trains across 8 nodes (64 GPUs) over its 48-GPU guarantee while ``vision``
+      waits: quota over-use;
+    - one ``nlp`` worker drives its rail near line rate: an InfiniBand hot spot; another
+      node's port counts symbol errors;
+    - notebooks in ``research`` of which several went idle hours ago and one is very old;
+    - ``serving`` runs fractional inference pods, several sharing a GPU;
+    - a 4-GPU ``vision`` job is pending: there are enough free GPUs, but scattered.
+    """
+    node_specs = tuple(
+        NodeSpec(
+            name=f"gpu-node-{i:02d}",
+            gpu_model="H100",
+            pool="h100",
+            rack=f"rack-{i // 8}",
+        )
+        for i in range(nodes)
+    )
+    names = [n.name for n in node_specs]
+    if nodes < 6:
+        raise ValueError("the default scenario needs at least 6 nodes")
+    workloads: list[WorkloadSpec] = []
+    half = nodes // 4
+    serve_nodes = names[-2:]
+    sweep_nodes = names[half + 1 : -2]
+    # nlp: a multi-node pre-training job and a fine-tune whose rail runs hot
+    train_nodes = tuple(names[:half])
+    workloads.append(
+        WorkloadSpec(
+            name="llm-pretrain",
+            namespace="nlp",
+            kind="training",
+            gpus=8,
+            replicas=len(train_nodes),
+            nodes=train_nodes,
+            start=-3 * DAY,
+            utilization=0.92,
+            ib_load=0.55,
+        )
+    )
+    workloads.append(
+        WorkloadSpec(
+            name="llm-finetune",
+            namespace="nlp",
+            kind="training",
+            gpus=8,
+            nodes=(names[half],),
+            start=-1 * DAY,
+            utilization=0.88,
+            ib_load=0.97,
+        )
+    )
+    # vision: preemptible sweeps that leave 1-3 GPUs free on every other node
+    for j, node in enumerate(sweep_nodes):
+        workloads.append(
+            WorkloadSpec(
+                name=f"vit-sweep-{j:02d}",
+                namespace="vision",
+                kind="batch",
+                gpus=5 + (j % 3),
+                nodes=(node,),
+                start=-2 * HOUR - j * 600,
+                utilization=0.7,
+                preemptible=True,
+                priority=-10,
+            )
+        )
+    # ... so its 4-GPU job waits although enough GPUs are free in all
+    workloads.append(
+        WorkloadSpec(
+            name="detector-train",
+            namespace="vision",
+            kind="training",
+            gpus=4,
+            start=-30 * 60,
+            pending=True,
+        )
+    )
+    # research: notebooks; two in three went idle 40 minutes after they started
+    for j in range(min(12, len(sweep_nodes))):
+        idle = j % 3 != 0
+        workloads.append(
+            WorkloadSpec(
+                name=f"nb-user{j:02d}",
+                namespace="research",
+                kind="interactive",
+                gpus=1,
+                nodes=(sweep_nodes[j],),
+                start=-(4 + j) * HOUR if j != 5 else -9 * DAY,
+                active_seconds=(40 * 60.0 if idle else None),
+                utilization=0.35,
+                memory_fraction=0.3,
+                labels={"app.kubernetes.io/owner": f"user{j:02d}"},
+            )
+        )
+    # serving: fractional inference pods spread over six GPUs a node, two GPUs shared by
+    # two pods: slivers of GPU stranded everywhere
+    for j in range(16):
+        workloads.append(
+            WorkloadSpec(
+                name=f"embed-{j:02d}",
+                namespace="serving",
+                kind="inference",
+                gpu_fraction=0.5 if j % 4 else 0.25,
+                nodes=(serve_nodes[j % 2],),
+                gpu_indices=((j // 2) % 6,),
+                start=-5 * DAY,
+                utilization=0.45,
+                memory_fraction=0.8,
+            )
+        )
+    used_by_vision = sum(5 + (j % 3) for j in range(len(sweep_nodes)))
+    faults = (Fault(kind="ib_errors", node=names[-1], port=3, per_hour=240.0),)
+    return Scenario(
+        name="default",
+        seed=seed,
+        nodes=node_specs,
+        projects=(
+            ProjectSpec(name="nlp", guaranteed_gpus=float(max(8, (half + 1) * 8 * 2 // 3))),
+            ProjectSpec(name="vision", guaranteed_gpus=float(used_by_vision + 16)),
+            ProjectSpec(name="research", guaranteed_gpus=16),
+            ProjectSpec(name="serving", guaranteed_gpus=16),
+        ),
+        workloads=tuple(workloads),
+        faults=faults,
+    )
