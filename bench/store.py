@@ -5,7 +5,8 @@ Measures
   worth of series per batch (12 generated metrics a GPU), and at one 8-GPU node's scrape
   per batch (steady state: every series already known);
 - the file on disk, the user's path: the agent's real page (its collector and simulated
-  sources, rendered by prometheus_client as ``gpuscope agent`` serves it) for each of
+  sources, its page rendered by ``AgentCollector.render`` as ``gpuscope agent`` serves it)
+  for each of
   ``--nodes`` simulated 8-GPU nodes, every 15 s for ``--hours``, parsed by the collector
   (``page_to_outcome``) and stored a cycle a transaction (``Store.append_cycle``); then the
   store's own maintenance (``apply_retention``: roll-ups, retention, compaction of the
@@ -165,8 +166,6 @@ def _cycle_pages(nodes: int) -> tuple[list[Any], list[Target], list[TargetCache]
     """One agent per simulated node (its real collector and sources, as ``gpuscope agent
     --gpu-source sim`` runs them), the collector's target and parse cache for each, and
     the simulated clock to move."""
-    from prometheus_client.registry import CollectorRegistry
-
     from agent.exposition import AgentCollector
     from agent.sim import SimAttributor, SimGpuSource, SimIbSource
     from sim import SimulatedCluster, default_scenario
@@ -177,19 +176,17 @@ def _cycle_pages(nodes: int) -> tuple[list[Any], list[Target], list[TargetCache]
     def clock() -> float:
         return now[0]
 
-    registries = []
-    for node in cluster.node_names[:nodes]:
-        agent = AgentCollector(
+    agents = [
+        AgentCollector(
             node,
             SimGpuSource(cluster, node, clock),
             SimIbSource(cluster, node, clock),
             SimAttributor(cluster, node, clock),
         )
-        registry = CollectorRegistry(auto_describe=False)
-        registry.register(agent)
-        registries.append(registry)
+        for node in cluster.node_names[:nodes]
+    ]
     targets = [Target(url=f"http://{n}:9835/metrics") for n in cluster.node_names[:nodes]]
-    return registries, targets, [TargetCache() for _ in targets], now
+    return agents, targets, [TargetCache() for _ in targets], now
 
 
 def _om_value(v: float) -> str:
@@ -209,9 +206,7 @@ def density(nodes: int, hours: float, workdir: Path, prometheus: bool) -> dict[s
     store's own maintenance; the same samples with the same timestamps as OpenMetrics for
     promtool (one file per family, joined at the end: OpenMetrics keeps a family together).
     """
-    from prometheus_client.exposition import generate_latest
-
-    registries, targets, caches, sim_now = _cycle_pages(nodes)
+    agents, targets, caches, sim_now = _cycle_pages(nodes)
     cycles = int(hours * 3600_000 / INTERVAL_MS)
     t0 = 1_750_032_000  # 2025-06-16 00:00 UTC, whole seconds: what both stores keep
     path = workdir / "density.duckdb"
@@ -226,7 +221,7 @@ def density(nodes: int, hours: float, workdir: Path, prometheus: bool) -> dict[s
             ts = t0 + i * 15
             sim_now[0] = 30 * 3600 + i * 15.0  # a busy stretch of the scenario
             a = time.perf_counter()
-            pages = [generate_latest(r) for r in registries]
+            pages = [agent.render() for agent in agents]
             b = time.perf_counter()
             batches = []
             for target, cache, page in zip(targets, caches, pages, strict=True):
