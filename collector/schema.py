@@ -167,52 +167,48 @@ MIGRATION_5_ALERTS: tuple[str, ...] = (
 
 #: v6: roll-ups that cost what they carry (docs/storage.md, "Roll-ups"). The rows move to
 #: ``rollup_5m_rows``/``rollup_1h_rows``: buckets in whole seconds, the count as a small
-#: integer, ``min``/``max``/``last`` NULL where they equal the mean (``sum / count``), rows in
-#: (series_id, bucket) order. A series whose 5-minute buckets each hold one raw sample (it is
-#: scraped every 5 minutes or less often) gets no roll-up rows: its raw samples stand in for
-#: them, over the ranges recorded in ``rollup_5m_raw``, and are kept until the 5-minute
-#: retention. ``samples_5m`` and ``samples_1h`` become views with the v2 columns and values,
-#: the one definition every reader (report, idle, API, the hourly roll-up) reads.
+#: integer, ``max`` NULL where it equals the mean (``sum / count``), rows in (series_id,
+#: bucket) order; ``min`` and ``last`` are not kept (no reader read them; a bucket's peak
+#: and mean are what the report, idle detection and the API use). A series whose 5-minute
+#: buckets each hold one raw sample (it is scraped every 5 minutes or less often) gets no
+#: roll-up rows: its raw samples stand in for them, over the ranges recorded in
+#: ``rollup_5m_raw``, and are kept until the 5-minute retention. ``samples_5m`` and
+#: ``samples_1h`` become views (``series_id, bucket, max, sum, count``, the v2 values), the
+#: one definition every reader (report, idle, API, the hourly roll-up) reads.
 MIGRATION_6_PACKED_ROLLUPS: tuple[str, ...] = (
     """CREATE TABLE rollup_5m_rows (
         series_id UINTEGER NOT NULL, bucket TIMESTAMP_S NOT NULL,
-        sum DOUBLE NOT NULL, count USMALLINT NOT NULL,
-        min DOUBLE, max DOUBLE, last DOUBLE
+        sum DOUBLE NOT NULL, count USMALLINT NOT NULL, max DOUBLE
     )""",
     """CREATE TABLE rollup_1h_rows (
         series_id UINTEGER NOT NULL, bucket TIMESTAMP_S NOT NULL,
-        sum DOUBLE NOT NULL, count UINTEGER NOT NULL,
-        min DOUBLE, max DOUBLE, last DOUBLE
+        sum DOUBLE NOT NULL, count UINTEGER NOT NULL, max DOUBLE
     )""",
     # [lo, hi): the series' raw samples are its 5-minute roll-up (one a bucket)
     """CREATE TABLE rollup_5m_raw (
         series_id UINTEGER NOT NULL, lo TIMESTAMP_S NOT NULL, hi TIMESTAMP_S NOT NULL
     )""",
     """INSERT INTO rollup_5m_rows
-    SELECT series_id, bucket, sum, count, nullif(min, sum / count), nullif(max, sum / count),
-           nullif(last, sum / count)
+    SELECT series_id, bucket, sum, count, nullif(max, sum / count)
     FROM samples_5m ORDER BY series_id, CASE WHEN series_id % 2 = 0 THEN bucket END, bucket DESC""",
     """INSERT INTO rollup_1h_rows
-    SELECT series_id, bucket, sum, count, nullif(min, sum / count), nullif(max, sum / count),
-           nullif(last, sum / count)
+    SELECT series_id, bucket, sum, count, nullif(max, sum / count)
     FROM samples_1h ORDER BY series_id, CASE WHEN series_id % 2 = 0 THEN bucket END, bucket DESC""",
     "DROP TABLE samples_5m",
     "DROP TABLE samples_1h",
     """CREATE VIEW samples_5m AS
     SELECT series_id, CAST(bucket AS TIMESTAMP) AS bucket,
-           coalesce(min, sum / count) AS min, coalesce(max, sum / count) AS max, sum,
-           CAST(count AS UINTEGER) AS count, coalesce(last, sum / count) AS last
+           coalesce(max, sum / count) AS max, sum, CAST(count AS UINTEGER) AS count
     FROM rollup_5m_rows
     UNION ALL
     SELECT s.series_id, CAST(time_bucket(INTERVAL 5 MINUTE, s.ts) AS TIMESTAMP),
-           s.value, s.value, s.value, CAST(1 AS UINTEGER), s.value
+           s.value, s.value, CAST(1 AS UINTEGER)
     FROM samples AS s JOIN rollup_5m_raw AS c
       ON s.series_id = c.series_id AND s.ts >= c.lo AND s.ts < c.hi
     WHERE isfinite(s.value)""",
     """CREATE VIEW samples_1h AS
     SELECT series_id, CAST(bucket AS TIMESTAMP) AS bucket,
-           coalesce(min, sum / count) AS min, coalesce(max, sum / count) AS max, sum,
-           count, coalesce(last, sum / count) AS last
+           coalesce(max, sum / count) AS max, sum, count
     FROM rollup_1h_rows""",
 )
 

@@ -97,15 +97,14 @@ GROUP BY series_id HAVING max(n) = 1;
 SELECT count(*) FROM rollup_coarse;
 
 -- name: rollup_5m
--- min/max/last NULL where they equal the mean (the view samples_5m coalesces them back);
+-- max NULL where it equals the mean (the view samples_5m coalesces it back);
 -- rows in series order (time forwards, backwards for odd series: see compact_copy), so
 -- that each column compresses per series.
 INSERT INTO rollup_5m_rows
-SELECT series_id, bucket, s, n, nullif(mn, s / n), nullif(mx, s / n), nullif(l, s / n)
+SELECT series_id, bucket, s, n, nullif(mx, s / n)
 FROM (
     SELECT series_id, time_bucket(INTERVAL 5 MINUTE, ts) AS bucket,
-           min(value) AS mn, max(value) AS mx, sum(value) AS s, count(*) AS n,
-           arg_max(value, ts) AS l
+           max(value) AS mx, sum(value) AS s, count(*) AS n
     FROM samples WHERE ts >= $lo AND ts < $hi AND isfinite(value)  -- a NaN gauge: no mean of NaN
       AND series_id NOT IN (SELECT series_id FROM rollup_coarse)
     GROUP BY ALL)
@@ -126,11 +125,10 @@ DROP TABLE rollup_coarse;
 
 -- name: rollup_1h
 INSERT INTO rollup_1h_rows
-SELECT series_id, hour, s, n, nullif(mn, s / n), nullif(mx, s / n), nullif(l, s / n)
+SELECT series_id, hour, s, n, nullif(mx, s / n)
 FROM (
     SELECT series_id, time_bucket(INTERVAL 1 HOUR, bucket) AS hour,
-           min(min) AS mn, max(max) AS mx, sum(sum) AS s, sum(count) AS n,
-           arg_max(last, bucket) AS l
+           max(max) AS mx, sum(sum) AS s, sum(count) AS n
     FROM samples_5m WHERE bucket >= $lo AND bucket < $hi
     GROUP BY ALL)
 ORDER BY series_id, CASE WHEN series_id % 2 = 0 THEN hour END, hour DESC;

@@ -165,7 +165,8 @@ def _rollups(store: Store) -> None:
         t += timedelta(minutes=5)
     con.register("r", pa.table(rows))
     con.execute(
-        "INSERT INTO rollup_5m_rows (series_id, bucket, min, max, sum, count, last) SELECT series_id, bucket, v, v, v * 20, 20, v FROM r"
+        "INSERT INTO rollup_5m_rows (series_id, bucket, max, sum, count) "
+        "SELECT series_id, bucket, v, v * 20, 20 FROM r"
     )
     _ib(con)
     con.execute("INSERT OR REPLACE INTO meta VALUES ('rollup_5m_until', ?)", [W11.isoformat()])
@@ -189,8 +190,8 @@ def _ib(con: Any) -> None:
             [1000 + k, m, "gauge" if k == 2 else "counter", W09, W11],
         )
     con.execute(
-        """INSERT INTO rollup_5m_rows (series_id, bucket, min, max, sum, count, last)
-        SELECT 1000 + k, b, v, v, v, 5, v FROM (
+        """INSERT INTO rollup_5m_rows (series_id, bucket, max, sum, count)
+        SELECT 1000 + k, b, v, v, 5 FROM (
             SELECT k, b, CASE WHEN k = 2 THEN $link
                   WHEN k = 0 AND b >= $hot AND b < $hot + to_hours($hours) THEN 0.9 * $link * 300
                   ELSE 0.1 * $link * 300 END AS v

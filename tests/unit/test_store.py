@@ -353,19 +353,17 @@ def test_retention_rolls_up_then_deletes(db: Path) -> None:
         assert done["rolled_5m"] == 2 and done["rolled_1h"] == 0 and done["deleted_samples"] == 0
         assert rows(
             store,
-            "SELECT series_id, bucket, min, max, sum, count, last FROM samples_5m ORDER BY bucket",
+            "SELECT series_id, bucket, max, sum, count FROM samples_5m ORDER BY bucket",
         ) == [
-            (sid, day + timedelta(hours=10), 0.2, 0.8, pytest.approx(1.5), 3, 0.5),
-            (sid, day + timedelta(hours=10, minutes=5), 0.1, 0.1, 0.1, 1, 0.1),
+            (sid, day + timedelta(hours=10), 0.8, pytest.approx(1.5), 3),
+            (sid, day + timedelta(hours=10, minutes=5), 0.1, 0.1, 1),
         ]
         done = store.apply_retention(day + timedelta(hours=11, minutes=10))
         # 10:55 and 11:00 hold one sample each: the raw samples stand in, no rows are written
         assert done["rolled_5m"] == 0 and done["coarse_series"] == 1
         assert done["rolled_1h"] == 1  # 11:00 is not over
-        assert rows(
-            store, "SELECT series_id, bucket, min, max, sum, count, last FROM samples_1h"
-        ) == [
-            (sid, day + timedelta(hours=10), 0.1, 0.8, pytest.approx(1.9), 5, 0.3),
+        assert rows(store, "SELECT series_id, bucket, max, sum, count FROM samples_1h") == [
+            (sid, day + timedelta(hours=10), 0.8, pytest.approx(1.9), 5),
         ]
         assert rows(store, "SELECT count(*) FROM samples") == [(6,)]
         done = store.apply_retention(day + timedelta(days=3))
@@ -375,10 +373,10 @@ def test_retention_rolls_up_then_deletes(db: Path) -> None:
         )
         assert rows(
             store,
-            "SELECT bucket, min, max, sum, count, last FROM samples_1h WHERE bucket > ?",
+            "SELECT bucket, max, sum, count FROM samples_1h WHERE bucket > ?",
             day + timedelta(hours=10),
         ) == [
-            (day + timedelta(hours=11), 0.9, 0.9, 0.9, 1, 0.9),
+            (day + timedelta(hours=11), 0.9, 0.9, 1),
         ]
         assert rows(store, "SELECT count(*) FROM samples_5m") == [(4,)]
         done = store.apply_retention(day + timedelta(days=6))

@@ -66,17 +66,16 @@ def history(
 
 
 def expected_5m(points: list[tuple[datetime, float]]) -> dict[datetime, tuple[float, ...]]:
-    """(min, max, sum, count, last) per 5-minute bucket, straight from the raw samples."""
+    """(max, sum, count) per 5-minute bucket, straight from the raw samples."""
     out: dict[datetime, list[float]] = defaultdict(list)
     for t, v in points:
         out[t - timedelta(seconds=int((t - DAY).total_seconds()) % 300)].append(v)
-    return {b: (min(v), max(v), sum(v), len(v), v[-1]) for b, v in out.items()}
+    return {b: (max(v), sum(v), len(v)) for b, v in out.items()}
 
 
 def rolled(store: Store, sid: int) -> dict[datetime, tuple[Any, ...]]:
     got = store.cursor().execute(
-        "SELECT bucket, min, max, sum, count, last FROM samples_5m WHERE series_id = ? "
-        "ORDER BY bucket",
+        "SELECT bucket, max, sum, count FROM samples_5m WHERE series_id = ? ORDER BY bucket",
         [sid],
     )
     return {r[0]: tuple(r[1:]) for r in got.fetchall()}
@@ -166,7 +165,7 @@ def test_the_hourly_level_equals_the_raw_samples(store: Store) -> None:
         got = (
             store.cursor()
             .execute(
-                "SELECT bucket, min, max, sum, count, last FROM samples_1h WHERE series_id = ? "
+                "SELECT bucket, max, sum, count FROM samples_1h WHERE series_id = ? "
                 "ORDER BY bucket",
                 [sid],
             )
@@ -177,15 +176,16 @@ def test_the_hourly_level_equals_the_raw_samples(store: Store) -> None:
             vs = [
                 v for t, v in points if DAY + timedelta(hours=h) <= t < DAY + timedelta(hours=h + 1)
             ]
-            want.append((DAY + timedelta(hours=h), min(vs), max(vs), sum(vs), len(vs), vs[-1]))
+            want.append((DAY + timedelta(hours=h), max(vs), sum(vs), len(vs)))
         assert len(got) == 3
         for g, w in zip(got, want, strict=True):
-            assert g[0] == w[0] and g[4] == w[4]
+            assert g[0] == w[0] and g[3] == w[3]
             assert all(math.isclose(a, b, rel_tol=1e-12) for a, b in zip(g[1:], w[1:], strict=True))
 
 
 def test_a_v5_database_converts_its_roll_ups(tmp_path: Path) -> None:
-    """v5 rows keep their values through v6's packing; equal min/max/last become NULL."""
+    """v5 rows keep their peak, sum and count through v6's packing (a peak equal to the mean
+    becomes NULL); min and last, which nothing read, are not kept."""
     path = tmp_path / "v5.duckdb"
     con = duckdb.connect(str(path))
     assert migrate(con, target=5) == 5
@@ -200,13 +200,14 @@ def test_a_v5_database_converts_its_roll_ups(tmp_path: Path) -> None:
     with Store.open(path) as store:
         assert store.schema_version == 6
         cur = store.cursor()
+        kept = [(sid, b, mx, s, n) for sid, b, _mn, mx, s, n, _last in rows]
         got = cur.execute("SELECT * FROM samples_5m ORDER BY series_id, bucket").fetchall()
-        assert got == rows
-        assert cur.execute("SELECT * FROM samples_1h").fetchall() == rows[:1]
+        assert got == kept
+        assert cur.execute("SELECT * FROM samples_1h").fetchall() == kept[:1]
         packed = cur.execute(
-            "SELECT series_id, min, max, last FROM rollup_5m_rows ORDER BY series_id, bucket"
+            "SELECT series_id, max FROM rollup_5m_rows ORDER BY series_id, bucket"
         ).fetchall()
-        assert packed == [(7, 0.2, 0.8, 0.6), (7, None, None, None), (8, None, None, None)]
+        assert packed == [(7, 0.8), (7, None), (8, None)]
 
 
 def dump(store: Store) -> dict[str, list[tuple[Any, ...]]]:
