@@ -192,10 +192,15 @@ class TargetCache:
     """What a target's previous scrapes taught: parsed label sets, and their relabelled form.
 
     A target exports the same series scrape after scrape, so the steady state parses labels
-    by lookup. Cleared when it grows past ``limit`` entries (series churn).
+    by lookup. Cleared when it grows past a few times its last page (series churn: a target
+    whose labels change every scrape would otherwise keep every label set it ever sent, up
+    to ``limit`` entries, ~140 MB for a 20,000-series page) or past ``limit``.
     """
 
     limit: int = 400_000
+    #: Series on the target's last parsed page: what a steady cache holds (twice: the
+    #: line and the label text), so a cache far beyond it is churn, not steady state.
+    page_series: int = 0
     series: SeriesCache = field(default_factory=SeriesCache)
     #: id(parsed labels) -> (those labels, with an instance label where no node label is)
     relabelled: dict[int, tuple[Labels, Labels]] = field(default_factory=dict)
@@ -207,7 +212,8 @@ class TargetCache:
     checked: tuple[list[str], list[Labels], IngestLimits] | None = None
 
     def trim(self) -> None:
-        if len(self.series) > self.limit or len(self.relabelled) > self.limit:
+        bound = min(self.limit, 3 * self.page_series + 4096)
+        if len(self.series) > bound or len(self.relabelled) > bound:
             self.series.clear()
             self.relabelled.clear()
             self.last_labels = self.checked = None
@@ -248,6 +254,8 @@ def page_to_outcome(
             f"sample_limit exceeded: more than {sample_limit} samples", "sample_limit"
         )
     cols = parsed.samples
+    if cache is not None:
+        cache.page_series = len(cols.names)
     if not cols.names:
         first = parsed.errors[0] if parsed.errors else "empty page"
         raise ScrapeError(f"no samples ({first})", "page")

@@ -137,3 +137,34 @@ def test_the_steady_pages_store_increases_resets_nans_and_intervals(tmp_path: Pa
 
 def _at(i: int) -> datetime:
     return datetime.fromtimestamp(T0 + 15 * i, UTC).replace(tzinfo=None)
+
+
+def churning_page(scrape: int, n: int) -> bytes:
+    """``n`` series whose labels are new on every scrape (a request id in a label)."""
+    return "".join(f'app_requests{{id="{scrape}-{i}"}} {i}\n' for i in range(n)).encode()
+
+
+def test_a_churning_targets_cache_stays_near_its_page_size() -> None:
+    """A target whose label sets change every scrape must not grow its parse cache to the
+    global bound (400,000 entries, ~140 MB of label text in the hostile-targets benchmark):
+    the cache is cleared once it holds a few pages' worth of series."""
+    target, cache, n = Target(url="http://churn:9100/metrics"), TargetCache(), 2_000
+    sizes = []
+    for scrape in range(40):
+        out = page_to_outcome(target, churning_page(scrape, n), T0 + scrape, cache=cache)
+        assert out.batch is not None and len(out.batch) == n
+        sizes.append(len(cache.series))
+    assert max(sizes) <= 3 * n + 4096 + 2 * n  # cleared before the parse that follows
+    assert max(sizes) < cache.limit // 20
+
+
+def test_a_steady_targets_cache_is_kept_between_scrapes() -> None:
+    """The bound is relative to the page: a steady page's cache never trips it, so the
+    next scrape still hands back the very same label lists (the steady-state shortcut)."""
+    target, cache = Target(url="http://steady:9100/metrics"), TargetCache()
+    body = churning_page(0, 5_000)
+    first = page_to_outcome(target, body, T0, cache=cache)
+    for k in range(1, 6):
+        again = page_to_outcome(target, body, T0 + k, cache=cache)
+        assert again.batch is not None and first.batch is not None
+        assert again.batch.labels is first.batch.labels
