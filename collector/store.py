@@ -114,7 +114,10 @@ class Store(MaintenanceMixin, ReclaimMixin, RecordsMixin, AlertsMixin):
         if read_only and not path.exists():
             raise UserError(f"database {path} does not exist")
         try:
-            config: dict[str, str | bool | int | float | list[str]] = {}
+            # a new file gets the store's block size (an existing one keeps its own)
+            config: dict[str, str | bool | int | float | list[str]] = {
+                "default_block_size": schema.BLOCK_SIZE
+            }
             if memory_limit is not None:
                 config["memory_limit"] = memory_limit
             con = duckdb.connect(str(path), read_only=read_only, config=config)

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import duckdb
 
+from collector import schema
 from collector.store_sql import StoreParts
 from gpuscope.core.errors import UserError
 
@@ -129,7 +130,9 @@ class ReclaimMixin(StoreParts):
         name = con.execute("SELECT current_database()").fetchone()
         assert name is not None
         source = '"' + str(name[0]).replace('"', '""') + '"'
-        con.execute(f"ATTACH {_quote(str(partial))} AS gpuscope_reclaim")
+        con.execute(
+            f"ATTACH {_quote(str(partial))} AS gpuscope_reclaim (BLOCK_SIZE {schema.BLOCK_SIZE})"
+        )
         try:
             con.execute(f"COPY FROM DATABASE {source} TO gpuscope_reclaim")
             con.execute("CHECKPOINT gpuscope_reclaim")
