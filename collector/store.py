@@ -72,10 +72,17 @@ class Store(MaintenanceMixin, ReclaimMixin, RecordsMixin, AlertsMixin):
     """The collector's database. Open with :meth:`open`; close it (or use ``with``)."""
 
     def __init__(
-        self, con: duckdb.DuckDBPyConnection, path: Path, read_only: bool, retention: Retention
+        self,
+        con: duckdb.DuckDBPyConnection,
+        path: Path,
+        read_only: bool,
+        retention: Retention,
+        config: dict[str, str | bool | int | float | list[str]] | None = None,
     ) -> None:
         self.path, self.read_only, self.retention = path, read_only, retention
         self._con = con
+        #: DuckDB's settings ``con`` was opened with, for a reconnect (reclaim_space)
+        self._config = dict(config or {})
         self._lock = threading.RLock()  # the writer connection
         self._maintenance = threading.RLock()  # roll-ups, deletes and compaction: one at a time
         self._ids: dict[SeriesKey, int] = {}
@@ -146,7 +153,7 @@ class Store(MaintenanceMixin, ReclaimMixin, RecordsMixin, AlertsMixin):
         except BaseException:
             con.close()
             raise
-        return cls(con, path, read_only, retention or Retention())
+        return cls(con, path, read_only, retention or Retention(), config)
 
     def __enter__(self) -> Store:
         return self

@@ -68,6 +68,7 @@ class ReclaimMixin(StoreParts):
     """:meth:`reclaim_space` of a :class:`~collector.store.Store`."""
 
     _con: duckdb.DuckDBPyConnection
+    _config: dict[str, str | bool | int | float | list[str]]
     _lock: threading.RLock
 
     def space(self) -> SpaceReport:
@@ -114,7 +115,7 @@ class ReclaimMixin(StoreParts):
                 _fsync(self.path.parent)
             finally:  # replaced or not, the store goes on with whichever file is there
                 partial.unlink(missing_ok=True)
-                self._con = duckdb.connect(str(self.path))
+                self._con = duckdb.connect(str(self.path), config=self._config)
             after = self.path.stat().st_size
         log.info(
             "reclaimed space db=%s before_bytes=%d after_bytes=%d",

@@ -20,3 +20,17 @@ def test_the_setting_defaults_to_a_gigabyte_and_refuses_what_duckdb_cannot_read(
     assert load_settings(env={}, overrides={"collector": {"db_memory_limit": "25%"}})
     with pytest.raises(ConfigError, match="db_memory_limit"):
         load_settings(env={}, overrides={"collector": {"db_memory_limit": "lots"}})
+
+
+def test_the_memory_limit_outlives_a_file_rewrite(tmp_path: Path) -> None:
+    """gpuscope db compact and the demo reopen the rewritten file: the limit must stay, or
+    DuckDB goes back to 80 % of RAM for the rest of the run."""
+    with Store.open(tmp_path / "a.duckdb", memory_limit="100MB") as store:
+        cur = store.cursor()
+        cur.execute("CREATE TABLE a AS SELECT random() AS x FROM range(300000)")
+        cur.execute("CREATE TABLE b AS SELECT random() AS x FROM range(300000)")
+        cur.execute("CHECKPOINT")
+        cur.execute("DROP TABLE a")
+        assert store.reclaim_space(min_free_ratio=0).rewritten
+        limit = store.cursor().execute("SELECT current_setting('memory_limit')").fetchone()
+    assert limit == ("95.3 MiB",)
