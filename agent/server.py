@@ -3,7 +3,7 @@
 The standard library's threading server is enough for one scraper or two and keeps the
 agent image free of a web framework. ``gpuscope agent`` serves the collector's own page
 (:meth:`AgentCollector.render`, written without prometheus_client); a server given a
-prometheus_client registry instead serves what that registry collects (tests, the demo).
+prometheus_client registry instead serves what that registry collects (tests compare the two).
 
 The exposition drops and counts what it cannot encode, so ``/metrics`` should never fail;
 if it does all the same, ``/healthz`` says so (503 with the error) until a page goes out

@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from prometheus_client.registry import CollectorRegistry
 
 from agent.exposition import AgentCollector
 from agent.server import AgentHttpServer
@@ -51,9 +50,8 @@ def start_agents(
             SimIbSource(cluster, node, sim_clock),
             SimAttributor(cluster, node, sim_clock),
         )
-        registry = CollectorRegistry(auto_describe=False)
-        registry.register(collector)
-        server = AgentHttpServer(("127.0.0.1", 0), registry, collector)
+        # the page `gpuscope agent` serves; no process_* series: 32 agents share a process
+        server = AgentHttpServer(("127.0.0.1", 0), None, collector, process_metrics=False)
         server.start_in_thread()
         servers.append((f"http://127.0.0.1:{server.server_address[1]}/metrics", server))
     return servers
