@@ -10,12 +10,6 @@ ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY gpuscope ./gpuscope
-COPY sim ./sim
-COPY agent ./agent
-COPY collector ./collector
-COPY analytics ./analytics
-COPY alerts ./alerts
-COPY actions ./actions
 RUN python -m venv /opt/agent && /opt/agent/bin/pip install . \
  && python -m venv /opt/collector && /opt/collector/bin/pip install '.[server]' \
  && find /opt -name '__pycache__' -prune -exec rm -rf {} +

@@ -30,11 +30,11 @@ import polars as pl
 from fastapi.testclient import TestClient
 
 from bench.figure import Figure, format_value, print_figures
-from collector.api import ApiState, create_app
-from collector.batch import Batch
-from collector.metrics import CollectorMetrics
-from collector.store import Store
-from collector.targets import TargetRegistry
+from gpuscope.collector.api import ApiState, create_app
+from gpuscope.collector.batch import Batch
+from gpuscope.collector.metrics import CollectorMetrics
+from gpuscope.collector.store import Store
+from gpuscope.collector.targets import TargetRegistry
 
 STEP_S = 15
 DAY = 86_400

@@ -35,8 +35,10 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from analytics.allocation import EPS, NodeState, state_from_records
-from analytics.consolidation.plan import (
+from bench.figure import Figure, Reference, print_figures
+from bench.timing import Spread, time_round_robin
+from gpuscope.analytics.allocation import EPS, NodeState, state_from_records
+from gpuscope.analytics.consolidation.plan import (
     Goal,
     Placed,
     Plan,
@@ -47,13 +49,11 @@ from analytics.consolidation.plan import (
     plan_greedy,
     plan_high_node_utilization,
 )
-from analytics.trace import read_trace
-from bench.figure import Figure, Reference, print_figures
-from bench.timing import Spread, time_round_robin
-from collector.inventory_records import node_from_json, pod_from_json
+from gpuscope.analytics.trace import read_trace
+from gpuscope.collector.inventory_records import node_from_json, pod_from_json
 from gpuscope.core.settings import WorkloadSettings
-from sim import SimulatedCluster, default_scenario
-from sim.kube import nodes_json, pods_json
+from gpuscope.sim import SimulatedCluster, default_scenario
+from gpuscope.sim.kube import nodes_json, pods_json
 
 #: The public trace's lists the project keeps (tests/fixtures/alibaba-gpu-v2023/PROVENANCE.md).
 CSV = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "alibaba-gpu-v2023" / "csv"
@@ -167,7 +167,7 @@ def run_case(
         label: functools.partial(fn, nodes, placed, goals) for label, fn in STRATEGIES.items()
     }
     if exact:
-        from analytics.consolidation.exact import exact_min_evictions
+        from gpuscope.analytics.consolidation.exact import exact_min_evictions
 
         peers["exact"] = functools.partial(exact_min_evictions, nodes, placed, goals, time_limit=60)
     timed = time_round_robin(peers, n=runs)

@@ -21,10 +21,10 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from analytics.allocation import ClusterState, NodeState
-from analytics.fragmentation import TaskMix, analyze_fragmentation, learn_task_mix
-from analytics.trace import read_trace
 from bench.figure import Figure, print_figures
+from gpuscope.analytics.allocation import ClusterState, NodeState
+from gpuscope.analytics.fragmentation import TaskMix, analyze_fragmentation, learn_task_mix
+from gpuscope.analytics.trace import read_trace
 from gpuscope.core.settings import AnalyticsSettings
 
 #: The public trace's lists the project keeps (tests/fixtures/alibaba-gpu-v2023/PROVENANCE.md).

@@ -30,7 +30,6 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from analytics.idle import HISTORY, LATE_DELAY, LOOKBACK, RAW_HORIZON, run_idle
 from bench.figure import Figure, print_figures
 from bench.history import (
     CycleMaker,
@@ -42,10 +41,11 @@ from bench.history import (
 )
 from bench.history import history as get_history
 from bench.timing import Spread, time_alternating, time_once
-from collector.store import Store
+from gpuscope.analytics.idle import HISTORY, LATE_DELAY, LOOKBACK, RAW_HORIZON, run_idle
+from gpuscope.collector.store import Store
 from gpuscope.core.settings import AnalyticsSettings, WorkloadSettings
 
-#: the series the detector reads (analytics/sql/idle.sql: busy_candidates, workload series)
+#: the series the detector reads (gpuscope/analytics/sql/idle.sql: busy_candidates, workload series)
 ACTIVITY = (
     "gpuscope_gpu_sm_active_ratio",
     "gpuscope_gpu_utilization_ratio",
@@ -60,7 +60,7 @@ def _floor(t: datetime, seconds: int) -> datetime:
 
 
 def full_reads(store: Store, at: datetime) -> tuple[int, int]:
-    """(roll-up rows, raw samples) a full re-analysis at ``at`` reads (analytics/idle.py:
+    """(roll-up rows, raw samples) a full re-analysis at ``at`` reads (gpuscope/analytics/idle.py:
     roll-ups over ``HISTORY`` up to the frontier, raw samples after it)."""
     row = store.cursor().execute("SELECT value FROM meta WHERE key = 'rollup_5m_until'").fetchone()
     frontier = datetime.fromisoformat(str(row[0])).replace(tzinfo=UTC) if row else at

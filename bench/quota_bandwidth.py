@@ -32,13 +32,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from analytics.bandwidth import bandwidth_history, run_bandwidth
-from analytics.quota import run_quota
 from bench.figure import Figure, Reference, print_figures
 from bench.history import History, chosen_size, rows_between
 from bench.history import history as get_history
 from bench.timing import time_alternating
-from collector.store import Store
+from gpuscope.analytics.bandwidth import bandwidth_history, run_bandwidth
+from gpuscope.analytics.quota import run_quota
+from gpuscope.collector.store import Store
 from gpuscope.core.settings import AnalyticsSettings
 
 IB = (

@@ -31,15 +31,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from analytics.report.data import build_report
-from analytics.report.week import Week
 from bench.figure import Figure, print_figures
 from bench.history import History, chosen_size, rows_between
 from bench.history import history as get_history
 from bench.timing import time_alternating, time_once
-from collector.store import Store
+from gpuscope.analytics.report.data import build_report
+from gpuscope.analytics.report.week import Week
 from gpuscope.cli.main import build_parser
 from gpuscope.cli.report import cmd_report
+from gpuscope.collector.store import Store
 from gpuscope.core.settings import Settings
 
 WEEK = Week(2025, 10)

@@ -39,9 +39,9 @@ import duckdb
 
 from bench.figure import Figure, Reference, print_figures
 from bench.machine import tool_version
-from collector.batch import Batch
-from collector.scrape import Target, TargetCache, page_to_outcome
-from collector.store import Store
+from gpuscope.collector.batch import Batch
+from gpuscope.collector.scrape import Target, TargetCache, page_to_outcome
+from gpuscope.collector.store import Store
 
 INTERVAL_MS = 15_000
 GIB = 1 << 30
@@ -166,9 +166,9 @@ def _cycle_pages(nodes: int) -> tuple[list[Any], list[Target], list[TargetCache]
     """One agent per simulated node (its real collector and sources, as ``gpuscope agent
     --gpu-source sim`` runs them), the collector's target and parse cache for each, and
     the simulated clock to move."""
-    from agent.exposition import AgentCollector
-    from agent.sim import SimAttributor, SimGpuSource, SimIbSource
-    from sim import SimulatedCluster, default_scenario
+    from gpuscope.agent.exposition import AgentCollector
+    from gpuscope.agent.sim import SimAttributor, SimGpuSource, SimIbSource
+    from gpuscope.sim import SimulatedCluster, default_scenario
 
     cluster = SimulatedCluster(default_scenario(nodes=max(6, nodes)))
     now = [0.0]

@@ -24,12 +24,12 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from analytics.allocation import NodeState
-from analytics.fragmentation import learn_task_mix
-from analytics.trace import read_nodes, read_tasks
-from analytics.whatif import POLICIES, Inventory, PodEvent, PolicyResult, Request, replay
-from analytics.whatif.events import arrivals, inflate
 from bench.figure import Figure, Reference, print_figures
+from gpuscope.analytics.allocation import NodeState
+from gpuscope.analytics.fragmentation import learn_task_mix
+from gpuscope.analytics.trace import read_nodes, read_tasks
+from gpuscope.analytics.whatif import POLICIES, Inventory, PodEvent, PolicyResult, Request, replay
+from gpuscope.analytics.whatif.events import arrivals, inflate
 
 CSV = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "alibaba-gpu-v2023" / "csv"
 #: Allocation (%) at 130 % arrivals in the FGD simulator's expected results

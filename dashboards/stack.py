@@ -24,15 +24,15 @@ import httpx
 from prometheus_client.exposition import MetricsHandler
 from prometheus_client.registry import CollectorRegistry
 
-from agent.sim import scenario_clock
-from collector.service import CollectorService
+from gpuscope.agent.sim import scenario_clock
+from gpuscope.collector.service import CollectorService
 from gpuscope.core.errors import UserError
 from gpuscope.core.settings import load_settings
 from gpuscope.demo import DEMO_ANALYTICS
 from gpuscope.demo_parts import record_simulated_inventory
 from gpuscope.demo_parts import start_agents as demo_agents
 from gpuscope.service import analytics_job
-from sim import SimulatedCluster, default_scenario
+from gpuscope.sim import SimulatedCluster, default_scenario
 
 CLUSTER = "sim"
 Clock = Callable[[], float]

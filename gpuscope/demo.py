@@ -25,9 +25,9 @@ from typing import Any
 
 import yaml
 
-from agent.sim import scenario_clock
-from analytics.runner import as_json, render_text
-from collector.service import CollectorService, bind_listen
+from gpuscope.agent.sim import scenario_clock
+from gpuscope.analytics.runner import as_json, render_text
+from gpuscope.collector.service import CollectorService, bind_listen
 from gpuscope.core.errors import UserError
 from gpuscope.core.settings import Settings, load_settings
 from gpuscope.core.timefmt import rfc3339
@@ -42,7 +42,7 @@ from gpuscope.demo_parts import (
     stop_agents,
 )
 from gpuscope.service import add_analytics, analytics_job
-from sim import SimulatedCluster, default_scenario
+from gpuscope.sim import SimulatedCluster, default_scenario
 
 DB_NAME = "gpuscope.duckdb"
 #: DuckDB's buffer for the demo's database: its maintenance spills past it (docs/storage.md).
@@ -205,7 +205,7 @@ def _fill_week(
 
 
 def _report(service: CollectorService, out: Path, at: datetime) -> Any:
-    from analytics.report.weekly import weekly_report
+    from gpuscope.analytics.report.weekly import weekly_report
 
     cur = service.store.cursor()
     try:
@@ -291,7 +291,7 @@ def _serve(service: CollectorService) -> None:
     """Keep scraping and analysing, with the API and /metrics up, until Ctrl-C."""
     import uvicorn
 
-    from collector.api import create_app
+    from gpuscope.collector.api import create_app
 
     sock = bind_listen("127.0.0.1", 8080, "127.0.0.1:8080")
     add_analytics(service)

@@ -1,5 +1,5 @@
 """The demo's week of history: the simulated cluster's past, stored through the collector's
-ingest path (one :meth:`~collector.store.Store.append_cycle` transaction per cycle, as a
+ingest path (one :meth:`~gpuscope.collector.store.Store.append_cycle` transaction per cycle, as a
 scrape cycle is), so the weekly report, the dashboards' week views and the detectors' long
 windows have a week to read.
 
@@ -22,11 +22,11 @@ from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import IO, Any
 
-from collector.batch import Batch, Labels
-from collector.store import Store
+from gpuscope.collector.batch import Batch, Labels
+from gpuscope.collector.store import Store
 from gpuscope.core.catalogue import AGENT_METRICS
 from gpuscope.demo_readings import KEPT, request
-from sim import SimulatedCluster
+from gpuscope.sim import SimulatedCluster
 
 __all__ = ["KEPT", "fill_history", "monday_before"]
 

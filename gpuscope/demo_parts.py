@@ -19,13 +19,17 @@ from typing import Any
 
 import yaml
 
-from agent.exposition import AgentCollector
-from agent.server import AgentHttpServer
-from agent.sim import SimAttributor, SimGpuSource, SimIbSource
-from collector.inventory_records import node_from_json, pod_from_json, quota_from_clusterqueue
-from collector.service import CollectorService
-from sim import SimulatedCluster
-from sim.kube import nodes_json, pods_json, quotas_json
+from gpuscope.agent.exposition import AgentCollector
+from gpuscope.agent.server import AgentHttpServer
+from gpuscope.agent.sim import SimAttributor, SimGpuSource, SimIbSource
+from gpuscope.collector.inventory_records import (
+    node_from_json,
+    pod_from_json,
+    quota_from_clusterqueue,
+)
+from gpuscope.collector.service import CollectorService
+from gpuscope.sim import SimulatedCluster
+from gpuscope.sim.kube import nodes_json, pods_json, quotas_json
 
 Clock = Callable[[], float]
 
@@ -126,7 +130,9 @@ class AlertSink:
 def demo_alerts_config(sink_url: str, out: Path) -> Path:
     """An alerts config routing everything to the local sink; the shipped rules with their
     ``for`` durations cut to 0, as the analysis windows are cut to fit the demo's minutes."""
-    shipped = yaml.safe_load(files("alerts").joinpath("default_rules.yaml").read_text("utf-8"))
+    shipped = yaml.safe_load(
+        files("gpuscope.alerts").joinpath("default_rules.yaml").read_text("utf-8")
+    )
     rules = [{**r, "for": "0s"} for r in shipped["rules"] if r.get("type") == "finding"]
     config = {
         "route": {"receiver": "local-sink", "group_by": ["alertname", "namespace"]},
@@ -140,8 +146,8 @@ def demo_alerts_config(sink_url: str, out: Path) -> Path:
 
 def run_demo_alerts(service: CollectorService, config_path: Path, now: datetime) -> Any:
     """One run of the real alerts engine over the stored findings, delivering to the sink."""
-    from alerts.config import load_alerts_config
-    from alerts.engine import AlertsEngine
+    from gpuscope.alerts.config import load_alerts_config
+    from gpuscope.alerts.engine import AlertsEngine
 
     engine = AlertsEngine(
         service.store, load_alerts_config(config_path), clock=service.clock, env={}
@@ -156,8 +162,8 @@ def plan_demo_actions(service: CollectorService, out: Path, at: datetime) -> lis
     """The policies as a dry run with no cluster to talk to: the warnings, then (the warning
     period being 0 here) the actions that would follow, and the consolidation steps. The
     audit log is in the database, and ``actions.json`` beside it."""
-    from actions.policy import parse_policies
-    from actions.runner import run_policies
+    from gpuscope.actions.policy import parse_policies
+    from gpuscope.actions.runner import run_policies
 
     (out / "demo-policies.yaml").write_text(yaml.safe_dump(DEMO_POLICIES, sort_keys=False))
     policies = parse_policies(DEMO_POLICIES)

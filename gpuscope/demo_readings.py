@@ -24,8 +24,8 @@ from typing import Any, BinaryIO
 
 from gpuscope.core.catalogue import AGENT_METRICS
 from gpuscope.core.series import node_series
-from sim import SimulatedCluster
-from sim.scenario import Scenario
+from gpuscope.sim import SimulatedCluster
+from gpuscope.sim.scenario import Scenario
 
 #: Families the history keeps: what the weekly report, the detectors and the dashboards'
 #: week views read (clocks, energy, ECC, NVLink/PCIe, packet and error counters are left to

@@ -17,18 +17,18 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from analytics.base import Analysis
-from analytics.report.weekly import ReportResult, weekly_report
-from analytics.runner import DETECTORS, run_on_store
-from collector.api_whatif import WhatIf
-from collector.service import CollectorService, run_collector
-from collector.store import Store
+from gpuscope.analytics.base import Analysis
+from gpuscope.analytics.report.weekly import ReportResult, weekly_report
+from gpuscope.analytics.runner import DETECTORS, run_on_store
+from gpuscope.collector.api_whatif import WhatIf
+from gpuscope.collector.service import CollectorService, run_collector
+from gpuscope.collector.store import Store
 from gpuscope.core.settings import Settings
 
 if TYPE_CHECKING:
-    from actions.executor import OwnerNotice
-    from alerts.engine import AlertsEngine
-    from alerts.model import Severity
+    from gpuscope.actions.executor import OwnerNotice
+    from gpuscope.alerts.engine import AlertsEngine
+    from gpuscope.alerts.model import Severity
 
 log = logging.getLogger(__name__)
 
@@ -59,9 +59,9 @@ def add_alerts(service: CollectorService) -> AlertsEngine | None:
     Built at start-up, so a bad alerts config or a missing secret stops the service with
     one line instead of failing on every run.
     """
-    from alerts.api import alerts_router
-    from alerts.config import load_alerts_config
-    from alerts.engine import AlertsEngine
+    from gpuscope.alerts.api import alerts_router
+    from gpuscope.alerts.config import load_alerts_config
+    from gpuscope.alerts.engine import AlertsEngine
 
     engine = None
     if service.settings.alerts.enabled:
@@ -117,18 +117,19 @@ class NoticeContext(Protocol):
 class AlertsNotices:
     """One-off messages through the alerts routes (their labels pick the receiver): the
     actions executor's warnings to a workload's owner (its
-    :class:`~actions.executor.Notifier`), and each weekly report's summary and where the page
+    :class:`~gpuscope.actions.executor.Notifier`), and each weekly report's summary and where the
+    page
     is (a route matching ``kind="weekly_report"`` picks the chat channel)."""
 
     def __init__(self, service: NoticeContext) -> None:
-        from alerts.config import load_alerts_config
+        from gpuscope.alerts.config import load_alerts_config
 
         self._service = service
         self._config = load_alerts_config(service.settings.alerts.config_file)
 
     def _send(self, title: str, text: str, labels: dict[str, str], severity: Severity) -> bool:
-        from alerts.model import Notice
-        from alerts.notify import send_notice
+        from gpuscope.alerts.model import Notice
+        from gpuscope.alerts.notify import send_notice
 
         outcomes = send_notice(
             self._config,
@@ -150,9 +151,9 @@ class AlertsNotices:
 def add_actions(service: CollectorService, notices: AlertsNotices | None = None) -> None:
     """The action policies on their schedule, when ``actions.policy_file`` is set. The file
     is read now, so a malformed one stops the start with one line."""
-    from actions.kube import ClusterClient, KubeError
-    from actions.policy import load_policies
-    from actions.runner import run_policies
+    from gpuscope.actions.kube import ClusterClient, KubeError
+    from gpuscope.actions.policy import load_policies
+    from gpuscope.actions.runner import run_policies
     from gpuscope.core.errors import UserError
 
     cfg = service.settings.actions
@@ -181,13 +182,13 @@ def add_actions(service: CollectorService, notices: AlertsNotices | None = None)
 
 def whatif_on_store(store: Store, settings: Settings, clock: Callable[[], float]) -> WhatIf:
     """The replay behind ``GET /api/v1/whatif``: ``gpuscope whatif --db`` on the live store
-    (the same :func:`~analytics.whatif.week.replay_window`), its refusals as
-    :class:`~collector.api_whatif.WhatIfRefused` with the HTTP status they deserve."""
-    from analytics.report.week import Week
-    from analytics.whatif.policies import POLICIES
-    from analytics.whatif.week import replay_window
-    from collector.api_whatif import WhatIfRefused
+    (the same :func:`~gpuscope.analytics.whatif.week.replay_window`), its refusals as
+    :class:`~gpuscope.collector.api_whatif.WhatIfRefused` with the HTTP status they deserve."""
+    from gpuscope.analytics.report.week import Week
+    from gpuscope.analytics.whatif.policies import POLICIES
+    from gpuscope.analytics.whatif.week import replay_window
     from gpuscope.cli.common import FIRST_YEAR, LAST_YEAR
+    from gpuscope.collector.api_whatif import WhatIfRefused
     from gpuscope.core.errors import UserError
 
     def run(week_text: str | None, policies: list[str] | None) -> dict[str, Any]:

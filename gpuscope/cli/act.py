@@ -23,7 +23,7 @@ from gpuscope.core.errors import UserError
 from gpuscope.core.settings import Settings, load_settings
 
 if TYPE_CHECKING:
-    from collector.store import Store
+    from gpuscope.collector.store import Store
 
 #: ``gpuscope act``'s exit code when a step was refused or failed.
 EXIT_REFUSED = 3
@@ -67,7 +67,7 @@ def _as_of_the_data(store: Store, now: datetime, settings: Settings, *, execute:
     would be left to see and the last inventory would pass for today's), saying so in one
     line; ``--execute`` refuses, since it would change today's cluster on that old picture
     of it."""
-    from analytics.runner import analysis_time, newest_data
+    from gpuscope.analytics.runner import analysis_time, newest_data
 
     cur = store.cursor()
     try:
@@ -91,9 +91,9 @@ def _as_of_the_data(store: Store, now: datetime, settings: Settings, *, execute:
 
 
 def run_act(args: argparse.Namespace, at: object) -> int:
-    from actions.kube import ClusterClient, KubeError
-    from actions.policy import load_policies
-    from actions.runner import run_policies
+    from gpuscope.actions.kube import ClusterClient, KubeError
+    from gpuscope.actions.policy import load_policies
+    from gpuscope.actions.runner import run_policies
     from gpuscope.cli.common import open_store
 
     settings = load_settings(args.config)

@@ -73,8 +73,8 @@ def cmd_alerts(args: argparse.Namespace) -> int:
 
 
 def _test(args: argparse.Namespace) -> int:
-    from alerts.config import load_any
-    from alerts.testing import send_samples
+    from gpuscope.alerts.config import load_any
+    from gpuscope.alerts.testing import send_samples
 
     config = load_any(args.config)
     names = [r.name for r in config.receivers]

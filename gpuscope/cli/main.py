@@ -215,7 +215,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _cmd_agent(args: argparse.Namespace) -> int:
-    from agent.main import run_agent
+    from gpuscope.agent.main import run_agent
 
     flags = {
         "listen": args.listen,
@@ -253,16 +253,16 @@ def check_service_inputs(settings: Settings) -> None:
     """Read every file the service will need, before the service creates its database:
     a bad token file, alerts config, policy file, Kubernetes credential or damaged database
     is one line, and nothing is created or changed on disk."""
-    from collector.inventory import InventoryError, kube_configuration
+    from gpuscope.collector.inventory import InventoryError, kube_configuration
 
     cs = settings.collector
     cs.resolve_api_token()
     if settings.alerts.enabled:
-        from alerts.config import load_alerts_config
+        from gpuscope.alerts.config import load_alerts_config
 
         load_alerts_config(settings.alerts.config_file)
     if settings.actions.policy_file is not None:
-        from actions.policy import load_policies
+        from gpuscope.actions.policy import load_policies
 
         load_policies(settings.actions.policy_file)
     try:
@@ -288,8 +288,8 @@ def check_database(path: Path) -> None:
     foreign, newer or locked file is refused here with one line, untouched."""
     import duckdb
 
-    from collector import schema
-    from collector.store_sql import is_duckdb_file
+    from gpuscope.collector import schema
+    from gpuscope.collector.store_sql import is_duckdb_file
 
     if not is_duckdb_file(path):
         raise UserError(f"{path} is not a DuckDB database; refusing to open or overwrite it")
@@ -326,7 +326,13 @@ def _parse_at(text: str | None) -> datetime:
 def _cmd_analyze(args: argparse.Namespace) -> int:
     import json
 
-    from analytics.runner import DETECTORS, as_json, render_text, run_on_snapshot, run_on_store
+    from gpuscope.analytics.runner import (
+        DETECTORS,
+        as_json,
+        render_text,
+        run_on_snapshot,
+        run_on_store,
+    )
 
     settings = load_settings(args.config)
     at = _parse_at(args.at)
@@ -358,7 +364,7 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
 def _data_age_at(store: Any, now: datetime, scrape_interval_s: float) -> datetime:
     """The data-age rule: a database whose data ended a while ago is analysed as of its
     newest data, with one line on stderr saying so (``--at`` overrides)."""
-    from analytics.runner import analysis_time, newest_data
+    from gpuscope.analytics.runner import analysis_time, newest_data
 
     cur = store.cursor()
     try:

@@ -50,8 +50,8 @@ def add_report_parser(sub: Any) -> None:
 
 def cmd_report(args: argparse.Namespace) -> int:
     """Write the report and print its chat summary (which names the HTML file)."""
-    from analytics.report.week import Week
-    from analytics.report.weekly import weekly_report
+    from gpuscope.analytics.report.week import Week
+    from gpuscope.analytics.report.weekly import weekly_report
     from gpuscope.cli.common import FIRST_YEAR, LAST_YEAR, open_store
     from gpuscope.core.errors import UserError
 

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-#: The policies' names, as ``analytics.whatif.policies.POLICIES`` has them (a test holds
+#: The policies' names, as ``gpuscope.analytics.whatif.policies.POLICIES`` has them (a test holds
 #: them equal). Named here so that building the CLI's parser, which every command does,
 #: imports no analytics: ``gpuscope agent`` would otherwise load DuckDB (~20 MiB resident).
 POLICIES = ("leastallocated", "mostallocated", "bestfit", "dotprod", "random", "fgd")
@@ -122,8 +122,8 @@ def _check_inputs(args: argparse.Namespace) -> None:
 def _from_db(args: argparse.Namespace, policies: list[str], settings: Any) -> dict[str, Any]:
     from datetime import UTC, datetime
 
-    from analytics.report.week import Week
-    from analytics.whatif.week import replay_window
+    from gpuscope.analytics.report.week import Week
+    from gpuscope.analytics.whatif.week import replay_window
     from gpuscope.cli.common import FIRST_YEAR, LAST_YEAR, open_store
     from gpuscope.core.errors import UserError
 
@@ -159,8 +159,8 @@ def _from_db(args: argparse.Namespace, policies: list[str], settings: Any) -> di
 
 def cmd_whatif(args: argparse.Namespace) -> int:
     """Replay the workload under each policy and print what each allocated."""
-    from analytics.whatif.inputs import read_workload, run_policies
-    from analytics.whatif.results import summarize
+    from gpuscope.analytics.whatif.inputs import read_workload, run_policies
+    from gpuscope.analytics.whatif.results import summarize
     from gpuscope.core.settings import load_settings
 
     _check_inputs(args)

@@ -389,7 +389,7 @@ class AlertsSettings(_Section):
 
 
 class ReportSettings(_Section):
-    """The weekly utilization report (analytics/report/) and its place on the schedule."""
+    """The weekly utilization report (gpuscope/analytics/report/) and its place on the schedule."""
 
     #: Write the report on the collector's schedule (the previous ISO week, UTC).
     schedule_enabled: bool = True
@@ -406,7 +406,7 @@ class ReportSettings(_Section):
     #: Rows in the top-N sections (idle sessions, IB hot spots, actions).
     top_n: int = Field(default=10, ge=1, le=1000)
     #: No longer used: the week's fragmentation is evaluated at every inventory change
-    #: (analytics/report/fragmentation.py). Kept so existing settings files still load.
+    #: (gpuscope/analytics/report/fragmentation.py). Kept so existing settings files still load.
     fragmentation_step_hours: float = Field(default=6, gt=0, le=168)
 
 

@@ -25,11 +25,11 @@ from typing import Any
 import pytest
 import yaml
 
-from actions.kube import ClusterClient
-from actions.policy import Policy, parse_policies
-from actions.runner import ActRun, run_policies
-from collector.inventory_records import node_from_json, pod_from_json
-from collector.store import Store
+from gpuscope.actions.kube import ClusterClient
+from gpuscope.actions.policy import Policy, parse_policies
+from gpuscope.actions.runner import ActRun, run_policies
+from gpuscope.collector.inventory_records import node_from_json, pod_from_json
+from gpuscope.collector.store import Store
 from gpuscope.core.settings import Settings
 from tests.fakes.kube_api import FakeKubeApi
 from tests.integration.test_idle import END, T0, Gpu, Work, fill
@@ -730,10 +730,10 @@ def test_arbiter_says_whose_gpu_is_idle_and_for_how_long(cluster: Cluster) -> No
     idle notebook's GPU idle since 10:00, the busy one's not, an unknown pod holds none."""
     from fastapi.testclient import TestClient
 
-    from analytics.idle import run_idle
-    from collector.api import ApiState, create_app
-    from collector.metrics import CollectorMetrics
-    from collector.targets import TargetRegistry
+    from gpuscope.analytics.idle import run_idle
+    from gpuscope.collector.api import ApiState, create_app
+    from gpuscope.collector.metrics import CollectorMetrics
+    from gpuscope.collector.targets import TargetRegistry
 
     settings = Settings()
     idle = run_idle(

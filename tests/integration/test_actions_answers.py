@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from actions.executor_core import OwnerNotice
+from gpuscope.actions.executor_core import OwnerNotice
 from tests.fakes.kube_faults import Answer
 from tests.integration.test_actions import (  # noqa: F401  (fixtures)
     A0,

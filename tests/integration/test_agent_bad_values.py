@@ -14,9 +14,9 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector, CollectorRegistry
 
-from agent.exposition import AgentCollector
-from agent.infiniband import SysfsIbSource
-from agent.server import AgentHttpServer
+from gpuscope.agent.exposition import AgentCollector
+from gpuscope.agent.infiniband import SysfsIbSource
+from gpuscope.agent.server import AgentHttpServer
 
 pytestmark = pytest.mark.integration
 Samples = dict[str, list[tuple[dict[str, str], float]]]

@@ -152,8 +152,8 @@ def test_no_gpu_and_no_dcgm_is_a_clear_failure() -> None:
 def test_agent_imports_no_collector_side_code() -> None:
     """The agent's modules load without duckdb, polars, fastapi or pyarrow (small DaemonSet image)."""
     code = (
-        "import sys, agent.main, agent.build, agent.nvml, agent.dcgm, agent.dcgm_exporter, "
-        "agent.infiniband, agent.attribution, agent.sim; "
+        "import sys, gpuscope.agent.main, gpuscope.agent.build, gpuscope.agent.nvml, gpuscope.agent.dcgm, gpuscope.agent.dcgm_exporter, "
+        "gpuscope.agent.infiniband, gpuscope.agent.attribution, gpuscope.agent.sim; "
         "bad = {'duckdb', 'polars', 'fastapi', 'pyarrow', 'uvicorn', 'collector', 'analytics', "
         "'alerts', 'actions'} & set(sys.modules); print(sorted(bad)); sys.exit(1 if bad else 0)"
     )
@@ -180,7 +180,7 @@ def test_the_agent_command_loads_no_collector_side_or_exposition_library() -> No
     )
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert res.returncode == 0, res.stdout + res.stderr
-    from analytics.whatif.policies import POLICIES
+    from gpuscope.analytics.whatif.policies import POLICIES
     from gpuscope.cli.whatif import POLICIES as CLI_POLICIES
 
     assert CLI_POLICIES == POLICIES

@@ -8,9 +8,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from alerts.config import AlertsConfig
-from alerts.engine import AlertsEngine
-from collector.store import Store
+from gpuscope.alerts.config import AlertsConfig
+from gpuscope.alerts.engine import AlertsEngine
+from gpuscope.collector.store import Store
 from gpuscope.core.records import Finding, finding_id
 from tests.integration.alert_receivers import (
     FakeTime,

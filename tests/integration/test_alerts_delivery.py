@@ -7,12 +7,12 @@ from datetime import datetime
 import httpx
 import pytest
 
-from alerts.config import AlertsConfig, DeliveryConfig
-from alerts.delivery import Deliverer
-from alerts.lifecycle import advance
-from alerts.model import Attempt, Candidate, Notice, Notification
-from alerts.notifiers import PagerDutyNotifier, SlackNotifier, WebhookNotifier
-from alerts.notify import send_notice
+from gpuscope.alerts.config import AlertsConfig, DeliveryConfig
+from gpuscope.alerts.delivery import Deliverer
+from gpuscope.alerts.lifecycle import advance
+from gpuscope.alerts.model import Attempt, Candidate, Notice, Notification
+from gpuscope.alerts.notifiers import PagerDutyNotifier, SlackNotifier, WebhookNotifier
+from gpuscope.alerts.notify import send_notice
 from tests.integration.alert_receivers import FakeTime, Reply, receiver
 
 pytestmark = pytest.mark.integration

@@ -16,18 +16,18 @@ import pytest
 from fastapi.testclient import TestClient
 from prometheus_client import generate_latest
 
-from alerts.api import alerts_router
-from alerts.config import AlertsConfig
-from alerts.engine import AlertsEngine
-from collector.api import ApiState, create_app
-from collector.batch import Batch
-from collector.ingest import IngestWriter
-from collector.limits import IngestLimits
-from collector.metrics import CollectorMetrics
-from collector.scrape import Scraper, Target
-from collector.store import Store
-from collector.targets import TargetRegistry
+from gpuscope.alerts.api import alerts_router
+from gpuscope.alerts.config import AlertsConfig
+from gpuscope.alerts.engine import AlertsEngine
 from gpuscope.cli.main import main
+from gpuscope.collector.api import ApiState, create_app
+from gpuscope.collector.batch import Batch
+from gpuscope.collector.ingest import IngestWriter
+from gpuscope.collector.limits import IngestLimits
+from gpuscope.collector.metrics import CollectorMetrics
+from gpuscope.collector.scrape import Scraper, Target
+from gpuscope.collector.store import Store
+from gpuscope.collector.targets import TargetRegistry
 from gpuscope.core.records import Finding, finding_id
 from tests.conftest import free_port
 from tests.integration.alert_receivers import FakeTime, Reply, receiver

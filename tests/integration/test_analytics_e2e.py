@@ -19,14 +19,14 @@ from datetime import UTC, datetime
 import pytest
 from fastapi.testclient import TestClient
 
-from agent.sim import scenario_clock
-from collector.api import create_app
-from collector.service import CollectorService
+from gpuscope.agent.sim import scenario_clock
+from gpuscope.collector.api import create_app
+from gpuscope.collector.service import CollectorService
 from gpuscope.core.settings import load_settings
 from gpuscope.demo_parts import start_agents
 from gpuscope.service import analytics_job
-from sim import SimulatedCluster, default_scenario
-from sim.kube import namespaces_json, nodes_json, pods_json, quotas_json
+from gpuscope.sim import SimulatedCluster, default_scenario
+from gpuscope.sim.kube import namespaces_json, nodes_json, pods_json, quotas_json
 from tests.fakes.kube_api import FakeKubeApi
 from tests.integration.helpers import ENV
 

@@ -6,11 +6,11 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from collector.api import ApiState, create_app
-from collector.batch import Batch
-from collector.metrics import CollectorMetrics
-from collector.store import Store
-from collector.targets import TargetRegistry
+from gpuscope.collector.api import ApiState, create_app
+from gpuscope.collector.batch import Batch
+from gpuscope.collector.metrics import CollectorMetrics
+from gpuscope.collector.store import Store
+from gpuscope.collector.targets import TargetRegistry
 
 T0 = datetime(2026, 11, 16, 0, 0, tzinfo=UTC)  # a Monday
 STEP = 15

@@ -16,12 +16,12 @@ from pathlib import Path
 import httpx
 import pytest
 
-from alerts.api import alerts_router
-from alerts.engine import AlertsEngine
-from collector.api import ApiState, create_app
-from collector.metrics import CollectorMetrics
-from collector.store import Store
-from collector.targets import TargetRegistry
+from gpuscope.alerts.api import alerts_router
+from gpuscope.alerts.engine import AlertsEngine
+from gpuscope.collector.api import ApiState, create_app
+from gpuscope.collector.metrics import CollectorMetrics
+from gpuscope.collector.store import Store
+from gpuscope.collector.targets import TargetRegistry
 from gpuscope.core.records import Finding, finding_id
 from tests.conftest import free_port
 from tests.integration.alert_receivers import FakeTime, receiver
@@ -45,7 +45,7 @@ def served(tmp_path: Path) -> Iterator[Served]:
     """The collector's app with the alerts router on loopback, one idle alert waiting."""
     import uvicorn
 
-    from alerts.config import AlertsConfig
+    from gpuscope.alerts.config import AlertsConfig
 
     ft = FakeTime(NOW.timestamp())
     store = Store.open(tmp_path / "api.duckdb")

@@ -19,11 +19,11 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from collector.api import create_app
 from dashboards.stack import collector_service, start_agents
+from gpuscope.collector.api import create_app
 from gpuscope.core.timefmt import TIME_KEYS
 from gpuscope.service import add_alerts, alerts_job, analytics_job
-from sim import SimulatedCluster, default_scenario
+from gpuscope.sim import SimulatedCluster, default_scenario
 
 pytestmark = pytest.mark.integration
 RFC3339_Z = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d{1,6})?Z$")

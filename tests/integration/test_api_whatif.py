@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from collector.api import ApiState, create_app
-from collector.metrics import CollectorMetrics
-from collector.store import Store
-from collector.targets import TargetRegistry
+from gpuscope.collector.api import ApiState, create_app
+from gpuscope.collector.metrics import CollectorMetrics
+from gpuscope.collector.store import Store
+from gpuscope.collector.targets import TargetRegistry
 from gpuscope.core.settings import Settings
 from gpuscope.service import whatif_on_store
 from tests.integration.helpers import ENV
@@ -122,7 +122,7 @@ def test_the_route_needs_the_token_when_reads_do(db: Path) -> None:
 def test_the_assembled_service_serves_the_replay(db: Path, tmp_path: Path) -> None:
     """``gpuscope collector`` (extend_service) hands the API its replay: the route answers
     from the live store, where a bare collector answers 503."""
-    from collector.service import CollectorService
+    from gpuscope.collector.service import CollectorService
     from gpuscope.core.settings import load_settings
     from gpuscope.service import extend_service
 

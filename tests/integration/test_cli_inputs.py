@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from collector.store import Store
+from gpuscope.collector.store import Store
 
 pytestmark = pytest.mark.integration
 

@@ -6,11 +6,11 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from collector.api import create_app
-from collector.service import CollectorService
+from gpuscope.collector.api import create_app
+from gpuscope.collector.service import CollectorService
 from gpuscope.core.settings import load_settings
-from sim import SimulatedCluster, default_scenario
-from sim.kube import namespaces_json, nodes_json, pods_json, quotas_json
+from gpuscope.sim import SimulatedCluster, default_scenario
+from gpuscope.sim.kube import namespaces_json, nodes_json, pods_json, quotas_json
 from tests.conftest import free_port
 from tests.fakes.kube_api import FakeKubeApi
 from tests.integration.helpers import agent_process

@@ -28,14 +28,14 @@ import pytest
 from hypothesis import HealthCheck, event, example, given, settings
 from prometheus_client import CollectorRegistry
 
-from analytics.base import Analysis
-from analytics.quota import over_quota_hours, run_quota
-from analytics.report.data import build_report, pod_usage
-from analytics.report.fragmentation import COLUMNS, change_points, fragmentation_at
-from analytics.report.week import Week
-from analytics.runner import run_on_store
-from collector.analytics_gauges import AnalyticsGauges
-from collector.store import Store
+from gpuscope.analytics.base import Analysis
+from gpuscope.analytics.quota import over_quota_hours, run_quota
+from gpuscope.analytics.report.data import build_report, pod_usage
+from gpuscope.analytics.report.fragmentation import COLUMNS, change_points, fragmentation_at
+from gpuscope.analytics.report.week import Week
+from gpuscope.analytics.runner import run_on_store
+from gpuscope.collector.analytics_gauges import AnalyticsGauges
+from gpuscope.collector.store import Store
 from gpuscope.core.settings import Settings
 from tests.integration import cluster_history as ch
 from tests.integration.helpers import ENV

@@ -30,11 +30,11 @@ from pathlib import Path
 import pytest
 from jupyterhub_idle_culler import IdleCuller, cull_idle  # type: ignore[import-untyped]
 
-from analytics.idle import run_idle
-from collector.api import ApiState, create_app
-from collector.metrics import CollectorMetrics
-from collector.store import Store
-from collector.targets import TargetRegistry
+from gpuscope.analytics.idle import run_idle
+from gpuscope.collector.api import ApiState, create_app
+from gpuscope.collector.metrics import CollectorMetrics
+from gpuscope.collector.store import Store
+from gpuscope.collector.targets import TargetRegistry
 from gpuscope.core.settings import AnalyticsSettings, WorkloadSettings
 from tests.conftest import free_port
 from tests.fakes.jupyterhub_api import CULLER_SCOPES, FakeHub, HubServer

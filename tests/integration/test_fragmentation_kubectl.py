@@ -8,13 +8,13 @@ from typing import Any
 
 import pytest
 
-from analytics.allocation import state_from_inventory, state_from_kubectl
-from analytics.fragmentation import analyze_fragmentation
-from collector.inventory_records import node_from_json, pod_from_json
-from collector.store import Store
+from gpuscope.analytics.allocation import state_from_inventory, state_from_kubectl
+from gpuscope.analytics.fragmentation import analyze_fragmentation
+from gpuscope.collector.inventory_records import node_from_json, pod_from_json
+from gpuscope.collector.store import Store
 from gpuscope.core.settings import AnalyticsSettings
-from sim import SimulatedCluster, default_scenario
-from sim.kube import nodes_json, pods_json
+from gpuscope.sim import SimulatedCluster, default_scenario
+from gpuscope.sim.kube import nodes_json, pods_json
 
 AT = datetime(2025, 1, 1, tzinfo=UTC)
 
@@ -63,7 +63,7 @@ def test_pending_four_gpu_job_blocked_by_scattered_gpus(cluster: SimulatedCluste
 def test_kubectl_alone_never_claims_more_whole_gpus_than_there_are(
     cluster: SimulatedCluster,
 ) -> None:
-    """Without the agents the fractional pods are spread (analytics.allocation_gpus): the
+    """Without the agents the fractional pods are spread (gpuscope.analytics.allocation_gpus): the
     reconstruction may find fewer whole GPUs free on the serving nodes than there are (the
     simulator left two whole per node), never more, and the same free capacity."""
     state = state_from_kubectl(*_json(cluster))

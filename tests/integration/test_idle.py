@@ -18,9 +18,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from analytics.idle import KINDS, activity_state, run_idle
-from collector.batch import Batch
-from collector.store import Store
+from gpuscope.analytics.idle import KINDS, activity_state, run_idle
+from gpuscope.collector.batch import Batch
+from gpuscope.collector.store import Store
 from gpuscope.core.records import Finding
 from gpuscope.core.settings import AnalyticsSettings, WorkloadSettings
 
@@ -355,7 +355,7 @@ def test_scheduled_analytics_pass_the_collectors_scrape_interval(store: Store) -
     """A collector scraping every 60 s: the detectors' run (run_on_store, what the service
     calls) finds the idle notebook whether 60 s or the 15 s default is declared: the
     spacing is learned from the samples, so a minute between them is not missing data."""
-    from analytics.runner import run_on_store
+    from gpuscope.analytics.runner import run_on_store
     from gpuscope.core.settings import Settings
 
     nb = Work("alice", "jupyter-alice", "interactive", (A0,))

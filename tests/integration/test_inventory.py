@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 from kubernetes import client
 
-from collector.inventory import InventoryError, KubeInventory
-from collector.kube_api import RetryPolicy
+from gpuscope.collector.inventory import InventoryError, KubeInventory
+from gpuscope.collector.kube_api import RetryPolicy
 from gpuscope.core.records import WorkloadKind
-from sim import SimulatedCluster, default_scenario
-from sim.kube import namespaces_json, nodes_json, pods_json, quotas_json
+from gpuscope.sim import SimulatedCluster, default_scenario
+from gpuscope.sim.kube import namespaces_json, nodes_json, pods_json, quotas_json
 from tests.conftest import free_port
 from tests.fakes.kube_api import FakeKubeApi
 from tests.fakes.kube_store import DEFAULT_INSTALLED, ApiError

@@ -18,9 +18,9 @@ from typing import Any
 import pytest
 import trustme
 
-from actions.kube import ClusterClient, Forbidden
-from collector.inventory import InventoryError, KubeInventory, kube_configuration
-from collector.kube_api import RetryPolicy
+from gpuscope.actions.kube import ClusterClient, Forbidden
+from gpuscope.collector.inventory import InventoryError, KubeInventory, kube_configuration
+from gpuscope.collector.kube_api import RetryPolicy
 from gpuscope.core.errors import ConfigError
 from gpuscope.core.settings import CollectorSettings, load_settings
 from tests.conftest import free_port

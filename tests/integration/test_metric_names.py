@@ -17,10 +17,10 @@ import pytest
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from alerts.metrics import AlertMetrics
 from dashboards.stack import collector_service, start_agents
+from gpuscope.alerts.metrics import AlertMetrics
 from gpuscope.service import analytics_job
-from sim import SimulatedCluster, default_scenario
+from gpuscope.sim import SimulatedCluster, default_scenario
 from tests.paths import FIXTURES
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]

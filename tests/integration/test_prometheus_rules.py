@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from alerts.config import AlertsConfig
+from gpuscope.alerts.config import AlertsConfig
 
 pytestmark = pytest.mark.integration
 RULES = Path(__file__).resolve().parents[2] / "dashboards" / "rules" / "gpuscope-rules.yaml"

@@ -1,4 +1,4 @@
-"""Quota over-use and fairness (analytics.quota) against a real DuckDB store.
+"""Quota over-use and fairness (gpuscope.analytics.quota) against a real DuckDB store.
 
 Histories are built through the collector's own write path (Store.record_inventory for
 pods and quotas, Store.append_scrape of gpuscope_gpu_workload_info for who held which GPU),
@@ -17,10 +17,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from analytics.quota import run_quota
-from collector.batch import Batch
-from collector.inventory_records import PodInfo, QuotaInfo
-from collector.store import Store
+from gpuscope.analytics.quota import run_quota
+from gpuscope.collector.batch import Batch
+from gpuscope.collector.inventory_records import PodInfo, QuotaInfo
+from gpuscope.collector.store import Store
 from gpuscope.core.settings import AnalyticsSettings
 
 T0 = datetime(2025, 3, 3, 10, 0, 0)
@@ -223,7 +223,7 @@ def test_reclaim_never_exceeds_what_is_owed_nor_the_over_use(
 
 
 def _nodes(*free_after: int) -> list[Any]:
-    from collector.inventory_records import NodeInfo
+    from gpuscope.collector.inventory_records import NodeInfo
 
     return [NodeInfo(name=f"n{i + 1}", gpu_model="H100", allocatable_gpus=8, cpu_milli=64000)
             for i in range(len(free_after))]  # fmt: skip

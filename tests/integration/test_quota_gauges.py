@@ -16,12 +16,12 @@ import pytest
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from collector.inventory import quota_from_clusterqueue
-from collector.service import CollectorService
 from dashboards.stack import collector_service
+from gpuscope.collector.inventory import quota_from_clusterqueue
+from gpuscope.collector.service import CollectorService
 from gpuscope.service import analytics_job
-from sim import SimulatedCluster, default_scenario
-from sim.kube import quotas_json
+from gpuscope.sim import SimulatedCluster, default_scenario
+from gpuscope.sim.kube import quotas_json
 
 pytestmark = pytest.mark.integration
 T0 = 1_795_000_000.0

@@ -20,12 +20,12 @@ from typing import Any
 import polars as pl
 import pytest
 
-from analytics.report.data import TABLES, WeeklyReport, build_report
-from analytics.report.week import Week
-from analytics.report.weekly import weekly_report
-from collector.batch import Batch
-from collector.service import CollectorService
-from collector.store import Store
+from gpuscope.analytics.report.data import TABLES, WeeklyReport, build_report
+from gpuscope.analytics.report.week import Week
+from gpuscope.analytics.report.weekly import weekly_report
+from gpuscope.collector.batch import Batch
+from gpuscope.collector.service import CollectorService
+from gpuscope.collector.store import Store
 from gpuscope.core.settings import Settings, load_settings
 from gpuscope.service import report_job
 from tests.integration import report_week as rw
@@ -168,8 +168,8 @@ def test_worst_fragmentation_is_the_worst_state_of_the_week(db: Path, tmp_path: 
     "worst 13 %" of a week whose last hours sat at 54 % with a 4-GPU job blocked. A state
     that lasts only Sunday 20:00-24:00 (a 4-GPU job pending, a 1-GPU pod on n1) is a row
     of 4 hours, the week's worst, and the summary's worst; the mean is time-weighted."""
-    from analytics.report.fragmentation import weighted_mean
-    from analytics.report.markdown import render_markdown
+    from gpuscope.analytics.report.fragmentation import weighted_mean
+    from gpuscope.analytics.report.markdown import render_markdown
 
     copy = tmp_path / "late.duckdb"
     copy.write_bytes(db.read_bytes())
@@ -391,7 +391,7 @@ def test_no_over_quota_before_the_first_quota_row(tmp_path: Path) -> None:
     guarantees at the start of the hour (00:00), before the first quota row (00:10). The
     pods and quotas appear together at 00:10; research holds 1 GPU of its 16 all week:
     never over, by the quota detector's own definition integrated over the week."""
-    from collector.inventory_records import PodInfo, QuotaInfo
+    from gpuscope.collector.inventory_records import PodInfo, QuotaInfo
 
     start = rw.W10 + timedelta(minutes=10)
     nb = PodInfo(namespace="research", name="nb", uid="nb", node="n1", phase="Running",

@@ -34,14 +34,14 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from analytics.allocation import records_from_kubectl
-from analytics.report.data import WeeklyReport, build_report
-from analytics.report.html import render_html
-from analytics.report.markdown import render_markdown
-from analytics.report.week import Week
-from analytics.report.whatif import WHAT_HAPPENED, whatif_over
-from analytics.whatif.policies import POLICIES
-from collector.store import Store
+from gpuscope.analytics.allocation import records_from_kubectl
+from gpuscope.analytics.report.data import WeeklyReport, build_report
+from gpuscope.analytics.report.html import render_html
+from gpuscope.analytics.report.markdown import render_markdown
+from gpuscope.analytics.report.week import Week
+from gpuscope.analytics.report.whatif import WHAT_HAPPENED, whatif_over
+from gpuscope.analytics.whatif.policies import POLICIES
+from gpuscope.collector.store import Store
 from gpuscope.core.settings import Settings
 from tests.unit.test_placement_regressions import k8s_node, k8s_pod
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from collector.scrape import Scraper, Target
+from gpuscope.collector.scrape import Scraper, Target
 from tests.integration.helpers import agent_process, http_server, send
 
 pytestmark = pytest.mark.integration

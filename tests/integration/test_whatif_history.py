@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from analytics.allocation import records_from_kubectl
-from analytics.whatif.history import read_history, what_happened
-from collector.store import Store
+from gpuscope.analytics.allocation import records_from_kubectl
+from gpuscope.analytics.whatif.history import read_history, what_happened
+from gpuscope.collector.store import Store
 from tests.unit.test_placement_regressions import k8s_node, k8s_pod
 from tests.unit.test_whatif import check_replay
 

@@ -6,9 +6,9 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from actions.plan import idle_key, plan_idle
-from actions.policy import parse_policies
-from collector.inventory_records import PodInfo
+from gpuscope.actions.plan import idle_key, plan_idle
+from gpuscope.actions.policy import parse_policies
+from gpuscope.collector.inventory_records import PodInfo
 from gpuscope.core.errors import ConfigError
 from gpuscope.core.records import Finding, WorkloadKind
 
@@ -122,7 +122,7 @@ def test_terminating_sessions_are_never_selected() -> None:
 
 
 def test_no_new_consolidation_while_a_reservation_stands_or_in_the_cool_down() -> None:
-    from actions.plan import LAST_CONSOLIDATION, consolidation_blocked
+    from gpuscope.actions.plan import LAST_CONSOLIDATION, consolidation_blocked
 
     pack = parse_policies(
         {"policies": [{"name": "pack", "type": "consolidation", "cooldown_minutes": 30}]}
@@ -143,7 +143,7 @@ def test_no_new_consolidation_while_a_reservation_stands_or_in_the_cool_down() -
 def test_the_reservation_names_its_pod_as_a_valid_label_value(goal: str) -> None:
     import re
 
-    from actions.reservation import taint, taint_value, tolerates, toleration
+    from gpuscope.actions.reservation import taint, taint_value, tolerates, toleration
 
     value = taint_value(goal)
     assert len(value) <= 63

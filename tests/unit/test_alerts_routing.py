@@ -3,18 +3,18 @@
 import dataclasses
 from datetime import datetime, timedelta
 
-from alerts.config import AlertsConfig
-from alerts.lifecycle import advance
-from alerts.matchers import parse_matchers
-from alerts.model import Candidate, Notification
-from alerts.notifiers import (
+from gpuscope.alerts.config import AlertsConfig
+from gpuscope.alerts.lifecycle import advance
+from gpuscope.alerts.matchers import parse_matchers
+from gpuscope.alerts.model import Candidate, Notification
+from gpuscope.alerts.notifiers import (
     AlertmanagerNotifier,
     PagerDutyNotifier,
     SlackNotifier,
     WebhookNotifier,
     dedup_key,
 )
-from alerts.routing import GroupState, inhibited, plan, routes_for
+from gpuscope.alerts.routing import GroupState, inhibited, plan, routes_for
 
 T0 = datetime(2026, 3, 2, 9, 0)
 CONFIG = AlertsConfig.model_validate({

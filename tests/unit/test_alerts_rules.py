@@ -5,11 +5,17 @@ from pathlib import Path
 
 import pytest
 
-from alerts.config import AlertsConfig, MetricRule, load_alerts_config, load_any, parse_duration
-from alerts.lifecycle import advance, from_record, to_record
-from alerts.matchers import parse_matcher
-from alerts.model import Candidate
-from alerts.rules import SeriesWindow, finding_candidates, metric_candidates, render
+from gpuscope.alerts.config import (
+    AlertsConfig,
+    MetricRule,
+    load_alerts_config,
+    load_any,
+    parse_duration,
+)
+from gpuscope.alerts.lifecycle import advance, from_record, to_record
+from gpuscope.alerts.matchers import parse_matcher
+from gpuscope.alerts.model import Candidate
+from gpuscope.alerts.rules import SeriesWindow, finding_candidates, metric_candidates, render
 from gpuscope.core.errors import ConfigError
 
 T0 = datetime(2026, 3, 2, 9, 0)

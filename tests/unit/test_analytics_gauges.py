@@ -5,8 +5,8 @@ from datetime import UTC, datetime
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from analytics.base import Analysis
-from collector.analytics_gauges import AnalyticsGauges
+from gpuscope.analytics.base import Analysis
+from gpuscope.collector.analytics_gauges import AnalyticsGauges
 from gpuscope.core.records import Finding, finding_id
 
 NOW = datetime(2026, 11, 16, tzinfo=UTC)

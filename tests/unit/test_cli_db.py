@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from collector.store import Store
 from gpuscope.cli.main import main
+from gpuscope.collector.store import Store
 from tests.unit.test_store_rollups import filled
 
 

@@ -11,8 +11,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from analytics.allocation import ClusterState, NodeState
-from analytics.consolidation.plan import (
+from gpuscope.analytics.allocation import ClusterState, NodeState
+from gpuscope.analytics.consolidation.plan import (
     Goal,
     Placed,
     Plan,
@@ -24,7 +24,7 @@ from analytics.consolidation.plan import (
     plan_greedy,
     plan_high_node_utilization,
 )
-from collector.inventory_records import PodInfo
+from gpuscope.collector.inventory_records import PodInfo
 from gpuscope.core.records import WorkloadKind
 from gpuscope.core.settings import AnalyticsSettings
 
@@ -282,7 +282,7 @@ def clusters(draw: st.DrawFn) -> tuple[list[NodeState], list[Placed], list[Goal]
 def test_planner_vs_baselines_and_exact(
     case: tuple[list[NodeState], list[Placed], list[Goal]],
 ) -> None:
-    from analytics.consolidation.exact import exact_min_evictions
+    from gpuscope.analytics.consolidation.exact import exact_min_evictions
 
     nodes, placed, goals = case
     plan = plan_consolidation(nodes, placed, goals)

@@ -95,8 +95,8 @@ def test_prometheus_rule_manifest_holds_the_shipped_rules() -> None:
 
 def test_collector_configmap_holds_valid_alerts_and_policies() -> None:
     """The deployed config, alerts file and policy file load as the collector would load them."""
-    from actions.policy import parse_policies
-    from alerts.config import load_alerts_config
+    from gpuscope.actions.policy import parse_policies
+    from gpuscope.alerts.config import load_alerts_config
     from gpuscope.core.settings import Settings
 
     docs = list(yaml.safe_load_all((REPO / "deploy/collector/collector.yaml").read_text()))

@@ -12,10 +12,6 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from analytics.runner import DETECTORS
-from collector.analytics_gauges import FINDING_GAUGES
-from collector.inventory_gauges import InventoryGauges
-from collector.metrics import CollectorMetrics
 from dashboards.build import outputs, stale
 from dashboards.promql import (
     dashboard_files,
@@ -25,6 +21,10 @@ from dashboards.promql import (
     substitute,
     variable_query,
 )
+from gpuscope.analytics.runner import DETECTORS
+from gpuscope.collector.analytics_gauges import FINDING_GAUGES
+from gpuscope.collector.inventory_gauges import InventoryGauges
+from gpuscope.collector.metrics import CollectorMetrics
 from gpuscope.core.catalogue import agent_sample_names
 
 REPO = Path(__file__).resolve().parents[2]

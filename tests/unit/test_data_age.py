@@ -1,11 +1,11 @@
-"""The data-age rule of ``gpuscope analyze`` (analytics.runner.analysis_time): data older
+"""The data-age rule of ``gpuscope analyze`` (gpuscope.analytics.runner.analysis_time): data older
 than a few scrape intervals is analysed where it ends, with a note; current data at now."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from analytics.runner import analysis_time
+from gpuscope.analytics.runner import analysis_time
 
 NOW = datetime(2026, 11, 24, 13, 0, tzinfo=UTC)
 NAIVE_NOW = NOW.replace(tzinfo=None)

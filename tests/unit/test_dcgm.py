@@ -22,8 +22,8 @@ from typing import Any
 import httpx
 import pytest
 
-from agent.dcgm import WATCH_FIELD_IDS, DcgmSource, load_dcgm_bindings
-from agent.dcgm_exporter import DcgmExporterSource, parse_page
+from gpuscope.agent.dcgm import WATCH_FIELD_IDS, DcgmSource, load_dcgm_bindings
+from gpuscope.agent.dcgm_exporter import DcgmExporterSource, parse_page
 from gpuscope.core.dcgm import (
     FIELDS,
     FIELDS_BY_NAME,
@@ -268,7 +268,7 @@ def test_field_table_ids_and_names_are_unique() -> None:
     assert FIELDS_BY_NAME["DCGM_FI_DEV_UUID"].field_id == 54
 
 
-# --- agent.dcgm_exporter against a real local HTTP server ---------------------------------
+# --- gpuscope.agent.dcgm_exporter against a real local HTTP server ---------------------------------
 
 
 class _Handler(http.server.BaseHTTPRequestHandler):
@@ -356,7 +356,7 @@ def test_exporter_source_leaves_a_borrowed_client_open(server_url: str) -> None:
         assert len(source.read()) == 3
 
 
-# --- agent.dcgm with a reader double -------------------------------------------------------
+# --- gpuscope.agent.dcgm with a reader double -------------------------------------------------------
 
 
 class FakeReader:
@@ -570,7 +570,7 @@ def test_the_agent_connects_to_the_configured_hostengine(
 ) -> None:
     """GPUSCOPE_AGENT__DCGM_HOSTENGINE (what the Helm chart sets to the node's address) reaches
     DcgmReader; "embedded" asks for a host engine inside the agent (hostname None)."""
-    from agent.build import _dcgm_source
+    from gpuscope.agent.build import _dcgm_source
     from gpuscope.core.settings import load_settings
 
     for name, text in _FAKE_BINDINGS.items():

@@ -8,7 +8,7 @@ from prometheus_client.exposition import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import CollectorRegistry
 
-from agent.exposition import AgentCollector
+from gpuscope.agent.exposition import AgentCollector
 from gpuscope.core.catalogue import AGENT_METRICS
 from gpuscope.core.records import GpuProcess, GpuReading, GpuWorkload, IbPortReading, WorkloadKind
 
@@ -261,7 +261,7 @@ def test_bad_values_are_dropped_and_counted_never_failing_the_page() -> None:
     the good GPU, the port and the workload still go out, every scrape."""
     import dataclasses
 
-    from agent.textformat import generate_text
+    from gpuscope.agent.textformat import generate_text
 
     bad = [
         dataclasses.replace(SPARSE, index=3, uuid="GPU-nan", power_watts=float("nan"),

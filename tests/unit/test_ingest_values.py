@@ -10,14 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from collector.batch import Batch, Labels
-from collector.fetch import redact_url
-from collector.ingest import IngestWriter
-from collector.limits import ChurnGuard, IngestLimits, LimitExceeded, check_page
-from collector.metrics import CollectorMetrics
-from collector.scrape import ScrapeOutcome, Target, page_to_outcome
-from collector.store import BadBatch, Store
-from collector.targets import TargetRegistry
+from gpuscope.collector.batch import Batch, Labels
+from gpuscope.collector.fetch import redact_url
+from gpuscope.collector.ingest import IngestWriter
+from gpuscope.collector.limits import ChurnGuard, IngestLimits, LimitExceeded, check_page
+from gpuscope.collector.metrics import CollectorMetrics
+from gpuscope.collector.scrape import ScrapeOutcome, Target, page_to_outcome
+from gpuscope.collector.store import BadBatch, Store
+from gpuscope.collector.targets import TargetRegistry
 
 T0 = datetime(2025, 3, 3, 10, 0, 0)
 UTIL = "gpuscope_gpu_utilization_ratio"

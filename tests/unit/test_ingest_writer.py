@@ -8,13 +8,13 @@ from typing import Any
 import duckdb
 import pytest
 
-from collector.batch import Batch
-from collector.ingest import IngestWriter, StoreFailed
-from collector.limits import IngestLimits
-from collector.metrics import CollectorMetrics
-from collector.scrape import ScrapeOutcome, Target
-from collector.store import Store
-from collector.targets import TargetRegistry
+from gpuscope.collector.batch import Batch
+from gpuscope.collector.ingest import IngestWriter, StoreFailed
+from gpuscope.collector.limits import IngestLimits
+from gpuscope.collector.metrics import CollectorMetrics
+from gpuscope.collector.scrape import ScrapeOutcome, Target
+from gpuscope.collector.store import Store
+from gpuscope.collector.targets import TargetRegistry
 
 UTIL = "gpuscope_gpu_utilization_ratio"
 T = 1_741_000_000.0

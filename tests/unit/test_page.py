@@ -14,11 +14,11 @@ from prometheus_client.process_collector import ProcessCollector
 from prometheus_client.registry import CollectorRegistry
 from prometheus_client.utils import floatToGoString
 
-from agent.exposition import AgentCollector
-from agent.page import FamilySpec, PageWriter, Samples, go_float, negotiate
-from agent.process_metrics import PROCESS_FAMILIES, ProcessMetrics
-from agent.sim import SimAttributor, SimGpuSource, SimIbSource
-from sim import SimulatedCluster, default_scenario
+from gpuscope.agent.exposition import AgentCollector
+from gpuscope.agent.page import FamilySpec, PageWriter, Samples, go_float, negotiate
+from gpuscope.agent.process_metrics import PROCESS_FAMILIES, ProcessMetrics
+from gpuscope.agent.sim import SimAttributor, SimGpuSource, SimIbSource
+from gpuscope.sim import SimulatedCluster, default_scenario
 
 SPECIAL = [
     0.0, -0.0, 1.0, -1.0, 0.5, 1e-12, -1.5e-12, 999_999.0, 1e6, 1_234_567.0, -1_234_567.0,

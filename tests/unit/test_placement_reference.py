@@ -21,10 +21,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from analytics.allocation import state_from_records
-from analytics.fragmentation import analyze_fragmentation, summarize
-from analytics.runner import run_on_snapshot
-from collector.inventory_records import NodeInfo, PodInfo
+from gpuscope.analytics.allocation import state_from_records
+from gpuscope.analytics.fragmentation import analyze_fragmentation, summarize
+from gpuscope.analytics.runner import run_on_snapshot
+from gpuscope.collector.inventory_records import NodeInfo, PodInfo
 from gpuscope.core.settings import AnalyticsSettings, Settings
 from tests.paths import FIXTURES
 

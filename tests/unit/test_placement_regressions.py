@@ -11,12 +11,12 @@ from typing import Any
 
 import pytest
 
-from analytics.allocation import NodeState, Task
-from analytics.base import Analysis
-from analytics.consolidation.plan import Goal, Placed, plan_consolidation
-from analytics.fragmentation import TaskMix, learn_task_mix
-from analytics.runner import run_on_snapshot
-from analytics.trace import read_tasks
+from gpuscope.analytics.allocation import NodeState, Task
+from gpuscope.analytics.base import Analysis
+from gpuscope.analytics.consolidation.plan import Goal, Placed, plan_consolidation
+from gpuscope.analytics.fragmentation import TaskMix, learn_task_mix
+from gpuscope.analytics.runner import run_on_snapshot
+from gpuscope.analytics.trace import read_tasks
 from gpuscope.core.settings import Settings
 
 AT = datetime(2025, 1, 1, tzinfo=UTC)

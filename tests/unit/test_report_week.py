@@ -4,8 +4,8 @@ from datetime import UTC, datetime
 
 import pytest
 
-from analytics.report.html import format_cell
-from analytics.report.week import Week
+from gpuscope.analytics.report.html import format_cell
+from gpuscope.analytics.report.week import Week
 from gpuscope.core.errors import UserError
 
 

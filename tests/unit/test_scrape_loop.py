@@ -6,8 +6,8 @@ import threading
 import time
 from collections.abc import AsyncIterator, Sequence
 
-from collector.scrape import ScrapeOutcome, Target
-from collector.scrape_loop import ScrapeLoop
+from gpuscope.collector.scrape import ScrapeOutcome, Target
+from gpuscope.collector.scrape_loop import ScrapeLoop
 
 TARGETS = [Target(f"http://10.0.0.{i}:9835/metrics") for i in range(5)]
 

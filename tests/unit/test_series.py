@@ -2,7 +2,7 @@
 
 from gpuscope.core.catalogue import AGENT_METRICS_BY_NAME
 from gpuscope.core.series import node_series
-from sim import SimulatedCluster, default_scenario
+from gpuscope.sim import SimulatedCluster, default_scenario
 
 
 def test_every_series_matches_its_spec_labels() -> None:

@@ -5,8 +5,8 @@ from pathlib import Path
 import pytest
 
 from gpuscope.core.errors import ConfigError
-from sim import Scenario, SimulatedCluster, default_scenario, load_scenario
-from sim.scenario import HOUR, NodeSpec, WorkloadSpec
+from gpuscope.sim import Scenario, SimulatedCluster, default_scenario, load_scenario
+from gpuscope.sim.scenario import HOUR, NodeSpec, WorkloadSpec
 
 
 @pytest.fixture(scope="module")

@@ -6,15 +6,15 @@ from __future__ import annotations
 import kubernetes_validate
 import pytest
 
-from collector.inventory import (
+from gpuscope.collector.inventory import (
     node_from_json,
     pod_from_json,
     quota_from_clusterqueue,
     quota_from_kai_queue,
 )
 from gpuscope.core.records import WorkloadKind
-from sim import NodeSpec, Scenario, SimulatedCluster, WorkloadSpec, default_scenario
-from sim.kube import namespaces_json, nodes_json, pods_json, quotas_json, rfc3339
+from gpuscope.sim import NodeSpec, Scenario, SimulatedCluster, WorkloadSpec, default_scenario
+from gpuscope.sim.kube import namespaces_json, nodes_json, pods_json, quotas_json, rfc3339
 
 ORIGIN = 1_717_200_000.0
 
@@ -177,7 +177,7 @@ def test_kai_queue_negative_values_mean_unset() -> None:
 
 def test_quantities_parse_like_kubernetes() -> None:
     """Binary and decimal suffixes, millis and exponents; junk is zero, not an exception."""
-    from collector.inventory_records import parse_quantity
+    from gpuscope.collector.inventory_records import parse_quantity
 
     assert parse_quantity("1500m") == 1.5
     assert parse_quantity("2Ki") == 2048 and parse_quantity("3G") == 3e9

@@ -10,10 +10,10 @@ import duckdb
 import polars as pl
 import pytest
 
-from collector import schema
-from collector.batch import Batch
-from collector.schema import migrate
-from collector.store import Q, Retention, Store, series_kind
+from gpuscope.collector import schema
+from gpuscope.collector.batch import Batch
+from gpuscope.collector.schema import migrate
+from gpuscope.collector.store import Q, Retention, Store, series_kind
 from gpuscope.core.errors import UserError
 
 T0 = datetime(2025, 3, 3, 10, 0, 0)  # a Monday, 10:00 UTC
@@ -606,7 +606,7 @@ def test_actions_and_alert_state(db: Path) -> None:
 
 
 def test_named_queries_load_from_package_data() -> None:
-    """collector/sql/queries.sql ships with the package and every query the store uses is in it."""
+    """gpuscope/collector/sql/queries.sql ships with the package and every query the store uses is in it."""
     assert {"append_samples", "update_series", "rollup_5m", "export_day", "scd_close"} <= Q.keys()
     assert all(q.strip() for q in Q.values())
 

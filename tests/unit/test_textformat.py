@@ -5,10 +5,10 @@ from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamil
 from prometheus_client.process_collector import ProcessCollector
 from prometheus_client.registry import Collector, CollectorRegistry
 
-from agent.exposition import AgentCollector
-from agent.sim import SimAttributor, SimGpuSource, SimIbSource
-from agent.textformat import generate_text
-from sim import SimulatedCluster, default_scenario
+from gpuscope.agent.exposition import AgentCollector
+from gpuscope.agent.sim import SimAttributor, SimGpuSource, SimIbSource
+from gpuscope.agent.textformat import generate_text
+from gpuscope.sim import SimulatedCluster, default_scenario
 
 
 class Tricky(Collector):

@@ -93,8 +93,8 @@ def test_the_demo_prints_whole_seconds(tmp_path: Path) -> None:
 
 
 def test_analyze_json_writes_times_as_the_api_does() -> None:
-    from analytics.base import Analysis
-    from analytics.runner import as_json
+    from gpuscope.analytics.base import Analysis
+    from gpuscope.analytics.runner import as_json
     from gpuscope.core.records import Finding, finding_id
 
     subject = {"namespace": "r", "pod": "nb-0"}
@@ -109,8 +109,8 @@ def test_analyze_json_writes_times_as_the_api_does() -> None:
 def test_analyze_text_prints_data_until_as_at_takes_it() -> None:
     """Seen in the demo's output: `data_until=2026-11-23T00:10:24`, naive, which --at
     refuses; the text summary writes it as the JSON does."""
-    from analytics.base import Analysis
-    from analytics.runner import as_json, render_text
+    from gpuscope.analytics.base import Analysis
+    from gpuscope.analytics.runner import as_json, render_text
 
     summary = {"idle_sessions": 2, "data_until": "2026-11-23T00:10:26"}
     analyses = {"idle": Analysis(kinds=("idle_session",), summary=summary)}

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from analytics.allocation import Task
-from analytics.trace import parse_gpu_spec, read_trace
+from gpuscope.analytics.allocation import Task
+from gpuscope.analytics.trace import parse_gpu_spec, read_trace
 from gpuscope.core.errors import UserError
 from tests.paths import TRACE_CSV
 

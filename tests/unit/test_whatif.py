@@ -11,11 +11,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from analytics.allocation import NodeState, Task
-from analytics.fragmentation import TaskMix, learn_task_mix
-from analytics.whatif import POLICIES, Inventory, Placement, PodEvent, Request, replay
-from analytics.whatif.events import arrivals, inflate
-from analytics.whatif.policies import TIES
+from gpuscope.analytics.allocation import NodeState, Task
+from gpuscope.analytics.fragmentation import TaskMix, learn_task_mix
+from gpuscope.analytics.whatif import POLICIES, Inventory, Placement, PodEvent, Request, replay
+from gpuscope.analytics.whatif.events import arrivals, inflate
+from gpuscope.analytics.whatif.policies import TIES
 
 MODELS = ("A100", "T4")
 

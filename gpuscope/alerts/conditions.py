@@ -1,0 +1,91 @@
+"""Read what metric and target rules compare: per-series window aggregates from the store.
+
+The only I/O of rule evaluation. The store keeps a counter's samples as increases, so a
+window's ``sum`` is the counter's increase; ``series.last_seen`` says when a series was last
+scraped (``stale``). One query per rule, over the series of one metric.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import datetime, timedelta
+from typing import Any
+
+from gpuscope.alerts.config import MetricRule, TargetDownRule
+from gpuscope.alerts.model import Candidate
+from gpuscope.alerts.rules import SeriesWindow, metric_candidates, target_candidates
+from gpuscope.collector.store_sql import LABEL_COLUMNS, utc
+
+#: Every series of the metric seen since $lookback, with its samples in ($lo, $now].
+SERIES_WINDOW = """
+SELECT s.node, s.gpu, s.uuid, s.mig_instance, s.device, s.port,
+       s.namespace, s.pod, s.container, s.labels,
+       count(x.value), coalesce(sum(x.value), 0), min(x.value), max(x.value),
+       arg_max(x.value, x.ts), epoch(CAST($now AS TIMESTAMP) - s.last_seen)
+FROM series AS s
+LEFT JOIN samples AS x ON x.series_id = s.series_id AND x.ts > $lo AND x.ts <= $now
+WHERE s.metric = $metric AND s.last_seen > $lookback AND s.first_seen <= $now
+GROUP BY ALL
+"""
+
+#: Targets scraped since $recent whose last scrape failed; how long since they were last up
+#: (or since their first failure in the last day).
+TARGETS_DOWN = """
+WITH t AS (
+    SELECT target, arg_max(up, ts) AS up, arg_max(error, ts) AS error, max(ts) AS last_ts,
+           max(ts) FILTER (WHERE up) AS last_up, min(ts) FILTER (WHERE NOT up) AS first_down
+    FROM scrapes WHERE ts > $day AND ts <= $now
+    GROUP BY target
+)
+SELECT target, error,
+       epoch(CAST($now AS TIMESTAMP) - coalesce(last_up, first_down))
+FROM t WHERE NOT up AND last_ts > $recent
+ORDER BY target
+"""
+_LABEL_COLS = (
+    LABEL_COLUMNS  # node, gpu, uuid, mig_instance, device, port, namespace, pod, container
+)
+
+
+def series_windows(con: Any, rule: MetricRule, now: datetime) -> list[SeriesWindow]:
+    at = utc(now)
+    params = {
+        "metric": rule.metric,
+        "now": at,
+        "lo": at - timedelta(seconds=rule.window),
+        "lookback": at - timedelta(seconds=max(rule.lookback, rule.window)),
+    }
+    out = []
+    for row in con.execute(SERIES_WINDOW, params).fetchall():
+        cols, extra, stats = row[:9], row[9], row[10:]
+        labels = {k: v for k, v in zip(_LABEL_COLS, cols, strict=True) if v is not None}
+        labels.update(extra or {})
+        count, total, lo, hi, last, age = stats
+        out.append(SeriesWindow(labels, int(count), float(total), float(lo or 0.0),
+                                float(hi or 0.0), float(last or 0.0), float(age)))  # fmt: skip
+    return out
+
+
+def evaluate_metric(con: Any, rule: MetricRule, now: datetime) -> list[Candidate]:
+    rows = series_windows(con, rule, now)
+    if rule.aggregate == "stale":
+        # a group is stale only if none of its series is fresh: keep every series seen
+        fresh = [r for r in rows if r.age_seconds < rule.window]
+        stale = [r for r in rows if r.age_seconds >= rule.window]
+        groups_fresh = {tuple(r.labels.get(k, "") for k in rule.by) for r in fresh}
+        rows = [r for r in stale if tuple(r.labels.get(k, "") for k in rule.by)
+                not in groups_fresh]  # fmt: skip
+    else:
+        rows = [r for r in rows if r.count > 0]
+    return metric_candidates(rule, rows)
+
+
+def evaluate_targets(con: Any, rule: TargetDownRule, now: datetime) -> list[Candidate]:
+    at = utc(now)
+    params = {
+        "now": at,
+        "day": at - timedelta(seconds=max(rule.lookback, 86400.0)),
+        "recent": at - timedelta(seconds=rule.lookback),
+    }
+    rows: Iterable[tuple[str, str | None, float]] = con.execute(TARGETS_DOWN, params).fetchall()
+    return target_candidates(rule, [(t, e, float(d or 0.0)) for t, e, d in rows])

@@ -1,0 +1,433 @@
+"""Allocation state of the cluster per GPU and per node, as placement questions need it.
+
+The records are frozen snapshots: a node's GPUs as the free share of each (1.0 free, 0.0
+fully taken), free MIG instances by profile, free CPU, memory and ephemeral storage, its
+hard taints and whether it takes pods at all; the tasks that run (the observed workload)
+and the tasks that wait (the demand), each with what it asks for. They are built from the
+collector's inventory records (:class:`~gpuscope.collector.inventory_records.NodeInfo` /
+:class:`~gpuscope.collector.inventory_records.PodInfo`), whether those come from ``kubectl get -o
+json`` files or from the store's inventory rows, through one function, so both paths give
+the same state.
+
+What the scheduler counts, the model counts: a node's free CPU, memory and ephemeral
+storage are its allocatable less the requests of every pod placed on it that is not
+finished (DaemonSets and system pods included: they hold what they request). A node takes
+a task only if it is Ready and every ``NoSchedule``/``NoExecute`` taint on it is tolerated
+by the task (:func:`fits`); a cordon counts as the ``node.kubernetes.io/unschedulable``
+taint, as the scheduler treats it, so only pods that tolerate it (DaemonSets, or the pod
+the consolidation executor steers onto the node it reserved) may land there. Memory and
+ephemeral storage are checked only where the node reports them (a total of 0 means
+unknown, as in the Alibaba trace, whose simulator ignores memory); CPU always.
+
+Which GPU of its node a pod holds is reconstructed by :mod:`gpuscope.analytics.allocation_gpus`
+where the agents do not report it (its docstring explains the model).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+import duckdb
+
+from gpuscope.analytics.allocation_gpus import EPS, Holder, assign_gpus
+from gpuscope.collector.inventory_records import (
+    DEFAULT_POOL,
+    NodeInfo,
+    PodInfo,
+    node_from_json,
+    pod_from_json,
+)
+from gpuscope.collector.scheduling_rules import tolerates
+from gpuscope.core.records import WorkloadKind
+from gpuscope.core.settings import WorkloadSettings
+
+log = logging.getLogger(__name__)
+
+__all__ = ["EPS", "ClusterState", "GpuSlot", "NodeState", "Task", "fits", "state_from_records"]
+
+_ACTIVE_PHASES = frozenset({"Pending", "Running", "Unknown"})
+#: The taint a cordon (``spec.unschedulable``) amounts to for the scheduler.
+CORDON_TAINT = "node.kubernetes.io/unschedulable:NoSchedule"
+
+
+@dataclass(frozen=True, slots=True)
+class GpuSlot:
+    """One GPU's allocation: its free share (0..1), or free slices of a MIG-split GPU."""
+
+    free: float
+    mig_free_slices: int | None = None
+
+    @property
+    def partially_used(self) -> bool:
+        return EPS < self.free < 1.0 - EPS
+
+
+@dataclass(frozen=True, slots=True)
+class Task:
+    """What one pod (task) asks for: the unit FGD reasons about.
+
+    ``gpu_share`` is per GPU: 1.0 for whole GPUs, 0..1 for a fraction, 0 for CPU-only tasks
+    (``gpu_count`` 0). ``gpu_models`` empty means any model; ``gpu_spec`` is the constraint
+    as written (``V100M16|V100M32|V100M32``), which the FGD simulator groups task types by
+    (so a duplicated model makes a distinct type there, and here). ``name`` identifies a
+    pending pod in evidence; it is not part of the task's group in the task mix.
+    """
+
+    cpu_milli: int = 0
+    gpu_count: int = 0
+    gpu_share: float = 0.0
+    gpu_models: frozenset[str] = frozenset()
+    name: str = ""
+    memory_mib: int = 0
+    ephemeral_mib: int = 0
+    gpu_spec: str = ""
+    #: Tolerations of hard taints (``key|operator|value|effect``).
+    tolerations: frozenset[str] = frozenset()
+
+    @property
+    def gpus(self) -> float:
+        return self.gpu_count * self.gpu_share
+
+    @property
+    def whole(self) -> bool:
+        """Asks for whole GPUs (the case node fragmentation is about)."""
+        return self.gpu_count > 0 and self.gpu_share >= 1.0 - EPS
+
+    @property
+    def spec_text(self) -> str:
+        """The model constraint as the FGD simulator keys it."""
+        return self.gpu_spec or "|".join(sorted(self.gpu_models))
+
+
+@dataclass(frozen=True, slots=True)
+class NodeState:
+    """One node's free resources; ``gpus`` holds the free share of each GPU.
+
+    ``schedulable``: Ready. ``taints``: its hard taints (``key=value:effect``), a cordon
+    included as :data:`CORDON_TAINT`; a task must tolerate each (:func:`fits`).
+    """
+
+    name: str
+    pool: str = DEFAULT_POOL
+    gpu_model: str = ""
+    gpus: tuple[float, ...] = ()
+    cpu_milli_free: int = 0
+    cpu_milli_total: int = 0
+    #: Free / total MIG instances by profile, for MIG-split nodes (not in ``gpus``).
+    mig_free: tuple[tuple[str, int], ...] = ()
+    mig_total: tuple[tuple[str, int], ...] = ()
+    schedulable: bool = True
+    #: Free / allocatable memory and ephemeral storage in MiB (total 0: not reported).
+    memory_mib_free: int = 0
+    memory_mib_total: int = 0
+    ephemeral_mib_free: int = 0
+    ephemeral_mib_total: int = 0
+    taints: frozenset[str] = frozenset()
+
+    @property
+    def slots(self) -> tuple[GpuSlot, ...]:
+        return tuple(GpuSlot(free) for free in self.gpus)
+
+    @property
+    def free_gpus(self) -> float:
+        return sum(self.gpus)
+
+    @property
+    def whole_free_gpus(self) -> int:
+        """Fully free GPUs: all a whole-GPU job can use."""
+        return sum(1 for free in self.gpus if free >= 1.0 - EPS)
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterState:
+    """Nodes with their free resources, the tasks running (the observed workload) and the
+    tasks pending (the demand)."""
+
+    nodes: tuple[NodeState, ...] = ()
+    running: tuple[Task, ...] = ()
+    pending: tuple[Task, ...] = field(default_factory=tuple)
+
+    @property
+    def tasks(self) -> tuple[Task, ...]:
+        return self.running + self.pending
+
+
+def admits(node: NodeState, task: Task) -> bool:
+    """Whether the node takes the task at all: Ready, every hard taint (a cordon included)
+    tolerated, the GPU model allowed (resources aside)."""
+    if not node.schedulable:
+        return False
+    if task.gpu_models and node.gpu_model not in task.gpu_models:
+        return False
+    return all(tolerates(task.tolerations, t) for t in node.taints)
+
+
+def has_room(node: NodeState, cpu_milli: int, memory_mib: int = 0, ephemeral_mib: int = 0) -> bool:
+    """Whether the node's free CPU, memory and storage hold these requests (memory and
+    storage only where the node reports them)."""
+    if cpu_milli > node.cpu_milli_free:
+        return False
+    if node.memory_mib_total and memory_mib > node.memory_mib_free:
+        return False
+    return not (node.ephemeral_mib_total and ephemeral_mib > node.ephemeral_mib_free)
+
+
+def fits(node: NodeState, task: Task) -> bool:
+    """Whether the scheduler could start the GPU task on the node now (admission, CPU,
+    memory, storage, and ``gpu_count`` GPUs each with ``gpu_share`` free)."""
+    if task.gpu_count == 0 or not admits(node, task):
+        return False
+    if not has_room(node, task.cpu_milli, task.memory_mib, task.ephemeral_mib):
+        return False
+    return sum(1 for f in node.gpus if f >= task.gpu_share - EPS) >= task.gpu_count
+
+
+#: Why a pending GPU task cannot start now (:func:`blocker`), in the order they are tested.
+BLOCKERS = (
+    "model",
+    "closed",
+    "cpu",
+    "memory",
+    "storage",
+    "resources",
+    "fragmentation",
+    "capacity",
+)
+
+
+def blocker(nodes: Sequence[NodeState], task: Task) -> str:
+    """Why the scheduler could not start the GPU task now, "" when it fits some node:
+
+    - ``model``: no node has a GPU model the task allows;
+    - ``closed``: every node of an allowed model is NotReady, cordoned or tainted against it;
+    - ``cpu`` / ``memory`` / ``storage``: nodes that admit it have the GPUs, but every such
+      node lacks this (the first short resource of each, when they all agree; else
+      ``resources``);
+    - ``fragmentation``: the nodes that admit it hold enough usable GPUs together, no one
+      node enough (consolidation would help);
+    - ``capacity``: not even together do they.
+    """
+    if task.gpu_count == 0:
+        return ""
+    models = [
+        n for n in nodes if n.gpus and (not task.gpu_models or n.gpu_model in task.gpu_models)
+    ]
+    if not models:
+        return "model"
+    admitting = [n for n in models if admits(n, task)]
+    if not admitting:
+        return "closed"
+    usable = [sum(1 for f in n.gpus if f >= task.gpu_share - EPS) for n in admitting]
+    with_gpus = [n for n, u in zip(admitting, usable, strict=True) if u >= task.gpu_count]
+    if with_gpus:
+        short = set()
+        for n in with_gpus:
+            if has_room(n, task.cpu_milli, task.memory_mib, task.ephemeral_mib):
+                return ""
+            if task.cpu_milli > n.cpu_milli_free:
+                short.add("cpu")
+            elif n.memory_mib_total and task.memory_mib > n.memory_mib_free:
+                short.add("memory")
+            else:
+                short.add("storage")
+        return short.pop() if len(short) == 1 else "resources"
+    return "fragmentation" if sum(usable) >= task.gpu_count else "capacity"
+
+
+def open_nodes(state: ClusterState) -> set[str]:
+    """Nodes some work could be placed on now: Ready, and each hard taint (a cordon
+    included) tolerated by at least one task of the workload (a taint nothing tolerates
+    closes the node to everyone)."""
+    tolerations = [t.tolerations for t in state.tasks]
+    return {
+        n.name
+        for n in state.nodes
+        if n.schedulable and all(any(tolerates(tl, t) for tl in tolerations) for t in n.taints)
+    }
+
+
+def task_of(pod: PodInfo) -> Task | None:
+    """The task a pod is, or None for MIG pods (they take a MIG slice, not GPU share)."""
+    name = f"{pod.namespace}/{pod.name}"
+    common: dict[str, Any] = {
+        "name": name,
+        "cpu_milli": pod.cpu_milli,
+        "memory_mib": pod.memory_mib,
+        "ephemeral_mib": pod.ephemeral_mib,
+        "tolerations": frozenset(pod.tolerations),
+    }
+    if pod.gpu_spec and (pod.gpu_request > 0 or pod.gpu_fraction):
+        common["gpu_spec"] = pod.gpu_spec
+        common["gpu_models"] = frozenset(m for m in pod.gpu_spec.split("|") if m)
+    if pod.gpu_request > 0:
+        return Task(gpu_count=pod.gpu_request, gpu_share=1.0, **common)
+    if pod.gpu_fraction:
+        share = min(1.0, max(0.0, pod.gpu_fraction))
+        return Task(gpu_count=max(1, pod.fraction_devices), gpu_share=share, **common)
+    if pod.mig:
+        return None
+    return Task(**common)
+
+
+def _counts_as_workload(pod: PodInfo) -> bool:
+    """CPU-only DaemonSet and system pods would swamp the mix on a real cluster (one per
+    node) without being tasks anyone schedules onto GPU nodes; they are left out."""
+    return pod.owner_kind != "DaemonSet" and not pod.protected
+
+
+#: GPU indices a pod holds on its node, by ``namespace/name``, as the agents report them.
+GpuIndices = Mapping[str, Sequence[int]]
+
+
+def holders_on(pods: Iterable[PodInfo], node: str) -> list[Holder]:
+    """The GPU demands of the not-finished pods placed on ``node`` (MIG pods aside)."""
+    out = []
+    for pod in pods:
+        if pod.node != node or pod.phase not in _ACTIVE_PHASES:
+            continue
+        task = task_of(pod)
+        if task is not None and task.gpu_count:
+            out.append(Holder(f"{pod.namespace}/{pod.name}", task.gpu_count, task.gpu_share))
+    return out
+
+
+def state_from_records(
+    nodes: Iterable[NodeInfo], pods: Iterable[PodInfo], gpu_indices: GpuIndices | None = None
+) -> ClusterState:
+    """The state from inventory records: placed pods consume their node's GPUs, CPU, memory
+    and storage; pods with no node and phase Pending are the demand. Pods in
+    ``gpu_indices`` take exactly those GPUs (the others:
+    :mod:`gpuscope.analytics.allocation_gpus`)."""
+    known = gpu_indices or {}
+    node_list = sorted(nodes, key=lambda n: n.name)
+    names = {n.name for n in node_list}
+    by_node: dict[str, list[PodInfo]] = {n.name: [] for n in node_list}
+    running: list[tuple[str, Task]] = []
+    pending: list[tuple[str, Task]] = []
+    for pod in pods:
+        if pod.phase not in _ACTIVE_PHASES:
+            continue
+        task = task_of(pod)
+        key = f"{pod.namespace}/{pod.name}"
+        if pod.node is None:
+            if pod.phase == "Pending" and task is not None:
+                pending.append((key, task))
+            continue
+        if pod.node not in names:
+            log.debug("pod %s on unknown node %s left out", key, pod.node)
+            continue
+        by_node[pod.node].append(pod)
+        if task is not None and (task.gpu_count or _counts_as_workload(pod)):
+            running.append((key, task))
+    states = tuple(_node_state(n, by_node[n.name], known) for n in node_list)
+    return ClusterState(
+        nodes=states,
+        running=tuple(t for _, t in sorted(running, key=lambda kt: kt[0])),
+        pending=tuple(t for _, t in sorted(pending, key=lambda kt: kt[0])),
+    )
+
+
+def _node_state(node: NodeInfo, pods: list[PodInfo], known: GpuIndices) -> NodeState:
+    free, _ = assign_gpus(node.allocatable_gpus, holders_on(pods, node.name), known)
+    mig_used: dict[str, int] = {}
+    for pod in pods:
+        for profile, count in pod.mig.items():
+            mig_used[profile] = mig_used.get(profile, 0) + count
+    cpu = sum(p.cpu_milli for p in pods)
+    memory = sum(p.memory_mib for p in pods)
+    storage = sum(p.ephemeral_mib for p in pods)
+    return NodeState(
+        name=node.name,
+        pool=node.pool or DEFAULT_POOL,
+        gpu_model=node.gpu_model,
+        gpus=tuple(free),
+        cpu_milli_free=max(0, node.cpu_milli - cpu),
+        cpu_milli_total=node.cpu_milli,
+        mig_free=tuple(sorted((p, max(0, c - mig_used.get(p, 0))) for p, c in node.mig.items())),
+        mig_total=tuple(sorted(node.mig.items())),
+        # a cordon is the scheduler's ``node.kubernetes.io/unschedulable`` taint: closed to
+        # every pod but those that tolerate it (as the consolidation executor's target pod)
+        schedulable=node.ready,
+        memory_mib_free=max(0, node.memory_mib - memory),
+        memory_mib_total=node.memory_mib,
+        ephemeral_mib_free=max(0, node.ephemeral_mib - storage),
+        ephemeral_mib_total=node.ephemeral_mib,
+        taints=frozenset(node.taints) | ({CORDON_TAINT} if node.unschedulable else set()),
+    )
+
+
+def records_from_kubectl(
+    nodes: Mapping[str, Any], pods: Mapping[str, Any], workloads: WorkloadSettings | None = None
+) -> tuple[list[NodeInfo], list[PodInfo]]:
+    """Node and pod records from ``kubectl get nodes/pods -o json`` output."""
+    node_infos = [node_from_json(obj) for obj in nodes.get("items") or ()]
+    by_name = {n.name: n for n in node_infos}
+    pod_infos = [
+        pod_from_json(
+            obj,
+            node=by_name.get((obj.get("spec") or {}).get("nodeName") or ""),
+            settings=workloads,
+        )
+        for obj in pods.get("items") or ()
+    ]
+    return node_infos, pod_infos
+
+
+def state_from_kubectl(
+    nodes: Mapping[str, Any],
+    pods: Mapping[str, Any],
+    workloads: WorkloadSettings | None = None,
+    gpu_indices: GpuIndices | None = None,
+) -> ClusterState:
+    """The state from ``kubectl get nodes -o json`` and ``kubectl get pods -A -o json``."""
+    node_infos, pod_infos = records_from_kubectl(nodes, pods, workloads)
+    return state_from_records(node_infos, pod_infos, gpu_indices)
+
+
+#: Record fields stored as JSON lists that the records hold as tuples.
+_TUPLE_FIELDS = frozenset({"taints", "tolerations"})
+
+
+def _record(cls: type[Any], data: Mapping[str, Any]) -> Any:
+    names = {f.name for f in fields(cls)}
+    return cls(
+        **{
+            k: tuple(v) if k in _TUPLE_FIELDS and isinstance(v, list) else v
+            for k, v in data.items()
+            if k in names
+        }
+    )
+
+
+def records_from_inventory(
+    con: duckdb.DuckDBPyConnection,
+) -> tuple[list[NodeInfo], list[PodInfo]]:
+    """The store's current inventory rows (``valid_to IS NULL``) as records."""
+    node_rows = con.execute(
+        "SELECT record FROM inventory_nodes WHERE valid_to IS NULL ORDER BY key"
+    ).fetchall()
+    pod_rows = con.execute(
+        "SELECT record FROM inventory_pods WHERE valid_to IS NULL ORDER BY key"
+    ).fetchall()
+    nodes = [_record(NodeInfo, json.loads(r[0])) for r in node_rows]
+    pods = []
+    for (text,) in pod_rows:
+        data = json.loads(text)
+        kind = data.get("kind", WorkloadKind.UNKNOWN.value)
+        data["kind"] = (
+            WorkloadKind(kind) if kind in WorkloadKind._value2member_map_ else WorkloadKind.UNKNOWN
+        )
+        pods.append(_record(PodInfo, data))
+    return nodes, pods
+
+
+def state_from_inventory(
+    con: duckdb.DuckDBPyConnection, gpu_indices: GpuIndices | None = None
+) -> ClusterState:
+    """The state from the store's current inventory rows (``valid_to IS NULL``)."""
+    nodes, pods = records_from_inventory(con)
+    return state_from_records(nodes, pods, gpu_indices)

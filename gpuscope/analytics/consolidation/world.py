@@ -1,0 +1,323 @@
+"""The planner's working state: free shares and pods per node while a plan is made.
+
+Shared by the planner, the baselines (:mod:`gpuscope.analytics.consolidation.search`) and the exact
+solver (:mod:`gpuscope.analytics.consolidation.exact`), so that all three read one cluster the same
+way: goals cut into units (one node's worth of a goal each), nodes indexed by a score that
+is kept up to date as the plan changes them, and evicted pods placed best fit at the end.
+
+Besides GPU shares the world keeps each node's free CPU, memory and ephemeral storage
+(memory and storage only where the node reports them, as
+:func:`gpuscope.analytics.allocation.has_room`): a unit lands only where its requests fit, an
+eviction frees the pod's requests, and an evicted pod is re-placed only where its own fit
+and its tolerations allow. Every room test goes through :meth:`World.room_after`.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from gpuscope.analytics.allocation import EPS, NodeState
+from gpuscope.analytics.consolidation.model import Goal, Placed
+from gpuscope.collector.scheduling_rules import tolerates
+
+#: ``k`` of a unit that needs every GPU of its node (free_nodes).
+ALL_GPUS = -1
+
+
+#: CPU millicores, memory MiB, ephemeral storage MiB.
+Resources = tuple[int, int, int]
+
+
+@dataclass(slots=True)
+class Pod:
+    idx: int
+    node: str
+    gpus: tuple[int, ...]
+    share: float
+    movable: bool
+    gph: float
+    res: Resources = (0, 0, 0)
+    tolerations: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True, slots=True)
+class Unit:
+    goal: int
+    k: int
+    share: float
+    models: frozenset[str]
+    schedulable: bool
+    res: Resources = (0, 0, 0)
+    tolerations: frozenset[str] = frozenset()
+
+
+class World:
+    """Free shares and pods per node while a plan is made (mutable)."""
+
+    def __init__(self, nodes: Sequence[NodeState], placed: Sequence[Placed]) -> None:
+        self.nodes = [n for n in nodes if n.gpus]
+        self.info = {n.name: n for n in self.nodes}
+        self.free: dict[str, list[float]] = {n.name: list(n.gpus) for n in self.nodes}
+        #: Free CPU, memory, storage; a limit of None is not counted (not reported).
+        self.res: dict[str, list[int]] = {
+            n.name: [n.cpu_milli_free, n.memory_mib_free, n.ephemeral_mib_free] for n in self.nodes
+        }
+        self.counted: dict[str, tuple[bool, bool, bool]] = {
+            n.name: (True, n.memory_mib_total > 0, n.ephemeral_mib_total > 0) for n in self.nodes
+        }
+        self.pods = [
+            Pod(
+                i,
+                p.node,
+                p.gpus,
+                p.share,
+                p.movable,
+                p.gpu_hours_lost,
+                (p.cpu_milli, p.memory_mib, p.ephemeral_mib),
+                p.tolerations,
+            )
+            for i, p in enumerate(placed)
+        ]
+        self.on: dict[str, list[Pod]] = {n.name: [] for n in self.nodes}
+        for pod in self.pods:
+            if pod.node in self.on:
+                self.on[pod.node].append(pod)
+            else:
+                pod.movable = False
+        self.evicted: list[Pod] = []
+        #: Nodes in the order they changed (indexes catch up from it), and their versions.
+        self.log: list[str] = []
+        self.version: dict[str, int] = {n.name: 0 for n in self.nodes}
+        self.indexes: dict[tuple[Any, ...], NodeIndex] = {}
+
+    def touch(self, name: str) -> None:
+        self.version[name] += 1
+        self.log.append(name)
+
+    def eligible(self, name: str, unit: Unit) -> bool:
+        node = self.info[name]
+        if unit.schedulable and not self.admits(name, unit.tolerations):
+            return False
+        if unit.models and node.gpu_model not in unit.models:
+            return False
+        k = len(node.gpus) if unit.k == ALL_GPUS else unit.k
+        return 0 < k <= len(node.gpus)
+
+    def admits(self, name: str, tolerations: frozenset[str]) -> bool:
+        """Ready, and every hard taint (a cordon included) tolerated."""
+        node = self.info[name]
+        return node.schedulable and all(tolerates(tolerations, t) for t in node.taints)
+
+    def res_fit(self, name: str, need: Resources, pods: Iterable[Pod] = ()) -> bool:
+        """Whether the node's free CPU, memory and storage, with ``pods`` evicted, hold
+        ``need``."""
+        have = list(self.res[name])
+        for pod in pods:
+            for i in range(3):
+                have[i] += pod.res[i]
+        counted = self.counted[name]
+        return all(not counted[i] or need[i] <= have[i] for i in range(3))
+
+    def room_after(self, name: str, unit: Unit, pods: Iterable[Pod] = ()) -> bool:
+        """Whether the unit fits on the node once ``pods`` are evicted from it."""
+        pods = tuple(pods)
+        k = self.k_of(name, unit)
+        if usable_count(self.free[name], pods, unit.share) < k:
+            return False
+        return self.res_fit(name, unit.res, pods)
+
+    def k_of(self, name: str, unit: Unit) -> int:
+        return len(self.free[name]) if unit.k == ALL_GPUS else unit.k
+
+    def ready(self, name: str, share: float) -> list[int]:
+        return [g for g, f in enumerate(self.free[name]) if f >= share - EPS]
+
+    def evict(self, pods: Iterable[Pod]) -> None:
+        for pod in pods:
+            free = self.free[pod.node]
+            for g in pod.gpus:
+                free[g] = min(1.0, free[g] + pod.share)
+            res = self.res[pod.node]
+            for i in range(3):
+                res[i] += pod.res[i]
+            self.on[pod.node].remove(pod)
+            pod.movable = False
+            self.evicted.append(pod)
+            self.touch(pod.node)
+
+    def copy(self) -> World:
+        """An independent copy (pods included, indexes left behind) for a search to branch."""
+        new = object.__new__(World)
+        new.nodes, new.info = self.nodes, self.info
+        new.free = {name: list(free) for name, free in self.free.items()}
+        new.res = {name: list(res) for name, res in self.res.items()}
+        new.counted = self.counted
+        new.pods = [replace(p) for p in self.pods]
+        new.on = {name: [new.pods[p.idx] for p in pods] for name, pods in self.on.items()}
+        new.evicted = [new.pods[p.idx] for p in self.evicted]
+        new.log, new.version, new.indexes = [], dict(self.version), {}
+        return new
+
+    def reserve(
+        self, name: str, gpus: Iterable[int], share: float, res: Resources = (0, 0, 0)
+    ) -> None:
+        free = self.free[name]
+        for g in gpus:
+            free[g] = max(0.0, free[g] - share)
+        have = self.res[name]
+        for i in range(3):
+            have[i] -= res[i]
+        self.touch(name)
+
+
+def usable_count(free: Sequence[float], pods: Iterable[Pod], share: float) -> int:
+    f = list(free)
+    for pod in pods:
+        for g in pod.gpus:
+            f[g] += pod.share
+    return sum(1 for x in f if x >= share - EPS)
+
+
+@dataclass(frozen=True, slots=True)
+class Option:
+    evictions: tuple[Pod, ...]
+    gph: float
+    #: The GPUs the unit takes; empty: the planner's usual pick (:func:`pick_gpus`).
+    gpus: tuple[int, ...] = ()
+
+    @property
+    def rank(self) -> tuple[int, float]:
+        return len(self.evictions), self.gph
+
+
+def pick_gpus(world: World, name: str, k: int, share: float) -> list[int]:
+    """The k usable GPUs the unit takes: fullest first (best fit), keeping whole GPUs."""
+    ready = world.ready(name, share)
+    return sorted(ready, key=lambda g: (world.free[name][g], g))[:k]
+
+
+def units_of(goals: Sequence[Goal], *, decreasing: bool = True) -> list[Unit]:
+    units: list[Unit] = []
+    for i, goal in enumerate(goals):
+        if goal.kind == "pending_job":
+            res = (goal.cpu_milli, goal.memory_mib, goal.ephemeral_mib)
+            unit = Unit(i, goal.gpus, goal.share, goal.gpu_models, True, res, goal.tolerations)
+            units += [unit] * goal.count
+        elif goal.kind == "free_gpus":
+            units += [Unit(i, 1, 1.0, goal.gpu_models, False)] * (goal.gpus * goal.count)
+        elif goal.kind == "free_nodes":
+            units += [Unit(i, ALL_GPUS, 1.0, goal.gpu_models, False)] * goal.count
+        else:
+            raise ValueError(f"unknown goal kind {goal.kind!r}")
+    if not decreasing:
+        return units
+    # largest first (whole nodes, then more GPUs, then larger shares): first-fit decreasing
+    return sorted(units, key=lambda u: (u.k != ALL_GPUS, -u.k, -u.share, u.goal))
+
+
+#: Scores a node for a unit: (sort key, payload), or None when the node cannot serve it.
+Scorer = Callable[[World, str, Unit], "tuple[tuple[Any, ...], Any] | None"]
+
+
+class NodeIndex:
+    """Nodes by a scorer's key for one kind of unit, kept up to date lazily from the
+    world's change log (a heap with stale entries skipped), so that many units of the same
+    shape cost one scan of the cluster, not one each."""
+
+    def __init__(self, world: World, unit: Unit, scorer: Scorer) -> None:
+        self.world, self.unit, self.scorer = world, unit, scorer
+        self.heap: list[tuple[tuple[Any, ...], str, int, Any]] = []
+        self.cursor = len(world.log)
+        for node in world.nodes:
+            self._push(node.name)
+
+    def _push(self, name: str) -> None:
+        if not self.world.eligible(name, self.unit):
+            return
+        scored = self.scorer(self.world, name, self.unit)
+        if scored is not None:
+            heapq.heappush(self.heap, (scored[0], name, self.world.version[name], scored[1]))
+
+    def _catch_up(self) -> None:
+        log = self.world.log
+        for name in dict.fromkeys(log[self.cursor :]):
+            self._push(name)
+        self.cursor = len(log)
+
+    def top(self, n: int = 1) -> list[tuple[tuple[Any, ...], str, Any]]:
+        """The n best current entries (left in the index)."""
+        self._catch_up()
+        out: list[tuple[tuple[Any, ...], str, int, Any]] = []
+        version = self.world.version
+        while self.heap and len(out) < n:
+            entry = heapq.heappop(self.heap)
+            if entry[2] == version[entry[1]]:
+                out.append(entry)
+        for entry in out:
+            heapq.heappush(self.heap, entry)
+        return [(key, name, payload) for key, name, _, payload in out]
+
+
+def node_index(world: World, unit: Unit, tag: str, scorer: Scorer) -> NodeIndex:
+    key = (tag, unit.k, unit.share, unit.models, unit.schedulable, unit.res, unit.tolerations)
+    index = world.indexes.get(key)
+    if index is None:
+        index = world.indexes[key] = NodeIndex(world, unit, scorer)
+    return index
+
+
+def fit_best(world: World, name: str, unit: Unit) -> tuple[tuple[Any, ...], None] | None:
+    if not world.room_after(name, unit):
+        return None
+    ready = world.ready(name, unit.share)
+    return (sum(world.free[name][g] for g in ready),), None
+
+
+def fit_first(world: World, name: str, unit: Unit) -> tuple[tuple[Any, ...], None] | None:
+    if not world.room_after(name, unit):
+        return None
+    return (), None
+
+
+def fits_now(world: World, unit: Unit, *, best_fit: bool) -> str | None:
+    if best_fit:
+        top = node_index(world, unit, "fit-best", fit_best).top()
+    else:
+        top = node_index(world, unit, "fit-first", fit_first).top()
+    return top[0][1] if top else None
+
+
+def no_room(world: World, unit: Unit) -> str:
+    if not any(world.eligible(n.name, unit) for n in world.nodes):
+        return "no node has enough GPUs of the model asked for"
+    return "no node has room even after moving every pod that may move"
+
+
+def relocate(world: World, pod: Pod, from_node: str) -> tuple[str, tuple[int, ...]]:
+    """Best fit for an evicted pod in the room left: the node and GPUs leaving least slack."""
+    best: tuple[float, str, tuple[int, ...]] | None = None
+    need = len(pod.gpus)
+    for node in world.nodes:
+        if not world.admits(node.name, pod.tolerations):
+            continue
+        if not world.res_fit(node.name, pod.res):
+            continue
+        free = world.free[node.name]
+        fits = sorted(
+            (g for g, f in enumerate(free) if f >= pod.share - EPS), key=lambda g: (free[g], g)
+        )
+        if len(fits) < need:
+            continue
+        gpus = tuple(sorted(fits[:need]))
+        slack = sum(free[g] - pod.share for g in gpus)
+        if best is None or (slack, node.name, gpus) < best:
+            best = (slack, node.name, gpus)
+            if slack <= EPS:
+                break
+    if best is None:
+        return "", ()
+    world.reserve(best[1], best[2], pod.share, pod.res)
+    return best[1], best[2]

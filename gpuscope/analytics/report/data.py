@@ -1,0 +1,266 @@
+"""The weekly report's numbers: every table it shows, computed from the store.
+
+Definitions (the report states them too):
+
+* **allocated** GPU-hours: time a pod held a GPU (``workload_intervals``), times its share
+  of the GPU (a fractional pod its fraction, from the pod's inventory record);
+* **used**: allocated GPU-hours weighted by the GPU's mean utilization
+  (``gpuscope_gpu_utilization_ratio``) in each 5-minute bucket; a shared GPU's utilization
+  is split over its holders by their shares;
+* **idle**: allocated GPU-hours in 5-minute buckets where the holder stayed under
+  ``analytics.idle_utilization_below`` throughout, by the idle detector's definition: the
+  busy signal is SM activity where the GPU has it, else NVML utilization (plus memory
+  activity with ``idle_include_memory_activity``); a fractional pod is judged on its own
+  utilization over its share where the agents report it;
+* **no data**: allocated GPU-hours in buckets with no sample of the GPU. Unknown is not
+  idle: these hours are neither idle nor used, and efficiency leaves them out
+  (``efficiency = used / (allocated - no data)``);
+* **capacity**: allocatable GPUs of the nodes in the inventory history, hour by hour.
+
+The heavy part (cutting a fortnight of allocations into 5-minute pieces and joining each
+to its GPU's utilization) is one DuckDB query over the 5-minute roll-ups (raw samples past
+their frontier) that returns GPU-hours per hour and pod; polars aggregates those to every
+table. The previous week is read in the same pass, for the changes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import duckdb
+import polars as pl
+
+from gpuscope.analytics.quota import over_quota_hours
+from gpuscope.analytics.report.fragmentation import fragmentation_over
+from gpuscope.analytics.report.sql import Q, frame, run
+from gpuscope.analytics.report.tables import (
+    EPS,
+    SUMS,
+    actions_summary,
+    breakdown,
+    cluster_table,
+    gap_table,
+    gpu_hours_names,
+    notes_for,
+    quota_table,
+    rates,
+    sum_by,
+    week_hours,
+    with_cost,
+)
+from gpuscope.analytics.report.week import Week
+from gpuscope.analytics.report.whatif import whatif_over
+from gpuscope.collector.schema import GET_META
+from gpuscope.collector.store import utc
+from gpuscope.core.settings import Settings
+
+EPOCH = datetime(1970, 1, 1)
+#: Tables of a report, in the order the report shows them.
+TABLES = (
+    "cluster",
+    "daily",
+    "hourly",
+    "projects",
+    "namespaces",
+    "idle_sessions",
+    "quotas",
+    "fragmentation",
+    "whatif",
+    "whatif_allocation",
+    "ib_hotspots",
+    "actions_summary",
+    "actions",
+    "data_gaps",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class WeeklyReport:
+    """A week's report: its tables (polars frames, flat, one per section) and notes."""
+
+    week: Week
+    generated_at: datetime
+    idle_threshold: float
+    price_per_gpu_hour: float | None
+    currency: str
+    dashboard_url: str
+    tables: dict[str, pl.DataFrame]
+    #: Things a reader must know to read the numbers right (missing data first).
+    notes: tuple[str, ...]
+    #: What the What-if section must say besides its table (a subset replayed, or why
+    #: nothing was); empty when every policy was replayed.
+    whatif_note: str = ""
+
+    def metric(self, name: str, column: str = "this_week") -> Any:
+        """A value of the cluster table (``column``: this_week, previous_week, change)."""
+        row = self.tables["cluster"].filter(pl.col("metric") == name)
+        return row[column][0] if row.height else None
+
+
+def build_report(
+    con: duckdb.DuckDBPyConnection, week: Week, settings: Settings, *, now: datetime
+) -> WeeklyReport:
+    """The report of ``week`` from the store on ``con`` (read only but for a temp table).
+
+    ``now`` is when it is generated (it must be after the week); the previous week is read
+    too, for the changes.
+    """
+    now = utc(now)
+    week.check_over(now)
+    rs, an = settings.report, settings.analytics
+    price = rs.price_per_gpu_hour
+    frontier_row = con.execute(GET_META, ["rollup_5m_until"]).fetchone()
+    params: dict[str, Any] = {
+        "lo": week.previous().start,
+        "start": week.start,
+        "end": week.end,
+        "frontier": utc(frontier_row[0]) if frontier_row else EPOCH,
+        "threshold": an.idle_utilization_below,
+        "memory": an.idle_include_memory_activity,
+        "hot": an.ib_hot_ratio,
+    }
+    run(con, Q["create_held"], **params)
+    try:
+        hourly = frame(con, Q["hourly_use"], **params)
+        pods = frame(con, Q["pods"], **params)
+    finally:
+        con.execute("DROP TABLE IF EXISTS report_held")
+    capacity = frame(con, Q["capacity"], **params)
+    guarantees = frame(con, Q["guarantees"], **params)
+    ib = frame(con, Q["ib_hot_ports"], **params)
+    actions = frame(con, Q["actions"], **params)
+    fragmentation = fragmentation_over(con, week, an)
+    whatif, whatif_allocation, whatif_note = whatif_over(con, week, an)
+
+    start = pl.lit(week.start).cast(pl.Datetime("us"))
+    hourly = hourly.with_columns(pl.col("hour").cast(pl.Datetime("us")))
+    this, prev = hourly.filter(pl.col("hour") >= start), hourly.filter(pl.col("hour") < start)
+    capacity = capacity.with_columns(pl.col("hour").cast(pl.Datetime("us")))
+    cap_this = capacity.filter(pl.col("hour") >= start)["capacity"].sum()
+    cap_prev = capacity.filter(pl.col("hour") < start)["capacity"].sum()
+    has_capacity = cap_this > EPS
+    cluster = cluster_table(
+        this,
+        prev,
+        float(cap_this) if has_capacity else None,
+        float(cap_prev) if cap_prev > EPS else None,
+        price,
+    )
+
+    per_hour = week_hours(week).join(sum_by(this, "hour"), on="hour", how="left")
+    per_hour = per_hour.join(capacity, on="hour", how="left").with_columns(
+        pl.col(*SUMS).fill_null(0.0)
+    )
+    day = pl.col("hour").dt.truncate("1d").alias("day")
+    daily = (
+        rates(
+            per_hour.group_by(day).agg(pl.col("capacity").sum(), *(pl.col(c).sum() for c in SUMS))
+        )
+        .with_columns(
+            pl.when(pl.col("allocated") > EPS)
+            .then(1 - pl.col("no_data") / pl.col("allocated"))
+            .otherwise(None)
+            .alias("data_coverage"),
+            pl.when(pl.col("capacity") > EPS).then(pl.col("capacity")).otherwise(None),
+        )
+        .sort("day")
+    )
+    daily = gpu_hours_names(daily.rename({"capacity": "capacity_gpu_hours"}))
+    hourly_gpus = per_hour.rename({c: f"{c}_gpus" for c in (*SUMS, "capacity")}).sort("hour")
+
+    projects_keys = pl.concat([hourly.select("project"), guarantees.select("project")]).unique()
+    projects = breakdown(this, prev, "project", projects_keys, price)
+    ns_project = sum_by(hourly, "namespace", "project").sort("allocated", descending=True)
+    ns_keys = ns_project.group_by("namespace", maintain_order=True).agg(pl.col("project").first())
+    namespaces = breakdown(this, prev, "namespace", ns_keys, price)
+
+    idle = rates(sum_by(this, "namespace", "pod")).filter(pl.col("idle") > EPS)
+    idle = idle.join(pods.drop("project"), on=["namespace", "pod"], how="left")
+    idle = (
+        gpu_hours_names(idle)
+        .sort("idle_gpu_hours", "namespace", "pod", descending=[True, False, False])
+        .head(rs.top_n)
+    )
+    idle = idle.select(
+        "namespace",
+        "pod",
+        "owner",
+        "kind",
+        "interactive",
+        "nodes",
+        "gpus",
+        "allocated_gpu_hours",
+        "idle_gpu_hours",
+        "no_data_gpu_hours",
+        "idle_share",
+        "efficiency",
+        "first_held",
+        "last_held",
+    )
+    idle = with_cost(
+        idle.join(
+            sum_by(this, "namespace", "pod", "project").select("namespace", "pod", "project"),
+            on=["namespace", "pod"],
+            how="left",
+        ),
+        price,
+        "idle_gpu_hours",
+    )
+
+    gaps = gap_table(per_hour)
+    tables: dict[str, pl.DataFrame] = {
+        "cluster": cluster,
+        "daily": daily,
+        "hourly": hourly_gpus,
+        "projects": projects,
+        "namespaces": namespaces,
+        "idle_sessions": idle,
+        "quotas": quota_table(this, guarantees, week, over_quota_hours(con, week.start, week.end)),
+        "fragmentation": fragmentation,
+        "whatif": whatif,
+        "whatif_allocation": whatif_allocation,
+        "ib_hotspots": ib.head(rs.top_n),
+        "actions_summary": actions_summary(actions),
+        "actions": actions,
+        "data_gaps": gaps,
+    }
+    notes = notes_for(
+        cluster, gaps, prev.height > 0 and prev["allocated"].sum() > EPS, has_capacity
+    )
+    return WeeklyReport(
+        week=week,
+        generated_at=now,
+        idle_threshold=an.idle_utilization_below,
+        price_per_gpu_hour=price,
+        currency=rs.currency,
+        dashboard_url=rs.dashboard_url,
+        tables=tables,
+        notes=tuple(notes),
+        whatif_note=whatif_note,
+    )
+
+
+def pod_usage(
+    con: duckdb.DuckDBPyConnection, start: datetime, end: datetime, settings: Settings
+) -> pl.DataFrame:
+    """GPU-hours per pod over ``[start, end)`` by the report's definitions (allocated,
+    used, idle, no_data): the report's numbers for any window, so they can be checked
+    against the detectors' on the same one (tests/integration/test_consistency.py)."""
+    frontier_row = con.execute(GET_META, ["rollup_5m_until"]).fetchone()
+    an = settings.analytics
+    params: dict[str, Any] = {
+        "lo": utc(start),
+        "start": utc(start),
+        "end": utc(end),
+        "frontier": utc(frontier_row[0]) if frontier_row else EPOCH,
+        "threshold": an.idle_utilization_below,
+        "memory": an.idle_include_memory_activity,
+    }
+    run(con, Q["create_held"], **params)
+    try:
+        hourly = frame(con, Q["hourly_use"], **params)
+    finally:
+        con.execute("DROP TABLE IF EXISTS report_held")
+    return sum_by(hourly, "namespace", "pod")

@@ -1,0 +1,152 @@
+"""The weekly report as one self-contained HTML page (Jinja2 template, charts inline).
+
+Numbers are formatted by column name, so every table reads the same way: GPU-hours and
+GPUs with one decimal, ratios as percentages, money with the configured currency, a
+missing value as an em dash (never as 0: "no previous week" is not "zero last week").
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+import polars as pl
+from jinja2 import Environment, PackageLoader, select_autoescape
+
+from gpuscope.analytics.report.charts import render_charts
+from gpuscope.analytics.report.data import WeeklyReport
+from gpuscope.analytics.report.fragmentation import weighted_mean
+
+_RATIOS = ("efficiency", "idle_share", "ratio", "use_of_guarantee", "data_coverage")
+_COUNTS = (
+    "actions",
+    "failed",
+    "total_gpus",
+    "whole_free_gpus",
+    "largest_placeable_job_gpus",
+    "pending_tasks",
+    "rank",
+    "jobs_started",
+    "jobs_never_started",
+)
+#: Rows of a table shown in the page at most (the CSV beside it has every row).
+MAX_ROWS = 50
+#: Section title and the sentence that says what it shows, by table.
+SECTIONS: dict[str, tuple[str, str]] = {
+    "cluster": ("Cluster", "The week against the week before."),
+    "daily": ("Day by day", "GPU-hours held per day, split by what the GPUs did."),
+    "hourly": ("Hour by hour", "Hourly means of GPUs offered, held, used and idle."),
+    "projects": ("Projects", "GPU-hours per project, with the change from the previous week."),
+    "namespaces": ("Namespaces", "GPU-hours per namespace."),
+    "idle_sessions": (
+        "Top idle workloads",
+        "The workloads that held GPUs idle the longest, and who owns them.",
+    ),
+    "quotas": ("Quota use", "Each project's guarantee against the GPUs it held, hour by hour."),
+    "fragmentation": (
+        "Fragmentation",
+        "FGD fragmentation of free GPU capacity at every inventory change of the week "
+        "(each state weighted by how long it lasted; the worst is the worst state).",
+    ),
+    "whatif": (
+        "What if",
+        "The week's pods replayed on the same nodes under each placement policy (arrivals, "
+        "sizes and run times as stored; a pod that fits nowhere waits). Rank 1 would have "
+        "started the most jobs; GPUs recovered are its GPUs allocated when arrivals stopped "
+        "less what the real scheduler had allocated then.",
+    ),
+    "ib_hotspots": (
+        "InfiniBand hot spots",
+        "Ports whose busier direction ran over the hot "
+        "threshold of their link rate, in 5-minute buckets.",
+    ),
+    "actions_summary": (
+        "Actions",
+        "What the policies did (or, in dry run, would have done) and the GPU-hours it freed.",
+    ),
+    "actions": ("Action log", "Every action of the week."),
+    "data_gaps": ("Missing data", "Hours in which GPUs were held but none had a sample."),
+}
+
+
+def format_cell(column: str, value: Any, currency: str) -> str:
+    """One value as the page shows it, by the kind its column name says it is."""
+    if value is None:
+        return "—"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, datetime):
+        return value.strftime("%a %Y-%m-%d %H:%M")
+    if not isinstance(value, int | float):
+        return str(value)
+    signed = "change" in column
+    sign = "+" if signed else ""
+    column = column.replace("_change", "").replace("change_", "")
+    if column.endswith(_RATIOS):
+        return f"{value * 100:{sign}.1f} {'pts' if signed else '%'}"
+    if column.endswith("cost"):
+        return f"{value:{sign},.2f} {currency}"
+    if column in _COUNTS:
+        return f"{int(value):,}"
+    if column.endswith("bytes_per_second"):
+        return f"{value / 1e9:,.1f} GB/s"
+    return f"{value:{sign},.1f}"
+
+
+def _cluster_rows(report: WeeklyReport) -> list[list[str]]:
+    rows = []
+    for metric, unit, this, prev, change in report.tables["cluster"].iter_rows():
+        col = "cost" if unit == "money" else ("ratio" if unit == "ratio" else "gpu_hours")
+        rows.append(
+            [
+                metric.replace("_", " "),
+                format_cell(col, this, report.currency),
+                format_cell(col, prev, report.currency),
+                format_cell(f"{col}_change", change, report.currency),
+            ]
+        )
+    return rows
+
+
+def table_view(df: pl.DataFrame, currency: str) -> dict[str, Any]:
+    """Headers and formatted rows of a table (the first :data:`MAX_ROWS`)."""
+    shown = df.head(MAX_ROWS)
+    return {
+        "headers": [c.replace("_", " ") for c in df.columns],
+        "rows": [
+            [format_cell(c, v, currency) for c, v in zip(df.columns, row, strict=True)]
+            for row in shown.iter_rows()
+        ],
+        "numeric": [df[c].dtype.is_numeric() for c in df.columns],
+        "more": df.height - shown.height,
+    }
+
+
+def render_html(report: WeeklyReport) -> str:
+    """The whole page: no external script, style sheet, font or image."""
+    env = Environment(
+        loader=PackageLoader("gpuscope.analytics.report", "templates"),
+        autoescape=select_autoescape(["html", "j2"]),
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    tables = {
+        name: table_view(df, report.currency)
+        for name, df in report.tables.items()
+        if name not in ("cluster", "hourly", "whatif_allocation")
+    }
+    frag = report.tables["fragmentation"]
+    whatif = report.tables["whatif"]
+    return env.get_template("report.html.j2").render(
+        report=report,
+        week_end=report.week.end,
+        cluster=_cluster_rows(report),
+        tables=tables,
+        sections=SECTIONS,
+        charts=render_charts(report),
+        frag_mean=weighted_mean(frag),
+        frag_max=frag["fgd_fragmentation_ratio"].max() if frag.height else None,
+        whatif_best=whatif.row(0, named=True) if whatif.height > 1 else None,
+        whatif_actual=whatif.row(-1, named=True) if whatif.height > 1 else None,
+        fmt=lambda column, value: format_cell(column, value, report.currency),
+    )

@@ -1,0 +1,125 @@
+"""The weekly report's short summary for chat: a few lines of Markdown and where the rest is.
+
+Chat readers skim: the headline numbers with their change, what needs a decision (missing
+data, the idlest sessions and their owners, over-quota projects, hot links) and the link.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from pathlib import Path
+
+import polars as pl
+
+from gpuscope.analytics.report.data import WeeklyReport
+from gpuscope.analytics.report.fragmentation import weighted_mean
+from gpuscope.analytics.report.html import format_cell
+from gpuscope.analytics.report.tables import EPS
+
+#: Items listed per line at most.
+TOP = 3
+
+
+def _change(report: WeeklyReport, metric: str, column: str) -> str:
+    change = report.metric(metric, "change")
+    return "" if change is None else f" ({format_cell(column, change, report.currency)})"
+
+
+def whatif_line(report: WeeklyReport) -> str | None:
+    """The What-if section in one line: the policy that would have started the most jobs
+    and the GPUs it would have recovered (None: nothing was replayed)."""
+    table = report.tables["whatif"]
+    if table.height < 2:
+        return None
+    best, actual = table.row(0, named=True), table.row(-1, named=True)
+    recovered = format_cell("gpus_recovered_change", best["gpus_recovered"], report.currency)
+    return (
+        f"- What if: {best['policy']} would have started the most jobs "
+        f"({format_cell('jobs_started', best['jobs_started'], report.currency)}, "
+        f"{format_cell('jobs_started', actual['jobs_started'], report.currency)} did) and "
+        f"recovered {recovered} GPUs when arrivals stopped "
+        f"({format_cell('gpus', best['allocated_gpus'], report.currency)} allocated against "
+        f"{format_cell('gpus', actual['allocated_gpus'], report.currency)})"
+    )
+
+
+def render_markdown(report: WeeklyReport, html: Path | None = None) -> str:
+    """The summary; ``html`` is where the full report is (named on the last line)."""
+
+    def fmt(column: str, value: object) -> str:
+        return format_cell(column, value, report.currency)
+
+    w = report.week
+    lines = [
+        f"**GPU utilization, week {w.label}** "
+        f"({w.start:%a %d %b} to {w.end - timedelta(days=1):%a %d %b %Y}, UTC)",
+        "",
+        f"- Allocated {fmt('gpu_hours', report.metric('allocated_gpu_hours'))} GPU-hours"
+        f"{_change(report, 'allocated_gpu_hours', 'gpu_hours_change')}, "
+        f"used {fmt('gpu_hours', report.metric('used_gpu_hours'))}, "
+        f"idle {fmt('gpu_hours', report.metric('idle_gpu_hours'))}; "
+        f"efficiency {fmt('efficiency', report.metric('efficiency'))}"
+        f"{_change(report, 'efficiency', 'efficiency_change')}",
+    ]
+    if report.price_per_gpu_hour is not None:
+        lines.append(
+            f"- Cost: {fmt('cost', report.metric('allocated_cost'))} allocated, "
+            f"{fmt('cost', report.metric('idle_cost'))} of it on idle GPUs"
+        )
+    lines += [f"- ⚠ {note}" for note in report.notes]
+    idle = report.tables["idle_sessions"].head(TOP)
+    if idle.height:
+        items = [
+            f"{ns}/{pod} ({owner or 'owner unknown'}) {fmt('gpu_hours', h)} GPU-h"
+            for ns, pod, owner, h in idle.select(
+                "namespace", "pod", "owner", "idle_gpu_hours"
+            ).iter_rows()
+        ]
+        lines.append("- Idlest: " + "; ".join(items))
+    over = report.tables["quotas"].filter(pl.col("gpu_hours_over_guarantee") > EPS)
+    if over.height:
+        items = [
+            f"{p} {fmt('hours', h)} h ({fmt('gpu_hours', g)} GPU-h)"
+            for p, h, g in over.select(
+                "project", "hours_over_guarantee", "gpu_hours_over_guarantee"
+            )
+            .head(TOP)
+            .iter_rows()
+        ]
+        lines.append("- Over guarantee: " + "; ".join(items))
+    ib = report.tables["ib_hotspots"].head(TOP)
+    if ib.height:
+        items = [
+            f"{n} {d}/{p} {fmt('hours', h)} h"
+            for n, d, p, h in ib.select("node", "device", "port", "hot_hours").iter_rows()
+        ]
+        lines.append("- InfiniBand hot: " + "; ".join(items))
+    acts = report.tables["actions_summary"]
+    if acts.height:
+        parts = []
+        for mode in ("executed", "dry-run"):
+            rows = acts.filter(pl.col("mode") == mode)
+            if rows.height:
+                verb = "freed" if mode == "executed" else "would have freed"
+                parts.append(
+                    f"{rows['actions'].sum()} {mode} ({verb} "
+                    f"{fmt('gpu_hours', rows['gpu_hours_freed'].sum())} GPU-h)"
+                )
+        lines.append("- Actions: " + "; ".join(parts))
+    frag = report.tables["fragmentation"]
+    if frag.height:
+        lines.append(
+            f"- Fragmentation: mean {fmt('ratio', weighted_mean(frag))} (time-weighted), "
+            f"worst {fmt('ratio', frag['fgd_fragmentation_ratio'].max())} of free GPU capacity"
+        )
+    line = whatif_line(report)
+    if line:
+        lines.append(line)
+    links = []
+    if html is not None:
+        links.append(f"Report: {html}")
+    if report.dashboard_url:
+        links.append(f"Dashboard: {report.dashboard_url}")
+    if links:
+        lines += ["", " · ".join(links)]
+    return "\n".join(lines) + "\n"

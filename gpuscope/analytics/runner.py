@@ -1,0 +1,256 @@
+"""Run detectors: load their inputs from the store (or snapshot files), collect analyses.
+
+The only place in analytics that touches I/O; the detectors themselves are pure functions
+of what this module hands them. Used by ``gpuscope analyze`` and the collector's schedule.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any, cast
+
+from gpuscope.analytics.base import Analysis
+from gpuscope.collector.store import Store, utc
+from gpuscope.core.errors import UserError
+from gpuscope.core.settings import Settings
+from gpuscope.core.timefmt import api_times, rfc3339
+
+log = logging.getLogger(__name__)
+
+DETECTORS: tuple[str, ...] = ("idle", "fragmentation", "quota", "bandwidth")
+#: Analyses that plan rather than detect: run on demand, not on the schedule.
+PLANNERS: tuple[str, ...] = ("consolidation",)
+
+
+def run_on_store(
+    store: Store, at: datetime, settings: Settings, which: Sequence[str], *, persist: bool
+) -> dict[str, Analysis]:
+    """Run the named detectors over the store as of ``at``.
+
+    ``persist`` lets incremental detectors keep their state in the store (the collector);
+    the CLI passes False and so never writes to a database it analyses.
+    """
+    from gpuscope.analytics.allocation import state_from_records
+    from gpuscope.analytics.bandwidth import run_bandwidth
+    from gpuscope.analytics.fragmentation import analyze_fragmentation
+    from gpuscope.analytics.idle import run_idle
+    from gpuscope.analytics.quota import run_quota
+    from gpuscope.analytics.report.fragmentation import analysis_at
+
+    out: dict[str, Analysis] = {}
+    a = settings.analytics
+    for name in which:
+        cur = store.cursor()
+        try:
+            if name == "idle":
+                out[name] = run_idle(
+                    store, at, a, settings.workloads, persist=persist,
+                    scrape_interval_s=settings.collector.scrape_interval_seconds,
+                )  # fmt: skip
+            elif name == "fragmentation":
+                # the inventory state valid at `at` (not the latest: an analysis of the
+                # past must not present today's allocation as then)
+                found = analysis_at(cur, utc(at), a)
+                if found is None:
+                    found = analyze_fragmentation(state_from_records([], []), at=at, settings=a)
+                out[name] = found
+            elif name == "consolidation":
+                out[name] = _consolidation_from_store(cur, at, settings)
+            elif name == "quota":
+                out[name] = run_quota(cur, at, a)
+            elif name == "bandwidth":
+                out[name] = run_bandwidth(cur, at, a)
+            else:
+                raise UserError(f"unknown analysis {name!r}")
+            # the data-age rule: every analysis states how far its data reaches
+            if "data_until" not in out[name].summary:
+                newest = newest_data(cur, at)
+                out[name].summary["data_until"] = newest.isoformat() if newest else None
+        finally:
+            cur.close()
+    return out
+
+
+#: The newest data the store holds: the last sample of any series, the last inventory
+#: change (the inventory is recorded as versions, so an unchanged one adds nothing).
+NEWEST_DATA = """
+SELECT greatest((SELECT max(last_seen) FROM series),
+                (SELECT max(valid_from) FROM inventory_nodes),
+                (SELECT max(valid_from) FROM inventory_pods))
+"""
+
+
+def newest_data(con: Any, at: datetime | None = None) -> datetime | None:
+    """When the store's data ends, as of ``at`` (data after ``at`` means it reaches ``at``);
+    None for an empty store."""
+    row = con.execute(NEWEST_DATA).fetchone()
+    newest = row[0] if row else None
+    if not isinstance(newest, datetime):
+        return None
+    return min(newest, utc(at)) if at is not None else newest
+
+
+#: Data older than this many scrape intervals (and at least STALE_MIN) is not current.
+STALE_INTERVALS = 5
+STALE_MIN = timedelta(minutes=2)
+
+
+def analysis_time(
+    newest: datetime | None, now: datetime, scrape_interval_s: float
+) -> tuple[datetime, str | None]:
+    """The data-age rule of ``gpuscope analyze`` without ``--at``: analyse at ``now`` when
+    the data is current, else at the newest data (idle sessions and hot links are judged
+    where the data ends, not 13 h later with nothing left to see), with a one-line note
+    saying so. Pure: the caller reads ``newest`` and the clock."""
+    now = utc(now)
+    if newest is None:
+        return now, None
+    age = now - newest
+    if age <= max(STALE_MIN, timedelta(seconds=STALE_INTERVALS * scrape_interval_s)):
+        return now, None
+    hours = age.total_seconds() / 3600
+    note = (
+        f"the newest data is from {newest.isoformat(timespec='seconds')}Z, {hours:.1f} h ago: "
+        "analysing as of then (give --at to choose another time)"
+    )
+    return newest, note
+
+
+#: Which GPUs (indices on their node) each pod holds now, as the agents report it: the
+#: inventory knows a fractional pod's share but not which GPU it landed on.
+GPU_INDICES = """
+SELECT namespace || '/' || pod AS key, list(DISTINCT CAST(gpu AS INTEGER)) AS gpus
+FROM workload_intervals
+WHERE end_ts IS NULL AND TRY_CAST(gpu AS INTEGER) IS NOT NULL
+GROUP BY ALL
+"""
+
+
+def gpu_indices_of(con: Any) -> dict[str, list[int]]:
+    return {key: sorted(gpus) for key, gpus in con.execute(GPU_INDICES).fetchall()}
+
+
+def _consolidation_from_store(cur: Any, at: datetime, settings: Settings) -> Analysis:
+    from gpuscope.analytics.allocation import records_from_inventory, state_from_records
+    from gpuscope.analytics.consolidation.plan import analyze_consolidation
+
+    indices = gpu_indices_of(cur)
+    nodes, pods = records_from_inventory(cur)
+    return analyze_consolidation(
+        state_from_records(nodes, pods, indices),
+        pods,
+        at=at,
+        settings=settings.analytics,
+        gpu_indices=indices,
+        protected_namespaces=settings.workloads.protected_namespaces,
+    )
+
+
+def run_on_snapshot(
+    nodes: Path, pods: Path, at: datetime, settings: Settings, what: str = "fragmentation"
+) -> Analysis:
+    """Fragmentation or a consolidation plan from files: kubectl JSON (``get nodes/pods -o
+    json``; pending pods are the goals), or for fragmentation the Alibaba trace's CSVs (the
+    pods are then the workload on an empty cluster)."""
+    from gpuscope.analytics.allocation import state_from_kubectl
+    from gpuscope.analytics.fragmentation import analyze_fragmentation, learn_task_mix
+    from gpuscope.analytics.trace import read_trace
+
+    for path in (nodes, pods):
+        if not path.is_file():
+            raise UserError(f"{path} does not exist")
+    if nodes.suffix.lower() == ".csv" or pods.suffix.lower() == ".csv":
+        if what != "fragmentation":
+            raise UserError("the trace's CSVs hold no placement to plan from; use kubectl JSON")
+        state, tasks = read_trace(nodes, pods)
+        mix = learn_task_mix(tasks, settings.analytics.fgd_task_coverage)
+        return analyze_fragmentation(state, at=at, settings=settings.analytics, mix=mix)
+    docs = []
+    for path in (nodes, pods):
+        try:
+            doc = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise UserError(f"{path} is not kubectl JSON: {exc}") from None
+        if not isinstance(doc, dict) or not isinstance(doc.get("items"), list):
+            raise UserError(f"{path} is not a kubectl List (no 'items')")
+        docs.append(doc)
+    if what == "consolidation":
+        from gpuscope.analytics.allocation import records_from_kubectl, state_from_records
+        from gpuscope.analytics.consolidation.plan import analyze_consolidation
+
+        node_infos, pod_infos = records_from_kubectl(docs[0], docs[1], settings.workloads)
+        return analyze_consolidation(
+            state_from_records(node_infos, pod_infos),
+            pod_infos,
+            at=at,
+            settings=settings.analytics,
+            protected_namespaces=settings.workloads.protected_namespaces,
+        )
+    state = state_from_kubectl(docs[0], docs[1], settings.workloads)
+    return analyze_fragmentation(state, at=at, settings=settings.analytics)
+
+
+def as_json(analyses: dict[str, Analysis]) -> dict[str, Any]:
+    """docs/design.md's analysis output: ``{"findings": [...], "summary": {...}}``; with several
+    detectors the summary is keyed by detector. Times are RFC 3339 with Z, as in the API."""
+    findings = [_finding_json(f) for a in analyses.values() for f in a.findings]
+    if len(analyses) == 1:
+        (summary,) = (a.summary for a in analyses.values())
+    else:
+        summary = {name: a.summary for name, a in analyses.items()}
+    out: dict[str, Any] = {"findings": findings, "summary": summary}
+    plan = analyses.get("consolidation")
+    if plan is not None:  # docs/design.md: the consolidation output has these at its top
+        for key in ("moves", "evictions", "unplaceable"):
+            out[key] = plan.summary.get(key, [])
+    return cast(dict[str, Any], api_times(out))
+
+
+def _finding_json(f: Any) -> dict[str, Any]:
+    return {
+        "id": f.id,
+        "kind": f.kind,
+        "severity": f.severity,
+        "subject": f.subject,
+        "since": rfc3339(f.since) if f.since else None,
+        "observed_at": rfc3339(f.observed_at),
+        "evidence": f.evidence,
+        "recommendation": f.recommendation,
+    }
+
+
+def render_text(analyses: dict[str, Analysis]) -> str:
+    """A readable report: findings as a table, then each detector's headline numbers."""
+    lines: list[str] = []
+    findings = [f for a in analyses.values() for f in a.findings]
+    order = {"critical": 0, "warning": 1, "info": 2}
+    findings.sort(key=lambda f: (order.get(f.severity, 3), f.kind, sorted(f.subject.items())))
+    if findings:
+        rows = [("SEVERITY", "KIND", "SUBJECT", "SINCE", "RECOMMENDATION")]
+        for f in findings:
+            subject = " ".join(f"{k}={v}" for k, v in sorted(f.subject.items()))
+            since = f.since.strftime("%Y-%m-%d %H:%M") if f.since else "-"
+            rec = f.recommendation.get("action", "-") if f.recommendation else "-"
+            rows.append((f.severity, f.kind, subject, since, str(rec)))
+        widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+        lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()
+                  for r in rows]  # fmt: skip
+    else:
+        lines.append("no findings")
+    for name, a in analyses.items():
+        # times as --at takes them (data_until is what a user copies into --at)
+        flat = api_times({k: v for k, v in a.summary.items() if isinstance(v, int | float | str)})
+        if flat:
+            lines.append("")
+            lines.append(f"{name}: " + ", ".join(f"{k}={_fmt(v)}" for k, v in flat.items()))
+    return "\n".join(lines) + "\n"
+
+
+def _fmt(v: object) -> str:
+    if isinstance(v, float):
+        return str(int(v)) if v.is_integer() else f"{v:.3f}".rstrip("0")
+    return str(v)

@@ -1,0 +1,172 @@
+"""Every target on its own schedule, as Prometheus runs one scrape loop per target.
+
+An asyncio loop in one thread runs a task per target: wait for the next multiple of the
+interval (whole seconds at a whole-second interval, so stored sample times keep their true
+spacing), scrape within the timeout (always shorter than the interval), hand the outcome
+over, repeat. A target that never finishes its body holds only its own task, never the
+others'. A writer thread groups the outcomes that arrive together and stores each group
+(gpuscope/collector/ingest.py), so a tick of a thousand targets is a few transactions, not a
+thousand; a group closes as soon as no scrape is in flight (waiting on would only delay the
+tick's commit), else after ``group_seconds``. Outcomes waiting for a slow store are bounded
+in samples; past the bound a page is dropped and counted (``store_backlog``), never queued
+without limit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+import math
+import queue
+import threading
+import time
+from collections.abc import Callable, Sequence
+
+import aiohttp
+
+from gpuscope.collector.ingest import StoreFailed
+from gpuscope.collector.scrape import ScrapeOutcome, Scraper, Target
+
+log = logging.getLogger(__name__)
+
+STORE_BACKLOG = "store_backlog"
+
+
+class ScrapeLoop:
+    """Runs the per-target schedules and the writer; :meth:`start` and :meth:`stop`."""
+
+    def __init__(
+        self,
+        scraper: Scraper,
+        targets: Callable[[], Sequence[Target]],
+        write: Callable[[Sequence[ScrapeOutcome]], object],
+        interval_seconds: float,
+        *,
+        on_fatal: Callable[[str], None],
+        max_pending_samples: int = 1_000_000,
+        group_seconds: float = 0.1,
+    ) -> None:
+        self.scraper, self.targets, self.write = scraper, targets, write
+        self.interval = interval_seconds
+        self.on_fatal = on_fatal
+        self.max_pending_samples = max_pending_samples
+        self.group_seconds = group_seconds
+        self._queue: queue.Queue[ScrapeOutcome] = queue.Queue()
+        self._pending = 0
+        #: Scrapes started and not yet handed over: a group is complete when none is left.
+        self._in_flight = 0
+        self._pending_lock = threading.Lock()
+        self._stopping = threading.Event()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stop_event: asyncio.Event | None = None
+        self._threads: list[threading.Thread] = []
+
+    def start(self) -> None:
+        ready = threading.Event()
+        scraping = threading.Thread(target=self._run_loop, args=(ready,), name="scrape-loop")
+        writing = threading.Thread(target=self._run_writer, name="ingest-writer")
+        self._threads = [scraping, writing]
+        for t in self._threads:
+            t.daemon = True
+            t.start()
+        ready.wait(10)
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """Stop scheduling, let scrapes in flight end, store what is queued."""
+        self._stopping.set()
+        loop, stop = self._loop, self._stop_event
+        if loop is not None and stop is not None and not loop.is_closed():
+            with contextlib.suppress(RuntimeError):  # the loop has just closed
+                loop.call_soon_threadsafe(stop.set)
+        for t in self._threads:
+            t.join(timeout)
+
+    # -- the scraping side (event loop thread) ---------------------------------------------
+    def _run_loop(self, ready: threading.Event) -> None:
+        loop = asyncio.new_event_loop()
+        self._loop = loop
+        try:
+            loop.run_until_complete(self._main(ready))
+        finally:
+            loop.close()
+
+    async def _main(self, ready: threading.Event) -> None:
+        self._stop_event = stop = asyncio.Event()
+        ready.set()
+        tasks: dict[str, asyncio.Task[None]] = {}
+        async with self.scraper.client() as client:
+            while not stop.is_set() and not self._stopping.is_set():
+                wanted = {t.url: t for t in self.targets()}
+                for url in list(tasks):
+                    if url not in wanted:
+                        tasks.pop(url).cancel()
+                self.scraper.forget(list(wanted.values()))
+                for url, target in wanted.items():
+                    if url not in tasks or tasks[url].done():
+                        tasks[url] = asyncio.create_task(self._target_loop(client, target))
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), timeout=1.0)
+            for task in tasks.values():
+                task.cancel()
+            await asyncio.gather(*tasks.values(), return_exceptions=True)
+
+    async def _target_loop(self, client: aiohttp.ClientSession, target: Target) -> None:
+        now = time.time()
+        tick = float(math.ceil(now))  # the first scrape at once, on a whole second
+        while True:
+            await asyncio.sleep(max(tick - now, 0.0))
+            with self._pending_lock:
+                self._in_flight += 1
+            try:
+                self._offer(await self.scraper.scrape_one(client, target))
+            except Exception:  # a bug, not a target's fault: log it, keep the schedule
+                log.exception("scrape failed target=%s", target.url)
+            finally:
+                with self._pending_lock:
+                    self._in_flight -= 1
+            now = time.time()  # the next multiple of the interval
+            tick = math.floor(now / self.interval + 1) * self.interval
+
+    def _offer(self, outcome: ScrapeOutcome) -> None:
+        n = outcome.samples
+        with self._pending_lock:
+            full = n and self._pending + n > self.max_pending_samples
+            if not full:
+                self._pending += n
+        if full:
+            dropped = {**outcome.dropped, STORE_BACKLOG: n}
+            outcome = dataclasses.replace(outcome, batch=None, dropped=dropped)
+            log.warning(
+                "store backlog full; page dropped target=%s samples=%d", outcome.target.url, n
+            )
+        self._queue.put(outcome)
+
+    # -- the writing side (writer thread) --------------------------------------------------
+    def _run_writer(self) -> None:
+        while True:
+            try:
+                first = self._queue.get(timeout=0.2)
+            except queue.Empty:
+                if self._stopping.is_set() and not self._threads[0].is_alive():
+                    return
+                continue
+            group = [first]
+            deadline = time.monotonic() + self.group_seconds
+            while (left := deadline - time.monotonic()) > 0:
+                if self._queue.empty() and self._in_flight == 0:
+                    break  # every scrape of the tick is in: waiting longer only delays it
+                try:
+                    group.append(self._queue.get(timeout=min(left, 0.005)))
+                except queue.Empty:
+                    continue
+            with self._pending_lock:
+                self._pending -= sum(o.samples for o in group)
+            try:
+                self.write(group)
+            except StoreFailed as exc:
+                self.on_fatal(str(exc))
+                return
+            except Exception:  # a bug: logged, and the next group is tried
+                log.exception("storing scraped pages failed")
