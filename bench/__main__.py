@@ -1,6 +1,6 @@
 """Run every benchmark with one command: ``python -m bench [--quick] [--only NAME ...]``.
 
-Writes ``results.json`` and ``results.md`` (one table per area: what, measured, reference
+Writes ``results.json`` and ``results.md`` after each benchmark finishes (one table per area: what, measured, reference
 measured in the same run, aim) to ``--out`` (``bench/results`` for a full run,
 ``bench/results-quick`` for ``--quick``), and with ``--update-readme`` rewrites the README's
 generated performance tables. ``--only`` re-runs some benchmarks and keeps the other
@@ -63,12 +63,18 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     out = args.out or REPO / "bench" / ("results-quick" if args.quick else "results")
     machine = describe_machine()
-    results = run_all(chosen, args.quick)
     previous = out / "results.json"
+    kept: list[ModuleResult] = []
     if args.only and previous.is_file():
         _, old, old_quick = read_results(previous.read_text())
         if old_quick == args.quick:
-            results = merge(old, results)
+            kept = old
+
+    def save(so_far: list[ModuleResult]) -> None:
+        # after every benchmark: an interrupted run keeps the figures it already has
+        write_results(out, machine, merge(kept, so_far), args.quick)
+
+    results = merge(kept, run_all(chosen, args.quick, on_result=save))
     json_path, md_path = write_results(out, machine, results, args.quick)
     print(f"wrote {json_path} and {md_path}", file=sys.stderr)
     if args.update_readme:

@@ -88,6 +88,8 @@ class Served:
     wall_ms: list[float] = field(default_factory=list)
     series: int = 0
     body_bytes: int = 0
+    #: bytes on the wire (gzip when the server honours Prometheus' Accept-Encoding)
+    wire_bytes: int = 0
     rss: float = float("nan")
 
     def scrape(self, client: httpx.Client) -> None:
@@ -101,6 +103,7 @@ class Served:
         self.cpu_ms.append((c1 - c0) * 1e3)
         self.wall_ms.append((t1 - t0) * 1e3)
         self.body_bytes = len(r.content)
+        self.wire_bytes = r.num_bytes_downloaded
         self.series = sum(1 for x in r.text.splitlines() if x and x[0] != "#")
 
 
@@ -256,6 +259,19 @@ def run(
             notes=f"{ib.series} series; agent {spread_text(ib.cpu_ms, 'ms CPU')}"
             + (f"; node_exporter {spread_text(ne.cpu_ms, 'ms CPU')}" if ne else ""),
             key=True,
+        ),
+        Figure(
+            "InfiniBand only, bytes a scrape on the wire (gzip, as Prometheus asks)",
+            float(ib.wire_bytes),
+            "B",
+            aim="≤ 2x node_exporter's",
+            reference=(
+                Reference(f"{label}, same tree, gzip", float(ne.wire_bytes), "B")
+                if ne is not None
+                else Reference.not_installed("node_exporter")
+            ),
+            notes=f"uncompressed {ib.body_bytes:,} B"
+            + (f" (node_exporter {ne.body_bytes:,} B)" if ne else ""),
         ),
         Figure(
             "agent resident memory (`gpuscope agent --gpu-source sim`)",

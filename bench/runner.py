@@ -99,8 +99,14 @@ def select(only: Iterable[str] | None) -> list[Benchmark]:
     return [b for b in BENCHMARKS if b.name in wanted]
 
 
-def run_all(benchmarks: list[Benchmark], quick: bool) -> list[ModuleResult]:
-    results = []
+def run_all(
+    benchmarks: list[Benchmark],
+    quick: bool,
+    on_result: Callable[[list[ModuleResult]], None] | None = None,
+) -> list[ModuleResult]:
+    """Run them in order; ``on_result`` gets the results so far after each one finishes, so
+    an interrupted run keeps what it measured (``python -m bench`` writes them there)."""
+    results: list[ModuleResult] = []
     for bench in benchmarks:
         print(f"== {bench.name} ({bench.area}){' quick' if quick else ''}", file=sys.stderr)
         result = run_one(bench, quick)
@@ -110,4 +116,6 @@ def run_all(benchmarks: list[Benchmark], quick: bool) -> list[ModuleResult]:
             file=sys.stderr,
         )
         results.append(result)
+        if on_result is not None:
+            on_result(list(results))
     return results

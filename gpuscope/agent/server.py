@@ -12,6 +12,7 @@ again, rather than "ok" beside a failing scrape.
 
 from __future__ import annotations
 
+import gzip
 import json
 import logging
 import threading
@@ -26,6 +27,28 @@ if TYPE_CHECKING:
     from prometheus_client.registry import Collector
 
 log = logging.getLogger(__name__)
+
+
+def accepts_gzip(header: str) -> bool:
+    """Whether an ``Accept-Encoding`` header takes gzip (RFC 9110: ``gzip;q=0`` refuses it,
+    ``*`` takes it unless gzip is named with q=0). Prometheus sends ``gzip``."""
+    star = False
+    for entry in header.split(","):
+        name, _, params = entry.strip().partition(";")
+        q = 1.0
+        for param in params.split(";"):
+            key, _, value = param.strip().partition("=")
+            if key.strip().lower() == "q":
+                try:
+                    q = float(value)
+                except ValueError:
+                    q = 0.0
+        coding = name.strip().lower()
+        if coding in ("gzip", "x-gzip"):
+            return q > 0
+        if coding == "*":
+            star = q > 0
+    return star
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -46,7 +69,12 @@ class _Handler(BaseHTTPRequestHandler):
                 self._send(500, b"exposition failed\n", "text/plain; charset=utf-8")
                 return
             self.server.exposition_error = ""
-            self._send(200, body, content_type)
+            if accepts_gzip(self.headers.get("Accept-Encoding", "")):
+                # level 1: a 34 kB InfiniBand page shrinks to ~3 kB for ~0.03 ms of CPU
+                body = gzip.compress(body, compresslevel=1, mtime=0)
+                self._send(200, body, content_type, encoding="gzip")
+            else:
+                self._send(200, body, content_type)
         elif path == "/healthz":
             results = [
                 {"source": r.source, "up": r.ok, "seconds": round(r.seconds, 6), "error": r.error}
@@ -64,9 +92,13 @@ class _Handler(BaseHTTPRequestHandler):
         else:
             self._send(404, b"not found; try /metrics or /healthz\n", "text/plain; charset=utf-8")
 
-    def _send(self, status: int, body: bytes, content_type: str) -> None:
+    def _send(self, status: int, body: bytes, content_type: str, encoding: str = "") -> None:
         self.send_response(status)
         self.send_header("Content-Type", content_type)
+        if encoding:
+            self.send_header("Content-Encoding", encoding)
+        if self.path.split("?", 1)[0] == "/metrics":
+            self.send_header("Vary", "Accept-Encoding")
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         self.wfile.write(body)

@@ -184,19 +184,41 @@ def test_main_writes_results_merges_only_runs_and_updates_the_readme(
     readme = tmp_path / "README.md"
     readme.write_text(README)
     monkeypatch.setattr(bench_main, "describe_machine", lambda: MACHINE)
-    monkeypatch.setattr(bench_main, "run_all", lambda chosen, quick: [AGENT, STORE])
+    monkeypatch.setattr(bench_main, "run_all", lambda chosen, quick, on_result=None: [AGENT, STORE])
     args = ["--out", str(tmp_path), "--readme", str(readme)]
     assert bench_main.main([*args, "--update-readme"]) == 0
     assert "| InfiniBand scrape |" in readme.read_text()
     assert "Prose after the tables, kept as written." in readme.read_text()
     # re-running one module keeps the others' figures from the previous run
     fresh = ModuleResult("store", "Collector", "ok", 1.0, (Figure("bytes per sample", 2.0, "B"),))
-    monkeypatch.setattr(bench_main, "run_all", lambda chosen, quick: [fresh])
+    monkeypatch.setattr(bench_main, "run_all", lambda chosen, quick, on_result=None: [fresh])
     assert bench_main.main([*args, "--only", "store"]) == 0
     _, modules, _ = read_results((tmp_path / "results.json").read_text())
     assert modules == [AGENT, fresh]
     # quick figures never reach the README
     assert bench_main.main([*args, "--quick", "--update-readme"]) == 2
+
+
+def test_each_finished_benchmark_is_written_before_the_next_one_runs(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """An interrupted run keeps the figures of the benchmarks that finished."""
+    monkeypatch.setattr(bench_main, "describe_machine", lambda: MACHINE)
+    results = {"agent_scrape": AGENT, "store": STORE}
+
+    def run_one(bench: Benchmark, quick: bool) -> ModuleResult:
+        if bench.name == "store":
+            # the agent's figures are on disk before the second benchmark starts...
+            _, written, _ = read_results((tmp_path / "results.json").read_text())
+            assert written == [AGENT]
+            raise KeyboardInterrupt  # ...and stay there when the run is stopped
+        return results[bench.name]
+
+    monkeypatch.setattr("bench.runner.run_one", run_one)
+    with pytest.raises(KeyboardInterrupt):
+        bench_main.main(["--out", str(tmp_path), "--only", "agent_scrape", "store"])
+    _, kept, _ = read_results((tmp_path / "results.json").read_text())
+    assert kept == [AGENT]
 
 
 def test_the_project_readme_has_its_generated_section_marked() -> None:

@@ -45,3 +45,24 @@ def test_db_compact_of_a_missing_file_is_one_line(
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "does not exist" in err[0]
     assert not (tmp_path / "none.duckdb").exists()
+
+
+def test_the_docs_give_the_compaction_thresholds_the_code_has() -> None:
+    """docs/storage.md and docs/cli.md name the defaults the library and the CLI use."""
+    import argparse
+    import re
+
+    from gpuscope.cli.db import add_db_parser
+    from gpuscope.collector.store_reclaim import DEFAULT_MIN_FREE_RATIO
+
+    parser = argparse.ArgumentParser()
+    add_db_parser(parser.add_subparsers(dest="cmd"), lambda p: None)
+    cli_default = parser.parse_args(["db", "compact"]).min_free
+    repo = Path(__file__).resolve().parents[2]
+    storage = (repo / "docs" / "storage.md").read_text(encoding="utf-8")
+    cli = (repo / "docs" / "cli.md").read_text(encoding="utf-8")
+    assert re.search(
+        rf"`Store.reclaim_space`\s+defaults\s+to\s+{DEFAULT_MIN_FREE_RATIO:g}", storage
+    )
+    assert re.search(rf"`--min-free`,\s+default\s+{cli_default:g}\b", storage)
+    assert re.search(rf"`--min-free RATIO`.*\(default {cli_default:g}\b", cli)

@@ -310,3 +310,27 @@ def test_registry_families_match_the_page() -> None:
         return [x for x in text.splitlines() if not x.startswith("gpuscope_agent_collect_seconds{")]
 
     assert strip(collector.render().decode()) == strip(generate_latest(reg).decode())
+
+
+@pytest.mark.parametrize(
+    ("header", "wanted"),
+    [
+        ("gzip", True),
+        ("gzip, deflate", True),
+        ("deflate, gzip;q=0.5", True),
+        ("GZIP", True),
+        ("x-gzip", True),
+        ("gzip;q=0", False),
+        ("gzip;q=0.0, identity", False),
+        ("identity", False),
+        ("", False),
+        ("*", True),
+        ("*;q=0", False),
+        ("*, gzip;q=0", False),
+        ("gzip;q=bad", False),
+    ],
+)
+def test_accept_encoding_gzip_follows_rfc_9110(header: str, wanted: bool) -> None:
+    from gpuscope.agent.server import accepts_gzip
+
+    assert accepts_gzip(header) is wanted
