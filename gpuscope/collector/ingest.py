@@ -239,6 +239,9 @@ class IngestWriter:
         self.targets.record(o)
         url, m = o.target.url, self.metrics
         m.scrapes.labels("up" if o.up else "down").inc()
+        if o.skipped_ticks:
+            m.scrapes.labels("skipped").inc(o.skipped_ticks)
+            m.scrape_skipped.labels(url).inc(o.skipped_ticks)
         m.target_up.labels(url).set(1 if o.up else 0)
         m.scrape_seconds.labels(url).set(o.duration_seconds)
         m.target_samples.labels(url).set(o.samples)

@@ -16,7 +16,17 @@ class CollectorMetrics:
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
         self.scrapes = Counter(
-            "gpuscope_collector_scrapes", "Scrapes by result.", ["result"], registry=r
+            "gpuscope_collector_scrapes",
+            "Ticks of the targets' schedules by result: up, down (a failed scrape, also one "
+            "past its timeout) or skipped (no scrape: the previous one ran past the tick).",
+            ["result"],
+            registry=r,
+        )
+        self.scrape_skipped = Counter(
+            "gpuscope_collector_scrape_skipped",
+            "Ticks of a target's schedule that passed without a scrape.",
+            ["target"],
+            registry=r,
         )
         self.samples_ingested = Counter(
             "gpuscope_collector_samples_ingested", "Samples committed to the store.", registry=r

@@ -75,6 +75,11 @@ class ScrapeOutcome:
     reason: str = ""
     #: Samples of the page left out, by reason (gpuscope/collector/limits.py).
     dropped: Mapping[str, int] = field(default_factory=dict)
+    #: Ticks of the target's schedule that passed without a scrape since its previous one
+    #: (the previous scrape, or the collector, ran past them): counted, never silent.
+    skipped_ticks: int = 0
+    #: The tick of the schedule this scrape was due at (0.0 outside the scrape loop).
+    scheduled_at: float = 0.0
 
     @property
     def samples(self) -> int:
@@ -155,6 +160,11 @@ class Scraper:
         except (aiohttp.ClientError, ValueError) as exc:  # ValueError: a URL yarl refuses
             outcome = self._down(target, started, *_describe(exc, target))
         elapsed = time.perf_counter() - t0
+        if outcome.up and elapsed > self.timeout_seconds:
+            # Fetched in time but parsed too late (a starved CPU): a scrape past its timeout
+            # is a failure, as Prometheus counts it, and its page is not stored.
+            error = f"scrape took {elapsed:.3g}s, past its {self.timeout_seconds:g}s timeout"
+            outcome = self._down(target, started, error, "timeout")
         if not outcome.up:
             log.debug("target down target=%s error=%s", target.url, outcome.error)
         return ScrapeOutcome(

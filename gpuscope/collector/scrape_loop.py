@@ -3,13 +3,15 @@
 An asyncio loop in one thread runs a task per target: wait for the next multiple of the
 interval (whole seconds at a whole-second interval, so stored sample times keep their true
 spacing), scrape within the timeout (always shorter than the interval), hand the outcome
-over, repeat. A target that never finishes its body holds only its own task, never the
-others'. A writer thread groups the outcomes that arrive together and stores each group
-(gpuscope/collector/ingest.py), so a tick of a thousand targets is a few transactions, not a
-thousand; a group closes as soon as no scrape is in flight (waiting on would only delay the
-tick's commit), else after ``group_seconds``. Outcomes waiting for a slow store are bounded
-in samples; past the bound a page is dropped and counted (``store_backlog``), never queued
-without limit.
+over, repeat. A tick that passes while the target's previous scrape is still running (or
+while the process is starved) is skipped and counted on the next outcome
+(``skipped_ticks``), so every tick is a scrape, a failure or a skip. A target that never
+finishes its body holds only its own task, never the others'. A writer thread groups the
+outcomes that arrive together and stores each group (gpuscope/collector/ingest.py), so a
+tick of a thousand targets is a few transactions, not a thousand; a group closes as soon as
+no scrape is in flight (waiting on would only delay the tick's commit), else after
+``group_seconds``. Outcomes waiting for a slow store are bounded in samples; past the bound
+a page is dropped and counted (``store_backlog``), never queued without limit.
 """
 
 from __future__ import annotations
@@ -32,6 +34,16 @@ from gpuscope.collector.scrape import ScrapeOutcome, Scraper, Target
 log = logging.getLogger(__name__)
 
 STORE_BACKLOG = "store_backlog"
+
+
+def next_tick(tick: float, now: float, interval: float) -> tuple[float, int]:
+    """The next tick of a schedule on multiples of ``interval`` after a scrape that was due
+    at ``tick`` ended at ``now``, and how many ticks in between get no scrape: every tick
+    is a scrape or a skip, as Prometheus accounts for them."""
+    following = math.floor(now / interval + 1) * interval
+    due = tick + interval  # the tick after the one just scraped
+    skipped = max(0, round((following - due) / interval))
+    return following, skipped
 
 
 class ScrapeLoop:
@@ -115,19 +127,21 @@ class ScrapeLoop:
     async def _target_loop(self, client: aiohttp.ClientSession, target: Target) -> None:
         now = time.time()
         tick = float(math.ceil(now))  # the first scrape at once, on a whole second
+        skipped = 0
         while True:
             await asyncio.sleep(max(tick - now, 0.0))
             with self._pending_lock:
                 self._in_flight += 1
             try:
-                self._offer(await self.scraper.scrape_one(client, target))
+                outcome = await self.scraper.scrape_one(client, target)
+                self._offer(dataclasses.replace(outcome, skipped_ticks=skipped, scheduled_at=tick))
             except Exception:  # a bug, not a target's fault: log it, keep the schedule
                 log.exception("scrape failed target=%s", target.url)
             finally:
                 with self._pending_lock:
                     self._in_flight -= 1
-            now = time.time()  # the next multiple of the interval
-            tick = math.floor(now / self.interval + 1) * self.interval
+            now = time.time()
+            tick, skipped = next_tick(tick, now, self.interval)
 
     def _offer(self, outcome: ScrapeOutcome) -> None:
         n = outcome.samples

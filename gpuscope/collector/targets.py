@@ -34,6 +34,12 @@ class TargetHealth:
     consecutive_failures: int = 0
     scrapes: int = 0
     failures: int = 0
+    #: Ticks of the schedule with no scrape (the previous one, or the process, ran late).
+    skipped: int = 0
+    #: The first and the latest tick scraped: with ``scrapes`` and ``skipped`` they account
+    #: for every tick in between (``(last - first) / interval + 1 == scrapes + skipped``).
+    first_tick: float | None = None
+    last_tick: float | None = None
     parse_errors: int = 0
     #: Why the last failed scrape failed (timeout, sample_limit, ...); empty while up.
     last_reason: str = ""
@@ -54,6 +60,9 @@ class TargetHealth:
             "consecutive_failures": self.consecutive_failures,
             "scrapes": self.scrapes,
             "failures": self.failures,
+            "skipped": self.skipped,
+            "first_tick": self.first_tick,
+            "last_tick": self.last_tick,
             "parse_errors": self.parse_errors,
             "last_reason": self.last_reason or None,
             "failures_by_reason": dict(sorted(self.failures_by_reason.items())),
@@ -87,6 +96,11 @@ class TargetRegistry:
                 outcome.target.url, TargetHealth(outcome.target.url, outcome.target.kind)
             )
             h.scrapes += 1
+            h.skipped += outcome.skipped_ticks
+            if outcome.scheduled_at:
+                if h.first_tick is None:
+                    h.first_tick = outcome.scheduled_at
+                h.last_tick = outcome.scheduled_at
             h.up = outcome.up
             h.last_scrape = outcome.started_at
             h.last_error = outcome.error

@@ -139,3 +139,30 @@ def test_dcgm_exporter_page_is_translated_into_the_catalogue(fixtures_dir: Path)
         ("ray-llm", "ray-1111111", "ray-worker")
     }
     assert o.batch.types["gpuscope_gpu_energy_joules"] == "counter"
+
+
+def test_a_scrape_whose_parse_ends_past_the_timeout_is_a_failure(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The page arrived in time but its parse (a starved CPU, here a parse made to take
+    0.6 s) ended past the 0.3 s timeout: a failure with reason timeout, nothing stored.
+    Before, such a scrape counted as a success however long it took."""
+    import gpuscope.collector.scrape as scrape_module
+
+    body = b"# TYPE m_ratio gauge\nm_ratio 0.5\n"
+    real = scrape_module.page_to_outcome
+
+    def slow(*args: object, **kwargs: object) -> object:
+        time.sleep(0.6)
+        return real(*args, **kwargs)  # type: ignore[arg-type]
+
+    def page(h: BaseHTTPRequestHandler) -> None:
+        send(h, body, TEXT)
+
+    with http_server(page) as url:
+        (fast,) = Scraper(timeout_seconds=30).scrape([Target(url)])
+        monkeypatch.setattr(scrape_module, "page_to_outcome", slow)
+        (late,) = Scraper(timeout_seconds=0.3).scrape([Target(url)])
+    assert fast.up and fast.samples == 1
+    assert not late.up and late.reason == "timeout" and late.batch is None
+    assert "past its 0.3s timeout" in late.error

@@ -6,6 +6,8 @@ import threading
 import time
 from collections.abc import AsyncIterator, Sequence
 
+import pytest
+
 from gpuscope.collector.scrape import ScrapeOutcome, Target
 from gpuscope.collector.scrape_loop import ScrapeLoop
 
@@ -65,3 +67,63 @@ def test_a_tick_is_written_when_its_last_scrape_is_in_not_after_the_group_time()
     finally:
         loop.stop(timeout=30)
     assert sorted(groups[0]) == sorted(t.url for t in TARGETS)
+
+
+def test_next_tick_counts_the_ticks_a_late_scrape_ran_past() -> None:
+    from gpuscope.collector.scrape_loop import next_tick
+
+    assert next_tick(100.0, 100.3, 1.0) == (101.0, 0)  # on time: no tick skipped
+    assert next_tick(100.0, 101.0, 1.0) == (102.0, 1)  # ended on the next tick: it is gone
+    assert next_tick(100.0, 102.7, 1.0) == (103.0, 2)  # ran past 101 and 102
+    tick, skipped = next_tick(100.0, 100.05, 0.2)
+    assert (tick, skipped) == (pytest.approx(100.2), 0)
+    tick, skipped = next_tick(100.0, 100.65, 0.2)
+    assert (tick, skipped) == (pytest.approx(100.8), 3)  # 100.2, 100.4 and 100.6
+
+
+class SometimesSlowScraper(InstantScraper):
+    """Every third scrape of a target takes longer than two intervals."""
+
+    def __init__(self, interval: float) -> None:
+        super().__init__()
+        self.interval = interval
+        self.calls: dict[str, int] = {}
+
+    async def scrape_one(self, client: None, target: Target) -> ScrapeOutcome:
+        n = self.calls[target.url] = self.calls.get(target.url, 0) + 1
+        if n % 3 == 0:
+            await asyncio.sleep(2.5 * self.interval)
+        return ScrapeOutcome(target, time.time(), 0.0, n % 4 != 0)
+
+
+def test_every_tick_is_a_scrape_or_a_counted_skip() -> None:
+    """However late the scrapes run (slow targets, a starved process), the outcomes account
+    for every tick of each target's schedule between its first and last scrape."""
+    interval = 0.2
+    outcomes: list[ScrapeOutcome] = []
+    enough = threading.Event()
+
+    def write(group: Sequence[ScrapeOutcome]) -> None:
+        outcomes.extend(group)
+        if len(outcomes) >= 24:
+            enough.set()
+
+    loop = ScrapeLoop(
+        SometimesSlowScraper(interval),  # type: ignore[arg-type]
+        lambda: TARGETS[:2],
+        write,
+        interval,
+        on_fatal=lambda message: None,
+    )
+    loop.start()
+    try:
+        assert enough.wait(120)
+    finally:
+        loop.stop(timeout=30)
+    for target in TARGETS[:2]:
+        mine = sorted((o for o in outcomes if o.target == target), key=lambda o: o.scheduled_at)
+        assert len(mine) >= 5
+        ticks = round((mine[-1].scheduled_at - mine[0].scheduled_at) / interval) + 1
+        # the first outcome's skips happened before the first tick counted here
+        assert sum(1 + o.skipped_ticks for o in mine[1:]) + 1 == ticks
+        assert sum(o.skipped_ticks for o in mine) >= 2  # the slow scrapes did skip ticks
