@@ -32,6 +32,7 @@ BENCHMARKS: tuple[Benchmark, ...] = (
     Benchmark("agent_scrape", "Agent"),
     Benchmark("parse", "Collector"),
     Benchmark("ingest", "Collector"),
+    Benchmark("collector_process", "Collector"),
     Benchmark("store", "Collector"),
     Benchmark("api", "Collector"),
     Benchmark("hostile_targets", "Collector"),

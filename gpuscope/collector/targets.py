@@ -37,7 +37,8 @@ class TargetHealth:
     #: Ticks of the schedule with no scrape (the previous one, or the process, ran late).
     skipped: int = 0
     #: The first and the latest tick scraped: with ``scrapes`` and ``skipped`` they account
-    #: for every tick in between (``(last - first) / interval + 1 == scrapes + skipped``).
+    #: for every tick in between (the first comes at once, the later ones on multiples of
+    #: the interval: ``1 + last / interval - floor(first / interval) == scrapes + skipped``).
     first_tick: float | None = None
     last_tick: float | None = None
     parse_errors: int = 0

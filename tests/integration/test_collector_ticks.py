@@ -2,6 +2,7 @@
 busy loops taking the CPU beside it: each tick is a scrape (up or failed) or a skip, never
 silently lost. The identity is checked, not a rate, so a slow machine cannot fail it."""
 
+import math
 import subprocess
 import sys
 import time
@@ -32,7 +33,10 @@ def busy_loops(n: int) -> Iterator[None]:
 
 def accounted(target: dict[str, Any], interval: float) -> tuple[int, int]:
     """(ticks between the first and the latest scrape, scrapes + skipped)."""
-    ticks = round((target["last_tick"] - target["first_tick"]) / interval) + 1
+    # the first scrape comes at once (on a whole second), the later ones on multiples of
+    # the interval
+    first, last = target["first_tick"], target["last_tick"]
+    ticks = 1 + round(last / interval) - math.floor(first / interval + 1e-9)
     return ticks, target["scrapes"] + target["skipped"]
 
 

@@ -1,0 +1,254 @@
+"""Benchmark: `gpuscope collector` beside Prometheus on the same agent processes, as users run.
+
+N separate `gpuscope agent --gpu-source sim` processes (one per simulated node: 8 GPUs with
+their workloads; no InfiniBand tree) serve their pages on loopback. A `gpuscope collector`
+process and a real Prometheus (the Debian package) scrape the same agents at the same
+interval in the same window. Measured over the window after a warm-up:
+
+- CPU per stored sample: each server process's CPU (utime + stime of every thread, from
+  /proc) over the window, divided by the samples it stored in that window (the
+  collector's ``samples_stored`` from /api/v1/status; Prometheus's
+  ``prometheus_tsdb_head_samples_appended_total``);
+- bytes per stored sample on disk, as each leaves its files (no offline rewrite): the
+  collector's DuckDB file (and WAL) over its stored samples; Prometheus's data folder
+  (WAL, head chunks and any block) over its appended samples. A run of minutes holds the
+  day being written only, so both sides are measured before their daily compaction —
+  the collector's closed-day figure is bench/store.py's;
+- the ticks each accounted for: the collector's status (scrapes, failures, skipped) per
+  target against the ticks of the window.
+
+Run: .venv/bin/python bench/collector_process.py [--quick] [--agents N] [--interval S]
+[--seconds S] (or `python -m bench --only collector_process`). The default (32 agents,
+5 s, 180 s) takes about four minutes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import httpx
+import yaml
+
+from bench.figure import Figure, Reference, print_figures
+
+ENV = {**os.environ, "PYTHONUNBUFFERED": "1"}
+TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of the whole process (every thread), from /proc/PID/stat."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICKS
+
+
+def folder_bytes(root: Path) -> int:
+    return sum(p.stat().st_size for p in root.rglob("*") if p.is_file())
+
+
+def wait_http(url: str, proc: subprocess.Popen[bytes], timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            httpx.get(url, timeout=2).raise_for_status()
+            return
+        except httpx.HTTPError:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"{url} did not come up") from None
+            time.sleep(0.2)
+
+
+@contextmanager
+def process(cmd: list[str], ready_url: str) -> Iterator[subprocess.Popen[bytes]]:
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=ENV)
+    try:
+        wait_http(ready_url, proc)
+        yield proc
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def prometheus_appended(base: str) -> float:
+    """Samples Prometheus appended to its head, from its own /metrics (not scraped)."""
+    text = httpx.get(f"{base}/metrics", timeout=10).text
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith("prometheus_tsdb_head_samples_appended_total")
+    )
+
+
+def ticks_between(first: float, last: float, interval: float) -> int:
+    """Ticks from the first scrape (at once, on a whole second) to the last (a multiple of
+    the interval), both included."""
+    return 1 + round(last / interval) - math.floor(first / interval + 1e-9)
+
+
+def collector_status(base: str) -> dict[str, Any]:
+    return httpx.get(f"{base}/api/v1/status", timeout=30).json()  # type: ignore[no-any-return]
+
+
+def run(
+    quick: bool = False,
+    agents: int | None = None,
+    interval: float | None = None,
+    seconds: float | None = None,
+) -> list[Figure]:
+    n = agents or (4 if quick else 32)
+    step = interval or (2.0 if quick else 5.0)
+    window = seconds or (20.0 if quick else 180.0)
+    prometheus = shutil.which("prometheus")
+    with tempfile.TemporaryDirectory() as tmp, ExitStack() as stack:
+        root = Path(tmp)
+        urls = []
+        for i in range(n):
+            port = free_port()
+            url = f"http://127.0.0.1:{port}/metrics"
+            stack.enter_context(
+                process(
+                    [sys.executable, "-m", "gpuscope.cli.main", "agent", "--gpu-source", "sim",
+                     "--node", f"gpu-node-{i % 32:02d}", "--listen", f"127.0.0.1:{port}",
+                     "--log-level", "WARNING"],
+                    url,
+                )
+            )  # fmt: skip
+            urls.append(url)
+        cport = free_port()
+        cbase = f"http://127.0.0.1:{cport}"
+        db = root / "collector.duckdb"
+        cmd = [sys.executable, "-m", "gpuscope.cli.main", "collector", "--db", str(db),
+               "--listen", f"127.0.0.1:{cport}", "--scrape-interval", f"{step:g}",
+               "--kubernetes", "none", "--log-level", "WARNING"]  # fmt: skip
+        for url in urls:
+            cmd += ["--target", url]
+        collector = stack.enter_context(process(cmd, cbase + "/healthz"))
+        prom = None
+        pbase = ""
+        pdata = root / "prometheus"
+        if prometheus is not None:
+            cfg = root / "prometheus.yml"
+            cfg.write_text(
+                yaml.safe_dump({
+                    "global": {"scrape_interval": f"{step:g}s"},
+                    "scrape_configs": [{
+                        "job_name": "agents",
+                        "static_configs": [{"targets": [u.split("/")[2] for u in urls]}],
+                    }],
+                })
+            )  # fmt: skip
+            pport = free_port()
+            pbase = f"http://127.0.0.1:{pport}"
+            prom = stack.enter_context(
+                process(
+                    [prometheus, f"--config.file={cfg}", f"--storage.tsdb.path={pdata}",
+                     f"--web.listen-address=127.0.0.1:{pport}"],
+                    pbase + "/-/ready",
+                )
+            )  # fmt: skip
+        time.sleep(max(4 * step, 10.0))  # warm-up: series created, caches filled
+        c_cpu0, c_samples0 = cpu_seconds(collector.pid), collector_status(cbase)["samples_stored"]
+        p_cpu0 = cpu_seconds(prom.pid) if prom else 0.0
+        p_samples0 = prometheus_appended(pbase) if prom else 0.0
+        t0 = time.monotonic()
+        time.sleep(window)
+        elapsed = time.monotonic() - t0
+        c_cpu = cpu_seconds(collector.pid) - c_cpu0
+        status = collector_status(cbase)
+        c_samples = status["samples_stored"] - c_samples0
+        p_cpu = cpu_seconds(prom.pid) - p_cpu0 if prom else 0.0
+        p_samples = prometheus_appended(pbase) - p_samples0 if prom else 0.0
+        c_total = status["samples_stored"]
+        p_total = prometheus_appended(pbase) if prom else 0.0
+        c_bytes = sum(p.stat().st_size for p in root.glob("collector.duckdb*"))
+        p_bytes = folder_bytes(pdata) if prom else 0
+        targets = status["targets"]
+    c_us = c_cpu / max(c_samples, 1) * 1e6
+    ticks_ok = sum(
+        1
+        for t in targets
+        if t["first_tick"] is not None
+        and ticks_between(t["first_tick"], t["last_tick"], step) == t["scrapes"] + t["skipped"]
+    )
+    skipped = sum(t["skipped"] for t in targets)
+    failures = sum(t["failures"] for t in targets)
+    scrapes = sum(t["scrapes"] for t in targets)
+    where = (
+        f"{n} agent processes x 8 simulated GPUs at {step:g} s, {elapsed:.0f} s window; "
+        f"both servers in the same run on {os.cpu_count()} cores"
+    )
+
+    def ref(value: float, unit: str, label: str) -> Reference:
+        if prom is None:
+            return Reference.not_installed("Prometheus")
+        return Reference(label, value, unit)
+
+    return [
+        Figure(
+            "collector process, CPU per stored sample",
+            c_us,
+            "µs",
+            aim="≤ 1.0x Prometheus's",
+            reference=ref(p_cpu / max(p_samples, 1) * 1e6, "µs", "Prometheus, same agents"),
+            notes=f"{where}; collector {c_cpu:.1f} s CPU for {c_samples:,} samples, "
+            f"Prometheus {p_cpu:.1f} s for {p_samples:,.0f}",
+            key=True,
+        ),
+        Figure(
+            "collector file, bytes per stored sample as it leaves it (day being written)",
+            c_bytes / max(c_total, 1),
+            "B",
+            aim="≤ 0.8x Prometheus's",
+            reference=ref(
+                p_bytes / max(p_total, 1), "B", "Prometheus data folder (WAL + head chunks)"
+            ),
+            notes=f"collector {c_bytes / 1e6:.1f} MB for {c_total:,} samples; Prometheus "
+            f"{p_bytes / 1e6:.1f} MB for {p_total:,.0f}; minutes of data, before either's "
+            "daily compaction (a closed day: bench/store.py)",
+            key=True,
+        ),
+        Figure(
+            "targets whose every tick is accounted for (scrape, failure or skip)",
+            float(ticks_ok),
+            f"of {len(targets)}",
+            aim="all",
+            notes=f"{scrapes:,} scrapes, {failures} failed, {skipped} ticks skipped",
+        ),
+    ]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="4 agents, 2 s, 20 s")
+    ap.add_argument("--agents", type=int, default=None)
+    ap.add_argument("--interval", type=float, default=None)
+    ap.add_argument("--seconds", type=float, default=None)
+    args = ap.parse_args()
+    print_figures(run(args.quick, args.agents, args.interval, args.seconds))
+
+
+if __name__ == "__main__":
+    main()
