@@ -10,8 +10,9 @@ finishes its body holds only its own task, never the others'. A writer thread gr
 outcomes that arrive together and stores each group (gpuscope/collector/ingest.py), so a
 tick of a thousand targets is a few transactions, not a thousand; a group closes as soon as
 no scrape is in flight (waiting on would only delay the tick's commit), else after
-``group_seconds``. Outcomes waiting for a slow store are bounded in samples; past the bound
-a page is dropped and counted (``store_backlog``), never queued without limit.
+``group_seconds`` (0.5 s, at most half the interval) or at ``max_group_samples``
+(100,000). Outcomes waiting for a slow store are bounded in samples; past the bound a page
+is dropped and counted (``store_backlog``), never queued without limit.
 """
 
 from __future__ import annotations
@@ -58,13 +59,19 @@ class ScrapeLoop:
         *,
         on_fatal: Callable[[str], None],
         max_pending_samples: int = 1_000_000,
-        group_seconds: float = 0.1,
+        group_seconds: float = 0.5,
+        max_group_samples: int = 100_000,
     ) -> None:
         self.scraper, self.targets, self.write = scraper, targets, write
         self.interval = interval_seconds
         self.on_fatal = on_fatal
         self.max_pending_samples = max_pending_samples
-        self.group_seconds = group_seconds
+        #: A group (one transaction) closes when the tick's scrapes are all in, or after
+        #: this long, or at ``max_group_samples``. A commit costs ~10 ms whatever its size,
+        #: so on a starved CPU, where a tick's pages are parsed over hundreds of
+        #: milliseconds, a short wait splits a tick into many small, costly transactions.
+        self.group_seconds = min(group_seconds, interval_seconds / 2)
+        self.max_group_samples = max_group_samples
         self._queue: queue.Queue[ScrapeOutcome] = queue.Queue()
         self._pending = 0
         #: Scrapes started and not yet handed over: a group is complete when none is left.
@@ -167,14 +174,17 @@ class ScrapeLoop:
                     return
                 continue
             group = [first]
+            samples = first.samples
             deadline = time.monotonic() + self.group_seconds
-            while (left := deadline - time.monotonic()) > 0:
+            while (left := deadline - time.monotonic()) > 0 and samples < self.max_group_samples:
                 if self._queue.empty() and self._in_flight == 0:
                     break  # every scrape of the tick is in: waiting longer only delays it
                 try:
-                    group.append(self._queue.get(timeout=min(left, 0.005)))
+                    got = self._queue.get(timeout=min(left, 0.005))
                 except queue.Empty:
                     continue
+                group.append(got)
+                samples += got.samples
             with self._pending_lock:
                 self._pending -= sum(o.samples for o in group)
             try:

@@ -127,3 +127,66 @@ def test_every_tick_is_a_scrape_or_a_counted_skip() -> None:
         # the first outcome's skips happened before the first tick counted here
         assert sum(1 + o.skipped_ticks for o in mine[1:]) + 1 == ticks
         assert sum(o.skipped_ticks for o in mine) >= 2  # the slow scrapes did skip ticks
+
+
+class BatchScraper(InstantScraper):
+    """Every target answers at once with a page of 10 samples."""
+
+    async def scrape_one(self, client: None, target: Target) -> ScrapeOutcome:
+        from gpuscope.collector.batch import Batch
+
+        await super().scrape_one(client, target)
+        batch = Batch(
+            target=target.url,
+            ts_ms=0,
+            names=["m"] * 10,
+            labels=[(("i", str(i)),) for i in range(10)],
+            values=[0.0] * 10,
+        )
+        return ScrapeOutcome(target, time.time(), 0.0, True, batch=batch)
+
+
+def test_a_group_closes_at_its_sample_bound() -> None:
+    """A transaction holds at most about ``max_group_samples``: a tick of 5 pages of 10
+    samples with a bound of 20 is stored as groups of 2, 2 and 1 pages."""
+    groups: list[int] = []
+    done = threading.Event()
+
+    def write(group: Sequence[ScrapeOutcome]) -> None:
+        groups.append(len(group))
+        if sum(groups) >= len(TARGETS):
+            done.set()
+
+    loop = ScrapeLoop(
+        BatchScraper(),  # type: ignore[arg-type]
+        lambda: TARGETS,
+        write,
+        3600.0,
+        on_fatal=lambda message: None,
+        group_seconds=60.0,
+        max_group_samples=20,
+    )
+    loop.start()
+    try:
+        assert done.wait(30)
+    finally:
+        loop.stop(timeout=30)
+    assert sorted(groups) == [1, 2, 2]
+
+
+def test_the_group_wait_is_at_most_half_the_interval() -> None:
+    loop = ScrapeLoop(
+        InstantScraper(),  # type: ignore[arg-type]
+        lambda: TARGETS,
+        lambda group: None,
+        0.4,
+        on_fatal=lambda message: None,
+    )
+    assert loop.group_seconds == pytest.approx(0.2)
+    assert ScrapeLoop(
+        InstantScraper(),  # type: ignore[arg-type]
+        lambda: TARGETS,
+        lambda group: None,
+        15.0,
+        on_fatal=lambda message: None,
+    ).group_seconds == pytest.approx(0.5)
