@@ -20,7 +20,9 @@ Kueue's classic preemption (its "Preemption" page; docs/analytics.md, "Queues"):
 
 KAI-Scheduler's reclaim (its "Fairness" and "Scheduling Queues" pages): a queue within
 its deserved quota may evict whole preemptible jobs (priority below 100: KAI's ``train``
-class) of sibling queues that are over their own quota, never taking one below it.
+class) of sibling queues that are over their own quota, never taking one below it; the
+queue furthest over its quota per unit of ``overQuotaWeight`` (the weight that divides
+the over-quota share) gives back first.
 """
 
 from __future__ import annotations
@@ -240,7 +242,7 @@ def kai_reclaim(
     quota: float,
     job: Job,
     free: float,
-    siblings: Mapping[str, tuple[float, float, Sequence[Job]]],
+    siblings: Mapping[str, tuple[float, float, Sequence[Job], float]],
 ) -> Choice:
     """The whole jobs KAI would evict from sibling queues over their quota so that queue
     ``name`` (within its quota with ``job``) can run it; ``free`` GPUs are already free."""
@@ -253,7 +255,8 @@ def kai_reclaim(
             f"deserved quota {quota:g} and the cluster has only {free:g} free GPUs: "
             "over-quota resources are not reclaimed for it",
         )
-    over = {n: u - qq for n, (u, qq, _) in siblings.items() if u > qq + EPSILON}
+    # the queue furthest over its quota for its over-quota weight gives back first
+    over = {n: (u - qq) / max(w, 1e-9) for n, (u, qq, _, w) in siblings.items() if u > qq + EPSILON}
     if not over:
         return Choice(
             (),

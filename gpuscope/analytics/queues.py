@@ -389,7 +389,7 @@ def _kai(p: Project, job: Job, projects: dict[str, Project], free: float) -> tup
         p.guaranteed,
         job,
         free,
-        {n: (pr.used, pr.guaranteed, pr.running) for n, pr in siblings.items()},
+        {n: (pr.used, pr.guaranteed, pr.running, pr.weight) for n, pr in siblings.items()},
     )
     if choice.victims:
         freed = 0.0

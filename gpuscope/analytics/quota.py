@@ -273,6 +273,7 @@ def _findings(
             v
             for v in verdicts
             if v.project != name
+            and not v.victims
             and _within(projects, v)
             and pool is not None
             and _pool(projects[v.project]) == pool
