@@ -9,7 +9,6 @@ pooled the research cohort's unused 8 GPUs so the job "waited on placement"."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -73,13 +72,13 @@ def _cli_path(
 @pytest.fixture(params=["store", "cli"])
 def analyse(
     request: pytest.FixtureRequest, tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> Iterator[Any]:
+) -> Any:
     def run(setup: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
         if request.param == "store":
             return _store_path(setup, tmp_path)
         return _cli_path(setup, tmp_path, capsys)
 
-    yield run
+    return run
 
 
 def test_localqueues_are_not_taken_for_clusterqueues(analyse: Any) -> None:
