@@ -123,12 +123,10 @@ class Reference:
                 x.within == "LowerOrNewerEqualPriority" and (lower or newer_equal)
             ):
                 cands.append(v)
-        under_threshold = lambda v: (
-            v.priority < j.priority
-            and (  # noqa: E731
-                x.threshold is None or v.priority <= x.threshold
-            )
-        )
+
+        def under_threshold(v: J) -> bool:
+            return v.priority < j.priority and (x.threshold is None or v.priority <= x.threshold)
+
         for other in self.peers(j.queue):
             if other == j.queue or not self.borrowing(other):
                 continue
