@@ -202,6 +202,10 @@ def quota_analysis(
         "total_over_quota_gpus": _gpus(sum(p.over for p in projects.values())),
         "total_pending_gpus": _gpus(sum(p.pending for p in projects.values())),
         "total_reclaimable_gpus": _gpus(sum(v.gpus for vs in taken.values() for _, v in vs)),
+        # guarantees nobody uses, over all quotas (each lends only within its own pool)
+        "unused_quota_gpus": _gpus(
+            sum(max(0.0, p.guaranteed - p.held_gpus) for p in managed.values())
+        ),
         "total_gpu_hours": round(total_hours, 3),
         "projects_over_quota": sum(1 for p in projects.values() if p.over > EPSILON),
         "projects_waiting": len({v.project for v in verdicts if _within(projects, v)}),
