@@ -147,11 +147,12 @@ class Charger:
         kai = labels.get(KAI_LABEL)
         if kai and kai in self.kai:
             return kai, "kai", ""
-        if not self.local and lq in self.cqs:
-            return str(lq), "kueue", ""
-        for name, table, scheduler in ((project, self.cqs, "kueue"), (project, self.kai, "kai")):
-            if name in table and not (scheduler == "kueue" and self.local and lq):
-                return name, scheduler, ""
+        if not self.local:  # no LocalQueue known: a name equal to a ClusterQueue's is it
+            for name in (lq, project):
+                if name and name in self.cqs:
+                    return str(name), "kueue", ""
+        if project in self.kai:
+            return project, "kai", ""
         if ns in self.rq and (project == ns or project not in self.config):
             return ns, "resourcequota", ""
         if project in self.config:

@@ -193,7 +193,8 @@ def quota_analysis(
             )
             entry["rule"] = first.rule
         summary_projects[name] = entry
-    findings = _findings(projects, verdicts, taken, at)
+    waits = {n: (e["waiting_on"], e["rule"]) for n, e in summary_projects.items() if "rule" in e}
+    findings = _findings(projects, verdicts, taken, waits, at)
     summary: dict[str, Any] = {
         "projects": summary_projects,
         "pending_jobs": [_verdict_json(v) for v in verdicts],
@@ -263,6 +264,7 @@ def _findings(
     projects: Mapping[str, Project],
     verdicts: Iterable[QueueVerdict],
     taken: Mapping[str, list[tuple[QueueVerdict, Any]]],
+    waits: Mapping[str, tuple[str, str]],
     at: datetime,
 ) -> list[Finding]:
     """A warning for each project the scheduler would preempt jobs of; an info for each
@@ -299,6 +301,18 @@ def _findings(
             "over_quota_weight": p.weight,
             "reclaimable_gpus": _gpus(sum(v["gpus"] for v in victims)),
             "waiting_jobs": [_verdict_json(v) for v in waiting],
+            # per waiting project (what the alert's summary counts)
+            "waiting_projects": [
+                {
+                    "project": w,
+                    "waiting_on": waits[w][0],
+                    "rule": waits[w][1],
+                    "guaranteed_gpus": _gpus(projects[w].guaranteed),
+                    "used_gpus": _gpus(projects[w].held_gpus),
+                    "pending_gpus": _gpus(projects[w].pending),
+                }
+                for w in sorted({v.project for v in waiting})
+            ],
             "rules": sorted({v.rule for v in waiting}),
         }
         recommendation = None
