@@ -148,3 +148,43 @@ def test_lower_priority_reclaim_spares_equal_priority_jobs(analyse: Any) -> None
     out = analyse(documented_setup({"reclaimWithinCohort": "LowerPriority"}))
     [job] = out["summary"]["pending_jobs"]
     assert (job["waits_on"], job["rule"], job["victims"]) == ("quota", "kueue.no_candidates", [])
+
+
+def test_the_weekly_report_files_gpu_hours_under_the_clusterqueue(tmp_path: Path) -> None:
+    """The report's quota table charges the agents' GPU-hours (labelled with the pod's
+    queue-name, ``user-queue``) to the ClusterQueue of the pod's LocalQueue, beside that
+    ClusterQueue's guarantee; team-a's over-use (12 held, 8 nominal) is the detector's."""
+    from datetime import timedelta
+
+    from gpuscope.analytics.report.data import build_report
+    from gpuscope.analytics.report.week import Week
+    from gpuscope.collector.batch import Batch
+    from gpuscope.collector.inventory_records import node_from_json, pod_from_json
+    from gpuscope.collector.queue_records import quotas_from_objects
+    from gpuscope.core.kube_objects import objects_from_documents
+    from gpuscope.core.settings import Settings
+    from tests.integration import report_week as rw
+
+    setup = documented_setup()
+    quotas = quotas_from_objects(objects_from_documents([("o", kubectl_list(setup["objects"]))]))
+    pods = [pod_from_json(p) for p in setup["pods"]]
+    start = rw.W10 + timedelta(minutes=10)
+    with Store.open(tmp_path / "r.duckdb") as store:
+        store.record_inventory(start, nodes=[node_from_json(n) for n in setup["nodes"]],
+                               pods=pods, quotas=quotas)  # fmt: skip
+        for t in (start, rw.W11 - timedelta(minutes=5)):
+            for p in (p for p in pods if p.node):
+                labels = [tuple(sorted({"node": p.node, "gpu": str(i), "uuid": f"{p.node}-{i}",
+                                        "namespace": p.namespace, "pod": p.name,
+                                        "container": "main", "project": p.project}.items()))
+                          for i in range(p.gpu_request)]  # fmt: skip
+                ms = int(t.replace(tzinfo=UTC).timestamp() * 1000)
+                batch = Batch(p.node, ms, [rw.INFO] * len(labels), labels, [1.0] * len(labels), {})
+                store.append_cycle([(batch, 0.01)])
+        report = build_report(store.cursor(), Week(2025, 10), Settings(), now=rw.NOW)
+    table = {r["project"]: r for r in report.tables["quotas"].to_dicts()}
+    assert "user-queue" not in table
+    assert table["team-a"]["guaranteed_gpus"] == pytest.approx(8, rel=0.01)
+    assert table["team-a"]["average_gpus"] == pytest.approx(12, rel=0.01)
+    assert table["team-a"]["gpu_hours_over_guarantee"] == pytest.approx(4 * 167.8, rel=0.01)
+    assert table["team-b"]["gpu_hours_over_guarantee"] == 0
