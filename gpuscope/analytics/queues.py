@@ -4,8 +4,9 @@ scheduler would preempt for it.
 
 Pure: pods and quota records in (as the store or ``--objects`` files give them), one
 :class:`QueueVerdict` per pending job out. Each rule is documented, with the scheduler's
-own docs as the reference, in docs/analytics.md ("Queues"); the short names below
-(``Rule``) are what findings carry in ``rule``. The Kueue arithmetic (nominal quota,
+own docs as the reference, in docs/analytics.md ("Queues"); its name
+(``kueue.reclaimWithinCohort``, ``kai.reclaim``...) is what verdicts and findings carry
+in ``rule``. The Kueue arithmetic (nominal quota,
 lending and borrowing limits, usage that bubbles up a cohort tree) is in
 :mod:`gpuscope.analytics.queue_tree`; the preemption choice in
 :mod:`gpuscope.analytics.queue_preemption`.
@@ -13,9 +14,11 @@ lending and borrowing limits, usage that bubbles up a cohort tree) is in
 * Charging: a pod's ``kueue.x-k8s.io/queue-name`` names a LocalQueue in its namespace,
   whose ``spec.clusterQueue`` holds the quota. Where no LocalQueue is known at all (an
   older store), a queue label or project equal to a ClusterQueue's name is taken as that
-  ClusterQueue. ``kai.scheduler/queue`` names a KAI Queue. Otherwise the pod's project,
-  which a ResourceQuota (its namespace) or the settings (``config``) may cover;
-  a project nothing covers is ``unmanaged``: no guarantee, never over one.
+  ClusterQueue; a name whose LocalQueue (or its ClusterQueue) does not exist is
+  ``inadmissible``, as Kueue leaves it. ``kai.scheduler/queue`` names a KAI Queue.
+  Otherwise the pod's project, which a ResourceQuota (its namespace) or the settings
+  (``config``) may cover; a project nothing covers is ``unmanaged``: no guarantee, never
+  over one.
 * Pending jobs are judged one by one in the order Kueue pops them (priority, then
   creation); one that fits is counted as admitted before the next is judged, and the
   victims of a preemption are gone for the next.
@@ -45,7 +48,8 @@ class QueueVerdict:
     job: str
     #: The quota it is charged to (a ClusterQueue, a KAI Queue, a project).
     project: str
-    #: ``kueue``, ``kai``, ``resourcequota``, ``config`` or ``unmanaged``.
+    #: ``kueue``, ``kai``, ``resourcequota``, ``config``, ``unmanaged`` or ``inadmissible``
+    #: (a Kueue queue name whose LocalQueue or ClusterQueue does not exist).
     scheduler: str
     gpus: float
     priority: int
@@ -89,7 +93,8 @@ class Project:
 
     @property
     def managed(self) -> bool:
-        return self.scheduler != "unmanaged"
+        """Under a quota (an inadmissible Kueue job's queue is missing: no quota either)."""
+        return self.scheduler not in ("unmanaged", "inadmissible")
 
     @property
     def over(self) -> float:
@@ -140,9 +145,12 @@ class Charger:
         labels = _get(pod, "labels", {}) or {}
         ns = str(_get(pod, "namespace", ""))
         lq = labels.get(KUEUE_LABEL)
-        if lq and (ns, lq) in self.local:
-            cq = self.local[(ns, lq)]
-            return (cq, "kueue" if cq in self.cqs else "unmanaged", lq)
+        if lq and self.local:
+            # Kueue does not admit a job whose LocalQueue or ClusterQueue does not exist
+            cq = self.local.get((ns, lq))
+            if cq is None:
+                return f"{ns}/{lq}", "inadmissible", lq
+            return (cq, "kueue" if cq in self.cqs else "inadmissible", lq)
         project = str(_get(pod, "project", "") or ns)
         kai = labels.get(KAI_LABEL)
         if kai and kai in self.kai:
@@ -275,6 +283,14 @@ def judge(pods: Iterable[Any], quotas: Iterable[Any], *, free_gpus: float = math
             verdict = _kueue(p, job, tree, projects, charger)
         elif p.scheduler == "kai":
             verdict, kai_free = _kai(p, job, projects, kai_free)
+        elif p.scheduler == "inadmissible":
+            verdict = (
+                "quota",
+                "kueue.inadmissible",
+                f"its LocalQueue {lq or name} in {job.namespace} or that queue's ClusterQueue "
+                f"{name} does not exist: Kueue does not admit it",
+                (),
+            )
         elif p.scheduler == "resourcequota":
             fits = p.used + job.gpus <= p.guaranteed + EPSILON
             verdict = (

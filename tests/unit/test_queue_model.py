@@ -141,3 +141,13 @@ def test_kai_limit_and_non_preemptible_jobs() -> None:
     assert (v.rule, v.victims) == ("kai.reclaim_blocked", ())
     [v] = _judge(queues, [_kai_pod("c", "big", 4, None)], free_gpus=16)
     assert (v.waits_on, v.rule) == ("quota", "kai.limit")
+
+
+def test_a_missing_localqueue_is_inadmissible() -> None:
+    """LocalQueues are known, but none named ``user-queue`` in namespace ml: Kueue does not
+    admit the job; it is over no guarantee and nobody is preempted for it."""
+    objects = [cluster_queue("team-a", 8), local_queue("team-a", "team-a")]
+    [v] = _judge(objects, [pod("ml", "j-0", 2, None, job="j")])
+    assert (v.project, v.scheduler, v.waits_on, v.rule) == (
+        "ml/user-queue", "inadmissible", "quota", "kueue.inadmissible",
+    )  # fmt: skip
