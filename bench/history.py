@@ -53,8 +53,8 @@ from gpuscope.collector.batch import Batch, Labels
 from gpuscope.collector.inventory_records import (
     node_from_json,
     pod_from_json,
-    quota_from_clusterqueue,
 )
+from gpuscope.collector.queue_records import quota_from_clusterqueue
 from gpuscope.collector.store import Store
 from gpuscope.core.catalogue import AGENT_METRICS
 from gpuscope.core.series import node_series

@@ -25,8 +25,8 @@ from gpuscope.agent.sim import SimAttributor, SimGpuSource, SimIbSource
 from gpuscope.collector.inventory_records import (
     node_from_json,
     pod_from_json,
-    quota_from_clusterqueue,
 )
+from gpuscope.collector.queue_records import quota_from_clusterqueue
 from gpuscope.collector.service import CollectorService
 from gpuscope.sim import SimulatedCluster
 from gpuscope.sim.kube import nodes_json, pods_json, quotas_json

@@ -16,6 +16,7 @@ from typing import Any, cast
 from gpuscope.analytics.base import Analysis
 from gpuscope.collector.store import Store, utc
 from gpuscope.core.errors import UserError
+from gpuscope.core.kube_objects import ObjectSet
 from gpuscope.core.settings import Settings
 from gpuscope.core.timefmt import api_times, rfc3339
 
@@ -151,11 +152,22 @@ def _consolidation_from_store(cur: Any, at: datetime, settings: Settings) -> Ana
 
 
 def run_on_snapshot(
-    nodes: Path, pods: Path, at: datetime, settings: Settings, what: str = "fragmentation"
+    nodes: Path,
+    pods: Path,
+    at: datetime,
+    settings: Settings,
+    what: str = "fragmentation",
+    *,
+    objects: ObjectSet | None = None,
 ) -> Analysis:
-    """Fragmentation or a consolidation plan from files: kubectl JSON (``get nodes/pods -o
-    json``; pending pods are the goals), or for fragmentation the Alibaba trace's CSVs (the
-    pods are then the workload on an empty cluster)."""
+    """Fragmentation, a consolidation plan or the quota view from files: kubectl JSON
+    (``get nodes/pods -o json``; pending pods are the goals), or for fragmentation the
+    Alibaba trace's CSVs (the pods are then the workload on an empty cluster).
+
+    ``objects`` (``--objects`` files: gpuscope.core.kube_objects) carry every other kind an
+    analysis reads; the quota view reads its queues and quotas from them, and each reader
+    picks its own kinds from the set."""
+    objects = objects or ObjectSet()
     from gpuscope.analytics.allocation import state_from_kubectl
     from gpuscope.analytics.fragmentation import analyze_fragmentation, learn_task_mix
     from gpuscope.analytics.trace import read_trace
@@ -165,7 +177,7 @@ def run_on_snapshot(
             raise UserError(f"{path} does not exist")
     if nodes.suffix.lower() == ".csv" or pods.suffix.lower() == ".csv":
         if what != "fragmentation":
-            raise UserError("the trace's CSVs hold no placement to plan from; use kubectl JSON")
+            raise UserError(f"the trace's CSVs hold no pods to run {what} on; use kubectl JSON")
         state, tasks = read_trace(nodes, pods)
         mix = learn_task_mix(tasks, settings.analytics.fgd_task_coverage)
         return analyze_fragmentation(state, at=at, settings=settings.analytics, mix=mix)
@@ -178,6 +190,8 @@ def run_on_snapshot(
         if not isinstance(doc, dict) or not isinstance(doc.get("items"), list):
             raise UserError(f"{path} is not a kubectl List (no 'items')")
         docs.append(doc)
+    if what == "quota":
+        return _quota_from_files(docs[0], docs[1], at, settings, objects)
     if what == "consolidation":
         from gpuscope.analytics.allocation import records_from_kubectl, state_from_records
         from gpuscope.analytics.consolidation.plan import analyze_consolidation
@@ -192,6 +206,36 @@ def run_on_snapshot(
         )
     state = state_from_kubectl(docs[0], docs[1], settings.workloads)
     return analyze_fragmentation(state, at=at, settings=settings.analytics)
+
+
+def _quota_from_files(
+    nodes_doc: dict[str, Any],
+    pods_doc: dict[str, Any],
+    at: datetime,
+    settings: Settings,
+    objects: ObjectSet,
+) -> Analysis:
+    """The quota view of a snapshot: the queue model on the files' pods and the queue and
+    quota objects of ``--objects``, a job quota admits judged by the placement of the same
+    snapshot; no fairness window (files hold no history)."""
+    from gpuscope.analytics.allocation import records_from_kubectl, state_from_records
+    from gpuscope.analytics.fragmentation import analyze_fragmentation
+    from gpuscope.analytics.queues import judge
+    from gpuscope.analytics.quota import quota_analysis
+    from gpuscope.collector.queue_records import quotas_from_objects
+
+    node_infos, pod_infos = records_from_kubectl(nodes_doc, pods_doc, settings.workloads)
+    quotas = quotas_from_objects(objects)
+    held = sum(p.gpus for p in pod_infos if p.node and p.phase in ("Running", "Pending"))
+    free = max(0.0, sum(n.allocatable_gpus for n in node_infos) - held)
+
+    def placement() -> dict[str, Any]:
+        state = state_from_records(node_infos, pod_infos)
+        return dict(analyze_fragmentation(state, at=at, settings=settings.analytics).summary)
+
+    found = quota_analysis(judge(pod_infos, quotas, free_gpus=free), utc(at), placement)
+    found.summary["data_until"] = None
+    return found
 
 
 def as_json(analyses: dict[str, Analysis]) -> dict[str, Any]:

@@ -42,3 +42,28 @@ def open_error(path: Path, exc: Exception, busy: str) -> UserError:
         return UserError(f"{path} is in use by another process (a running collector?){hint}")
     first = (str(exc).splitlines() or [type(exc).__name__])[0]
     return UserError(f"cannot read database {path} (damaged or truncated?): {first}")
+
+
+#: ``--objects`` help text, one for every command that takes it (docs/cli.md).
+OBJECTS_HELP = (
+    "kubectl get ... -o json of other kinds the analysis reads (ClusterQueues, LocalQueues, "
+    "Cohorts, ResourceFlavors, KAI Queues, ResourceQuotas, ...); repeatable; with "
+    "--nodes/--pods"
+)
+
+
+def add_objects_argument(parser: Any) -> None:
+    """``--objects FILE`` (repeatable) beside ``--nodes FILE --pods FILE``: the
+    gpuscope.core.kube_objects convention."""
+    parser.add_argument("--objects", type=Path, action="append", metavar="FILE", help=OBJECTS_HELP)
+
+
+def objects_of(args: Any) -> Any:
+    """The ObjectSet of ``--objects`` (empty when none is given); refused without
+    ``--nodes``: the objects describe the same snapshot as the node and pod files."""
+    from gpuscope.core.kube_objects import ObjectSet, load_objects
+
+    paths = getattr(args, "objects", None) or []
+    if paths and getattr(args, "nodes", None) is None:
+        raise UserError("--objects goes with --nodes FILE --pods FILE")
+    return load_objects(paths) if paths else ObjectSet()

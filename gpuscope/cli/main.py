@@ -18,7 +18,14 @@ from typing import Any, NoReturn, cast
 
 from gpuscope import __version__
 from gpuscope.cli.alerts import add_alerts_parser, cmd_alerts
-from gpuscope.cli.common import FIRST_YEAR, LAST_YEAR, open_error, open_store
+from gpuscope.cli.common import (
+    FIRST_YEAR,
+    LAST_YEAR,
+    add_objects_argument,
+    objects_of,
+    open_error,
+    open_store,
+)
 from gpuscope.cli.db import add_db_parser, cmd_db
 from gpuscope.cli.report import add_report_parser, cmd_report
 from gpuscope.cli.whatif import add_whatif_parser, cmd_whatif
@@ -174,6 +181,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="FILE",
         help="kubectl get pods -A -o json, or the Alibaba trace's pod CSV",
     )
+    add_objects_argument(an)
     an.add_argument("--at", metavar="TIME", help="analyse as of this time (RFC 3339; default now)")
     an.add_argument("--json", action="store_true", help="print one JSON object")
     an.add_argument("--config", type=Path, help="YAML settings file (thresholds: analytics)")
@@ -323,6 +331,10 @@ def _parse_at(text: str | None) -> datetime:
     return at
 
 
+#: What ``analyze --nodes --pods [--objects]`` can do from files (``all``: the first two).
+SNAPSHOT_ANALYSES = ("fragmentation", "consolidation", "quota", "all")
+
+
 def _cmd_analyze(args: argparse.Namespace) -> int:
     import json
 
@@ -338,14 +350,18 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
     at = _parse_at(args.at)
     if (args.nodes is None) != (args.pods is None):
         raise UserError("--nodes and --pods go together")
+    objects = objects_of(args)
     if args.nodes is not None:
-        if args.what not in ("fragmentation", "consolidation", "all"):
-            raise UserError(f"{args.what} needs --db: a snapshot only holds placement")
+        if args.what not in SNAPSHOT_ANALYSES:
+            raise UserError(f"{args.what} needs --db: a snapshot holds no utilization history")
         for flag, path in (("--nodes", args.nodes), ("--pods", args.pods)):
             if path.is_dir():
                 raise UserError(f"{flag} {path} is a folder; expected a file")
-        what = "consolidation" if args.what == "consolidation" else "fragmentation"
-        analyses = {what: run_on_snapshot(args.nodes, args.pods, at, settings, what)}
+        which = ["fragmentation", "quota"] if args.what == "all" else [args.what]
+        analyses = {
+            w: run_on_snapshot(args.nodes, args.pods, at, settings, w, objects=objects)
+            for w in which
+        }
     else:
         if args.db is None:
             raise UserError("give --db PATH (or --nodes FILE --pods FILE for fragmentation)")

@@ -12,6 +12,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from gpuscope.cli.common import add_objects_argument, objects_of
+
 #: The policies' names, as ``gpuscope.analytics.whatif.policies.POLICIES`` has them (a test holds
 #: them equal). Named here so that building the CLI's parser, which every command does,
 #: imports no analytics: ``gpuscope agent`` would otherwise load DuckDB (~20 MiB resident).
@@ -45,6 +47,7 @@ def add_whatif_parser(sub: Any, number: Callable[..., Callable[[str], float]]) -
         metavar="FILE",
         help="kubectl get pods -A -o json, or the Alibaba trace's pod CSV",
     )
+    add_objects_argument(wi)
     wi.add_argument(
         "--arrivals",
         type=number(float, 0.01, 10),
@@ -115,6 +118,8 @@ def _check_inputs(args: argparse.Namespace) -> None:
         raise UserError("give --db PATH or --nodes FILE --pods FILE, not both")
     if args.db is None and args.nodes is None:
         raise UserError("give --db PATH (a stored week) or --nodes FILE --pods FILE")
+    if args.db is not None and args.objects:
+        raise UserError("--objects goes with --nodes FILE --pods FILE, not --db")
     if args.db is not None and args.arrivals is not None:
         raise UserError("--arrivals applies to files; a stored week replays its own arrivals")
 
@@ -169,7 +174,7 @@ def cmd_whatif(args: argparse.Namespace) -> int:
     if args.db is not None:
         out = _from_db(args, policies, settings)
     else:
-        workload = read_workload(args.nodes, args.pods, settings)
+        workload = read_workload(args.nodes, args.pods, settings, objects=objects_of(args))
         results = run_policies(
             workload, policies, seeds=int(args.seeds), arrival_share=args.arrivals, drop=args.drop
         )

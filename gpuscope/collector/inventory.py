@@ -3,8 +3,9 @@
 :class:`KubeInventory` talks to the API server through the official client. The first
 :meth:`~KubeInventory.sync_once` lists nodes and pods; later ones watch from the last seen
 resourceVersion for a short while, and list again only when the API server answers 410 Gone
-(its history was compacted). Namespaces, ResourceQuotas, Kueue ClusterQueues and KAI Queues
-are listed on every sync; the queue CRDs are read only where they are installed.
+(its history was compacted). Namespaces, ResourceQuotas, Kueue ClusterQueues, LocalQueues
+and Cohorts, and KAI Queues are listed on every sync; the queue CRDs are read only where
+they are installed (gpuscope.collector.queue_records reads them).
 
 :func:`node_from_json` and :func:`pod_from_json` (from :mod:`gpuscope.collector.inventory_records`,
 re-exported here) are pure: the watch feeds them the same objects ``kubectl get -o json``
@@ -31,15 +32,19 @@ from gpuscope.collector.inventory_records import (
     QuotaInfo,
     node_from_json,
     pod_from_json,
-    quota_from_clusterqueue,
-    quota_from_kai_queue,
-    quota_from_resourcequota,
 )
 from gpuscope.collector.kube_api import RetryPolicy, call_with_retry
 from gpuscope.collector.kube_config import (
     InventoryError,
     kube_configuration,
     load_configuration,
+)
+from gpuscope.collector.queue_records import (
+    quota_from_clusterqueue,
+    quota_from_cohort,
+    quota_from_kai_queue,
+    quota_from_localqueue,
+    quota_from_resourcequota,
 )
 from gpuscope.core.settings import WorkloadSettings
 
@@ -59,10 +64,14 @@ __all__ = [
     "node_from_json",
     "pod_from_json",
     "quota_from_clusterqueue",
+    "quota_from_cohort",
     "quota_from_kai_queue",
+    "quota_from_localqueue",
     "quota_from_resourcequota",
 ]
 KUEUE = ("kueue.x-k8s.io", "v1beta1", "clusterqueues")
+KUEUE_LOCAL = ("kueue.x-k8s.io", "v1beta1", "localqueues")
+KUEUE_COHORTS = ("kueue.x-k8s.io", "v1beta1", "cohorts")
 KAI = ("scheduling.run.ai", "v2", "queues")
 
 
@@ -211,6 +220,10 @@ class KubeInventory:
         )
         quotas = [q for q in map(quota_from_resourcequota, rq.get("items") or ()) if q]
         quotas += [quota_from_clusterqueue(o) for o in self._optional_crd(*KUEUE)]
+        # a pod's queue-name names a LocalQueue, which names the ClusterQueue that holds
+        # the quota; Cohort objects give a cohort its own quota and a parent
+        quotas += [quota_from_localqueue(o) for o in self._optional_crd(*KUEUE_LOCAL)]
+        quotas += [quota_from_cohort(o) for o in self._optional_crd(*KUEUE_COHORTS)]
         quotas += [quota_from_kai_queue(o) for o in self._optional_crd(*KAI)]
         with self._lock:
             self._namespaces = tuple(

@@ -9,7 +9,7 @@ server or ``kubectl get -o json`` gives them (:mod:`gpuscope.collector.inventory
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -130,10 +130,27 @@ class QuotaInfo:
     over_quota_weight: float | None = None
     #: The most GPUs it may use at all; None for no limit.
     limit: float | None = None
-    #: ``kueue``, ``kai`` or ``resourcequota``.
+    #: ``kueue`` (a ClusterQueue), ``kueue-localqueue``, ``kueue-cohort``, ``kai``,
+    #: ``resourcequota`` or ``config``.
     source: str = ""
-    #: The namespace of a ResourceQuota, "" for cluster-scoped queues.
+    #: The namespace of a ResourceQuota or a LocalQueue, "" for cluster-scoped queues.
     namespace: str = ""
+    #: The queue model's fields (gpuscope/collector/queue_records.py reads them from the
+    #: objects; docs/analytics.md, "Queues"): the Kueue cohort of a ClusterQueue, the parent
+    #: of a Kueue Cohort or a KAI Queue; "" for none.
+    cohort: str = ""
+    #: A LocalQueue's ``spec.clusterQueue``.
+    cluster_queue: str = ""
+    #: How much of its nominal quota it lends to its cohort; None for all of it.
+    lending_limit: float | None = None
+    #: ``spec.preemption`` of a ClusterQueue, "" where not set (Kueue's default: Never).
+    reclaim_within_cohort: str = ""
+    within_cluster_queue: str = ""
+    borrow_within_cohort: str = ""
+    #: ``borrowWithinCohort.maxPriorityThreshold``; None for no threshold.
+    borrow_max_priority: int | None = None
+    #: The ResourceFlavors its GPU quota is spread over (their quotas are added up).
+    flavors: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -340,56 +357,3 @@ def pod_from_json(
         gpu_spec=gpu_spec(spec),
         terminating=bool(meta.get("deletionTimestamp")),
     )
-
-
-def _gpu_resources(spec: Mapping[str, Any]) -> Iterable[Mapping[str, Any]]:
-    for group in spec.get("resourceGroups") or ():
-        for flavor in group.get("flavors") or ():
-            for res in flavor.get("resources") or ():
-                if res.get("name") == names.GPU_RESOURCE:
-                    yield res
-
-
-def quota_from_clusterqueue(obj: Mapping[str, Any]) -> QuotaInfo:
-    """A Kueue ClusterQueue: nominal quota and borrowing limit summed over flavors."""
-    spec = obj.get("spec", {})
-    gpu = list(_gpu_resources(spec))
-    limits = [_opt_num(r.get("borrowingLimit")) for r in gpu]
-    weight = (spec.get("fairSharing") or {}).get("weight")
-    return QuotaInfo(
-        project=obj.get("metadata", {}).get("name", ""),
-        guaranteed_gpus=sum(_num(r.get("nominalQuota", 0)) for r in gpu),
-        borrowing_limit=None if not limits or None in limits else sum(x or 0.0 for x in limits),
-        over_quota_weight=_opt_num(weight),
-        source="kueue",
-    )
-
-
-def quota_from_kai_queue(obj: Mapping[str, Any]) -> QuotaInfo:
-    """A KAI Scheduler Queue: ``spec.resources.gpu`` quota, overQuotaWeight and limit;
-    negative values mean "not set" there."""
-    gpu = ((obj.get("spec") or {}).get("resources") or {}).get("gpu") or {}
-
-    def nonneg(key: str) -> float | None:
-        value = _opt_num(gpu.get(key))
-        return None if value is None or value < 0 else value
-
-    return QuotaInfo(
-        project=obj.get("metadata", {}).get("name", ""),
-        guaranteed_gpus=nonneg("quota") or 0.0,
-        over_quota_weight=nonneg("overQuotaWeight"),
-        limit=nonneg("limit"),
-        source="kai",
-    )
-
-
-def quota_from_resourcequota(obj: Mapping[str, Any]) -> QuotaInfo | None:
-    """A ResourceQuota with ``requests.nvidia.com/gpu``: a hard cap on the namespace,
-    which is its project's guarantee and limit alike; None for quotas without GPUs."""
-    hard = (obj.get("spec") or {}).get("hard") or {}
-    value = hard.get(f"requests.{names.GPU_RESOURCE}")
-    if value is None:
-        return None
-    namespace = obj.get("metadata", {}).get("namespace", "")
-    gpus = _num(value)
-    return QuotaInfo(namespace, gpus, 0.0, None, gpus, "resourcequota", namespace)

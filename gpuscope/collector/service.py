@@ -174,8 +174,11 @@ class CollectorService:
             log.warning("inventory sync failed error=%s", exc)
             return
         self.metrics.inventory_syncs.labels("ok").inc()
+        # the settings' guarantees take precedence over a queue or quota of the same name;
+        # LocalQueues and Cohorts are no one's guarantee and always kept
         configured = {q.project for q in quotas}
-        quotas += [q for q in snap.quotas if q.project not in configured]
+        keep = ("kueue-localqueue", "kueue-cohort")
+        quotas += [q for q in snap.quotas if q.source in keep or q.project not in configured]
         self.store.record_inventory(now, nodes=snap.nodes, pods=snap.pods, quotas=quotas)
 
     def retention_cycle(self) -> dict[str, int]:

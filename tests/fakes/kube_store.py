@@ -43,6 +43,8 @@ RESOURCES = (
     Resource("poddisruptionbudgets", "PodDisruptionBudget", "policy/v1", True),
     Resource("clusterqueues", "ClusterQueue", "kueue.x-k8s.io/v1beta1", False),
     Resource("localqueues", "LocalQueue", "kueue.x-k8s.io/v1beta1", True),
+    Resource("cohorts", "Cohort", "kueue.x-k8s.io/v1beta1", False),
+    Resource("resourceflavors", "ResourceFlavor", "kueue.x-k8s.io/v1beta1", False),
     Resource("queues", "Queue", "scheduling.run.ai/v2", False),
     Resource("notebooks", "Notebook", "kubeflow.org/v1", True),
 )

@@ -409,3 +409,29 @@ def test_no_over_quota_before_the_first_quota_row(tmp_path: Path) -> None:
     q = rows(report.tables["quotas"], "project")["research"]
     assert q["hours_over_guarantee"] == 0 and q["gpu_hours_over_guarantee"] == 0
     assert q["allocated_gpu_hours"] > 160
+
+
+def test_no_quota_configured_no_over_guarantee_line(tmp_path: Path) -> None:
+    """Regression (issue 21): "Over guarantee: research 134 h" on a cluster with no quota
+    at all. No ResourceQuota, queue or configured guarantee exists; research holds 1 GPU
+    all week. Nothing promised it anything, so it is over no guarantee, and the summary
+    has no such line (a summary line appears only when its subject exists)."""
+    from gpuscope.analytics.report.markdown import render_markdown
+    from gpuscope.collector.inventory_records import PodInfo
+
+    start = rw.W10 + timedelta(minutes=10)
+    nb = PodInfo(namespace="research", name="nb", uid="nb", node="n1", phase="Running",
+                 start_time=None, gpu_request=1, project="research")  # fmt: skip
+    with Store.open(tmp_path / "q.duckdb") as store:
+        store.record_inventory(start, nodes=rw.NODES, pods=[nb])
+        labels = {"node": "n1", "gpu": "0", "uuid": "GPU-0", "namespace": "research",
+                  "pod": "nb", "container": "main", "project": "research"}  # fmt: skip
+        for t in (start, rw.W11 - timedelta(minutes=5)):
+            batch = Batch("n1", int(t.replace(tzinfo=UTC).timestamp() * 1000), [rw.INFO],
+                          [tuple(sorted(labels.items()))], [1.0], {})  # fmt: skip
+            store.append_cycle([(batch, 0.01)])
+        report = build_report(store.cursor(), W10, Settings(), now=rw.NOW)
+    q = rows(report.tables["quotas"], "project")["research"]
+    assert q["allocated_gpu_hours"] > 160
+    assert q["hours_over_guarantee"] == 0 and q["gpu_hours_over_guarantee"] == 0
+    assert "Over guarantee" not in render_markdown(report)

@@ -8,15 +8,25 @@
 -- Who held which GPU in [$lo, $end), one row per pod, GPU and interval (a pod's containers
 -- on one GPU count once: its first container's intervals); an interval still open counts
 -- to $end. `share` is the pod's fraction of the GPU (from the last inventory version of
--- the pod seen), 1 for a whole GPU. Project: the interval's, else the pod's, else its
+-- the pod seen), 1 for a whole GPU. Project: the ClusterQueue of the pod's Kueue
+-- LocalQueue (analytics/queues.py), else the interval's, else the pod's, else its
 -- namespace.
 CREATE OR REPLACE TEMP TABLE report_held AS
 WITH pod_versions AS (
     SELECT key,
            TRY_CAST(record->>'gpu_fraction' AS DOUBLE) AS fraction,
-           nullif(record->>'project', '') AS project
+           nullif(record->>'project', '') AS project,
+           record->'labels'->>'kueue.x-k8s.io/queue-name' AS local_queue
     FROM inventory_pods
     WHERE valid_from < $end AND (valid_to IS NULL OR valid_to > $lo)
+    QUALIFY row_number() OVER (PARTITION BY key ORDER BY valid_from DESC) = 1
+),
+local_queues AS (
+    SELECT record->>'namespace' AS namespace, record->>'project' AS name,
+           nullif(record->>'cluster_queue', '') AS cluster_queue
+    FROM quotas
+    WHERE record->>'source' = 'kueue-localqueue'
+      AND valid_from < $end AND (valid_to IS NULL OR valid_to > $lo)
     QUALIFY row_number() OVER (PARTITION BY key ORDER BY valid_from DESC) = 1
 ),
 held AS (
@@ -30,11 +40,12 @@ held AS (
 SELECT h.namespace, h.pod, h.gpu_uuid AS uuid, h.node, h.kind,
        coalesce(h.interactive, false) OR coalesce(h.kind = 'interactive', false)
            AS interactive,
-       coalesce(nullif(h.project, ''), v.project, h.namespace) AS project,
+       coalesce(lq.cluster_queue, nullif(h.project, ''), v.project, h.namespace) AS project,
        least(greatest(coalesce(v.fraction, 1.0), 0.0), 1.0) AS share,
        h.s, h.e
 FROM held AS h
 LEFT JOIN pod_versions AS v ON v.key = h.namespace || '/' || h.pod
+LEFT JOIN local_queues AS lq ON lq.namespace = h.namespace AND lq.name = v.local_queue
 WHERE h.e > h.s;
 
 -- name: hourly_use
@@ -241,6 +252,7 @@ rows AS (
            coalesce(TRY_CAST(q.record->>'guaranteed_gpus' AS DOUBLE), 0) AS guaranteed
     FROM hours AS h JOIN quotas AS q
       ON q.valid_from <= h.hour AND (q.valid_to IS NULL OR q.valid_to > h.hour)
+    WHERE coalesce(q.record->>'source', '') NOT IN ('kueue-localqueue', 'kueue-cohort')
 ),
 per_source AS (
     SELECT hour, project, source, sum(guaranteed) AS guaranteed FROM rows GROUP BY ALL

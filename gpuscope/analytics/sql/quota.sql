@@ -1,8 +1,9 @@
 -- Named queries of analytics/quota.py (and the weekly report's over-quota hours). Each
 -- query follows its own name line; parameters are bound: $at (the time analysed), $lo
 -- (the start of the fairness window), $start/$end (a report's range). {quota_state} is
--- filled in from the block of that name at load: ONE definition of guarantee, use and
--- demand, evaluated at each instant `t` of an `instants` CTE the query defines first.
+-- filled in from the block of that name at load: the report's definition of guarantee,
+-- use and demand at each instant `t` of an `instants` CTE the query defines first (pods
+-- charged to the ClusterQueue of their LocalQueue as analytics/queues.py charges them).
 
 -- name: quota_state
 -- Per instant t and project: its guarantee, borrowing limit and over-quota weight, GPUs
@@ -16,6 +17,18 @@ quota_rows AS (
            TRY_CAST(q.record->>'over_quota_weight' AS DOUBLE) AS weight
     FROM instants AS i JOIN quotas AS q
       ON q.valid_from <= i.t AND (q.valid_to IS NULL OR q.valid_to > i.t)
+    -- LocalQueues hold no quota (they name the ClusterQueue that does); a Cohort's own
+    -- quota is shared by its queues, nobody's guarantee
+    WHERE coalesce(q.record->>'source', '') NOT IN ('kueue-localqueue', 'kueue-cohort')
+),
+local_queues AS (
+    -- a pod's kueue.x-k8s.io/queue-name names a LocalQueue in its namespace, whose
+    -- spec.clusterQueue is the project its GPUs are charged to (analytics/queues.py)
+    SELECT i.t, q.record->>'namespace' AS namespace, q.record->>'project' AS name,
+           nullif(q.record->>'cluster_queue', '') AS cluster_queue
+    FROM instants AS i JOIN quotas AS q
+      ON q.valid_from <= i.t AND (q.valid_to IS NULL OR q.valid_to > i.t)
+    WHERE q.record->>'source' = 'kueue-localqueue'
 ),
 per_source AS (
     -- the ResourceQuotas of one project's namespaces add up ...
@@ -32,7 +45,8 @@ guarantees AS (
 ),
 quota_pods AS (
     SELECT i.t,
-           coalesce(nullif(p.record->>'project', ''), p.record->>'namespace') AS project,
+           coalesce(lq.cluster_queue, nullif(p.record->>'project', ''),
+                    p.record->>'namespace') AS project,
            p.record->>'phase' AS phase,
            nullif(p.record->>'node', '') AS node,
            coalesce(TRY_CAST(p.record->>'gpu_request' AS DOUBLE), 0)
@@ -41,6 +55,9 @@ quota_pods AS (
            p.valid_from
     FROM instants AS i JOIN inventory_pods AS p
       ON p.valid_from <= i.t AND (p.valid_to IS NULL OR p.valid_to > i.t)
+    LEFT JOIN local_queues AS lq
+      ON lq.t = i.t AND lq.namespace = p.record->>'namespace'
+     AND lq.name = p.record->'labels'->>'kueue.x-k8s.io/queue-name'
 ),
 demand AS (
     -- held: bound to a node and not finished (a Pending pod bound to a node already holds
@@ -59,6 +76,9 @@ demand AS (
 ),
 quota_state AS (
     SELECT t, project,
+           -- a project no quota covers has no guarantee to be over (the report's "over
+           -- guarantee" only where a quota exists)
+           g.guaranteed_gpus IS NOT NULL AS has_quota,
            coalesce(g.guaranteed_gpus, 0) AS guaranteed_gpus, g.borrowing_limit, g.weight,
            coalesce(d.used_gpus, 0) AS used_gpus,
            coalesce(d.pending_gpus, 0) AS pending_gpus,
@@ -69,71 +89,50 @@ quota_state AS (
     WHERE project IS NOT NULL
 )
 
--- name: quota_projects
--- One row per project as of $at: its quota state and its GPU-hours over [$lo, $at].
-WITH instants AS (SELECT CAST($at AS TIMESTAMP) AS t),
-{quota_state},
-pod_versions AS (
-    -- the last version of each pod seen in the window: its fraction and project
-    SELECT key,
-           TRY_CAST(record->>'gpu_fraction' AS DOUBLE) AS fraction,
-           nullif(record->>'project', '') AS project
+-- name: pods_at
+-- Every pod version valid at $at (the queue model charges and judges them).
+SELECT CAST(record AS VARCHAR), epoch(valid_from) FROM inventory_pods
+WHERE valid_from <= $at AND (valid_to IS NULL OR valid_to > $at);
+
+-- name: quotas_at
+-- Every quota and queue object valid at $at: ClusterQueues, LocalQueues, Cohorts, KAI
+-- Queues, ResourceQuotas and the settings' guarantees.
+SELECT CAST(record AS VARCHAR), epoch(valid_from) FROM quotas
+WHERE valid_from <= $at AND (valid_to IS NULL OR valid_to > $at);
+
+-- name: gpus_at
+-- The GPUs the nodes valid at $at offer (KAI's over-quota share draws on what is free).
+SELECT coalesce(sum(TRY_CAST(record->>'allocatable_gpus' AS DOUBLE)), 0)
+FROM inventory_nodes
+WHERE valid_from <= $at AND (valid_to IS NULL OR valid_to > $at);
+
+-- name: pod_gpu_hours
+-- GPU-hours each pod held over [$lo, $at], with its last version's record (the queue
+-- model charges it to its queue): a pod's containers on one GPU count once (its first
+-- container's intervals), an interval still open counts up to $at, a fractional pod its
+-- fraction of the GPU.
+WITH pod_versions AS (
+    SELECT key, record, TRY_CAST(record->>'gpu_fraction' AS DOUBLE) AS fraction
     FROM inventory_pods
     WHERE valid_from <= $at AND (valid_to IS NULL OR valid_to > $lo)
     QUALIFY row_number() OVER (PARTITION BY key ORDER BY valid_from DESC) = 1
 ),
 held_intervals AS (
-    -- who held which GPU in [$lo, $at]; a pod's containers on one GPU count once (its
-    -- first container's intervals), an interval still open counts up to $at.
     SELECT namespace, pod, gpu_uuid, project,
            greatest(start_ts, $lo) AS s,
            least(coalesce(end_ts, $at), $at) AS e
     FROM workload_intervals
     WHERE start_ts < $at AND (end_ts IS NULL OR end_ts > $lo)
     QUALIFY container = min(container) OVER (PARTITION BY namespace, pod, gpu_uuid)
-),
-held AS (
-    -- a fractional pod holds its fraction of the GPU, a whole-GPU pod all of it
-    SELECT coalesce(nullif(h.project, ''), v.project, h.namespace) AS project,
-           sum(greatest(epoch(h.e) - epoch(h.s), 0) * coalesce(v.fraction, 1.0)) / 3600.0
-               AS gpu_hours
-    FROM held_intervals AS h
-    LEFT JOIN pod_versions AS v ON v.key = h.namespace || '/' || h.pod
-    GROUP BY 1
 )
-SELECT project,
-       coalesce(s.guaranteed_gpus, 0) AS guaranteed_gpus,
-       coalesce(s.used_gpus, 0) AS used_gpus,
-       coalesce(s.pending_gpus, 0) AS pending_gpus,
-       coalesce(s.pending_pods, 0) AS pending_pods,
-       s.pending_since,
-       coalesce(h.gpu_hours, 0) AS gpu_hours,
-       s.borrowing_limit, s.weight,
-       coalesce(s.largest_pending_gpus, 0) AS largest_pending_gpus
-FROM quota_state AS s FULL JOIN held AS h USING (project)
-WHERE project IS NOT NULL
-ORDER BY project;
-
--- name: borrowed_pods
--- The pods holding GPUs at $at of the projects in $projects (those over their
--- guarantee): reclaim candidates, whole pods grouped by their controller into jobs.
-SELECT coalesce(nullif(record->>'project', ''), record->>'namespace') AS project,
-       record->>'namespace' AS namespace, record->>'name' AS pod,
-       coalesce(record->>'owner_kind', '') AS owner_kind,
-       coalesce(record->>'owner_name', '') AS owner_name,
-       coalesce(TRY_CAST(record->>'gpu_request' AS DOUBLE), 0)
-         + coalesce(TRY_CAST(record->>'gpu_fraction' AS DOUBLE), 0)
-           * coalesce(TRY_CAST(record->>'fraction_devices' AS DOUBLE), 1) AS gpus,
-       coalesce(TRY_CAST(record->>'priority' AS INTEGER), 0) AS priority,
-       coalesce(TRY_CAST(record->>'preemptible' AS BOOLEAN), false) AS preemptible,
-       coalesce(TRY_CAST(record->>'protected' AS BOOLEAN), false) AS protected,
-       coalesce(TRY_CAST(record->>'start_time' AS DOUBLE), 0) AS start_time
-FROM inventory_pods
-WHERE valid_from <= $at AND (valid_to IS NULL OR valid_to > $at)
-  AND nullif(record->>'node', '') IS NOT NULL
-  AND record->>'phase' IN ('Running', 'Pending')
-  AND list_contains($projects, coalesce(nullif(record->>'project', ''), record->>'namespace'))
-ORDER BY namespace, pod;
+SELECT h.namespace, h.pod, any_value(h.project) AS project,
+       CAST(any_value(v.record) AS VARCHAR) AS record,
+       sum(greatest(epoch(h.e) - epoch(h.s), 0) * coalesce(v.fraction, 1.0)) / 3600.0
+           AS gpu_hours
+FROM held_intervals AS h
+LEFT JOIN pod_versions AS v ON v.key = h.namespace || '/' || h.pod
+GROUP BY h.namespace, h.pod
+ORDER BY h.namespace, h.pod;
 
 -- name: over_quota_over
 -- Over-quota use over [$start, $end), by the detector's own definition at every instant
@@ -160,4 +159,5 @@ SELECT s.project,
                     FILTER (WHERE s.used_gpus - s.guaranteed_gpus > 1e-6), 0) / 3600.0
            AS hours_over_guarantee
 FROM quota_state AS s JOIN instants AS i USING (t)
+WHERE s.has_quota
 GROUP BY s.project;

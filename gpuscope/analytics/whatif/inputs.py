@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from gpuscope.analytics.allocation import Task, records_from_kubectl
@@ -36,6 +36,7 @@ from gpuscope.analytics.whatif.events import (
 from gpuscope.analytics.whatif.history import History
 from gpuscope.analytics.whatif.results import PolicyResult
 from gpuscope.core.errors import UserError
+from gpuscope.core.kube_objects import ObjectSet
 from gpuscope.core.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -56,6 +57,9 @@ class Workload:
     mix: TaskMix
     source: str
     events: tuple[PodEvent, ...] | None = None
+    #: The ``--objects`` files' Kubernetes objects (queues, DRA, topology...), for the
+    #: readers of those kinds; empty when none were given.
+    objects: ObjectSet = field(default_factory=ObjectSet)
 
 
 def _kubectl(path: Path) -> dict[str, object]:
@@ -68,8 +72,11 @@ def _kubectl(path: Path) -> dict[str, object]:
     return doc
 
 
-def read_workload(nodes: Path, pods: Path, settings: Settings) -> Workload:
-    """The inventory and workload of the files (module docstring)."""
+def read_workload(
+    nodes: Path, pods: Path, settings: Settings, *, objects: ObjectSet | None = None
+) -> Workload:
+    """The inventory and workload of the files (module docstring); ``objects`` (from
+    ``--objects``) travel with it for the readers of their kinds."""
     for flag, path in (("--nodes", nodes), ("--pods", pods)):
         if path.is_dir():
             raise UserError(f"{flag} {path} is a folder; expected a file")
@@ -95,7 +102,8 @@ def read_workload(nodes: Path, pods: Path, settings: Settings) -> Workload:
         raise UserError(f"{nodes}: no schedulable node has a GPU; nothing to place")
     if not any(t.gpus > 0 for t in tasks):
         raise UserError(f"{pods}: no pod asks for a GPU; nothing to replay")
-    return Workload(inventory, tasks, learn_task_mix(tasks, coverage), source, events)
+    mix = learn_task_mix(tasks, coverage)
+    return Workload(inventory, tasks, mix, source, events, objects or ObjectSet())
 
 
 def run_history(
