@@ -67,7 +67,7 @@ class _Search:
             self.visits += 1
             child = world.copy()
             child.evict([child.pods[p.idx] for p in option.evictions])
-            child.reserve(name, option.gpus, unit.share, unit.res)
+            child.reserve(name, option.gpus, unit.share, unit.res, unit.mig)
             steps.append(Step(name, tuple(p.idx for p in option.evictions), option.gpus))
             self.run(child, i + 1, failed, steps)
             steps.pop()
@@ -97,10 +97,13 @@ class _Search:
                 node.gpu_model,
                 node.schedulable,
                 node.taints,
+                node.labels,
+                node.mig_total,
                 tuple(world.free[name]),
                 tuple(world.res[name]),
+                tuple(sorted(world.mig[name].items())),
                 world.counted[name],
-                tuple(sorted((p.gpus, p.share, p.movable) for p in world.on[name])),
+                tuple(sorted((p.gpus, p.share, p.movable, p.res, p.mig) for p in world.on[name])),
             )
             if signature in seen:
                 continue
