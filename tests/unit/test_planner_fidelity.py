@@ -395,3 +395,53 @@ def test_allocatable_below_a_mib_boundary_is_not_rounded_up(tmp_path: Path) -> N
     nodes = [node("n1", gpus=1, memory=str(2**30 - 400_000))]
     s = analyze(tmp_path, nodes, [pod("p", None, gpus=1, memory="1Gi")], "fragmentation").summary
     assert s["pending_blocked_by"] == {"memory": 1}
+
+
+# --- re-queue only where no equally small plan re-places ------------------------------------
+
+
+def test_equal_evictions_prefer_the_plan_that_re_places_its_victims(tmp_path: Path) -> None:
+    """Two jobs, two evictions either way. Evicting the small H100 batch pod for the
+    H100 job strands both victims; evicting the 4-GPU batch pod on the big H100 node
+    instead frees room where the A100 job's victim can go: one pod re-queued, not two
+    (found by the random instances of test_consolidation_checked)."""
+    tol = [{"key": "dedicated", "operator": "Equal", "value": "x", "effect": "NoSchedule"}]
+    taint = [{"key": "dedicated", "value": "x", "effect": "NoSchedule"}]
+    nodes = [
+        node("n0", gpus=2, model="H100", cpu="16", memory="96Gi"),
+        node("n1", gpus=8, model="H100", cpu="16", memory="96Gi", taints=taint),
+        node("n4", gpus=4, model="A100", cpu="16", memory="96Gi", taints=taint),
+    ]
+    pods = [
+        pod("r0", "n0", gpus=1, memory="4Gi", kind="interactive", owner="Notebook"),
+        pod("r1", "n0", gpus=1, memory="4Gi"),
+        pod("r2", "n1", gpus=4, memory="4Gi", tolerations=tol),
+        pod(
+            "r4", "n1", gpus=4, memory="4Gi", kind="interactive", owner="Notebook", tolerations=tol
+        ),
+        pod(
+            "r10", "n4", gpus=1, memory="4Gi", kind="interactive", owner="Notebook", tolerations=tol
+        ),
+        pod("r14", "n4", gpus=2, memory="4Gi", tolerations=tol),
+        pod(
+            "job15",
+            None,
+            gpus=2,
+            memory="8Gi",
+            tolerations=tol,
+            node_selector={"nvidia.com/gpu.product": "A100"},
+        ),
+        pod(
+            "job16",
+            None,
+            gpus=1,
+            memory="8Gi",
+            tolerations=tol,
+            node_selector={"nvidia.com/gpu.product": "H100"},
+        ),
+    ]
+    plan = analyze(tmp_path, nodes, pods, "consolidation").summary
+    assert plan["goals_met"] == 2
+    assert plan["evictions_count"] == 2
+    fates = {m["pod"]: m["to_node"] for m in plan["moves"]}
+    assert fates == {"r14": "n1", "r2": ""}
