@@ -55,12 +55,12 @@ from gpuscope.analytics.allocation import (
     GpuIndices,
     NodeState,
     Task,
-    blocker,
     fits,
     open_nodes,
     state_from_records,
 )
 from gpuscope.analytics.base import Analysis
+from gpuscope.analytics.blockers import blocker
 from gpuscope.collector.inventory_records import NodeInfo, PodInfo
 from gpuscope.core.records import Finding, Severity, finding_id
 from gpuscope.core.settings import AnalyticsSettings
@@ -362,7 +362,7 @@ def analyze_fragmentation(
         # pending GPU tasks the scheduler could start now (GPUs, CPU, memory, taints)
         "pending_gpu_tasks": len(pending_gpu),
         "pending_fit_now": sum(1 for t in pending_gpu if any(fits(n, t) for n in usable)),
-        # why the others wait, by reason (gpuscope.analytics.allocation.blocker)
+        # why the others wait, by reason (gpuscope.analytics.blockers.blocker)
         "pending_blocked_by": dict(sorted(Counter(b for b in blocked_by if b).items())),
         "job_sizes": sizes,
         "jobs_fit_now": {
