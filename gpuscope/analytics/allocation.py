@@ -19,8 +19,11 @@ the consolidation executor steers onto the node it reserved) may land there. Mem
 ephemeral storage are checked only where the node reports them (a total of 0 means
 unknown, as in the Alibaba trace, whose simulator ignores memory); CPU always.
 
-Which GPU of its node a pod holds is reconstructed by :mod:`gpuscope.analytics.allocation_gpus`
-where the agents do not report it (its docstring explains the model).
+Which GPU of its node a pod holds is read from the scheduler's GPU groups and reservation
+pods (:mod:`gpuscope.analytics.allocation_sharing`), else reconstructed by
+:mod:`gpuscope.analytics.allocation_gpus` where the agents do not report it (its docstring
+explains the model). Node selectors and required node affinity on any label are matched by
+:mod:`gpuscope.collector.node_selection`; MIG pods ask instances by profile (``Task.mig``).
 """
 
 from __future__ import annotations
