@@ -420,3 +420,11 @@ def state_from_inventory(
     """The state from the store's current inventory rows (``valid_to IS NULL``)."""
     nodes, pods = records_from_inventory(con)
     return state_from_records(nodes, pods, gpu_indices)
+
+
+def blocker(nodes: Sequence[NodeState], task: Task) -> str:
+    """Why the task cannot start now: :func:`gpuscope.analytics.blockers.blocker` (kept here
+    for callers that import it from the allocation model, where it used to live)."""
+    from gpuscope.analytics.blockers import blocker as why
+
+    return why(nodes, task)
