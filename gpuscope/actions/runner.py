@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -161,16 +161,7 @@ def _consolidation_steps(
         placed = [
             p
             if p.namespace in allow or not p.movable
-            else type(p)(
-                p.namespace,
-                p.pod,
-                p.node,
-                p.gpus,
-                p.share,
-                False,
-                "namespace not in the allowlist",
-                p.gpu_hours_lost,
-            )
+            else replace(p, movable=False, reason_fixed="namespace not in the allowlist")
             for p in placed
         ]
     goals = goals_from_pending(pods)

@@ -19,8 +19,11 @@ the consolidation executor steers onto the node it reserved) may land there. Mem
 ephemeral storage are checked only where the node reports them (a total of 0 means
 unknown, as in the Alibaba trace, whose simulator ignores memory); CPU always.
 
-Which GPU of its node a pod holds is reconstructed by :mod:`gpuscope.analytics.allocation_gpus`
-where the agents do not report it (its docstring explains the model).
+Which GPU of its node a pod holds is read from the scheduler's GPU groups and reservation
+pods (:mod:`gpuscope.analytics.allocation_sharing`), else reconstructed by
+:mod:`gpuscope.analytics.allocation_gpus` where the agents do not report it (its docstring
+explains the model). Node selectors and required node affinity on any label are matched by
+:mod:`gpuscope.collector.node_selection`; MIG pods ask instances by profile (``Task.mig``).
 """
 
 from __future__ import annotations
@@ -33,7 +36,8 @@ from typing import Any
 
 import duckdb
 
-from gpuscope.analytics.allocation_gpus import EPS, Holder, assign_gpus
+from gpuscope.analytics.allocation_gpus import EPS
+from gpuscope.analytics.allocation_sharing import Demand, is_reservation, place_node
 from gpuscope.collector.inventory_records import (
     DEFAULT_POOL,
     NodeInfo,
@@ -41,6 +45,7 @@ from gpuscope.collector.inventory_records import (
     node_from_json,
     pod_from_json,
 )
+from gpuscope.collector.node_selection import matches
 from gpuscope.collector.scheduling_rules import tolerates
 from gpuscope.core.records import WorkloadKind
 from gpuscope.core.settings import WorkloadSettings
@@ -87,6 +92,11 @@ class Task:
     gpu_spec: str = ""
     #: Tolerations of hard taints (``key|operator|value|effect``).
     tolerations: frozenset[str] = frozenset()
+    #: MIG instances asked for, by profile (``(("1g.10gb", 1),)``); such a task asks no
+    #: GPU share (``gpu_count`` 0) and fits only a node offering the profile.
+    mig: tuple[tuple[str, int], ...] = ()
+    #: Hard node constraints on labels (:mod:`gpuscope.collector.node_selection`).
+    node_terms: tuple[str, ...] = ()
 
     @property
     def gpus(self) -> float:
@@ -96,6 +106,11 @@ class Task:
     def whole(self) -> bool:
         """Asks for whole GPUs (the case node fragmentation is about)."""
         return self.gpu_count > 0 and self.gpu_share >= 1.0 - EPS
+
+    @property
+    def asks_gpu(self) -> bool:
+        """Asks for GPU share or MIG instances: a task the GPU scheduler must place."""
+        return self.gpu_count > 0 or bool(self.mig)
 
     @property
     def spec_text(self) -> str:
@@ -127,6 +142,8 @@ class NodeState:
     ephemeral_mib_free: int = 0
     ephemeral_mib_total: int = 0
     taints: frozenset[str] = frozenset()
+    #: Its labels (``nodeSelector`` and required node affinity match on them).
+    labels: tuple[tuple[str, str], ...] = ()
 
     @property
     def slots(self) -> tuple[GpuSlot, ...]:
@@ -156,14 +173,26 @@ class ClusterState:
         return self.running + self.pending
 
 
-def admits(node: NodeState, task: Task) -> bool:
-    """Whether the node takes the task at all: Ready, every hard taint (a cordon included)
-    tolerated, the GPU model allowed (resources aside)."""
-    if not node.schedulable:
-        return False
+def selects(node: NodeState, task: Task) -> bool:
+    """Whether the task's GPU-model pin and node selector / required affinity allow the
+    node (Ready and taints aside)."""
     if task.gpu_models and node.gpu_model not in task.gpu_models:
         return False
+    return not task.node_terms or matches(task.node_terms, dict(node.labels), node.name)
+
+
+def admits(node: NodeState, task: Task) -> bool:
+    """Whether the node takes the task at all: Ready, every hard taint (a cordon included)
+    tolerated, the GPU model and labels allowed (resources aside)."""
+    if not node.schedulable or not selects(node, task):
+        return False
     return all(tolerates(task.tolerations, t) for t in node.taints)
+
+
+def mig_room(node: NodeState, mig: Iterable[tuple[str, int]]) -> bool:
+    """Whether the node has the MIG instances free."""
+    free = dict(node.mig_free)
+    return all(free.get(profile, 0) >= count for profile, count in mig)
 
 
 def has_room(node: NodeState, cpu_milli: int, memory_mib: int = 0, ephemeral_mib: int = 0) -> bool:
@@ -178,64 +207,15 @@ def has_room(node: NodeState, cpu_milli: int, memory_mib: int = 0, ephemeral_mib
 
 def fits(node: NodeState, task: Task) -> bool:
     """Whether the scheduler could start the GPU task on the node now (admission, CPU,
-    memory, storage, and ``gpu_count`` GPUs each with ``gpu_share`` free)."""
-    if task.gpu_count == 0 or not admits(node, task):
+    memory, storage, its MIG instances, and ``gpu_count`` GPUs each with ``gpu_share``
+    free)."""
+    if not task.asks_gpu or not admits(node, task):
         return False
     if not has_room(node, task.cpu_milli, task.memory_mib, task.ephemeral_mib):
         return False
+    if not mig_room(node, task.mig):
+        return False
     return sum(1 for f in node.gpus if f >= task.gpu_share - EPS) >= task.gpu_count
-
-
-#: Why a pending GPU task cannot start now (:func:`blocker`), in the order they are tested.
-BLOCKERS = (
-    "model",
-    "closed",
-    "cpu",
-    "memory",
-    "storage",
-    "resources",
-    "fragmentation",
-    "capacity",
-)
-
-
-def blocker(nodes: Sequence[NodeState], task: Task) -> str:
-    """Why the scheduler could not start the GPU task now, "" when it fits some node:
-
-    - ``model``: no node has a GPU model the task allows;
-    - ``closed``: every node of an allowed model is NotReady, cordoned or tainted against it;
-    - ``cpu`` / ``memory`` / ``storage``: nodes that admit it have the GPUs, but every such
-      node lacks this (the first short resource of each, when they all agree; else
-      ``resources``);
-    - ``fragmentation``: the nodes that admit it hold enough usable GPUs together, no one
-      node enough (consolidation would help);
-    - ``capacity``: not even together do they.
-    """
-    if task.gpu_count == 0:
-        return ""
-    models = [
-        n for n in nodes if n.gpus and (not task.gpu_models or n.gpu_model in task.gpu_models)
-    ]
-    if not models:
-        return "model"
-    admitting = [n for n in models if admits(n, task)]
-    if not admitting:
-        return "closed"
-    usable = [sum(1 for f in n.gpus if f >= task.gpu_share - EPS) for n in admitting]
-    with_gpus = [n for n, u in zip(admitting, usable, strict=True) if u >= task.gpu_count]
-    if with_gpus:
-        short = set()
-        for n in with_gpus:
-            if has_room(n, task.cpu_milli, task.memory_mib, task.ephemeral_mib):
-                return ""
-            if task.cpu_milli > n.cpu_milli_free:
-                short.add("cpu")
-            elif n.memory_mib_total and task.memory_mib > n.memory_mib_free:
-                short.add("memory")
-            else:
-                short.add("storage")
-        return short.pop() if len(short) == 1 else "resources"
-    return "fragmentation" if sum(usable) >= task.gpu_count else "capacity"
 
 
 def open_nodes(state: ClusterState) -> set[str]:
@@ -250,8 +230,9 @@ def open_nodes(state: ClusterState) -> set[str]:
     }
 
 
-def task_of(pod: PodInfo) -> Task | None:
-    """The task a pod is, or None for MIG pods (they take a MIG slice, not GPU share)."""
+def task_of(pod: PodInfo) -> Task:
+    """The task a pod is: whole GPUs, a fraction per device, MIG instances (``mig``, no GPU
+    share), or none of these (CPU-only)."""
     name = f"{pod.namespace}/{pod.name}"
     common: dict[str, Any] = {
         "name": name,
@@ -259,18 +240,18 @@ def task_of(pod: PodInfo) -> Task | None:
         "memory_mib": pod.memory_mib,
         "ephemeral_mib": pod.ephemeral_mib,
         "tolerations": frozenset(pod.tolerations),
+        "node_terms": tuple(pod.node_selector_terms),
     }
-    if pod.gpu_spec and (pod.gpu_request > 0 or pod.gpu_fraction):
+    mig = tuple(sorted((p, c) for p, c in pod.mig.items() if c > 0))
+    if pod.gpu_spec and (pod.gpu_request > 0 or pod.gpu_fraction or mig):
         common["gpu_spec"] = pod.gpu_spec
         common["gpu_models"] = frozenset(m for m in pod.gpu_spec.split("|") if m)
     if pod.gpu_request > 0:
-        return Task(gpu_count=pod.gpu_request, gpu_share=1.0, **common)
+        return Task(gpu_count=pod.gpu_request, gpu_share=1.0, mig=mig, **common)
     if pod.gpu_fraction:
         share = min(1.0, max(0.0, pod.gpu_fraction))
-        return Task(gpu_count=max(1, pod.fraction_devices), gpu_share=share, **common)
-    if pod.mig:
-        return None
-    return Task(**common)
+        return Task(gpu_count=max(1, pod.fraction_devices), gpu_share=share, mig=mig, **common)
+    return Task(mig=mig, **common)
 
 
 def _counts_as_workload(pod: PodInfo) -> bool:
@@ -283,16 +264,21 @@ def _counts_as_workload(pod: PodInfo) -> bool:
 GpuIndices = Mapping[str, Sequence[int]]
 
 
-def holders_on(pods: Iterable[PodInfo], node: str) -> list[Holder]:
-    """The GPU demands of the not-finished pods placed on ``node`` (MIG pods aside)."""
-    out = []
+def gpus_on(
+    size: int, pods: Iterable[PodInfo], node: str, known: GpuIndices | None = None
+) -> tuple[list[float], dict[str, tuple[int, ...]]]:
+    """The free share of each GPU of ``node`` and the GPUs each of its not-finished pods
+    holds (MIG pods aside): the schedulers' GPU groups first
+    (:mod:`gpuscope.analytics.allocation_sharing`), then the reconstruction."""
+    demands = []
     for pod in pods:
         if pod.node != node or pod.phase not in _ACTIVE_PHASES:
             continue
         task = task_of(pod)
-        if task is not None and task.gpu_count:
-            out.append(Holder(f"{pod.namespace}/{pod.name}", task.gpu_count, task.gpu_share))
-    return out
+        if task.gpu_count:
+            key = f"{pod.namespace}/{pod.name}"
+            demands.append(Demand(key, task.gpu_count, task.gpu_share, pod))
+    return place_node(size, demands, known)
 
 
 def state_from_records(
@@ -314,14 +300,16 @@ def state_from_records(
         task = task_of(pod)
         key = f"{pod.namespace}/{pod.name}"
         if pod.node is None:
-            if pod.phase == "Pending" and task is not None:
+            if pod.phase == "Pending" and not is_reservation(pod):
                 pending.append((key, task))
             continue
         if pod.node not in names:
             log.debug("pod %s on unknown node %s left out", key, pod.node)
             continue
         by_node[pod.node].append(pod)
-        if task is not None and (task.gpu_count or _counts_as_workload(pod)):
+        if is_reservation(pod):  # the scheduler's placeholder, not a task
+            continue
+        if task.asks_gpu or _counts_as_workload(pod):
             running.append((key, task))
     states = tuple(_node_state(n, by_node[n.name], known) for n in node_list)
     return ClusterState(
@@ -332,7 +320,7 @@ def state_from_records(
 
 
 def _node_state(node: NodeInfo, pods: list[PodInfo], known: GpuIndices) -> NodeState:
-    free, _ = assign_gpus(node.allocatable_gpus, holders_on(pods, node.name), known)
+    free, _ = gpus_on(node.allocatable_gpus, pods, node.name, known)
     mig_used: dict[str, int] = {}
     for pod in pods:
         for profile, count in pod.mig.items():
@@ -357,6 +345,7 @@ def _node_state(node: NodeInfo, pods: list[PodInfo], known: GpuIndices) -> NodeS
         ephemeral_mib_free=max(0, node.ephemeral_mib - storage),
         ephemeral_mib_total=node.ephemeral_mib,
         taints=frozenset(node.taints) | ({CORDON_TAINT} if node.unschedulable else set()),
+        labels=tuple(sorted(node.labels.items())),
     )
 
 
@@ -389,7 +378,7 @@ def state_from_kubectl(
 
 
 #: Record fields stored as JSON lists that the records hold as tuples.
-_TUPLE_FIELDS = frozenset({"taints", "tolerations"})
+_TUPLE_FIELDS = frozenset({"taints", "tolerations", "node_selector_terms"})
 
 
 def _record(cls: type[Any], data: Mapping[str, Any]) -> Any:
@@ -431,3 +420,11 @@ def state_from_inventory(
     """The state from the store's current inventory rows (``valid_to IS NULL``)."""
     nodes, pods = records_from_inventory(con)
     return state_from_records(nodes, pods, gpu_indices)
+
+
+def blocker(nodes: Sequence[NodeState], task: Task) -> str:
+    """Why the task cannot start now: :func:`gpuscope.analytics.blockers.blocker` (kept here
+    for callers that import it from the allocation model, where it used to live)."""
+    from gpuscope.analytics.blockers import blocker as why
+
+    return why(nodes, task)

@@ -55,12 +55,12 @@ from gpuscope.analytics.allocation import (
     GpuIndices,
     NodeState,
     Task,
-    blocker,
     fits,
     open_nodes,
     state_from_records,
 )
 from gpuscope.analytics.base import Analysis
+from gpuscope.analytics.blockers import blocker
 from gpuscope.collector.inventory_records import NodeInfo, PodInfo
 from gpuscope.core.records import Finding, Severity, finding_id
 from gpuscope.core.settings import AnalyticsSettings
@@ -76,8 +76,11 @@ MIN_FRAGMENTED_GPUS = 1.0
 EVIDENCE_NODES = 20
 
 #: (CPU milli, share in milli-GPU, GPU count, model constraint text, memory MiB, storage
-#: MiB, tolerations): frag.go's PodResource first, then what it does not know.
-GroupKey = tuple[int, int, int, str, int, int, tuple[str, ...]]
+#: MiB, tolerations, MIG instances, node selector terms): frag.go's PodResource first, then
+#: what it does not know.
+GroupKey = tuple[
+    int, int, int, str, int, int, tuple[str, ...], tuple[tuple[str, int], ...], tuple[str, ...]
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,15 +103,17 @@ def group_key(task: Task) -> GroupKey:
         task.cpu_milli,
         milli,
         task.gpu_count,
-        task.spec_text if task.gpu_count else "",
+        task.spec_text if task.asks_gpu else "",
         task.memory_mib,
         task.ephemeral_mib,
         tuple(sorted(task.tolerations)),
+        task.mig,
+        tuple(sorted(task.node_terms)),
     )
 
 
 def _group_task(key: GroupKey) -> Task:
-    cpu, milli, count, spec, memory, storage, tolerations = key
+    cpu, milli, count, spec, memory, storage, tolerations, mig, terms = key
     return Task(
         cpu_milli=cpu,
         gpu_count=count,
@@ -118,6 +123,8 @@ def _group_task(key: GroupKey) -> Task:
         ephemeral_mib=storage,
         gpu_spec=spec,
         tolerations=frozenset(tolerations),
+        mig=mig,
+        node_terms=terms,
     )
 
 
@@ -137,8 +144,8 @@ def learn_task_mix(tasks: Iterable[Task], coverage: float = 0.95) -> TaskMix:
         return TaskMix()
 
     def rank(kv: tuple[GroupKey, int]) -> tuple[Any, ...]:
-        (cpu, milli, count, spec, memory, storage, tolerations), n = kv
-        return (-n, -cpu, -milli, -count, _Desc(spec), -memory, -storage, tolerations)
+        (cpu, milli, count, spec, memory, storage, tolerations, mig, terms), n = kv
+        return (-n, -cpu, -milli, -count, _Desc(spec), -memory, -storage, tolerations, mig, terms)
 
     ranked = sorted(counts.items(), key=rank)
     kept: list[tuple[GroupKey, int]] = []
@@ -158,8 +165,9 @@ def learn_task_mix(tasks: Iterable[Task], coverage: float = 0.95) -> TaskMix:
 
 
 def task_fragment(node: NodeState, task: Task) -> float:
-    """F_n(m): free GPU on the node that task m cannot use (module docstring)."""
-    if not fits(node, task):
+    """F_n(m): free GPU on the node that task m cannot use (module docstring); a MIG task
+    uses MIG instances, no GPU share, so all the node's free share is fragment to it."""
+    if task.gpu_count == 0 or not fits(node, task):
         return node.free_gpus
     return sum(f for f in node.gpus if f < task.gpu_share - EPS)
 
@@ -329,7 +337,7 @@ def analyze_fragmentation(
     if gpu_finding is not None:
         findings.insert(0, gpu_finding)
     partial = [f for n in usable for f in n.gpus if EPS < f < 1.0 - EPS]
-    pending_gpu = [t for t in state.pending if t.gpu_count]
+    pending_gpu = [t for t in state.pending if t.asks_gpu]
     blocked_by = [blocker(state.nodes, t) for t in pending_gpu]
     summary: dict[str, Any] = {
         "nodes": len(state.nodes),
@@ -354,7 +362,7 @@ def analyze_fragmentation(
         # pending GPU tasks the scheduler could start now (GPUs, CPU, memory, taints)
         "pending_gpu_tasks": len(pending_gpu),
         "pending_fit_now": sum(1 for t in pending_gpu if any(fits(n, t) for n in usable)),
-        # why the others wait, by reason (gpuscope.analytics.allocation.blocker)
+        # why the others wait, by reason (gpuscope.analytics.blockers.blocker)
         "pending_blocked_by": dict(sorted(Counter(b for b in blocked_by if b).items())),
         "job_sizes": sizes,
         "jobs_fit_now": {

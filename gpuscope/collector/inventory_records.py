@@ -8,12 +8,14 @@ server or ``kubectl get -o json`` gives them (:mod:`gpuscope.collector.inventory
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from gpuscope.collector.node_selection import node_selector_terms
 from gpuscope.collector.scheduling_rules import HARD_EFFECTS, gpu_spec, taint_text, toleration
 from gpuscope.core.records import WorkloadKind
 from gpuscope.core.settings import WorkloadSettings
@@ -111,6 +113,9 @@ class PodInfo:
     gpu_spec: str = ""
     #: Deleted and going (``metadata.deletionTimestamp`` set): never an action's target.
     terminating: bool = False
+    #: Hard node constraints on labels (``nodeSelector``, required node affinity), as
+    #: :func:`gpuscope.collector.node_selection.node_selector_terms` encodes them.
+    node_selector_terms: tuple[str, ...] = ()
 
     @property
     def gpus(self) -> float:
@@ -254,7 +259,14 @@ def node_from_json(obj: Mapping[str, Any]) -> NodeInfo:
 
 
 def _mib(value: Any) -> int:
-    return round(_num(value) / 2**20)
+    """Allocatable bytes in whole MiB, rounded down: a node never offers more than it has."""
+    return math.floor(_num(value) / 2**20)
+
+
+def _mib_request(value: float) -> int:
+    """Requested bytes in whole MiB, rounded up: a pod 88 kB over what a node has never
+    "fits" (with allocatable rounded down, a fit in MiB is a fit in bytes)."""
+    return math.ceil(value / 2**20 - 1e-9)
 
 
 def _requests(spec: Mapping[str, Any]) -> dict[str, float]:
@@ -349,11 +361,12 @@ def pod_from_json(
         annotations=annotations,
         pending_reason=pending,
         cpu_milli=round(requests.get("cpu", 0.0) * 1000),
-        memory_mib=round(requests.get("memory", 0.0) / 2**20),
-        ephemeral_mib=round(requests.get("ephemeral-storage", 0.0) / 2**20),
+        memory_mib=_mib_request(requests.get("memory", 0.0)),
+        ephemeral_mib=_mib_request(requests.get("ephemeral-storage", 0.0)),
         tolerations=tuple(
             sorted({t for t in map(toleration, spec.get("tolerations") or ()) if t is not None})
         ),
         gpu_spec=gpu_spec(spec),
         terminating=bool(meta.get("deletionTimestamp")),
+        node_selector_terms=node_selector_terms(spec),
     )

@@ -13,8 +13,12 @@ greedy planner in :mod:`gpuscope.analytics.consolidation.plan`. The model is the
          sum_u s_u w_{u,n,g} - sum_{p on g} s_p e_p <= free_g  no GPU over-committed
          sum_u r_u z_{u,n} - sum_{p on n} r_p e_p <= free_r(n)  for r in CPU, memory,
                                                       storage (where the node counts it)
+         sum_u m_u z_{u,n} - sum_{p on n} m_p e_p <= free_m(n)  for every MIG profile m
 
-Evicted pods may always go back to pending, so where they go does not change the count.
+A unit's eligible nodes are the world's (:meth:`World.eligible`: Ready, taints tolerated,
+GPU model and node selector allowed, MIG profile offered); every movable pod may be
+evicted, with GPUs or without (a CPU-only pod frees CPU, memory and storage). Evicted pods
+may always go back to pending, so where they go does not change the count.
 """
 
 from __future__ import annotations
@@ -55,7 +59,10 @@ def exact_min_evictions(
     gpu_terms: dict[tuple[str, int], list[tuple[int, float]]] = {}
     #: (node, resource index) -> terms; resource rows as GPU rows, in CPU/MiB units
     res_terms: dict[tuple[str, int], list[tuple[int, float]]] = {}
+    mig_terms: dict[tuple[str, str], list[tuple[int, float]]] = {}
     for p in movable:
+        for profile, count in p.mig:
+            mig_terms.setdefault((p.node, profile), []).append((e[p.idx], -float(count)))
         for g in p.gpus:
             gpu_terms.setdefault((p.node, g), []).append((e[p.idx], -p.share))
         for r in range(3):
@@ -73,6 +80,10 @@ def exact_min_evictions(
             for r in range(3):
                 if unit.res[r]:
                     res_terms.setdefault((name, r), []).append((z, float(unit.res[r])))
+            for profile, count in unit.mig:
+                mig_terms.setdefault((name, profile), []).append((z, float(count)))
+            if k == 0:  # MIG instances only: no GPU share
+                continue
             ws = []
             for g in range(len(node.gpus)):
                 w = new(0.0)
@@ -100,6 +111,10 @@ def exact_min_evictions(
                     [v for _, v in terms],
                 )
             )
+    for (name, profile), terms in mig_terms.items():
+        if any(v > 0 for _, v in terms):
+            have = float(world.mig[name].get(profile, 0))
+            rows.append((-highspy.kHighsInf, have, [i for i, _ in terms], [v for _, v in terms]))
     if max_evictions is not None and e:
         rows.append((0.0, float(max_evictions), list(e.values()), [1.0] * len(e)))
 

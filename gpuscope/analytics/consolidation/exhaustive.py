@@ -21,7 +21,14 @@ from dataclasses import dataclass
 from gpuscope.analytics.allocation import EPS, NodeState
 from gpuscope.analytics.consolidation.model import Goal, Placed, Plan
 from gpuscope.analytics.consolidation.search import EXHAUSTIVE_PODS, Chooser, greedy_node
-from gpuscope.analytics.consolidation.world import Option, Unit, World, no_room, units_of
+from gpuscope.analytics.consolidation.world import (
+    Option,
+    Unit,
+    World,
+    no_room,
+    relocate,
+    units_of,
+)
 
 #: Instances with more units or nodes than these are left to the greedy planner.
 MAX_UNITS = 64
@@ -30,6 +37,8 @@ MAX_NODES = 64
 MAX_VISITS = 4000
 #: Minimal eviction sets tried per node and unit.
 _SETS_PER_NODE = 4
+#: Room tests spent listing one node's eviction sets for one unit.
+_SET_CHECKS = 2000
 #: Nodes tried for a unit that fits somewhere without evictions.
 _FITS = 3
 
@@ -45,29 +54,39 @@ class Step:
 
 class _Search:
     def __init__(
-        self, goals: int, units: list[Unit], best: tuple[int, int], max_evictions: int | None
+        self,
+        goals: int,
+        units: list[Unit],
+        best: tuple[int, int, int],
+        max_evictions: int | None,
     ) -> None:
         self.goals, self.units, self.max_evictions = goals, units, max_evictions
-        #: (-goals met, evictions) of the best plan known; only better ones are recorded.
+        #: (-goals met, evictions, evicted pods sent back to the queue) of the best plan
+        #: known; only better ones are recorded.
         self.best = best
         self.script: list[Step] | None = None
         self.visits = 0
 
     def run(self, world: World, i: int, failed: frozenset[int], steps: list[Step]) -> None:
         met_at_most = self.goals - len(failed)
-        if (-met_at_most, len(world.evicted)) >= self.best or self.visits >= MAX_VISITS:
+        head = (-met_at_most, len(world.evicted))
+        if head > self.best[:2] or self.visits >= MAX_VISITS:
+            return
+        if head == self.best[:2] and self.best[2] == 0:
             return
         while i < len(self.units) and self.units[i].goal in failed:
             i += 1
         if i == len(self.units):
-            self.best, self.script = (-met_at_most, len(world.evicted)), list(steps)
+            rank = (*head, requeued(world))
+            if rank < self.best:
+                self.best, self.script = rank, list(steps)
             return
         unit = self.units[i]
         for name, option in self._options(world, unit, met_at_most):
             self.visits += 1
             child = world.copy()
             child.evict([child.pods[p.idx] for p in option.evictions])
-            child.reserve(name, option.gpus, unit.share, unit.res)
+            child.reserve(name, option.gpus, unit.share, unit.res, unit.mig)
             steps.append(Step(name, tuple(p.idx for p in option.evictions), option.gpus))
             self.run(child, i + 1, failed, steps)
             steps.pop()
@@ -79,7 +98,8 @@ class _Search:
         """The most evictions one unit may add and still lead to a better plan."""
         allow = len(world.pods)
         if -met_at_most == self.best[0]:
-            allow = self.best[1] - len(world.evicted) - 1
+            # as many evictions as the best plan only where that plan re-queues pods
+            allow = self.best[1] - len(world.evicted) - (0 if self.best[2] else 1)
         if self.max_evictions is not None:
             allow = min(allow, self.max_evictions - len(world.evicted))
         return allow
@@ -97,10 +117,13 @@ class _Search:
                 node.gpu_model,
                 node.schedulable,
                 node.taints,
+                node.labels,
+                node.mig_total,
                 tuple(world.free[name]),
                 tuple(world.res[name]),
+                tuple(sorted(world.mig[name].items())),
                 world.counted[name],
-                tuple(sorted((p.gpus, p.share, p.movable) for p in world.on[name])),
+                tuple(sorted((p.gpus, p.share, p.movable, p.res, p.mig) for p in world.on[name])),
             )
             if signature in seen:
                 continue
@@ -111,7 +134,7 @@ class _Search:
                 for gpus in _picks(world.free[name], ready, k, unit.share):
                     key = (sum(world.free[name][g] for g in ready),)
                     fit.append((key, name, Option((), 0.0, gpus)))
-            elif allow > 0 and not fit:
+            elif allow > 0:
                 for option in _eviction_sets(world, name, unit, allow):
                     after = list(world.free[name])
                     for p in option.evictions:
@@ -122,11 +145,27 @@ class _Search:
                         evict.append(
                             (option.rank, name, Option(option.evictions, option.gph, gpus))
                         )
-        # where the unit fits now the search does not pay evictions for it
-        chosen = sorted(fit or evict, key=lambda o: (o[0], o[1]))
-        if fit:  # which free room a unit takes matters less: the best few
-            chosen = chosen[: 1 if unit.k == 1 and unit.share >= 1.0 - EPS else _FITS]
-        return [(name, option) for _, name, option in chosen]
+        # room free now first (which free room matters less: the best few), then the
+        # eviction sets: a unit that fits somewhere now may still be better placed where
+        # evictions make room (another unit, pinned, needs the room it would take)
+        fit.sort(key=lambda o: (o[0], o[1]))
+        fit = fit[: 1 if unit.k == 1 and unit.share >= 1.0 - EPS else _FITS]
+        evict.sort(key=lambda o: (o[0], o[1]))
+        return [(name, option) for _, name, option in fit + evict]
+
+
+def requeued(world: World) -> int:
+    """How many evicted pods the plan's last step (:func:`relocate`, largest first, as
+    :func:`gpuscope.analytics.consolidation.search.plan_with` runs it) sends back to the
+    queue, on a copy of the world."""
+    if not world.evicted:
+        return 0
+    trial = world.copy()
+    left = 0
+    for pod in sorted(trial.evicted, key=lambda p: (-len(p.gpus) * p.share, p.idx)):
+        to_node, _ = relocate(trial, pod, pod.node)
+        left += not to_node
+    return left
 
 
 def _picks(
@@ -149,13 +188,19 @@ def _eviction_sets(world: World, name: str, unit: Unit, allow: int) -> list[Opti
         option = greedy_node(world, name, unit)
         return [option] if option is not None and len(option.evictions) <= allow else []
     found: list[Option] = []
+    budget = _SET_CHECKS
     for r in range(1, min(allow, len(movable)) + 1):
         for combo in itertools.combinations(movable, r):
+            budget -= 1
+            if budget < 0:
+                break
             if not world.room_after(name, unit, combo):
                 continue
             if any(world.room_after(name, unit, combo[:j] + combo[j + 1 :]) for j in range(r)):
                 continue  # not minimal
             found.append(Option(combo, sum(p.gph for p in combo)))
+        if len(found) >= _SETS_PER_NODE:  # larger sets rank after these
+            break
     found.sort(key=lambda o: o.rank)
     return found[:_SETS_PER_NODE]
 
@@ -174,7 +219,10 @@ def search_small(
     world = World(nodes, placed)
     if len(units) > MAX_UNITS or len(world.nodes) > MAX_NODES:
         return None
-    search = _Search(len(goals), units, (-bound.goals_met, len(bound.evictions)), max_evictions)
+    sent_back = sum(1 for m in bound.moves if not m.to_node)
+    search = _Search(
+        len(goals), units, (-bound.goals_met, len(bound.evictions), sent_back), max_evictions
+    )
     search.run(world, 0, frozenset(), [])
     if search.script is None:
         return None

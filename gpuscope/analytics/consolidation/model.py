@@ -5,10 +5,16 @@
 planner returns (:mod:`gpuscope.analytics.consolidation.plan` explains the goals and the plan).
 
 Which pods may move (:func:`placement_from_state`, docs/design.md Policies): preemptible batch
-or training pods only. Never interactive pods, never inference or unclassified ones, never
-a pod of a protected namespace or one marked ``gpuscope.io/protect``, never a pod whose
-PodDisruptionBudget has no disruptions left (``pdb_blocked``). A pod is moved at most once
-per plan.
+or training pods only, with GPUs, MIG instances or neither (a CPU-only pod holding the CPU
+or memory a job needs is as much in its way as a GPU pod). Never interactive pods, never
+inference or unclassified ones, never a DaemonSet's pod or a scheduler's GPU reservation
+pod, never a pod of a protected namespace or one marked ``gpuscope.io/protect``, never a
+pod whose PodDisruptionBudget has no disruptions left (``pdb_blocked``). A pod is moved at
+most once per plan.
+
+Goals from pending pods (:func:`goals_from_pending`) carry everything the fragmentation
+detector checks: the GPU-model pin, the node selector and required node affinity, the
+tolerations, CPU, memory and storage, and MIG instances by profile.
 """
 
 from __future__ import annotations
@@ -23,10 +29,10 @@ from gpuscope.analytics.allocation import (
     _ACTIVE_PHASES,
     ClusterState,
     GpuIndices,
-    holders_on,
+    gpus_on,
     task_of,
 )
-from gpuscope.analytics.allocation_gpus import assign_gpus
+from gpuscope.analytics.allocation_sharing import is_reservation
 from gpuscope.collector.inventory_records import PodInfo
 from gpuscope.core.records import WorkloadKind
 
@@ -59,6 +65,11 @@ class Placed:
     memory_mib: int = 0
     ephemeral_mib: int = 0
     tolerations: frozenset[str] = frozenset()
+    #: MIG instances it holds by profile, freed when it is evicted.
+    mig: tuple[tuple[str, int], ...] = ()
+    #: Where it may be re-placed: GPU models and node selector terms (empty: anywhere).
+    gpu_models: frozenset[str] = frozenset()
+    node_terms: tuple[str, ...] = ()
 
     @property
     def key(self) -> str:
@@ -81,6 +92,11 @@ class Goal:
     memory_mib: int = 0
     ephemeral_mib: int = 0
     tolerations: frozenset[str] = frozenset()
+    #: Node selector and required node affinity of a pending job
+    #: (:mod:`gpuscope.collector.node_selection`).
+    node_terms: tuple[str, ...] = ()
+    #: MIG instances each unit asks for, by profile (a MIG job: ``gpus`` 0).
+    mig: tuple[tuple[str, int], ...] = ()
 
     @property
     def name(self) -> str:
@@ -152,6 +168,10 @@ def _fixed_reason(
 ) -> str:
     if pod.terminating:
         return "terminating"
+    if is_reservation(pod):
+        return "gpu reservation"
+    if pod.owner_kind == "DaemonSet":
+        return "daemonset"
     if pod.kind == WorkloadKind.INTERACTIVE:
         return "interactive"
     if pod.protected:
@@ -188,15 +208,14 @@ def placement_from_state(
             by_node.setdefault(pod.node, []).append(pod)
     out: list[Placed] = []
     for node_name, node_pods in sorted(by_node.items()):
-        holders = holders_on(node_pods, node_name)
-        _, taken = assign_gpus(sizes[node_name], holders, known)
+        _, taken = gpus_on(sizes[node_name], node_pods, node_name, known)
         for pod in node_pods:
             key = f"{pod.namespace}/{pod.name}"
             task = task_of(pod)
-            if task is None or key not in taken:
+            if task.gpu_count and key not in taken:  # a reservation pod inside its group
                 continue
             reason = _fixed_reason(pod, protected, pdb_blocked)
-            idx = taken[key]
+            idx = taken.get(key, ())
             out.append(
                 Placed(
                     namespace=pod.namespace,
@@ -211,19 +230,23 @@ def placement_from_state(
                     memory_mib=task.memory_mib,
                     ephemeral_mib=task.ephemeral_mib,
                     tolerations=task.tolerations,
+                    mig=task.mig,
+                    gpu_models=task.gpu_models,
+                    node_terms=task.node_terms,
                 )
             )
     return out
 
 
 def goals_from_pending(pods: Iterable[PodInfo]) -> list[Goal]:
-    """One pending_job goal per pending GPU pod (not yet on a node)."""
+    """One pending_job goal per pending GPU or MIG pod (not yet on a node), with its pins,
+    selectors and tolerations (module docstring)."""
     goals = []
     for pod in pods:
         if pod.node is not None or pod.phase != "Pending" or pod.terminating:
             continue
         task = task_of(pod)
-        if task is None or task.gpu_count == 0:
+        if not task.asks_gpu or is_reservation(pod):
             continue
         goals.append(
             Goal(
@@ -235,6 +258,9 @@ def goals_from_pending(pods: Iterable[PodInfo]) -> list[Goal]:
                 memory_mib=task.memory_mib,
                 ephemeral_mib=task.ephemeral_mib,
                 tolerations=task.tolerations,
+                gpu_models=task.gpu_models,
+                node_terms=task.node_terms,
+                mig=task.mig,
             )
         )
     return sorted(goals, key=lambda g: g.label)

@@ -35,7 +35,9 @@ it never needs more evictions than they do. On small clusters (at most 64 nodes 
 goal units) a bounded search then looks for a plan that meets more goals or needs fewer
 evictions.
 
-MIG pods take MIG instances, not GPU shares; they are left out (neither moved nor counted).
+MIG pods take MIG instances, not GPU shares: a pending MIG pod is a goal for instances of
+its profile on one node, a running one frees its instances when evicted. CPU-only pods
+hold no GPU but may stand in a job's way (CPU, memory); policy decides whether they move.
 """
 
 from __future__ import annotations

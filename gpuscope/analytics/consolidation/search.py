@@ -84,15 +84,23 @@ def greedy_node(world: World, name: str, unit: Unit) -> Option | None:
             for g in p.gpus:
                 free[g] += p.share
         usable = sum(1 for f in free if f >= share - EPS)
-    if not world.res_fit(name, unit.res, chosen):
+    if not world.room_after(name, unit, chosen):
+        # CPU, memory, storage or MIG instances still short: the pods freeing most of what
+        # is short first (any pod that may move, with GPUs or without)
         short = [i for i in range(3) if unit.res[i]]
+        profiles = {p for p, _ in unit.mig}
         rest = sorted(
             (p for p in movable if p not in chosen),
-            key=lambda p: (-sum(p.res[i] for i in short), p.gph, p.idx),
+            key=lambda p: (
+                -sum(c for q, c in p.mig if q in profiles),
+                -sum(p.res[i] / max(1, unit.res[i]) for i in short),
+                p.gph,
+                p.idx,
+            ),
         )
         for p in rest:
             chosen.append(p)
-            if world.res_fit(name, unit.res, chosen):
+            if world.room_after(name, unit, chosen):
                 break
         else:
             return None
@@ -196,7 +204,7 @@ def _evict_in_order(
 
 def _utilization(world: World, name: str) -> float:
     free = world.free[name]
-    return 1.0 - sum(free) / len(free)
+    return 1.0 - sum(free) / len(free) if free else 0.0
 
 
 def _baseline_chooser(
@@ -256,7 +264,7 @@ def plan_with(
         world.evict(option.evictions)
         k = world.k_of(name, unit)
         gpus = option.gpus or pick_gpus(world, name, k, unit.share)
-        world.reserve(name, gpus, unit.share, unit.res)
+        world.reserve(name, gpus, unit.share, unit.res, unit.mig)
         targets.append((goals[unit.goal].name, name))
     moves = []
     for pod in sorted(world.evicted, key=lambda p: (-len(p.gpus) * p.share, p.idx)):
@@ -277,11 +285,14 @@ def plan_with(
 
 
 def stranded(world: World, name: str, unit: Unit, option: Option) -> int:
-    """How many of the option's victims would find no node to go back to (first fit, in
-    the room left once the unit took this option): a tie-breaker between options of equal
-    evictions. Works on copies of the few nodes it touches, not of the world."""
+    """How many of the pods evicted so far, the option's victims included, would find no
+    node to go back to (first fit, in the room left once the unit took this option): a
+    tie-breaker between options of equal evictions. A pod evicted for an earlier unit counts
+    too: the option that frees room it can use re-places it. Works on copies of the few
+    nodes it touches, not of the world."""
     free: dict[str, list[float]] = {}
     res: dict[str, list[int]] = {}
+    mig: dict[str, dict[str, int]] = {}
 
     def mine(node: str) -> tuple[list[float], list[int]]:
         if node not in free:
@@ -294,6 +305,14 @@ def stranded(world: World, name: str, unit: Unit, option: Option) -> int:
             f[g] = min(1.0, f[g] + pod.share)
         for i in range(3):
             r[i] += pod.res[i]
+        if pod.mig:
+            m = mig.setdefault(pod.node, dict(world.mig[pod.node]))
+            for q, c in pod.mig:
+                m[q] = m.get(q, 0) + c
+    if unit.mig:
+        m = mig.setdefault(name, dict(world.mig[name]))
+        for q, c in unit.mig:
+            m[q] = m.get(q, 0) - c
     f, r = mine(name)
     ready = sorted((g for g, x in enumerate(f) if x >= unit.share - EPS), key=lambda g: (f[g], g))
     for g in option.gpus or ready[: world.k_of(name, unit)]:
@@ -301,7 +320,8 @@ def stranded(world: World, name: str, unit: Unit, option: Option) -> int:
     for i in range(3):
         r[i] -= unit.res[i]
     left = 0
-    for pod in sorted(option.evictions, key=lambda p: (-len(p.gpus) * p.share, p.idx)):
+    victims = [*world.evicted, *option.evictions]
+    for pod in sorted(victims, key=lambda p: (-len(p.gpus) * p.share, p.idx)):
         for node in world.nodes:
             n = node.name
             f, r = free.get(n, world.free[n]), res.get(n, world.res[n])
@@ -309,13 +329,20 @@ def stranded(world: World, name: str, unit: Unit, option: Option) -> int:
             if any(counted[i] and pod.res[i] > r[i] for i in range(3)):
                 continue
             room = [g for g, x in enumerate(f) if x >= pod.share - EPS][: len(pod.gpus)]
-            if len(room) < len(pod.gpus) or not world.admits(n, pod.tolerations):
+            if len(room) < len(pod.gpus) or not world.admits(n, pod.task):
+                continue
+            m = mig.get(n, world.mig[n])
+            if any(m.get(q, 0) < c for q, c in pod.mig):
                 continue
             f, r = mine(n)
             for g in room:
                 f[g] -= pod.share
             for i in range(3):
                 r[i] -= pod.res[i]
+            if pod.mig:
+                m = mig.setdefault(n, dict(world.mig[n]))
+                for q, c in pod.mig:
+                    m[q] -= c
             break
         else:
             left += 1

@@ -7,21 +7,25 @@ is kept up to date as the plan changes them, and evicted pods placed best fit at
 
 Besides GPU shares the world keeps each node's free CPU, memory and ephemeral storage
 (memory and storage only where the node reports them, as
-:func:`gpuscope.analytics.allocation.has_room`): a unit lands only where its requests fit, an
-eviction frees the pod's requests, and an evicted pod is re-placed only where its own fit
-and its tolerations allow. Every room test goes through :meth:`World.room_after`.
+:func:`gpuscope.analytics.allocation.has_room`) and free MIG instances by profile: a unit
+lands only where its requests fit, an eviction frees the pod's requests and instances, and
+an evicted pod is re-placed only where its own requests fit and its tolerations, GPU-model
+pin and node selector allow. Every room test goes through :meth:`World.room_after`; every
+"may it go there" test through :meth:`World.admits` (the allocation model's
+:func:`gpuscope.analytics.allocation.admits`, so the planner and the fragmentation detector
+take the same constraints). Nodes without GPUs are in the world too: CPU-only pods may be
+evicted from GPU nodes and re-placed on them.
 """
 
 from __future__ import annotations
 
 import heapq
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from gpuscope.analytics.allocation import EPS, NodeState
+from gpuscope.analytics.allocation import EPS, NodeState, Task, admits
 from gpuscope.analytics.consolidation.model import Goal, Placed
-from gpuscope.collector.scheduling_rules import tolerates
 
 #: ``k`` of a unit that needs every GPU of its node (free_nodes).
 ALL_GPUS = -1
@@ -41,6 +45,9 @@ class Pod:
     gph: float
     res: Resources = (0, 0, 0)
     tolerations: frozenset[str] = frozenset()
+    mig: tuple[tuple[str, int], ...] = ()
+    #: The task it is, for the admission test where it is re-placed.
+    task: Task = field(default_factory=Task)
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,15 +59,25 @@ class Unit:
     schedulable: bool
     res: Resources = (0, 0, 0)
     tolerations: frozenset[str] = frozenset()
+    mig: tuple[tuple[str, int], ...] = ()
+    node_terms: tuple[str, ...] = ()
+
+    @property
+    def task(self) -> Task:
+        """The unit as the allocation model's task, for the admission test."""
+        return Task(
+            gpu_models=self.models, tolerations=self.tolerations, node_terms=self.node_terms
+        )
 
 
 class World:
     """Free shares and pods per node while a plan is made (mutable)."""
 
     def __init__(self, nodes: Sequence[NodeState], placed: Sequence[Placed]) -> None:
-        self.nodes = [n for n in nodes if n.gpus]
+        self.nodes = list(nodes)
         self.info = {n.name: n for n in self.nodes}
         self.free: dict[str, list[float]] = {n.name: list(n.gpus) for n in self.nodes}
+        self.mig: dict[str, dict[str, int]] = {n.name: dict(n.mig_free) for n in self.nodes}
         #: Free CPU, memory, storage; a limit of None is not counted (not reported).
         self.res: dict[str, list[int]] = {
             n.name: [n.cpu_milli_free, n.memory_mib_free, n.ephemeral_mib_free] for n in self.nodes
@@ -78,6 +95,8 @@ class World:
                 p.gpu_hours_lost,
                 (p.cpu_milli, p.memory_mib, p.ephemeral_mib),
                 p.tolerations,
+                p.mig,
+                Task(gpu_models=p.gpu_models, tolerations=p.tolerations, node_terms=p.node_terms),
             )
             for i, p in enumerate(placed)
         ]
@@ -99,17 +118,23 @@ class World:
 
     def eligible(self, name: str, unit: Unit) -> bool:
         node = self.info[name]
-        if unit.schedulable and not self.admits(name, unit.tolerations):
+        if unit.schedulable and not self.admits(name, unit.task):
             return False
         if unit.models and node.gpu_model not in unit.models:
             return False
+        if unit.mig:
+            offered = dict(node.mig_total)
+            if any(offered.get(p, 0) < c for p, c in unit.mig):
+                return False
+            if unit.k == 0:
+                return True
         k = len(node.gpus) if unit.k == ALL_GPUS else unit.k
         return 0 < k <= len(node.gpus)
 
-    def admits(self, name: str, tolerations: frozenset[str]) -> bool:
-        """Ready, and every hard taint (a cordon included) tolerated."""
-        node = self.info[name]
-        return node.schedulable and all(tolerates(tolerations, t) for t in node.taints)
+    def admits(self, name: str, task: Task) -> bool:
+        """Ready, every hard taint (a cordon included) tolerated, GPU model and node
+        selector allowed: :func:`gpuscope.analytics.allocation.admits`."""
+        return admits(self.info[name], task)
 
     def res_fit(self, name: str, need: Resources, pods: Iterable[Pod] = ()) -> bool:
         """Whether the node's free CPU, memory and storage, with ``pods`` evicted, hold
@@ -121,13 +146,24 @@ class World:
         counted = self.counted[name]
         return all(not counted[i] or need[i] <= have[i] for i in range(3))
 
+    def mig_fit(self, name: str, need: Iterable[tuple[str, int]], pods: Iterable[Pod] = ()) -> bool:
+        """Whether the node's free MIG instances, with ``pods`` evicted, hold ``need``."""
+        need = tuple(need)
+        if not need:
+            return True
+        have = dict(self.mig[name])
+        for pod in pods:
+            for profile, count in pod.mig:
+                have[profile] = have.get(profile, 0) + count
+        return all(have.get(p, 0) >= c for p, c in need)
+
     def room_after(self, name: str, unit: Unit, pods: Iterable[Pod] = ()) -> bool:
         """Whether the unit fits on the node once ``pods`` are evicted from it."""
         pods = tuple(pods)
         k = self.k_of(name, unit)
-        if usable_count(self.free[name], pods, unit.share) < k:
+        if k and usable_count(self.free[name], pods, unit.share) < k:
             return False
-        return self.res_fit(name, unit.res, pods)
+        return self.res_fit(name, unit.res, pods) and self.mig_fit(name, unit.mig, pods)
 
     def k_of(self, name: str, unit: Unit) -> int:
         return len(self.free[name]) if unit.k == ALL_GPUS else unit.k
@@ -143,6 +179,9 @@ class World:
             res = self.res[pod.node]
             for i in range(3):
                 res[i] += pod.res[i]
+            mig = self.mig[pod.node]
+            for profile, count in pod.mig:
+                mig[profile] = mig.get(profile, 0) + count
             self.on[pod.node].remove(pod)
             pod.movable = False
             self.evicted.append(pod)
@@ -154,6 +193,7 @@ class World:
         new.nodes, new.info = self.nodes, self.info
         new.free = {name: list(free) for name, free in self.free.items()}
         new.res = {name: list(res) for name, res in self.res.items()}
+        new.mig = {name: dict(mig) for name, mig in self.mig.items()}
         new.counted = self.counted
         new.pods = [replace(p) for p in self.pods]
         new.on = {name: [new.pods[p.idx] for p in pods] for name, pods in self.on.items()}
@@ -162,7 +202,12 @@ class World:
         return new
 
     def reserve(
-        self, name: str, gpus: Iterable[int], share: float, res: Resources = (0, 0, 0)
+        self,
+        name: str,
+        gpus: Iterable[int],
+        share: float,
+        res: Resources = (0, 0, 0),
+        mig: Iterable[tuple[str, int]] = (),
     ) -> None:
         free = self.free[name]
         for g in gpus:
@@ -170,6 +215,9 @@ class World:
         have = self.res[name]
         for i in range(3):
             have[i] -= res[i]
+        instances = self.mig[name]
+        for profile, count in mig:
+            instances[profile] = instances.get(profile, 0) - count
         self.touch(name)
 
 
@@ -204,7 +252,18 @@ def units_of(goals: Sequence[Goal], *, decreasing: bool = True) -> list[Unit]:
     for i, goal in enumerate(goals):
         if goal.kind == "pending_job":
             res = (goal.cpu_milli, goal.memory_mib, goal.ephemeral_mib)
-            unit = Unit(i, goal.gpus, goal.share, goal.gpu_models, True, res, goal.tolerations)
+            k = goal.gpus if goal.share > 0 else 0
+            unit = Unit(
+                i,
+                k,
+                goal.share if k else 0.0,
+                goal.gpu_models,
+                True,
+                res,
+                goal.tolerations,
+                goal.mig,
+                goal.node_terms,
+            )
             units += [unit] * goal.count
         elif goal.kind == "free_gpus":
             units += [Unit(i, 1, 1.0, goal.gpu_models, False)] * (goal.gpus * goal.count)
@@ -215,7 +274,7 @@ def units_of(goals: Sequence[Goal], *, decreasing: bool = True) -> list[Unit]:
     if not decreasing:
         return units
     # largest first (whole nodes, then more GPUs, then larger shares): first-fit decreasing
-    return sorted(units, key=lambda u: (u.k != ALL_GPUS, -u.k, -u.share, u.goal))
+    return sorted(units, key=lambda u: (u.k != ALL_GPUS, -u.k, -u.share, -len(u.mig), u.goal))
 
 
 #: Scores a node for a unit: (sort key, payload), or None when the node cannot serve it.
@@ -262,7 +321,17 @@ class NodeIndex:
 
 
 def node_index(world: World, unit: Unit, tag: str, scorer: Scorer) -> NodeIndex:
-    key = (tag, unit.k, unit.share, unit.models, unit.schedulable, unit.res, unit.tolerations)
+    key = (
+        tag,
+        unit.k,
+        unit.share,
+        unit.models,
+        unit.schedulable,
+        unit.res,
+        unit.tolerations,
+        unit.mig,
+        unit.node_terms,
+    )
     index = world.indexes.get(key)
     if index is None:
         index = world.indexes[key] = NodeIndex(world, unit, scorer)
@@ -292,7 +361,11 @@ def fits_now(world: World, unit: Unit, *, best_fit: bool) -> str | None:
 
 def no_room(world: World, unit: Unit) -> str:
     if not any(world.eligible(n.name, unit) for n in world.nodes):
-        return "no node has enough GPUs of the model asked for"
+        offered = {p for n in world.nodes for p, c in n.mig_total if c > 0}
+        missing = sorted(p for p, _ in unit.mig if p not in offered)
+        if missing:
+            return f"no node offers MIG profile {', '.join(missing)}"
+        return "no node it may run on has enough GPUs of the model asked for"
     return "no node has room even after moving every pod that may move"
 
 
@@ -301,9 +374,9 @@ def relocate(world: World, pod: Pod, from_node: str) -> tuple[str, tuple[int, ..
     best: tuple[float, str, tuple[int, ...]] | None = None
     need = len(pod.gpus)
     for node in world.nodes:
-        if not world.admits(node.name, pod.tolerations):
+        if not world.admits(node.name, pod.task):
             continue
-        if not world.res_fit(node.name, pod.res):
+        if not world.res_fit(node.name, pod.res) or not world.mig_fit(node.name, pod.mig):
             continue
         free = world.free[node.name]
         fits = sorted(
@@ -319,5 +392,5 @@ def relocate(world: World, pod: Pod, from_node: str) -> tuple[str, tuple[int, ..
                 break
     if best is None:
         return "", ()
-    world.reserve(best[1], best[2], pod.share, pod.res)
+    world.reserve(best[1], best[2], pod.share, pod.res, pod.mig)
     return best[1], best[2]

@@ -64,6 +64,7 @@ def kind_key(node: NodeState) -> tuple[object, ...]:
         node.mig_total,
         node.schedulable,
         node.taints,
+        node.labels,
     )
 
 
@@ -86,4 +87,5 @@ def state_of(template: NodeState, sig: Signature) -> NodeState:
         ephemeral_mib_free=template.ephemeral_mib_free,
         ephemeral_mib_total=template.ephemeral_mib_total,
         taints=template.taints,
+        labels=template.labels,
     )
