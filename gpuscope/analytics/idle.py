@@ -31,6 +31,7 @@ import pyarrow as pa  # type: ignore[import-untyped]
 import pyarrow.compute  # type: ignore[import-untyped]
 
 from gpuscope.analytics.base import Analysis
+from gpuscope.analytics.idle_gaps import gap_note, with_rule
 from gpuscope.collector.schema import GET_META, SET_META, begin
 from gpuscope.collector.store import Store, utc
 from gpuscope.core.records import Finding, Severity, finding_id
@@ -68,7 +69,7 @@ def _load_queries() -> dict[str, str]:
     parts = re.split(r"^-- name: (\w+)\n", text, flags=re.MULTILINE)
     named = {name: body.strip() for name, body in zip(parts[1::2], parts[2::2], strict=True)}
     busy = named.pop("busy_series")
-    return {name: body.replace("{busy_series}", busy) for name, body in named.items()}
+    return {name: with_rule(body.replace("{busy_series}", busy)) for name, body in named.items()}
 
 
 #: Named queries from gpuscope/analytics/sql/idle.sql.
@@ -86,7 +87,7 @@ def _config(settings: AnalyticsSettings, declared_s: float) -> str:
             "threshold": settings.idle_utilization_below,
             "memory": settings.idle_include_memory_activity,
             "declared_interval_s": declared_s,
-            "rule": "learned-spacing-v1",
+            "rule": "learned-spacing-v2-bridged-gaps",
         },
         sort_keys=True,
     )
@@ -220,11 +221,30 @@ def _workload_rows(
         try:
             result = cur.execute(Q["workloads"], params)
             names = [d[0] for d in result.description or ()]
-            return [dict(zip(names, r, strict=True)) for r in result.fetchall()]
+            rows = [dict(zip(names, r, strict=True)) for r in result.fetchall()]
         finally:
             cur.unregister("state")
+        gap_params = {"at": at, "declared_s": float(scrape_interval_s),
+                      "memory": settings.idle_include_memory_activity}  # fmt: skip
+        for row in rows:
+            row["bridged_gap_s"] = (
+                _bridged_gap(cur, row, gap_params) if row["status"] == "idle" else None
+            )
+        return rows
     finally:
         cur.close()
+
+
+def _bridged_gap(
+    cur: duckdb.DuckDBPyConnection, row: dict[str, Any], params: dict[str, Any]
+) -> float | None:
+    """The longest gap in data an idle workload was judged idle through (seconds), if any:
+    the finding says so, since its idle time runs across data it did not see."""
+    own = f"{row['namespace']}/{row['pod']}/{row['container']}"
+    keys = [*row["gpu_uuids"], *(f"{u}|{own}" for u in row["gpu_uuids"])]
+    found = cur.execute(Q["bridged_gaps"], {**params, "keys": keys, "since": row["idle_since"]})
+    longest = found.fetchall()[0][0]
+    return float(longest) if longest is not None else None
 
 
 def _findings(
@@ -267,6 +287,9 @@ def _findings(
                 "window_minutes": settings.idle_window_minutes,
                 "workload_kind": row["kind"] or "unknown",
             }
+            if row.get("bridged_gap_s"):
+                evidence["data_gap_minutes"] = round(row["bridged_gap_s"] / 60, 1)
+                evidence["note"] = gap_note(row["bridged_gap_s"])
             if interactive:
                 summary["idle_sessions"] += 1
                 severity: Severity = "critical" if idle_for >= 4 * window else "warning"

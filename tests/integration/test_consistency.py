@@ -93,6 +93,40 @@ def check_idle(store: Store, at: datetime, cfg: Settings, slack_h: float) -> int
     return compared
 
 
+def expected_idle_since(h: ch.History, p: ch.PodPlan, declared_s: float) -> datetime:
+    """When a whole-GPU pod alone on its GPU became idle, by the rule written out here
+    from its plan (no code shared with the detector): after its last busy sample, and
+    after any gap in data (over three scrape intervals) unless the samples on both sides
+    of the gap were idle, in which case it stayed idle through it."""
+    busy = p.level >= 0.05
+    seen = [k for k in range(h.steps) if k not in h.gaps]
+    since = h.ts(p.start)
+    for prev, k in itertools.pairwise(seen):
+        is_busy = busy and p.start <= k <= p.busy_until
+        was_busy = busy and p.start <= prev <= p.busy_until
+        if is_busy:
+            since = max(since, h.ts(k))
+        elif (k - prev) * h.step_s > 3 * max(declared_s, h.step_s) and was_busy:
+            since = max(since, h.ts(k))  # unknown during the gap: idle only after it
+    if seen and busy and p.start <= seen[0] <= p.busy_until:
+        since = max(since, h.ts(seen[0]))
+    return since
+
+
+def check_idle_truth(store: Store, h: ch.History, at: datetime, cfg: Settings) -> None:
+    """The detector's idle-since of every whole-GPU pod alone on its GPU is the truth by
+    construction, also across gaps in data (issue 21)."""
+    idle = run_on_store(store, at, cfg, ["idle"], persist=False)["idle"]
+    since = {f.subject["pod"]: f.since for f in idle.findings
+             if f.kind in ("idle_session", "workload_idle")}  # fmt: skip
+    for p in h.pods:
+        alone = [q for q in h.pods if (q.node, q.gpu) == (p.node, p.gpu)] == [p]
+        if p.share < 1 or not alone or p.name not in since:
+            continue
+        declared = float(cfg.collector.scrape_interval_seconds)
+        assert since[p.name] == expected_idle_since(h, p, declared), p
+
+
 def check_fragmentation(store: Store, at: datetime, cfg: Settings) -> None:
     """The detector, the report's state at ``at`` and the gauges say the same."""
     found = run_on_store(store, at, cfg, ["fragmentation"], persist=False)["fragmentation"]
@@ -167,6 +201,20 @@ def change_points_quota(store: Store, start: datetime, end: datetime) -> list[da
         guarantees=(("research", 1.0), ("serving", 0.5), ("train", 1.0)),
     )
 )
+# issue 21: a notebook idle on both sides of a 20-step gap was idle through it; the
+# detector restarted its idle clock after the gap and the report counted it as no data
+@example(
+    h=ch.History(
+        step_s=60, steps=90, nodes=("n1", "n2"), gpus_per_node=2,
+        pods=(
+            ch.PodPlan("research", "research-0", "n1", 0, 1.0, "interactive", 0, 10, 0.8),
+            ch.PodPlan("train", "train-1", "n2", 1, 1.0, "training", 0, 10**6, 0.8),
+            ch.PodPlan("serving", "serving-2", "n1", 1, 1.0, "inference", 0, 39, 0.8),
+        ),
+        gaps=frozenset(range(40, 60)),
+        guarantees=(("research", 1.0), ("serving", 0.5), ("train", 1.0)),
+    )
+)  # fmt: skip
 def test_detectors_report_and_gauges_agree_on_generated_histories(h: ch.History) -> None:
     cfg = Settings.model_validate({
         "analytics": {"idle_window_minutes": 10 * h.step_s / 60, "startup_grace_minutes": 0},
@@ -176,6 +224,7 @@ def test_detectors_report_and_gauges_agree_on_generated_histories(h: ch.History)
         ch.write(store, h)
         at = h.end
         compared = check_idle(store, at, cfg, slack_h=h.step_s / 3600)
+        check_idle_truth(store, h, at, cfg)
         event(f"idle workloads compared: {min(compared, 2)}+")
         for t in (ch.T0, ch.T0 + (at - ch.T0) / 2, at):
             check_fragmentation(store, t, cfg)

@@ -12,8 +12,10 @@ Definitions (the report states them too):
   busy signal is SM activity where the GPU has it, else NVML utilization (plus memory
   activity with ``idle_include_memory_activity``); a fractional pod is judged on its own
   utilization over its share where the agents report it;
-* **no data**: allocated GPU-hours in buckets with no sample of the GPU. Unknown is not
-  idle: these hours are neither idle nor used, and efficiency leaves them out
+* **no data**: allocated GPU-hours in buckets with no sample of the GPU, but for a gap
+  with idle data on both sides, which is idle (the pod was idle through it: the rule of
+  ``analytics/idle_gaps.py``, shared with the idle detector). Unknown is not idle: these
+  hours are neither idle nor used, and efficiency leaves them out
   (``efficiency = used / (allocated - no data)``);
 * **capacity**: allocatable GPUs of the nodes in the inventory history, hour by hour.
 

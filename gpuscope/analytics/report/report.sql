@@ -52,7 +52,9 @@ WHERE h.e > h.s;
 -- Per hour and pod: GPU-hours allocated (share x time held), used (allocated x the GPU's
 -- mean utilization in each 5-minute bucket), idle (allocated in buckets where the pod was
 -- idle by the idle detector's definition, below) and without data (allocated in buckets
--- with no sample of the GPU: unknown, never counted idle). Held time is cut into 5-minute
+-- with no sample of the GPU: unknown, never counted idle, unless the nearest buckets
+-- with data on both sides are idle: then the pod was idle through the gap, by the rule
+-- analytics/idle_gaps.py shares with the idle detector). Held time is cut into 5-minute
 -- buckets and each piece joined to its GPU's bucket. For speed, joins and groups are on
 -- integers: a dense GPU id and the bucket number fold into one key, pods are numbered,
 -- and labels join at the end.
@@ -157,15 +159,15 @@ spans AS (
     LEFT JOIN gpu_ids AS g USING (uuid)
 ),
 pieces AS (
-    SELECT pid, bucket, share,
+    SELECT pid, gid, bucket, share,
            gid * 1048576 + (epoch(bucket) // 300)::BIGINT % 1048576 AS k,
            share * (epoch(least(e, bucket + INTERVAL 5 MINUTE))
                     - epoch(greatest(s, bucket))) / 3600.0 AS gpu_hours
     FROM spans
 ),
 judged AS (
-    SELECT p.pid, p.bucket, p.gpu_hours, u.mean,
-           u.k IS NULL AND b.k IS NULL AND w.k IS NULL AS no_data,
+    SELECT p.pid, p.gid, p.bucket, p.gpu_hours, u.mean,
+           u.k IS NULL AND b.k IS NULL AND w.k IS NULL AS gap,
            CASE WHEN p.share < 1 AND w.peak IS NOT NULL THEN w.peak / p.share
                 ELSE greatest(coalesce(b.sm_peak, u.peak), b.memory_peak) END AS busy
     FROM pieces AS p
@@ -173,13 +175,35 @@ judged AS (
     LEFT JOIN signals AS b USING (k)
     LEFT JOIN share_util AS w ON w.pid = p.pid AND w.k = p.k
 ),
+sides AS (
+    -- a bucket without data is judged by the nearest buckets with data on both sides
+    SELECT *,
+           last_value(busy >= $threshold IGNORE NULLS) OVER (
+               PARTITION BY pid, gid ORDER BY bucket
+               ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS before_busy,
+           first_value(busy >= $threshold IGNORE NULLS) OVER (
+               PARTITION BY pid, gid ORDER BY bucket
+               ROWS BETWEEN 1 FOLLOWING AND UNBOUNDED FOLLOWING) AS after_busy,
+           epoch(first_value(CASE WHEN NOT gap THEN bucket END IGNORE NULLS) OVER (
+                     PARTITION BY pid, gid ORDER BY bucket
+                     ROWS BETWEEN 1 FOLLOWING AND UNBOUNDED FOLLOWING))
+               - epoch(last_value(CASE WHEN NOT gap THEN bucket END IGNORE NULLS) OVER (
+                     PARTITION BY pid, gid ORDER BY bucket
+                     ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)) - 300 AS gap_s
+    FROM judged
+),
+bridged AS (
+    SELECT *, gap AND {bridged} AS idle_through, gap AND NOT {bridged} AS no_data
+    FROM sides
+),
 per_pod AS (
     SELECT time_bucket(INTERVAL 1 HOUR, bucket) AS hour, pid,
            sum(gpu_hours) AS allocated,
            coalesce(sum(gpu_hours * mean), 0) AS used,
-           coalesce(sum(gpu_hours) FILTER (WHERE busy < $threshold), 0) AS idle,
+           coalesce(sum(gpu_hours) FILTER (WHERE busy < $threshold OR idle_through), 0)
+               AS idle,
            coalesce(sum(gpu_hours) FILTER (WHERE no_data), 0) AS no_data
-    FROM judged
+    FROM bridged
     GROUP BY ALL
 )
 SELECT x.hour, p.namespace, p.pod, p.project, x.allocated, x.used, x.idle, x.no_data

@@ -13,6 +13,8 @@ from typing import Any
 import duckdb
 import polars as pl
 
+from gpuscope.analytics.idle_gaps import with_rule
+
 _PARAM = re.compile(r"\$(\w+)")
 _COMMENT = re.compile(r"--[^\n]*")
 
@@ -20,7 +22,8 @@ _COMMENT = re.compile(r"--[^\n]*")
 def _load_queries() -> dict[str, str]:
     text = files("gpuscope.analytics.report").joinpath("report.sql").read_text(encoding="utf-8")
     parts = re.split(r"^-- name: (\w+)\n", text, flags=re.MULTILINE)
-    return {name: body.strip() for name, body in zip(parts[1::2], parts[2::2], strict=True)}
+    named = zip(parts[1::2], parts[2::2], strict=True)
+    return {name: with_rule(body.strip()) for name, body in named}
 
 
 #: Named queries from gpuscope/analytics/report/report.sql.

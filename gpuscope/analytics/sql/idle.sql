@@ -50,8 +50,10 @@ busy_series AS (
 -- with no earlier gap to compare with is judged by the next eight gaps where there are
 -- some, else taken as the spacing unless it is longer than a third of the look-back (then
 -- it is missing data). The samples of the
--- $lookback before $lo are read for those earlier gaps only; a missing-data gap restarts
--- covered_since, so data missing in a window is seen as unknown, never as idle.
+-- $lookback before $lo are read for those earlier gaps only. A missing-data gap is judged
+-- by the samples on both sides ({bridged}, the rule analytics/idle_gaps.py shares with the
+-- report): idle on both sides, the key was idle through it; otherwise it restarts
+-- covered_since, so data missing next to a busy sample is unknown, never idle.
 -- `spacing` (seconds, not persisted) is the median of the last eight gaps at the end.
 WITH {busy_series},
 new_samples AS (
@@ -67,6 +69,11 @@ with_gaps AS (
     SELECT t.uuid, t.ts, t.value, t.busy,
            epoch(t.ts) - epoch(CASE WHEN lag(t.ts) OVER w IS NOT NULL THEN lag(t.ts) OVER w
                                     WHEN t.ts > $lo THEN p.last_sample_ts END) AS gap_s,
+           CASE WHEN lag(t.ts) OVER w IS NOT NULL THEN lag(t.busy) OVER w
+                WHEN t.ts > $lo AND p.last_sample_ts IS NOT NULL
+                    THEN coalesce(p.last_busy_ts >= p.last_sample_ts, false) END
+               AS before_busy,
+           t.busy AS after_busy,
            row_number() OVER w AS rn,
            count(*) OVER (PARTITION BY t.uuid) AS n
     FROM per_time AS t LEFT JOIN prior AS p USING (uuid)
@@ -103,7 +110,8 @@ folded AS (
            max(ts) FILTER (WHERE busy) AS last_busy_ts,
            arg_max(value, ts) FILTER (WHERE busy) AS last_busy_value,
            max(ts) FILTER (WHERE gap_s > 3 * greatest($declared_s,
-                                        coalesce(usual_s, least(gap_s, $lookback_s / 3))))
+                                        coalesce(usual_s, least(gap_s, $lookback_s / 3)))
+                                 AND NOT {bridged})
                AS after_gap,
            max(spacing_s) AS spacing
     FROM judged WHERE ts > $lo GROUP BY uuid
@@ -144,7 +152,8 @@ buckets AS (
     GROUP BY ALL
 ),
 gaps AS (
-    SELECT *, epoch(bucket) - epoch(lag(bucket) OVER w) AS gap_s
+    SELECT *, epoch(bucket) - epoch(lag(bucket) OVER w) AS gap_s,
+           lag(max) OVER w >= $threshold AS before_busy, max >= $threshold AS after_busy
     FROM buckets WINDOW w AS (PARTITION BY uuid ORDER BY bucket)
 ),
 judged AS (
@@ -161,7 +170,8 @@ SELECT uuid,
        arg_max(max, bucket) FILTER (WHERE max >= $threshold) AS last_busy_value,
        least(max(bucket) + INTERVAL 5 MINUTE, $lo) AS last_sample_ts,
        coalesce(max(bucket) FILTER (WHERE gap_s > 3 * greatest($declared_s, 300,
-                                    coalesce(usual_s, least(gap_s, $lookback_s / 3)))),
+                                    coalesce(usual_s, least(gap_s, $lookback_s / 3)))
+                                    AND NOT {bridged}),
                 min(bucket)) AS covered_since,
        any_value(signal) AS signal,
        NULL::DOUBLE AS spacing
@@ -245,3 +255,25 @@ SELECT namespace, pod, container, node, kind, interactive, start_ts, gpus, gpu_u
             ELSE 'active' END AS status
 FROM per_workload
 ORDER BY namespace, pod, container;
+
+-- name: bridged_gaps
+-- The longest gap in data an idle workload was judged idle through: the longest gap over
+-- three sample spacings (the key's median gap, at least $declared_s) between consecutive
+-- samples of its keys ($keys: its GPUs' uuids and its own fractional keys) in
+-- [$since, $at]. NULL when there was none.
+WITH {busy_series},
+points AS (
+    SELECT b.key, s.ts
+    FROM samples AS s JOIN busy_series AS b USING (series_id)
+    WHERE list_contains($keys, b.key) AND s.ts >= $since AND s.ts <= $at
+    GROUP BY ALL
+),
+gaps AS (
+    SELECT key, epoch(ts) - epoch(lag(ts) OVER (PARTITION BY key ORDER BY ts)) AS gap_s
+    FROM points
+),
+spaced AS (
+    SELECT gap_s, greatest($declared_s, median(gap_s) OVER (PARTITION BY key)) AS spacing_s
+    FROM gaps
+)
+SELECT max(gap_s) FROM spaced WHERE gap_s > 3 * spacing_s;
