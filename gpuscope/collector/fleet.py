@@ -151,7 +151,7 @@ class FleetSource:
             try:
                 batches = self._ask(members, start, end, self.target(s)) if members else []
             except QueryRefused as exc:
-                window.refused()
+                window.refused(round((end - start) / BUCKET_S) + 1)
                 out.errors.append(str(exc))
                 continue
             except SourceError as exc:

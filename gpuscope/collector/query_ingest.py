@@ -177,7 +177,7 @@ class QueryIngest:
         try:
             batches = self.pull.fetch(start, end)
         except QueryRefused:
-            self.pull_window.refused()
+            self.pull_window.refused(round((end - start) / self.step) + 1)
             raise
         stored = sum(self.write(b) for b in batches)
         before = self.pull_window.cursor or start

@@ -9,7 +9,8 @@ failure until the engine refused it. This window instead:
 - holds a cursor on the step grid (multiples of ``step``): the next step not yet stored;
 - asks only steps at least ``latency_offset`` old (the engine's own offset respected);
 - asks at most ``steps_per_query`` steps; a refusal for size halves that (down to one step)
-  and success doubles it back, so a refused query is never asked again bigger;
+  and caps it below the refused size from then on; success doubles it back up to that cap,
+  so a refused query is never asked again as big;
 - advances by the steps the engine answered: a step it has no data for yet is asked again,
   until it is older than ``final_after`` (then it is given up: empty);
 - never falls further behind than ``max_lag_steps``: older steps are skipped, counted and
@@ -36,12 +37,16 @@ class StepWindow:
     #: The next step to ask (a multiple of ``step``); None until the first cycle.
     cursor: float | None = None
     steps_per_query: int = 0
+    #: The most steps a query may ask: one less than the smallest the engine refused.
+    ceiling: int = 0
     skipped: int = 0
     empty: int = 0
 
     def __post_init__(self) -> None:
         if self.steps_per_query <= 0:
             self.steps_per_query = self.max_steps_per_query
+        if self.ceiling <= 0:
+            self.ceiling = self.max_steps_per_query
 
     def newest(self, now: float) -> float:
         """The newest step the engine is expected to answer at ``now``."""
@@ -67,7 +72,7 @@ class StepWindow:
         """The engine answered ``[start, end]`` with data at ``steps``: move past what is
         done. A missing step at the end is asked again until it is final."""
         assert self.cursor is not None
-        self.steps_per_query = min(self.max_steps_per_query, self.steps_per_query * 2)
+        self.steps_per_query = min(self.ceiling, self.steps_per_query * 2)
         final_before = now - self.latency_offset - self.final_after
         done = end if (end in steps or end <= final_before) else max(steps, default=None)
         if done is None or done < start:
@@ -76,9 +81,11 @@ class StepWindow:
         self.empty += round((done - start) / self.step) + 1 - present
         self.cursor = done + self.step
 
-    def refused(self) -> None:
-        """The engine refused the query for size: ask fewer steps next time."""
-        self.steps_per_query = max(1, self.steps_per_query // 2)
+    def refused(self, asked: int) -> None:
+        """The engine refused a query of ``asked`` steps for size: ask fewer next time,
+        and never as many again."""
+        self.ceiling = max(1, min(self.ceiling, asked - 1))
+        self.steps_per_query = max(1, min(self.steps_per_query // 2, self.ceiling))
 
     def lag(self, now: float) -> float | None:
         """Seconds the next step to store is behind now (None before the first cycle)."""
