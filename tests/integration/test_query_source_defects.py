@@ -6,6 +6,7 @@ bearer token."""
 
 from __future__ import annotations
 
+import itertools
 import math
 import threading
 import time
@@ -135,21 +136,25 @@ def test_a_refused_query_is_never_asked_again_bigger(tmp_path: Path) -> None:
     om = tmp_path / "f.om"
     write_openmetrics(run.pages(), run.times(), om)
     per_step = 6 * 300  # about 300 series a node: one step fits, eight do not
-    with prometheus_on_blocks(tmp_path, om, f"--query.max-samples={per_step * 3}") as prom:
-        with Store.open(tmp_path / "p.duckdb") as store, recording(prom) as seen:
-            ingest = pull_ingest(prom, store)
-            ingest.pull_window.cursor = run.start  # 40 steps behind: a catch-up
-            now = run.start + 10 * 60 + 30
-            for _ in range(40):
-                ingest.cycle(now)
-                if ingest.pull_window.cursor == now - 30 + STEP:
-                    break
-            got = stored_times(store)
+    limit = f"--query.max-samples={per_step * 3}"
+    with (
+        prometheus_on_blocks(tmp_path, om, limit) as prom,
+        Store.open(tmp_path / "p.duckdb") as store,
+        recording(prom) as seen,
+    ):
+        ingest = pull_ingest(prom, store)
+        ingest.pull_window.cursor = run.start  # 40 steps behind: a catch-up
+        now = run.start + 10 * 60 + 30
+        for _ in range(40):
+            ingest.cycle(now)
+            if ingest.pull_window.cursor == now - 30 + STEP:
+                break
+        got = stored_times(store)
     # every step, once (and the next, where Prometheus' look-back still finds the last)
     assert got[: len(run.times())] == run.times() and len(got) <= len(run.times()) + 1
     assert any(o == "refused" for _, o in seen)
     assert len(seen) < 40  # it settled on a size that passes
-    for (size, outcome), (after, _) in zip(seen, seen[1:], strict=False):
+    for (size, outcome), (after, _) in itertools.pairwise(seen):
         if outcome == "refused":
             assert after < size, seen  # never asked again as big, let alone bigger
 
