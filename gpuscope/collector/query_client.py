@@ -145,10 +145,36 @@ class QueryClient:
                 attempt += 1
                 if attempt > self.retries:
                     raise SourceError(str(exc)) from None
-                log.info("query retried in %.1fs error=%s", delay, exc)
+                log.debug("query retried in %.1fs error=%s", delay, exc)
                 if not self._wait(delay):
                     raise QueryCancelled(f"query API {self.shown_url}: cancelled") from None
                 delay *= 2
+
+    def _post(self, url: str, params: dict[str, str]) -> httpx.Response:
+        """The POST, in a worker thread the caller stops waiting for on :meth:`cancel`:
+        closing an httpx client does not interrupt a read blocked in another thread, and
+        a shutdown must not wait for the engine (the worker is a daemon; the socket closes
+        with the client or the process, and the engine then stops the query)."""
+        headers = self.headers()
+        done = threading.Event()
+        box: dict[str, Any] = {}
+
+        def work() -> None:
+            try:
+                box["resp"] = self._client.post(url, data=params, headers=headers)
+            except BaseException as exc:
+                box["exc"] = exc
+            finally:
+                done.set()
+
+        threading.Thread(target=work, name="query", daemon=True).start()
+        while not done.wait(0.1):
+            if self._cancelled.is_set():
+                raise QueryCancelled(f"query API {self.shown_url}: cancelled")
+        if "exc" in box:
+            raise box["exc"]
+        resp: httpx.Response = box["resp"]
+        return resp
 
     def _once(self, path: str, params: dict[str, str]) -> dict[str, Any]:
         if self._cancelled.is_set():
@@ -157,7 +183,7 @@ class QueryClient:
         start = time.monotonic()
         self.stats.queries += 1
         try:
-            resp = self._client.post(url, data=params, headers=self.headers())
+            resp = self._post(url, params)
         except httpx.TimeoutException:
             self.stats.failures += 1
             raise _Retryable(
@@ -169,6 +195,9 @@ class QueryClient:
                 raise QueryCancelled(f"query API {self.shown_url}: cancelled") from None
             text = str(exc).replace(self.base_url, self.shown_url)
             raise _Retryable(f"query API {self.shown_url} unreachable: {text}") from None
+        except QueryCancelled:
+            self.stats.failures += 1
+            raise
         finally:
             self.stats.seconds += time.monotonic() - start
         self.stats.bytes += len(resp.content)
