@@ -5,15 +5,18 @@ cluster scraped directly."""
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+import yaml
 
 from bench.fleet_sim import push_to_victoriametrics, write_openmetrics
 from gpuscope.analytics.runner import DETECTORS, run_on_store
+from gpuscope.collector.query_client import QueryClient
 from gpuscope.collector.query_ingest import QueryIngest
 from gpuscope.collector.store import Store
 from gpuscope.core.query_settings import QuerySettings
@@ -126,3 +129,72 @@ def test_fleet_mode_on_prometheus_equals_direct(run: SimRun, direct: Store, tmp_
         fleet = run_fleet(prom, run, tmp_path / "f.duckdb", settings, FLEET)
     assert_every_bucket_once(fleet, run)
     compare(direct, fleet, run, settings)
+
+
+def evaluate_rules_into(vm: str, rules: Path, start: float, end: float) -> int:
+    """Do what vmalert (or Prometheus' rule manager) does with the shipped recording rules:
+    evaluate each every 30 s over ``[start, end]`` and write the result under its name."""
+    groups = yaml.safe_load(rules.read_text())["groups"]
+    lines: list[str] = []
+    for group in groups:
+        step = group.get("interval", "30s")
+        for rule in group["rules"]:
+            r = httpx.post(vm + "/api/v1/query_range", data={
+                "query": rule["expr"], "start": start, "end": end, "step": step}, timeout=120)  # fmt: skip
+            for series in r.json()["data"]["result"]:
+                lines.append(json.dumps({
+                    "metric": {**series["metric"], "__name__": rule["record"]},
+                    "values": [float(v) for _, v in series["values"]],
+                    "timestamps": [int(float(t) * 1000) for t, _ in series["values"]],
+                }))  # fmt: skip
+    httpx.post(vm + "/api/v1/import", content="\n".join(lines), timeout=300).raise_for_status()
+    return len(lines)
+
+
+def test_fleet_mode_reads_the_shipped_recording_rules(
+    run: SimRun, direct: Store, tmp_path: Path
+) -> None:
+    """With ``recording_rules: true`` fleet mode reads the engine's ``gpuscope:*`` series
+    (dashboards/rules/gpuscope-fleet-rules.yaml) instead of asking ``*_over_time``: every
+    bucket once, the same findings."""
+    settings = SETTINGS
+    rules = Path(__file__).resolve().parents[2] / "dashboards/rules/gpuscope-fleet-rules.yaml"
+    with victoria_metrics(tmp_path, "-search.disableCache") as vm:
+        push_to_victoriametrics(vm, run.pages(), run.times())
+        vm_flush(vm)
+        assert evaluate_rules_into(vm, rules, run.start, run.end + BUCKET_S) > 0
+        vm_flush(vm)
+        q = FLEET.model_copy(update={"recording_rules": True})
+        spy: list[str] = []
+        original = QueryClient.query
+
+        def recorded(self: QueryClient, path: str, params: dict[str, str]) -> dict[str, Any]:
+            spy.append(params["query"])
+            return original(self, path, params)
+
+        QueryClient.query = recorded  # type: ignore[method-assign]
+        try:
+            fleet = run_fleet(vm, run, tmp_path / "f.duckdb", settings, q)
+        finally:
+            QueryClient.query = original  # type: ignore[method-assign]
+    assert not any("_over_time(" in s for s in spy if "agent_info" not in s)
+    assert any("gpuscope:gpu_utilization_ratio:max5m" in s for s in spy)
+    assert_every_bucket_once(fleet, run)
+    compare(direct, fleet, run, settings)
+
+
+def test_the_shipped_recording_rules_are_valid_and_complete() -> None:
+    """promtool accepts them, and they record exactly the series fleet mode reads."""
+    import shutil
+    import subprocess
+
+    from gpuscope.collector.fleet import RULE_NAMES
+
+    rules = Path(__file__).resolve().parents[2] / "dashboards/rules/gpuscope-fleet-rules.yaml"
+    records = {r["record"] for g in yaml.safe_load(rules.read_text())["groups"] for r in g["rules"]}
+    assert records == set(RULE_NAMES)
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        pytest.skip("promtool is not installed")
+    done = subprocess.run([promtool, "check", "rules", str(rules)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
