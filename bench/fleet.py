@@ -56,9 +56,11 @@ def cycle_main(url: str, db: str, bucket: float, now: float, shards: int, mode: 
     """The child: one fleet cycle for ``bucket`` (or, in pull mode, one 15 s step at its
     start: what the pull path asks every 15 s), figures as one JSON line on stdout."""
     from gpuscope.collector.query_ingest import QueryIngest
+    from gpuscope.collector.service import limit_malloc_arenas
     from gpuscope.collector.store import Store
     from gpuscope.core.query_settings import QuerySettings
 
+    limit_malloc_arenas()  # as `gpuscope collector` does at start
     q = QuerySettings(mode=mode, shards=shards, timeout_seconds=120, retries=0)  # type: ignore[arg-type]
     cpu0, wall0 = time.process_time(), time.perf_counter()
     with Store.open(Path(db)) as store:
@@ -135,7 +137,7 @@ def measure(nodes: int, shards: int, modes: tuple[str, ...]) -> dict[str, dict[s
 def run(quick: bool = False, nodes: int | None = None) -> list[Figure]:
     nodes = nodes or (128 if quick else 1250)
     gpus = nodes * 8
-    shards = max(1, math.ceil(nodes / 160))
+    shards = max(1, math.ceil(nodes / 64))  # 512 GPUs a shard
     # pull mode only where one step of the whole fleet fits this machine's memory
     both = measure(nodes, shards, ("fleet", "pull") if gpus <= 2048 else ("fleet",))
     m = both["fleet"]

@@ -31,6 +31,33 @@ TYPES = {m.name: m.type for m in AGENT_METRICS}
 MAX_POINTS = 11_000
 
 
+class LabelCache:
+    """One tuple per distinct label set, built of one tuple per distinct label pair.
+
+    Why: a parsed answer makes fresh strings and tuples for every series, and the store
+    keeps each series' labels as the key of its id map for as long as it runs: 240,000
+    series of 8 labels each held their own ~1 KB of copies (at 10,000 GPUs in fleet mode
+    the collector's peak RSS was 694 MB). Shared pairs (a node's, a GPU's) and one canonical
+    tuple per series bring that to the tuple itself. Cleared past ``limit`` label sets.
+    """
+
+    def __init__(self, limit: int = 2_000_000) -> None:
+        self.limit = limit
+        self._pairs: dict[tuple[str, str], tuple[str, str]] = {}
+        self._sets: dict[Labels, Labels] = {}
+
+    def labels(self, metric: dict[str, object]) -> Labels:
+        if len(self._sets) > self.limit:
+            self._pairs.clear()
+            self._sets.clear()
+        pairs = self._pairs
+        got = tuple(
+            pairs.setdefault(p, p)
+            for p in sorted((str(k), str(v)) for k, v in metric.items() if k not in ENGINE_LABELS)
+        )
+        return self._sets.setdefault(got, got)
+
+
 def matrix_result(data: dict[str, object], shown_url: str) -> list[dict[str, object]]:
     if data.get("resultType") != "matrix":
         raise SourceError(f"query API {shown_url}: expected a matrix result")
@@ -43,6 +70,7 @@ def batches_from_matrix(
     target: str,
     *,
     name_of: dict[str, str] | None = None,
+    cache: LabelCache | None = None,
 ) -> list[Batch]:
     """One batch per timestamp of a ``query_range`` matrix; ``name_of`` maps a series'
     ``__name__`` to the name it is stored as (recording rules, fleet mode)."""
@@ -57,8 +85,12 @@ def batches_from_matrix(
             name = name_of.get(name, "")
         if not name:
             continue
-        labels: Labels = tuple(
-            sorted((str(k), str(v)) for k, v in metric.items() if k not in ENGINE_LABELS)
+        labels: Labels = (
+            cache.labels(metric)
+            if cache is not None
+            else tuple(
+                sorted((str(k), str(v)) for k, v in metric.items() if k not in ENGINE_LABELS)
+            )
         )
         for ts, raw in values:
             value = float(raw)
@@ -81,6 +113,7 @@ class PrometheusQuerySource:
     timeout_seconds: float = 30.0
     client: QueryClient | None = None
     _own: QueryClient | None = field(default=None, init=False, repr=False)
+    _cache: LabelCache = field(default_factory=LabelCache, init=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.client is None:
@@ -119,4 +152,6 @@ class PrometheusQuerySource:
             "step": f"{self.step_seconds:g}",
         }
         data = self.query_client.query("/api/v1/query_range", params)
-        return batches_from_matrix(matrix_result(data, self.shown_url), self.shown_url)
+        return batches_from_matrix(
+            matrix_result(data, self.shown_url), self.shown_url, cache=self._cache
+        )
