@@ -36,6 +36,7 @@ BENCHMARKS: tuple[Benchmark, ...] = (
     Benchmark("store", "Collector"),
     Benchmark("api", "Collector"),
     Benchmark("hostile_targets", "Collector"),
+    Benchmark("fleet", "Collector"),
     Benchmark("idle", "Analytics"),
     Benchmark("quota_bandwidth", "Analytics"),
     Benchmark("fragmentation", "Analytics"),

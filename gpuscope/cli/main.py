@@ -150,6 +150,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="ingest from this Prometheus-compatible query API instead of scraping",
     )
     col.add_argument(
+        "--check",
+        action="store_true",
+        help="check the inputs, ask the query API once (with --prometheus-url), print JSON, exit",
+    )
+    col.add_argument(
         "--scrape-interval",
         type=float,
         metavar="SECONDS",
@@ -254,6 +259,15 @@ def _cmd_collector(args: argparse.Namespace) -> int:
     }
     settings = load_settings(args.config, overrides={"collector": flags})
     check_service_inputs(settings)
+    if args.check:
+        import json
+
+        from gpuscope.collector.query_check import check_query_source
+
+        cs = settings.collector
+        found = check_query_source(cs) if cs.prometheus_url else {"url": None, "mode": "scrape"}
+        print(json.dumps(found, indent=2))
+        return 0
     return run_service(settings)
 
 

@@ -34,7 +34,7 @@ from gpuscope.collector.inventory_gauges import InventoryGauges
 from gpuscope.collector.inventory_records import QuotaInfo
 from gpuscope.collector.limits import IngestLimits
 from gpuscope.collector.metrics import CollectorMetrics
-from gpuscope.collector.promql import PrometheusQuerySource
+from gpuscope.collector.query_ingest import QueryIngest, QueryIngestMetrics
 from gpuscope.collector.scrape import Scraper, Target
 from gpuscope.collector.scrape_loop import ScrapeLoop
 from gpuscope.collector.store import Retention, Store
@@ -89,11 +89,18 @@ class CollectorService:
         #: Called with that line; run_collector stops the server with it.
         self.on_fatal: Callable[[str], None] = self._log_fatal
         self.query_source = (
-            PrometheusQuerySource(cs.prometheus_url, step_seconds=cs.scrape_interval_seconds)
+            QueryIngest(
+                cs.prometheus_url,
+                cs.query,
+                cs.scrape_interval_seconds,
+                self.store,
+                self._write_batch,
+            )
             if cs.prometheus_url
             else None
         )
-        self._query_from = clock() - cs.scrape_interval_seconds * 4
+        if self.query_source is not None:
+            self.metrics.registry.register(QueryIngestMetrics(self.query_source, clock))
         self.inventory = self._make_inventory()
         self._cycles = 0
         self._lock = threading.Lock()
@@ -137,15 +144,15 @@ class CollectorService:
         self.fatal = message
         log.critical("%s", message)
 
+    def _write_batch(self, batch: Any) -> int:
+        return self.writer.write_batch(batch)
+
     def query_cycle(self) -> int:
-        """Pull new samples from the Prometheus-compatible query API."""
+        """Ask the Prometheus-compatible query API what is due (fleet mode: the closed
+        5-minute buckets' summaries; pull mode: whole steps of raw series) and store it."""
         assert self.query_source is not None
         with self._lock, self.metrics.cycle_seconds.time():
-            end = self.clock() - self.settings.collector.scrape_interval_seconds  # let it land
-            stored = 0
-            for batch in self.query_source.fetch(self._query_from, end):
-                stored += self.writer.write_batch(batch)
-            self._query_from = end + self.query_source.step_seconds
+            stored = self.query_source.cycle(self.clock())
             self._cycles += 1
             return stored
 
@@ -218,7 +225,9 @@ class CollectorService:
             self.scheduler.add_job(
                 self._guarded("ingest", self.query_cycle),
                 "interval",
-                seconds=cs.scrape_interval_seconds,
+                seconds=cs.query.interval_seconds
+                if cs.query.mode == "fleet"
+                else cs.scrape_interval_seconds,
                 id="ingest",
                 next_run_time=first,
             )
@@ -265,9 +274,14 @@ class CollectorService:
 
     def ingest_status(self) -> dict[str, Any]:
         limits = {f.name: getattr(self.limits, f.name) for f in dataclasses.fields(self.limits)}
-        return {**self.writer.status(), "limits": limits}
+        out = {**self.writer.status(), "limits": limits}
+        if self.query_source is not None:
+            out["query_source"] = self.query_source.status(self.clock())
+        return out
 
     def stop(self) -> None:
+        if self.query_source is not None:  # an in-flight pull must not hold SIGTERM up
+            self.query_source.cancel()
         if self.scrape_loop is not None:
             self.scrape_loop.stop()
         if self.scheduler.running:

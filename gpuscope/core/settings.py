@@ -26,6 +26,7 @@ from pydantic import (
 )
 
 from gpuscope.core.errors import ConfigError
+from gpuscope.core.query_settings import QuerySettings
 
 ENV_PREFIX = "GPUSCOPE_"
 #: Environment variable that names the config file when no ``--config`` flag is given.
@@ -194,6 +195,8 @@ class CollectorSettings(_Section):
     store_failure_exit_seconds: float = Field(default=60.0, gt=0, le=86_400)
     #: Ingest from this Prometheus-compatible query API instead of scraping (docs/design.md, Scale).
     prometheus_url: str = ""
+    #: How that query API is asked: fleet or pull mode, tenant, token, timeouts, shards.
+    query: QuerySettings = Field(default_factory=QuerySettings)
     #: Kubernetes API access: ``auto`` (in-cluster, else kubeconfig, else none), ``none``,
     #: or an explicit API server URL (``kubectl proxy``, or https with the options below).
     kubernetes: str = "auto"

@@ -1,0 +1,79 @@
+"""One simulated cluster, two ways into a store: scraped directly (the agents' real pages
+through the collector's parse and store, every 15 s) and through an engine (the same pages
+with timestamps, in VictoriaMetrics or Prometheus) read by fleet mode. The fleet-mode tests
+compare the two."""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+from bench.fleet_sim import FleetPages
+from gpuscope.collector.inventory_records import node_from_json, pod_from_json
+from gpuscope.collector.scrape import Target, page_to_outcome
+from gpuscope.collector.store import Store
+from gpuscope.core.settings import Settings, WorkloadSettings
+from gpuscope.sim import SimulatedCluster
+from gpuscope.sim.kube import nodes_json, pods_json
+from gpuscope.sim.scenario import default_scenario
+
+STEP_S = 15
+BUCKET_S = 300
+
+
+@dataclass
+class SimRun:
+    cluster: SimulatedCluster
+    origin: float  # scenario time 0, Unix seconds
+    start: float  # first sample (a multiple of 300)
+    minutes: int
+
+    @property
+    def end(self) -> float:
+        return self.start + self.minutes * 60
+
+    def times(self) -> list[float]:
+        return [self.start + k * STEP_S for k in range(self.minutes * 60 // STEP_S)]
+
+    def buckets(self) -> list[float]:
+        return [self.start + k * BUCKET_S for k in range(self.minutes * 60 // BUCKET_S)]
+
+    def pages(self) -> FleetPages:
+        return FleetPages(self.cluster, self.cluster.node_names, self.origin)
+
+
+def sim_run(nodes: int = 8, minutes: int = 30, hours_ago: float = 3.0) -> SimRun:
+    """The demo's scenario on ``nodes`` nodes, ``minutes`` long, ending ``hours_ago``
+    before now on the 5-minute grid (inside both engines' retention)."""
+    scenario = default_scenario(nodes)
+    start = math.floor((time.time() - hours_ago * 3600) / BUCKET_S) * BUCKET_S
+    # six hours into the scenario at `start`: the demo's notebooks are idle by then
+    return SimRun(SimulatedCluster(scenario), start - scenario.live_offset, start, minutes)
+
+
+def record_inventory(store: Store, run: SimRun, at: float, workloads: WorkloadSettings) -> None:
+    """What the Kubernetes API would list at ``at``, as the collector records it."""
+    objs = nodes_json(run.cluster, origin=run.origin)["items"]
+    nodes = {n["metadata"]["name"]: node_from_json(n) for n in objs}
+    pods = [
+        pod_from_json(p, node=nodes.get(p["spec"].get("nodeName", "")), settings=workloads)
+        for p in pods_json(run.cluster, at - run.origin, origin=run.origin)["items"]
+    ]
+    store.record_inventory(datetime.fromtimestamp(at, UTC), nodes=list(nodes.values()), pods=pods)
+
+
+def scrape_directly(run: SimRun, db: Path, settings: Settings) -> Store:
+    """Direct mode: every node's page every 15 s through parse and ``append_cycle``."""
+    store = Store.open(db)
+    record_inventory(store, run, run.start, settings.workloads)
+    pages = run.pages()
+    for t in run.times():
+        outcomes = [
+            page_to_outcome(Target(f"http://{node}:9835/metrics", "agent", node), page, t)
+            for node, page in pages.pages(t)
+        ]
+        store.append_cycle([(o.batch, 0.0) for o in outcomes if o.batch is not None])
+    return store

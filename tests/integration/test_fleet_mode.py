@@ -1,0 +1,200 @@
+"""Fleet mode against a real VictoriaMetrics and a real Prometheus (issue 26, "Done means"):
+over 30 simulated minutes it stores every 5-minute bucket once (none lost, none twice),
+and the detectors' findings on what it stored equal their findings on the same simulated
+cluster scraped directly."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import yaml
+
+from bench.fleet_sim import push_to_victoriametrics, write_openmetrics
+from gpuscope.analytics.runner import DETECTORS, run_on_store
+from gpuscope.collector.query_client import QueryClient
+from gpuscope.collector.query_ingest import QueryIngest
+from gpuscope.collector.store import Store
+from gpuscope.core.query_settings import QuerySettings
+from gpuscope.core.settings import Settings
+from tests.integration.engines import prometheus_on_blocks, victoria_metrics, vm_flush
+from tests.integration.fleet_cluster import (
+    BUCKET_S,
+    SimRun,
+    record_inventory,
+    scrape_directly,
+    sim_run,
+)
+
+pytestmark = pytest.mark.integration
+
+FLEET = QuerySettings(mode="fleet", shards=3, retries=0, timeout_seconds=60)
+#: The same settings for both modes. The idle window is 20 of the 30 minutes: fleet mode's
+#: data begin at the end of its first bucket (docs/scale.md), direct mode's at its first
+#: scrape, so a 30-minute window would be covered by one and not the other.
+SETTINGS = Settings.model_validate({"analytics": {"idle_window_minutes": 20}})
+
+
+def findings(store: Store, at: float, settings: Settings) -> dict[str, set[tuple[str, str]]]:
+    out = run_on_store(store, datetime.fromtimestamp(at, UTC), settings, DETECTORS, persist=False)
+    return {
+        name: {(f.kind, repr(sorted(f.subject.items()))) for f in a.findings}
+        for name, a in out.items()
+    }
+
+
+def run_fleet(base: str, run: SimRun, db: Path, settings: Settings, q: QuerySettings) -> Store:
+    """Fleet mode's cycles every simulated minute until the last bucket is past the
+    engine's latency offset; returns the store they wrote."""
+    store = Store.open(db)
+    record_inventory(store, run, run.start, settings.workloads)
+    ingest = QueryIngest(base, q, 15.0, store, store.append_scrape)
+    # the first cycle starts where the data does (a fresh collector starts at "now")
+    for w in ingest.fleet.windows.values():
+        w.cursor = run.start
+    now = run.start + 60
+    while now <= run.end + BUCKET_S + q.latency_offset_seconds + 60:
+        ingest.cycle(now)
+        assert ingest.last is not None and not ingest.last.error, ingest.last.error
+        now += 60
+    status = ingest.status(now)
+    assert status["steps_skipped"] == 0 and status["last_error"] is None
+    ingest.client.close()
+    return store
+
+
+def assert_every_bucket_once(store: Store, run: SimRun) -> None:
+    cur = store.cursor()
+    twice = cur.execute(
+        "SELECT count(*) FROM (SELECT series_id, ts FROM samples GROUP BY ALL HAVING count(*) > 1)"
+    ).fetchone()
+    assert twice == (0,), "a bucket stored twice"
+    got = [
+        r[0].replace(tzinfo=UTC).timestamp()
+        for r in cur.execute("SELECT DISTINCT ts FROM samples ORDER BY 1").fetchall()
+    ]
+    # each bucket's summary at its last second, where the engine evaluated it
+    assert got == [b + BUCKET_S - 1 for b in run.buckets()], "buckets lost or out of place"
+    # every GPU's busy signal has every bucket
+    per_series = cur.execute(
+        """SELECT count(*) FROM samples JOIN series USING (series_id)
+           WHERE metric = 'gpuscope_gpu_utilization_ratio' GROUP BY series_id"""
+    ).fetchall()
+    assert per_series and {n for (n,) in per_series} == {len(run.buckets())}
+    cur.close()
+
+
+def compare(direct: Store, fleet: Store, run: SimRun, settings: Settings) -> None:
+    want = findings(direct, run.end, settings)
+    got = findings(fleet, run.end, settings)
+    assert want["idle"] and want["bandwidth"] and want["fragmentation"]  # the test has teeth
+    assert got == want
+
+
+@pytest.fixture(scope="module")
+def run() -> SimRun:
+    return sim_run(nodes=8, minutes=30)
+
+
+@pytest.fixture(scope="module")
+def direct(run: SimRun, tmp_path_factory: Any) -> Store:
+    return scrape_directly(run, tmp_path_factory.mktemp("direct") / "d.duckdb", Settings())
+
+
+def test_fleet_mode_on_victoriametrics_equals_direct(
+    run: SimRun, direct: Store, tmp_path: Path
+) -> None:
+    settings = SETTINGS
+    with victoria_metrics(tmp_path, "-search.disableCache") as vm:
+        pushed = push_to_victoriametrics(vm, run.pages(), run.times())
+        vm_flush(vm)
+        assert pushed > 0
+        fleet = run_fleet(vm, run, tmp_path / "f.duckdb", settings, FLEET)
+    assert_every_bucket_once(fleet, run)
+    compare(direct, fleet, run, settings)
+
+
+def test_fleet_mode_on_prometheus_equals_direct(run: SimRun, direct: Store, tmp_path: Path) -> None:
+    settings = SETTINGS
+    om = tmp_path / "fleet.om"
+    write_openmetrics(run.pages(), run.times(), om)
+    with prometheus_on_blocks(tmp_path, om) as prom:
+        up = httpx.get(prom + "/api/v1/query", params={
+            "query": "count(gpuscope_agent_info)", "time": run.end - 60}).json()  # fmt: skip
+        assert up["data"]["result"], "the blocks hold no data"
+        fleet = run_fleet(prom, run, tmp_path / "f.duckdb", settings, FLEET)
+    assert_every_bucket_once(fleet, run)
+    compare(direct, fleet, run, settings)
+
+
+def evaluate_rules_into(vm: str, rules: Path, start: float, end: float) -> int:
+    """Do what vmalert (or Prometheus' rule manager) does with the shipped recording rules:
+    evaluate each every 30 s over ``[start, end]`` and write the result under its name."""
+    groups = yaml.safe_load(rules.read_text())["groups"]
+    lines: list[str] = []
+    for group in groups:
+        step = group.get("interval", "30s")
+        for rule in group["rules"]:
+            r = httpx.post(vm + "/api/v1/query_range", data={
+                "query": rule["expr"], "start": start, "end": end, "step": step}, timeout=120)  # fmt: skip
+            for series in r.json()["data"]["result"]:
+                lines.append(json.dumps({
+                    "metric": {**series["metric"], "__name__": rule["record"]},
+                    "values": [float(v) for _, v in series["values"]],
+                    "timestamps": [int(float(t) * 1000) for t, _ in series["values"]],
+                }))  # fmt: skip
+    httpx.post(vm + "/api/v1/import", content="\n".join(lines), timeout=300).raise_for_status()
+    return len(lines)
+
+
+def test_fleet_mode_reads_the_shipped_recording_rules(
+    run: SimRun, direct: Store, tmp_path: Path
+) -> None:
+    """With ``recording_rules: true`` fleet mode reads the engine's ``gpuscope:*`` series
+    (dashboards/rules/gpuscope-fleet-rules.yaml) instead of asking ``*_over_time``: every
+    bucket once, the same findings."""
+    settings = SETTINGS
+    rules = Path(__file__).resolve().parents[2] / "dashboards/rules/gpuscope-fleet-rules.yaml"
+    with victoria_metrics(tmp_path, "-search.disableCache") as vm:
+        push_to_victoriametrics(vm, run.pages(), run.times())
+        vm_flush(vm)
+        assert evaluate_rules_into(vm, rules, run.start, run.end + BUCKET_S) > 0
+        vm_flush(vm)
+        q = FLEET.model_copy(update={"recording_rules": True})
+        spy: list[str] = []
+        original = QueryClient.query
+
+        def recorded(self: QueryClient, path: str, params: dict[str, str]) -> dict[str, Any]:
+            spy.append(params["query"])
+            return original(self, path, params)
+
+        QueryClient.query = recorded  # type: ignore[method-assign]
+        try:
+            fleet = run_fleet(vm, run, tmp_path / "f.duckdb", settings, q)
+        finally:
+            QueryClient.query = original  # type: ignore[method-assign]
+    assert not any("_over_time(" in s for s in spy if "agent_info" not in s)
+    assert any("gpuscope:gpu_utilization_ratio:max5m" in s for s in spy)
+    assert_every_bucket_once(fleet, run)
+    compare(direct, fleet, run, settings)
+
+
+def test_the_shipped_recording_rules_are_valid_and_complete() -> None:
+    """promtool accepts them, and they record exactly the series fleet mode reads."""
+    import shutil
+    import subprocess
+
+    from gpuscope.collector.fleet import RULE_NAMES
+
+    rules = Path(__file__).resolve().parents[2] / "dashboards/rules/gpuscope-fleet-rules.yaml"
+    records = {r["record"] for g in yaml.safe_load(rules.read_text())["groups"] for r in g["rules"]}
+    assert records == set(RULE_NAMES)
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        pytest.skip("promtool is not installed")
+    done = subprocess.run([promtool, "check", "rules", str(rules)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
