@@ -146,6 +146,45 @@ def run_policies(
     return run
 
 
+def lift_when_bound(
+    store: Store,
+    policies: Sequence[Policy],
+    settings: Settings,
+    *,
+    client: ClusterClient | None,
+    at: datetime,
+    notifier: Notifier | None = None,
+) -> list[ActionRecord]:
+    """Between the policies' runs (the collector calls this each inventory interval): when
+    the inventory shows the pod a reservation waits for bound, reconcile at once, so the
+    taint closing the node's other free GPUs is lifted minutes, not a run's interval, after
+    the bind. Nothing is sent while no reservation's pod is bound."""
+    if client is None:
+        return []
+    rows = store.action_state(dry_run=False)
+    goals = {str(r.get("goal")) for k, r in rows.items() if k.startswith("reserve:")}
+    if not goals:
+        return []
+    cur = store.cursor()
+    try:
+        _, pods = records_from_inventory(cur)
+    finally:
+        cur.close()
+    if not any(p.node and f"{p.namespace}/{p.name}" in goals for p in pods):
+        return []
+    executor = Executor(
+        store=store,
+        client=client,
+        settings=settings.actions,
+        protected_namespaces=frozenset(settings.workloads.protected_namespaces),
+        execute=True,  # lifting only: allowed with the kill switch on (node_freeing.py)
+        notifier=notifier,
+        clock=lambda: at,
+    )
+    executor.reconcile(policies)
+    return list(executor.records)
+
+
 def _budgets(client: ClusterClient | None, notes: list[str]) -> list[Budget]:
     """The cluster's PodDisruptionBudgets, read now (none without a Kubernetes API). A
     refused list is a note, and the plan goes on without them: the Eviction API still
