@@ -153,7 +153,7 @@ def add_actions(service: CollectorService, notices: AlertsNotices | None = None)
     is read now, so a malformed one stops the start with one line."""
     from gpuscope.actions.kube import ClusterClient, KubeError
     from gpuscope.actions.policy import load_policies
-    from gpuscope.actions.runner import run_policies
+    from gpuscope.actions.runner import lift_when_bound, run_policies
     from gpuscope.core.errors import UserError
 
     cfg = service.settings.actions
@@ -178,6 +178,19 @@ def add_actions(service: CollectorService, notices: AlertsNotices | None = None)
         job, "interval", minutes=cfg.interval_minutes, id="actions", max_instances=1,
         coalesce=True,
     )  # fmt: skip
+
+    def lift() -> None:  # a reservation's pod bound: lift its taint now, not next run
+        at = datetime.fromtimestamp(service.clock(), UTC)
+        for rec in lift_when_bound(
+            service.store, policies, service.settings, client=client, at=at, notifier=notices
+        ):
+            service.metrics.actions.labels(rec.kind, rec.result, "false").inc()
+
+    if cfg.execute and client is not None:
+        service.scheduler.add_job(
+            lift, "interval", seconds=service.settings.collector.scrape_interval_seconds,
+            id="actions-lift", max_instances=1, coalesce=True,
+        )  # fmt: skip
 
 
 def whatif_on_store(store: Store, settings: Settings, clock: Callable[[], float]) -> WhatIf:

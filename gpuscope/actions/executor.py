@@ -81,6 +81,27 @@ class Executor(NodeFreeing):
         if pod is not None:
             self._change(step, dry, pod)
 
+    def _gave_up(self, step: Step, dry: bool) -> None:
+        """An act given up leaves no warning on the pod: the owner was told the session
+        would be stopped, and it will not be (by this policy). Best effort, recorded as a
+        ``clear-warning`` step; the ``gave-up`` state stays."""
+        if step.action in ("warn", "clear-warning") or self.client is None:
+            return
+        try:
+            pod = self.client.get_pod(step.namespace, step.pod)
+        except KubeError as exc:
+            log.warning("warning not cleared after giving up pod=%s error=%s", step.pod, exc)
+            return
+        annotations = (pod.get("metadata") or {}).get("annotations") or {}
+        mine = str(annotations.get(WARNING_ANNOTATION, ""))
+        if not mine.startswith(f"{step.policy.name}:"):
+            return
+        what = f"annotate pod {step.namespace}/{step.pod} remove {WARNING_ANNOTATION} {GUARDED}"
+        answer = self._send(
+            dry, what, lambda c: c.annotate_pod(pod, {WARNING_ANNOTATION: None}, dry_run=dry)
+        )
+        self._outcome(step, dry, answer, kind="clear-warning")
+
     def _warned_row(self, step: Step, dry: bool, due: datetime | None) -> dict[str, Any]:
         return self._state_row(step, "warning", due, dry=dry)
 

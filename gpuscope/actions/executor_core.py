@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
@@ -206,7 +206,7 @@ class ExecutorCore:
                 f"{r.namespace}/{r.pod}" if r.pod else r.node,
             )
         if answer.ok and answer.sent and self.client is not None:
-            self._event(rec, dry)
+            self._event(step, rec, dry)
         return rec
 
     def _failed(
@@ -236,8 +236,12 @@ class ExecutorCore:
             base.update(kind="gave-up", due_at=None)
             self._outcome(step, dry, answer, save=[base], kind=kind, extra=[gave_up])
             self._alert(step, why, dry)
+            self._gave_up(step, dry)
         if answer.result in STOPS_RUN:
             raise StopRun(answer.message)
+
+    def _gave_up(self, step: Step, dry: bool) -> None:
+        """What a step given up leaves to tidy (the idle executor clears its warning)."""
 
     def _alert(self, step: Step, why: str, dry: bool) -> None:
         if dry or self.notifier is None:
@@ -257,7 +261,12 @@ class ExecutorCore:
             )
         )
 
-    def _event(self, rec: ActionRecord, dry: bool) -> None:
+    def _event(self, step: Step, rec: ActionRecord, dry: bool) -> None:
+        """The Kubernetes Event for a change that landed. The change stands whatever comes
+        of it, but a refused Event (RBAC without ``events: create``, a 5xx) is a step of its
+        own in the audit, kind ``event``, with the server's answer: ``gpuscope act`` lists it
+        and exits 3, so a site that expects ``kubectl describe`` to show gpuscope's actions
+        learns that it does not."""
         assert self.client is not None
         if rec.pod:
             about = ObjectRef("Pod", rec.pod, rec.namespace, rec.uid)
@@ -276,8 +285,20 @@ class ExecutorCore:
                 warning=warning,
                 dry_run=dry,
             )
-        except KubeError as exc:  # an Event is a courtesy; never fails the action
+        except KubeError as exc:  # the action stands; the missing Event is recorded
             log.warning("event not recorded kind=%s error=%s", rec.kind, exc)
+            what = f"pod {rec.namespace}/{rec.pod}" if rec.pod else f"node {rec.node}"
+            answer = Answer(
+                result_of(exc),
+                f"the {rec.kind} landed, but its Event was not recorded: {exc}",
+                f"create event on {what}",
+                exc.status,
+            )
+            event = replace(self._rec(step, dry, answer, "event"), gpu_hours_freed=None)
+            self.store.record_action_outcome(
+                [event.as_record()], self.clock(), dry_run=dry, save=(), delete=()
+            )
+            self.records.append(event)
 
     def _state_row(
         self, step: Step, kind: str, due_at: datetime | None = None, *, dry: bool

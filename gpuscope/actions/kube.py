@@ -168,6 +168,7 @@ class ClusterClient:
         self._api = client.ApiClient(configuration)
         self._core = client.CoreV1Api(self._api)
         self._custom = client.CustomObjectsApi(self._api)
+        self._policy = client.PolicyV1Api(self._api)
         self._retry, self._sleep = retry or RetryPolicy(), sleep
         self._timeout = (5, request_timeout_seconds)
         #: The HTTP status of the last change the server accepted (200, 201...).
@@ -249,6 +250,17 @@ class ClusterClient:
 
     def list_nodes(self) -> list[Obj]:
         return list(self._read("list nodes", self._core.list_node).get("items") or [])
+
+    def list_pdbs(self) -> list[Obj]:
+        """Every PodDisruptionBudget (policy/v1), with the status the Eviction API decides
+        from (gpuscope/actions/disruption.py)."""
+        return list(
+            self._read(
+                "list poddisruptionbudgets",
+                self._policy.list_pod_disruption_budget_for_all_namespaces,
+            ).get("items")
+            or []
+        )
 
     def get_notebook(self, namespace: str, name: str) -> Obj:
         group, version, plural = NOTEBOOKS

@@ -12,11 +12,14 @@ Per node of the plan (gpuscope/actions/reservation.py says why a taint and no co
    Terminating already is skipped (its room is freed anyway); another UID abandons the plan.
 
 An abandoned plan (a PodDisruptionBudget's 429, any refusal or failure) lifts the taint at
-once. Every run first reconciles (:meth:`NodeFreeing.reconcile`): it lists the nodes, and
-lifts each reservation of gpuscope's own whose pod is bound, gone, Terminating or another
-pod now, or whose deadline passed, whether or not the database remembers it (a crash
-between the taint and the state row is covered by the node's own annotations), and with
-the kill switch on: lifting is always allowed in an executing run. A dry run reserves
+once; a plan whose every step landed marks its state row ``freed``. Every run first
+reconciles (:meth:`NodeFreeing.reconcile`): it lists the nodes, and lifts each reservation
+of gpuscope's own whose pod is bound, gone, Terminating or another pod now, or whose
+deadline passed, or that is not marked ``freed`` (a run died between its reserve and its
+last eviction: lifted with an alert, and the run plans afresh, so a crash never leaves the
+job waiting for the deadline), whether or not the database remembers it (a crash between
+the taint and the state row is covered by the node's own annotations), and with the kill
+switch on: lifting is always allowed in an executing run. A dry run reserves
 nothing, so it records no reservation and no cool-down: a later run plans afresh.
 """
 
@@ -49,6 +52,12 @@ log = logging.getLogger("gpuscope.actions.executor")
 GUARDED = "(uid, resourceVersion guarded)"
 LEGACY_CORDON = "gpuscope.io/cordoned-for"
 LEGACY_UNTIL = "gpuscope.io/cordoned-until"
+
+
+#: The state row's mark that every step of a node's plan landed (reserve, tolerate, every
+#: eviction): a reservation without it was left by a run that died on the way.
+FREED = "freed"
+INTERRUPTED = "interrupted before its evictions finished"
 
 
 class Abandon(Exception):
@@ -107,6 +116,11 @@ class NodeFreeing(ExecutorCore):
                     self._tolerate(step, dry, goal_pod)
                 else:
                     self._evict(step, dry)
+            if not dry and self.client is not None:  # every step landed: the node is freed
+                row = self._state_row(reserve, "reserved", reserve.due_at, dry=False)
+                self.store.save_action_state(
+                    [{**row, "uid": tolerate.uid, FREED: True}], self.clock()
+                )
         except Abandon as why:
             if not dry:
                 self._lift(reserve, f"plan abandoned after a {why} answer")
@@ -328,11 +342,22 @@ class NodeFreeing(ExecutorCore):
             key = reserve_key(name)
             row = rows.get(key) or {"node": name, "goal": reserved_goal(node), "policy": ""}
             why = self._lift_reason(node, row, now)
+            interrupted = not why and not row.get(FREED)
+            if interrupted:  # a run died between its reserve and its last eviction
+                why = INTERRUPTED
             if not why:
                 still.add(name)
                 continue
             step = self._lift_step(row, by_name, key, why)
             self._lift(step, why, dry=dry)
+            if interrupted and not dry:
+                self._alert(
+                    step,
+                    f"the consolidation freeing {name} for {row.get('goal')} was interrupted "
+                    "before its evictions finished (the run died?); its reservation is lifted "
+                    "and this run plans afresh",
+                    dry,
+                )
             if dry:
                 still.add(name)
         for key, row in rows.items():  # rows whose node has no taint of ours any more

@@ -6,18 +6,21 @@ thresholds), plans the steps, and hands them to the executor.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
 from gpuscope.actions.audit import REFUSED, ActionRecord
+from gpuscope.actions.disruption import Budget, blocked_by_budgets, budget_from_json
 from gpuscope.actions.executor import Executor, Notifier
-from gpuscope.actions.kube import ClusterClient
+from gpuscope.actions.kube import ClusterClient, KubeError
 from gpuscope.actions.plan import consolidation_blocked, plan_consolidation_steps, plan_idle
 from gpuscope.actions.policy import Policy
 from gpuscope.analytics.allocation import records_from_inventory, state_from_records
+from gpuscope.analytics.consolidation.model import Placed
 from gpuscope.analytics.consolidation.plan import (
+    Plan,
     goals_from_pending,
     placement_from_state,
     plan_consolidation,
@@ -133,11 +136,89 @@ def run_policies(
             if why:
                 run.notes.append(f"policy {policy.name}: no new consolidation: {why}")
                 continue
-            steps, left_out = _consolidation_steps(policy, nodes, pods, indices, settings, at)
+            budgets = _budgets(client, run.notes)
+            steps, left_out = _consolidation_steps(
+                policy, nodes, pods, indices, settings, at, budgets
+            )
             run.notes.extend(f"policy {policy.name}: left out {n}" for n in left_out)
             executor.run_consolidation(steps)
     run.records = list(executor.records)
     return run
+
+
+def lift_when_bound(
+    store: Store,
+    policies: Sequence[Policy],
+    settings: Settings,
+    *,
+    client: ClusterClient | None,
+    at: datetime,
+    notifier: Notifier | None = None,
+) -> list[ActionRecord]:
+    """Between the policies' runs (the collector calls this each inventory interval): when
+    the inventory shows the pod a reservation waits for bound, reconcile at once, so the
+    taint closing the node's other free GPUs is lifted minutes, not a run's interval, after
+    the bind. Nothing is sent while no reservation's pod is bound."""
+    if client is None:
+        return []
+    rows = store.action_state(dry_run=False)
+    goals = {str(r.get("goal")) for k, r in rows.items() if k.startswith("reserve:")}
+    if not goals:
+        return []
+    cur = store.cursor()
+    try:
+        _, pods = records_from_inventory(cur)
+    finally:
+        cur.close()
+    if not any(p.node and f"{p.namespace}/{p.name}" in goals for p in pods):
+        return []
+    executor = Executor(
+        store=store,
+        client=client,
+        settings=settings.actions,
+        protected_namespaces=frozenset(settings.workloads.protected_namespaces),
+        execute=True,  # lifting only: allowed with the kill switch on (node_freeing.py)
+        notifier=notifier,
+        clock=lambda: at,
+    )
+    executor.reconcile(policies)
+    return list(executor.records)
+
+
+def _budgets(client: ClusterClient | None, notes: list[str]) -> list[Budget]:
+    """The cluster's PodDisruptionBudgets, read now (none without a Kubernetes API). A
+    refused list is a note, and the plan goes on without them: the Eviction API still
+    refuses a protected victim, and that plan is then abandoned and lifted."""
+    if client is None:
+        return []
+    try:
+        return [budget_from_json(o) for o in client.list_pdbs()]
+    except KubeError as exc:
+        notes.append(f"PodDisruptionBudgets not read ({exc}): planned without them")
+        return []
+
+
+def hold(p: Placed, why: str) -> Placed:
+    """``p`` kept in place, for ``why``."""
+    return replace(p, movable=False, reason_fixed=why)
+
+
+def pdb_blocked_plans(plan: Plan, blocked: Mapping[str, str]) -> list[str]:
+    """One line per planned eviction a budget forbids: which budget blocked which plan
+    (the goal, the node it was to free, the victim)."""
+    goals_of: dict[str, list[str]] = {}
+    for goal, node in plan.targets:
+        goals_of.setdefault(node, []).append(goal)
+    lines = []
+    for move in plan.moves:
+        key = f"{move.namespace}/{move.pod}"
+        if key in blocked:
+            goals = ", ".join(sorted(set(goals_of.get(move.from_node, [])))) or "?"
+            lines.append(
+                f"plan for {goals} on {move.from_node} blocked: evicting {key} is refused: "
+                f"{blocked[key]}; planned again without moving it"
+            )
+    return lines
 
 
 def _consolidation_steps(
@@ -147,6 +228,7 @@ def _consolidation_steps(
     indices: dict[str, list[int]],
     settings: Settings,
     at: datetime,
+    budgets: Sequence[Budget] = (),
 ) -> tuple[list[Any], list[str]]:
     state = state_from_records(nodes, pods, indices)
     placed = placement_from_state(
@@ -158,17 +240,21 @@ def _consolidation_steps(
     )
     allow = settings.actions.allowlist_namespaces
     if allow:  # allowlist mode: only pods of listed namespaces may move
-        placed = [
-            p
-            if p.namespace in allow or not p.movable
-            else replace(p, movable=False, reason_fixed="namespace not in the allowlist")
-            for p in placed
-        ]
+        outside = "namespace not in the allowlist"
+        placed = [p if p.namespace in allow or not p.movable else hold(p, outside) for p in placed]
     goals = goals_from_pending(pods)
     plan = plan_consolidation(
         state.nodes, placed, goals, max_evictions=policy.max_evictions_per_run
     )
+    blocked = blocked_by_budgets(budgets, pods)
+    pdb_notes = pdb_blocked_plans(plan, blocked)
+    if pdb_notes:  # plan again with those pods held in place: another node may do
+        placed = [hold(p, blocked[p.key]) if p.key in blocked and p.movable else p for p in placed]
+        plan = plan_consolidation(
+            state.nodes, placed, goals, max_evictions=policy.max_evictions_per_run
+        )
     by_key = {f"{p.namespace}/{p.name}": p for p in pods}
     steps, left_out = plan_consolidation_steps(policy, plan, by_key, at)
+    left_out[:0] = pdb_notes
     left_out.extend(f"{goal}: {reason}" for goal, reason in plan.unplaceable)
     return steps, left_out

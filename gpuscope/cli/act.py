@@ -15,7 +15,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -27,6 +27,8 @@ if TYPE_CHECKING:
 
 #: ``gpuscope act``'s exit code when a step was refused or failed.
 EXIT_REFUSED = 3
+#: How far ahead of this machine's clock ``--at`` may be with ``--execute`` (clock skew).
+FUTURE_SLACK = timedelta(minutes=1)
 
 
 @dataclass
@@ -96,6 +98,12 @@ def run_act(args: argparse.Namespace, at: object) -> int:
     from gpuscope.actions.runner import run_policies
     from gpuscope.cli.common import open_store
 
+    if args.execute and args.at is not None and at > datetime.now(UTC) + FUTURE_SLACK:  # type: ignore[operator]
+        raise UserError(
+            f"--at {args.at}: in the future; --execute acts on the cluster now, and would "
+            "write that time into the audit, the deadlines and the cool-down (plan as of a "
+            "future time without --execute)"
+        )
     settings = load_settings(args.config)
     policies = load_policies(args.policy)
     if not policies:

@@ -330,6 +330,8 @@ def _handler(api: FakeKubeApi) -> type[BaseHTTPRequestHandler]:
                     query.get("labelSelector", ""),
                     query.get("fieldSelector", ""),
                 )
+                if r.res.plural == "poddisruptionbudgets":
+                    items = [kube_rules.with_pdb_status(store, i) for i in items]
                 if r.res.builtin:
                     items = [
                         {k: v for k, v in i.items() if k not in ("kind", "apiVersion")}
@@ -345,7 +347,10 @@ def _handler(api: FakeKubeApi) -> type[BaseHTTPRequestHandler]:
                     },
                 )
             if method == "GET" and r.sub is None:
-                return self._send(200, store.get(r.res, r.namespace, r.name or ""))
+                obj = store.get(r.res, r.namespace, r.name or "")
+                if r.res.plural == "poddisruptionbudgets":
+                    obj = kube_rules.with_pdb_status(store, obj)
+                return self._send(200, obj)
             if method == "POST" and r.name is None:
                 obj = self._json_body(body)
                 obj.setdefault("kind", r.res.kind)

@@ -100,8 +100,30 @@ def invalid(kind: str, name: str, field: str, cause: str, message: str) -> ApiEr
     )
 
 
-def disruption_budget_refusal(pdb: str, needed: int, healthy: int) -> ApiError:
-    """The Eviction API's 429 when a PodDisruptionBudget allows no disruption now."""
+def disruption_budget_refusal(
+    pdb: str, needed: int, healthy: int, *, processing: bool = False
+) -> ApiError:
+    """The Eviction API's 429 when a PodDisruptionBudget allows no disruption now (no
+    ``retryAfterSeconds``: the handler passes 0, which the Status leaves out), or, with
+    ``processing``, while its controller has not caught up (``retryAfterSeconds`` 10 and
+    a ``Retry-After`` header)."""
+    if processing:
+        return ApiError(
+            429,
+            "TooManyRequests",
+            "Cannot evict pod as it would violate the pod's disruption budget.",
+            {
+                "retryAfterSeconds": 10,
+                "causes": [
+                    {
+                        "reason": "DisruptionBudget",
+                        "message": f"The disruption budget {pdb} is still being processed "
+                        "by the server.",
+                    }
+                ],
+            },
+            headers={"Retry-After": "10"},
+        )
     return ApiError(
         429,
         "TooManyRequests",

@@ -14,8 +14,11 @@ server answers it:
   ``gracePeriodSeconds: 0`` or an unbound pod goes at once; preconditions (UID,
   resourceVersion) answer 409 with the storage layer's message;
 - an eviction (policy/v1) of a pending, finished or Terminating pod is a plain delete;
-  otherwise the pod's PodDisruptionBudget must allow a disruption (429 with the
-  ``DisruptionBudget`` cause when it does not).
+  otherwise the pod's PodDisruptionBudget must allow a disruption, decided as kube-apiserver's
+  eviction handler does, from the budget's status (``disruptionsAllowed``, kept here as the
+  disruption controller would, :func:`pdb_status`): 429 with the ``DisruptionBudget`` cause
+  when it allows none or its status lags its generation, 500 when two budgets select the
+  pod, and an empty selector selects nothing.
 """
 
 from __future__ import annotations
@@ -125,27 +128,79 @@ def evict(
         delete(store, res, namespace, name, options, dry_run=dry_run)
 
 
+def _healthy(pod: Obj) -> bool:
+    return (pod.get("status") or {}).get("phase") == "Running" and not pod["metadata"].get(
+        "deletionTimestamp"
+    )
+
+
+def _selects(pdb: Obj, pod: Obj) -> bool:
+    """A budget's selector; an empty or absent one selects nothing (as the eviction
+    handler reads it)."""
+    selector = (pdb.get("spec") or {}).get("selector") or {}
+    if not selector.get("matchLabels") and not selector.get("matchExpressions"):
+        return False
+    return object_selector_matches(selector, _labels(pod))
+
+
+def _count(value: Any, of: int) -> int:
+    """An IntOrString of a budget: a number, or a percentage of ``of`` rounded up."""
+    if isinstance(value, str) and value.endswith("%"):
+        return -(-int(value[:-1]) * of // 100)
+    return int(value)
+
+
+def pdb_status(store: KubeStore, pdb: Obj) -> Obj:
+    """The status the disruption controller keeps on a budget, as if it had just caught up
+    (healthy: Running and not Terminating; the expected count is the pods it selects)."""
+    ns = pdb["metadata"].get("namespace", "")
+    spec: dict[str, Any] = pdb.get("spec") or {}
+    pods, _ = store.list(store.resource("pods"), ns)
+    members = [p for p in pods if _selects(pdb, p)]
+    healthy = sum(_healthy(p) for p in members)
+    if "minAvailable" in spec:
+        desired = _count(spec["minAvailable"], len(members))
+    else:
+        desired = len(members) - _count(spec.get("maxUnavailable", 0), len(members))
+    return {
+        "observedGeneration": int(pdb["metadata"].get("generation") or 1),
+        "disruptionsAllowed": max(0, healthy - desired),
+        "currentHealthy": healthy,
+        "desiredHealthy": desired,
+        "expectedPods": len(members),
+    }
+
+
+def with_pdb_status(store: KubeStore, pdb: Obj) -> Obj:
+    """``pdb`` as the API server serves it: with the controller's status, unless a test
+    wrote one itself (e.g. a controller lagging behind the spec)."""
+    if pdb.get("status"):
+        return pdb
+    return {**pdb, "status": pdb_status(store, pdb)}
+
+
 def disruption_blocker(store: KubeStore, pod: Obj) -> ApiError | None:
-    """The 429 an eviction of ``pod`` gets if a PodDisruptionBudget forbids it (healthy:
-    Running and not Terminating)."""
+    """What the Eviction API answers for ``pod`` from its budgets' status: 500 when more
+    than one selects it, 429 (``DisruptionBudget`` cause) while the budget is still being
+    processed or allows no disruption."""
     ns = pod["metadata"].get("namespace", "")
     pdbs, _ = store.list(store.resource("poddisruptionbudgets"), ns)
-    pods, _ = store.list(store.resource("pods"), ns)
-    for pdb in pdbs:
-        spec: dict[str, Any] = pdb.get("spec", {})
-        selector = spec.get("selector", {})
-        if not object_selector_matches(selector, _labels(pod)):
-            continue
-        members = [p for p in pods if object_selector_matches(selector, _labels(p))]
-        healthy = sum(
-            (p.get("status") or {}).get("phase") == "Running"
-            and not p["metadata"].get("deletionTimestamp")
-            for p in members
+    mine = [with_pdb_status(store, p) for p in pdbs if _selects(p, pod)]
+    if len(mine) > 1:
+        return ApiError(
+            500,
+            "InternalError",
+            "This pod has more than one PodDisruptionBudget, which the eviction subresource "
+            "does not support.",
         )
-        if "minAvailable" in spec:
-            needed = int(spec["minAvailable"])
-        else:
-            needed = len(members) - int(spec.get("maxUnavailable", 0))
-        if healthy - needed <= 0:
-            return disruption_budget_refusal(pdb["metadata"]["name"], needed, healthy)
+    if not mine:
+        return None
+    pdb = mine[0]
+    status, name = pdb["status"], pdb["metadata"]["name"]
+    if int(status.get("observedGeneration") or 0) < int(pdb["metadata"].get("generation") or 0):
+        return disruption_budget_refusal(name, 0, 0, processing=True)
+    if int(status.get("disruptionsAllowed") or 0) == 0:
+        return disruption_budget_refusal(
+            name, int(status.get("desiredHealthy") or 0), int(status.get("currentHealthy") or 0)
+        )
     return None

@@ -493,12 +493,15 @@ def test_consolidation_dry_run_changes_nothing_and_leaves_nothing_in_flight(
 
 
 def test_consolidation_blocked_by_a_budget_lifts_its_reservation(packed: Cluster) -> None:
-    packed.api.store.load(
-        {
-            "kind": "PodDisruptionBudget",
-            "metadata": {"name": "keep-small", "namespace": "ml"},
-            "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "small"}}},
-        }
+    """The budget appears between the plan (which read the budgets) and the eviction: the
+    Eviction API's 429 abandons the plan and lifts the reservation."""
+    budget = {
+        "kind": "PodDisruptionBudget",
+        "metadata": {"name": "keep-small", "namespace": "ml"},
+        "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "small"}}},
+    }
+    packed.api.after_next(
+        "GET", "/apis/policy/v1/poddisruptionbudgets", lambda: packed.api.store.load(budget)
     )
     run = packed.run([consolidation_policy()], execute=True)
     assert [r[0] + ":" + r[2] for r in results(run)] == [
@@ -523,9 +526,12 @@ def test_per_node_limit_leaves_a_node_needing_more_evictions_alone(packed: Clust
     assert packed.api.mutating() == []
 
 
-def plant_reservation(cluster: Cluster, until: datetime, *, state: bool) -> None:
-    """What a run that died right after its reserve leaves: the taint with its
-    annotations, and (if it got that far) the state row."""
+def plant_reservation(
+    cluster: Cluster, until: datetime, *, state: bool, freed: bool = True
+) -> None:
+    """A reservation standing: the taint with its annotations, and the state row (unless
+    ``state`` is false: a run that died right after its reserve), marked ``freed`` once
+    its run's evictions all landed (unless ``freed`` is false: a run that died on the way)."""
     api = cluster.api
     api.store.patch(
         api.store.resource("nodes"),
@@ -553,20 +559,18 @@ def plant_reservation(cluster: Cluster, until: datetime, *, state: bool) -> None
                     "node": "node-c",
                     "goal": "ml/wants4-0",
                     "uid": "uid-ml-wants4-0",
+                    "freed": freed,
                 }
             ],
             AT,
         )
 
 
-@pytest.mark.parametrize("state", [True, False], ids=["with-state", "crash-before-state"])
-def test_a_reservation_left_by_a_crash_is_lifted_after_its_deadline(
-    packed: Cluster, state: bool
-) -> None:
-    """The node's own annotations carry the deadline: a crash after the taint, before the
-    state row, still has the taint lifted once the deadline passes."""
+def test_a_reservation_is_lifted_after_its_deadline(packed: Cluster) -> None:
+    """A freed node whose job was never bound: the taint goes once the deadline passes.
+    (A reservation a crash left is lifted at once: test_actions_recovery.py.)"""
     policy = consolidation_policy()
-    plant_reservation(packed, AT + timedelta(minutes=20), state=state)
+    plant_reservation(packed, AT + timedelta(minutes=20), state=True)
     early = packed.run([policy], execute=True, at=AT + timedelta(minutes=5))
     assert results(early) == [] and any("in flight" in n for n in early.notes)
     later = packed.run([policy], execute=True, at=AT + timedelta(minutes=21))
@@ -777,10 +781,15 @@ REPO = Path(__file__).resolve().parents[2]
 VERBS = {"POST": "create", "PATCH": "patch", "DELETE": "delete", "PUT": "update"}
 
 
-def granted() -> set[tuple[str, str, str]]:
-    """(apiGroup, resource, verb) the shipped actions ClusterRole grants."""
-    docs = yaml.safe_load_all((REPO / "deploy/collector/actions-rbac.yaml").read_text())
-    role = next(d for d in docs if d["kind"] == "ClusterRole")
+def granted(
+    manifest: str = "actions-rbac.yaml", name: str = "gpuscope-actions"
+) -> set[tuple[str, str, str]]:
+    """(apiGroup, resource, verb) a shipped ClusterRole grants (the actions one unless
+    told)."""
+    docs = yaml.safe_load_all((REPO / "deploy/collector" / manifest).read_text())
+    role = next(
+        d for d in docs if d and d["kind"] == "ClusterRole" and d["metadata"]["name"] == name
+    )
     return {
         (g, r, v)
         for rule in role["rules"]
@@ -841,7 +850,12 @@ def test_the_actions_role_grants_every_request_an_executed_run_makes_and_no_more
         ("kubeflow.org", "notebooks", "patch"),
         ("", "events", "create"),
     } <= needed
+    # reads the collector's read-only role grants (the PodDisruptionBudgets the plan
+    # avoids) are not the actions role's
+    read = granted("collector.yaml", "gpuscope-collector-read")
+    assert ("policy", "poddisruptionbudgets", "list") in needed & read
     roles = granted()
+    needed -= read - roles
     assert needed == roles, (needed - roles, roles - needed)  # all it needs, nothing more
     assert not any("*" in (g + r + v) for g, r, v in roles)
     assert not {v for _, _, v in roles} & {

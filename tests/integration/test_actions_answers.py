@@ -254,7 +254,9 @@ def test_a_step_refused_max_attempts_times_is_given_up_visibly(
     one = c.run([policy], execute=True, at=AT + timedelta(seconds=1), notifier=notices)
     assert [r.result for r in one.records] == ["forbidden"]
     two = c.run([policy], execute=True, at=AT + timedelta(seconds=2), notifier=notices)
-    assert [r.result for r in two.records] == ["forbidden", "gave-up"]
+    # the owner's warning is cleared: the session will not be deleted (issue 25)
+    assert [r.result for r in two.records] == ["forbidden", "gave-up", "done"]
+    assert two.records[2].kind == "clear-warning"
     assert "gave up after 2 attempts" in two.records[1].message
     assert [n.labels["kind"] for n in notices.sent] == ["idle_action_warning", "action_gave_up"]
     assert c.run([policy], execute=True, at=AT + timedelta(seconds=3)).records == []
