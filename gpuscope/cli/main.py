@@ -19,6 +19,7 @@ from typing import Any, NoReturn, cast
 from gpuscope import __version__
 from gpuscope.cli.alerts import add_alerts_parser, cmd_alerts
 from gpuscope.cli.common import FIRST_YEAR, LAST_YEAR, open_error, open_store
+from gpuscope.cli.dashboards import add_dashboards_parser, cmd_dashboards
 from gpuscope.cli.db import add_db_parser, cmd_db
 from gpuscope.cli.report import add_report_parser, cmd_report
 from gpuscope.cli.whatif import add_whatif_parser, cmd_whatif
@@ -210,6 +211,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_alerts_parser(sub, _add_logging)
     add_report_parser(sub)
     add_db_parser(sub, _add_logging)
+    _add_logging(add_dashboards_parser(sub))
     _add_logging(add_whatif_parser(sub, number))
     return parser
 
@@ -400,6 +402,7 @@ _COMMANDS = {
     "alerts": cmd_alerts,
     "report": cmd_report,
     "db": cmd_db,
+    "dashboards": cmd_dashboards,
     "whatif": cmd_whatif,
 }
 
