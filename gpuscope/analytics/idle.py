@@ -33,6 +33,7 @@ import pyarrow.compute  # type: ignore[import-untyped]
 from gpuscope.analytics.base import Analysis
 from gpuscope.collector.schema import GET_META, SET_META, begin
 from gpuscope.collector.store import Store, utc
+from gpuscope.core.owners import pod_owner
 from gpuscope.core.records import Finding, Severity, finding_id
 from gpuscope.core.settings import AnalyticsSettings, WorkloadSettings
 
@@ -220,11 +221,16 @@ def _workload_rows(
         try:
             result = cur.execute(Q["workloads"], params)
             names = [d[0] for d in result.description or ()]
-            return [dict(zip(names, r, strict=True)) for r in result.fetchall()]
+            rows = [dict(zip(names, r, strict=True)) for r in result.fetchall()]
         finally:
             cur.unregister("state")
     finally:
         cur.close()
+    for row in rows:
+        row["owner"] = pod_owner(row.pop("pod_labels"), workloads.owner_label_keys,
+                                 row.pop("owner_kind"), row.pop("owner_name"))  # fmt: skip
+        row["project"] = row["project"] or row["namespace"]
+    return rows
 
 
 def _findings(
@@ -266,6 +272,9 @@ def _findings(
                 "threshold": settings.idle_utilization_below,
                 "window_minutes": settings.idle_window_minutes,
                 "workload_kind": row["kind"] or "unknown",
+                # for routing (alerts, gpuscope_findings' labels)
+                "owner": row["owner"],
+                "project": row["project"],
             }
             if interactive:
                 summary["idle_sessions"] += 1
@@ -289,6 +298,8 @@ def _findings(
                 "gpu_uuids": list(row["gpu_uuids"]),
                 "node": row["node"],
                 "status": row["status"],
+                "owner": row["owner"],
+                "project": row["project"],
             }
             kind = "session_time_limit"
             findings.append(
