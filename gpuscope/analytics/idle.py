@@ -34,6 +34,7 @@ from gpuscope.analytics.base import Analysis
 from gpuscope.analytics.idle_gaps import gap_note, with_rule
 from gpuscope.collector.schema import GET_META, SET_META, begin
 from gpuscope.collector.store import Store, utc
+from gpuscope.core.owners import pod_owner
 from gpuscope.core.records import Finding, Severity, finding_id
 from gpuscope.core.settings import AnalyticsSettings, WorkloadSettings
 
@@ -233,6 +234,11 @@ def _workload_rows(
         return rows
     finally:
         cur.close()
+    for row in rows:
+        row["owner"] = pod_owner(row.pop("pod_labels"), workloads.owner_label_keys,
+                                 row.pop("owner_kind"), row.pop("owner_name"))  # fmt: skip
+        row["project"] = row["project"] or row["namespace"]
+    return rows
 
 
 def _bridged_gap(
@@ -286,6 +292,9 @@ def _findings(
                 "threshold": settings.idle_utilization_below,
                 "window_minutes": settings.idle_window_minutes,
                 "workload_kind": row["kind"] or "unknown",
+                # for routing (alerts, gpuscope_findings' labels)
+                "owner": row["owner"],
+                "project": row["project"],
             }
             if row.get("bridged_gap_s"):
                 evidence["data_gap_minutes"] = round(row["bridged_gap_s"] / 60, 1)
@@ -312,6 +321,8 @@ def _findings(
                 "gpu_uuids": list(row["gpu_uuids"]),
                 "node": row["node"],
                 "status": row["status"],
+                "owner": row["owner"],
+                "project": row["project"],
             }
             kind = "session_time_limit"
             findings.append(

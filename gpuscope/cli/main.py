@@ -26,6 +26,7 @@ from gpuscope.cli.common import (
     open_error,
     open_store,
 )
+from gpuscope.cli.dashboards import add_dashboards_parser, cmd_dashboards
 from gpuscope.cli.db import add_db_parser, cmd_db
 from gpuscope.cli.report import add_report_parser, cmd_report
 from gpuscope.cli.whatif import add_whatif_parser, cmd_whatif
@@ -223,6 +224,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_alerts_parser(sub, _add_logging)
     add_report_parser(sub)
     add_db_parser(sub, _add_logging)
+    _add_logging(add_dashboards_parser(sub))
     _add_logging(add_whatif_parser(sub, number))
     return parser
 
@@ -430,6 +432,7 @@ _COMMANDS = {
     "alerts": cmd_alerts,
     "report": cmd_report,
     "db": cmd_db,
+    "dashboards": cmd_dashboards,
     "whatif": cmd_whatif,
 }
 

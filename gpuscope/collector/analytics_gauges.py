@@ -8,7 +8,8 @@ singular of its key (``gpuscope_quota_used_gpus{project="nlp"}``), or by the lab
 same summary already takes gets the label in its name (``gpuscope_fragmentation_pool_free_gpus
 {pool="a100"}`` beside the cluster's ``gpuscope_fragmentation_free_gpus``), so one name never
 carries two label sets. Open findings are counted by kind and severity in
-``gpuscope_findings``; the findings :data:`FINDING_GAUGES` lists (idle sessions, idle
+``gpuscope_findings``, with the labels that route them (:data:`ROUTING_LABELS`) where a
+finding has them; the findings :data:`FINDING_GAUGES` lists (idle sessions, idle
 workloads) also give one series each, so a dashboard can list them with how long they have
 lasted. Their count is bounded by the workloads holding GPUs, never by time.
 
@@ -29,6 +30,7 @@ from typing import Any, Protocol
 
 from prometheus_client.metrics_core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
+from prometheus_client.samples import Sample
 
 
 class FindingLike(Protocol):
@@ -161,18 +163,24 @@ class AnalyticsGauges(Collector):
                 fam = families[name] = GaugeMetricFamily(name, help_, labels=labels)
             return fam
 
-        findings = family("gpuscope_findings", "Open findings of the last run, by kind and "
-                          "severity.", ["kind", "severity"])  # fmt: skip
-        counts: dict[tuple[str, str], int] = {}
+        findings = family(
+            "gpuscope_findings",
+            "Open findings of the last run, by kind, severity and the labels that route them.",
+            ["kind", "severity"],
+        )
+        counts: dict[tuple[tuple[str, str], ...], int] = {}
         for detector, analysis in sorted(latest.items()):
             for kind in analysis.kinds:
                 for severity in ("info", "warning", "critical"):
-                    counts.setdefault((kind, severity), 0)
+                    counts.setdefault((("kind", kind), ("severity", severity)), 0)
             for f in analysis.findings:
-                counts[(f.kind, f.severity)] = counts.get((f.kind, f.severity), 0) + 1
+                key = (("kind", f.kind), ("severity", f.severity), *_routing(f))
+                counts[key] = counts.get(key, 0) + 1
             self._summary(detector, analysis.summary, family)
-        for (kind, severity), n in sorted(counts.items()):
-            findings.add_metric([kind, severity], float(n))
+        for key, n in sorted(counts.items()):
+            # one label set per finding's routing labels; the plain {kind, severity} series
+            # is always there (0 when none), so an alert on it sees the count fall back
+            findings.samples.append(Sample("gpuscope_findings", dict(key), float(n)))
         for spec in FINDING_GAUGES:
             fam = family(spec.name, spec.help, list(spec.labels))
             for analysis in latest.values():
@@ -217,6 +225,17 @@ class AnalyticsGauges(Collector):
 def _field(detector: str, key: str) -> tuple[str, float]:
     """The name part a summary key takes in its gauge's name, and the factor to its unit."""
     return GAUGE_NAMES.get((detector, key), (key, 1.0))
+
+
+#: Labels ``gpuscope_findings`` carries where a finding has them (subject, else evidence),
+#: so Alertmanager can route a finding to its team: the Prometheus rules' per-pod idle
+#: alerts and per-project quota alerts keep them. Bounded by the open findings.
+ROUTING_LABELS = ("namespace", "pod", "project", "owner", "node")
+
+
+def _routing(f: FindingLike) -> tuple[tuple[str, str], ...]:
+    """The finding's non-empty routing labels, in :data:`ROUTING_LABELS` order."""
+    return tuple((n, v) for n in ROUTING_LABELS if (v := _label(f, n)))
 
 
 def _label(f: FindingLike, name: str) -> str:

@@ -86,6 +86,12 @@ class WorkloadSettings(_Section):
     protected_namespaces: list[str] = Field(
         default_factory=lambda: ["kube-system", "kube-public", "gpu-operator", "gpuscope"]
     )
+    #: Pod labels that name a workload's owner (a person or team), tried in order; a pod
+    #: with none is owned by its controller (``StatefulSet/nb-user05``). Idle findings and
+    #: the alerts built on them carry it, for routing.
+    owner_label_keys: list[str] = Field(
+        default_factory=lambda: ["gpuscope.io/owner", "hub.jupyter.org/username", "owner", "user"]
+    )
 
 
 class AgentSettings(_Section):

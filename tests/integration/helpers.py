@@ -109,9 +109,14 @@ def prometheus_server(tmp: os.PathLike[str], scrape_urls: list[str]) -> Iterator
 
 
 @contextmanager
-def prometheus_with(tmp: os.PathLike[str], scrape_configs: list[dict[str, Any]]) -> Iterator[str]:
-    """A real Prometheus (Debian package) with these scrape configurations, evaluating and
-    scraping every second; yields its base URL once it is ready."""
+def prometheus_with(
+    tmp: os.PathLike[str],
+    scrape_configs: list[dict[str, Any]],
+    rule_files: list[os.PathLike[str]] | None = None,
+) -> Iterator[str]:
+    """A real Prometheus (Debian package) with these scrape configurations (and recording
+    or alerting rule files), evaluating and scraping every second; yields its base URL once
+    it is ready."""
     import shutil
     from pathlib import Path
 
@@ -126,6 +131,7 @@ def prometheus_with(tmp: os.PathLike[str], scrape_configs: list[dict[str, Any]])
     settings = {
         "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
         "scrape_configs": scrape_configs,
+        "rule_files": [str(f) for f in rule_files or []],
     }
     cfg.write_text(yaml.safe_dump(settings))
     port = free_port()

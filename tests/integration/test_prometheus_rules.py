@@ -51,13 +51,59 @@ tests:
         values: '0+60000000x30'
       - series: 'gpuscope_ib_port_rate_bytes_per_second{{node="n3",device="mlx5_0",port="1"}}'
         values: '50000000x30'
-      # idle sessions of both severities at once (and info ones, which never alert)
+      # receive-side saturation: transmit 10 B/s, receive 95 B/s on a 100 B/s link
+      - series: 'gpuscope_ib_transmit_bytes_total{{node="n4",device="mlx5_0",port="1"}}'
+        values: '0+600x30'
+      - series: 'gpuscope_ib_receive_bytes_total{{node="n4",device="mlx5_0",port="1"}}'
+        values: '0+5700x30'
+      - series: 'gpuscope_ib_port_rate_bytes_per_second{{node="n4",device="mlx5_0",port="1"}}'
+        values: '100x30'
+      # one job drives all eight rails of n5 at 90 %: one alert for the node, not eight
+      - series: 'gpuscope_ib_transmit_bytes_total{{node="n5",device="mlx5_0",port="1"}}'
+        values: '0+5400x30'
+      - series: 'gpuscope_ib_transmit_bytes_total{{node="n5",device="mlx5_1",port="1"}}'
+        values: '0+5400x30'
+      - series: 'gpuscope_ib_transmit_bytes_total{{node="n5",device="mlx5_2",port="1"}}'
+        values: '0+5400x30'
+      - series: 'gpuscope_ib_transmit_bytes_total{{node="n5",device="mlx5_3",port="1"}}'
+        values: '0+5400x30'
+      - series: 'gpuscope_ib_transmit_bytes_total{{node="n5",device="mlx5_4",port="1"}}'
+        values: '0+5400x30'
+      - series: 'gpuscope_ib_transmit_bytes_total{{node="n5",device="mlx5_5",port="1"}}'
+        values: '0+5400x30'
+      - series: 'gpuscope_ib_transmit_bytes_total{{node="n5",device="mlx5_6",port="1"}}'
+        values: '0+5400x30'
+      - series: 'gpuscope_ib_transmit_bytes_total{{node="n5",device="mlx5_7",port="1"}}'
+        values: '0+5400x30'
+      - series: 'gpuscope_ib_port_rate_bytes_per_second{{node="n5",device="mlx5_0",port="1"}}'
+        values: '100x30'
+      - series: 'gpuscope_ib_port_rate_bytes_per_second{{node="n5",device="mlx5_1",port="1"}}'
+        values: '100x30'
+      - series: 'gpuscope_ib_port_rate_bytes_per_second{{node="n5",device="mlx5_2",port="1"}}'
+        values: '100x30'
+      - series: 'gpuscope_ib_port_rate_bytes_per_second{{node="n5",device="mlx5_3",port="1"}}'
+        values: '100x30'
+      - series: 'gpuscope_ib_port_rate_bytes_per_second{{node="n5",device="mlx5_4",port="1"}}'
+        values: '100x30'
+      - series: 'gpuscope_ib_port_rate_bytes_per_second{{node="n5",device="mlx5_5",port="1"}}'
+        values: '100x30'
+      - series: 'gpuscope_ib_port_rate_bytes_per_second{{node="n5",device="mlx5_6",port="1"}}'
+        values: '100x30'
+      - series: 'gpuscope_ib_port_rate_bytes_per_second{{node="n5",device="mlx5_7",port="1"}}'
+        values: '100x30'
+      # idle sessions: the collector's gpuscope_findings with their routing labels. nb-1
+      # goes from warning to critical at 3m; the team's labels ride on both alerts.
+      - series: 'gpuscope_findings{{kind="idle_session",severity="warning",namespace="team-a",pod="nb-1",owner="alice",project="vision"}}'
+        values: '_ 1 1 _ _ _'
+      - series: 'gpuscope_findings{{kind="idle_session",severity="critical",namespace="team-a",pod="nb-1",owner="alice",project="vision"}}'
+        values: '_ _ _ 1 1 1'
+      - series: 'gpuscope_findings{{kind="idle_session",severity="warning",namespace="team-b",pod="nb-2",owner="bob",project="nlp"}}'
+        values: '_ 1 1 1 1 1'
+      # the plain counts (and info findings, which never alert)
       - series: 'gpuscope_findings{{kind="idle_session",severity="warning"}}'
-        values: '0 2 2 2 2'
-      - series: 'gpuscope_findings{{kind="idle_session",severity="critical"}}'
-        values: '0 1 1 1 1'
-      - series: 'gpuscope_findings{{kind="idle_session",severity="info"}}'
-        values: '3 3 3 3 3'
+        values: '0 0 0 0 0 0'
+      - series: 'gpuscope_findings{{kind="idle_session",severity="info",namespace="team-c",pod="train-0"}}'
+        values: '1 1 1 1 1 1'
     alert_rule_test:
       - eval_time: 2m
         alertname: GpuUncorrectedEccErrors
@@ -83,9 +129,20 @@ tests:
       - eval_time: 20m
         alertname: InfinibandLinkHot
         exp_alerts:
-          - exp_labels: {{node: n3, device: mlx5_0, port: "1", severity: warning}}
+          - exp_labels: {{node: n3, severity: warning}}
             exp_annotations:
-              summary: "n3 mlx5_0/1 runs at 90% of its link rate"
+              summary: "n3: its busiest InfiniBand port runs at 90% of its link rate"
+              description: "gpuscope_ib_* on n3 (the InfiniBand dashboard) names the hot ports and their direction."
+              runbook_url: "https://github.com/gpuscope/gpuscope/blob/main/docs/runbooks.md#infinibandlinkhot"
+          - exp_labels: {{node: n4, severity: warning}}
+            exp_annotations:
+              summary: "n4: its busiest InfiniBand port runs at 95% of its link rate"
+              description: "gpuscope_ib_* on n4 (the InfiniBand dashboard) names the hot ports and their direction."
+              runbook_url: "https://github.com/gpuscope/gpuscope/blob/main/docs/runbooks.md#infinibandlinkhot"
+          - exp_labels: {{node: n5, severity: warning}}
+            exp_annotations:
+              summary: "n5: its busiest InfiniBand port runs at 90% of its link rate"
+              description: "gpuscope_ib_* on n5 (the InfiniBand dashboard) names the hot ports and their direction."
               runbook_url: "https://github.com/gpuscope/gpuscope/blob/main/docs/runbooks.md#infinibandlinkhot"
       - eval_time: 0m
         alertname: IdleGpuSession
@@ -93,21 +150,47 @@ tests:
       - eval_time: 2m
         alertname: IdleGpuSession
         exp_alerts:
-          - exp_labels: {{severity: warning}}
+          - exp_labels: {{namespace: team-a, pod: nb-1, owner: alice, project: vision, severity: warning}}
             exp_annotations:
-              summary: "2 interactive session(s) hold idle GPUs (warning)"
+              summary: "team-a/nb-1 (owner alice, project vision) holds idle GPUs"
               runbook_url: "https://github.com/gpuscope/gpuscope/blob/main/docs/runbooks.md#idlegpusession"
-          - exp_labels: {{severity: critical}}
+          - exp_labels: {{namespace: team-b, pod: nb-2, owner: bob, project: nlp, severity: warning}}
             exp_annotations:
-              summary: "1 interactive session(s) hold idle GPUs (critical)"
+              summary: "team-b/nb-2 (owner bob, project nlp) holds idle GPUs"
+              runbook_url: "https://github.com/gpuscope/gpuscope/blob/main/docs/runbooks.md#idlegpusession"
+      - eval_time: 2m
+        alertname: IdleGpuSessionCritical
+        exp_alerts: []
+      # escalated: the same IdleGpuSession alert (same labels) still fires, and the
+      # critical one joins it, with the same routing labels
+      - eval_time: 4m
+        alertname: IdleGpuSession
+        exp_alerts:
+          - exp_labels: {{namespace: team-a, pod: nb-1, owner: alice, project: vision, severity: warning}}
+            exp_annotations:
+              summary: "team-a/nb-1 (owner alice, project vision) holds idle GPUs"
+              runbook_url: "https://github.com/gpuscope/gpuscope/blob/main/docs/runbooks.md#idlegpusession"
+          - exp_labels: {{namespace: team-b, pod: nb-2, owner: bob, project: nlp, severity: warning}}
+            exp_annotations:
+              summary: "team-b/nb-2 (owner bob, project nlp) holds idle GPUs"
+              runbook_url: "https://github.com/gpuscope/gpuscope/blob/main/docs/runbooks.md#idlegpusession"
+      - eval_time: 4m
+        alertname: IdleGpuSessionCritical
+        exp_alerts:
+          - exp_labels: {{namespace: team-a, pod: nb-1, owner: alice, project: vision, severity: critical}}
+            exp_annotations:
+              summary: "team-a/nb-1 (owner alice, project vision) has held idle GPUs for long"
               runbook_url: "https://github.com/gpuscope/gpuscope/blob/main/docs/runbooks.md#idlegpusession"
 """
 
 
 def test_rules_fire_on_their_series(tmp_path: Path) -> None:
-    """An uncorrected ECC error, a GPU gone from the bus, a port at 90 % and idle sessions of
-    two severities at once raise their alerts, each with its runbook (and nothing fires
-    before its time)."""
+    """An uncorrected ECC error, a GPU gone from the bus, hot InfiniBand links (transmit, and
+    receive-side: 10 B/s out, 95 B/s in on a 100 B/s link) raise their alerts, one per node
+    however many of its ports are hot; idle sessions alert per pod with namespace, owner and
+    project, and keep their alert when they turn critical (each with its runbook, and
+    nothing fires before its time). Issue 24: the receive side never alerted, a hot job
+    paged once per port, and the idle alert had no labels to route."""
     test_file = tmp_path / "rules_test.yaml"
     test_file.write_text(UNIT_TESTS.format(rules=RULES))
     out = subprocess.run([_promtool(), "test", "rules", str(test_file)], capture_output=True,

@@ -81,9 +81,13 @@ def test_first_scheduled_runs_keep_the_quotas_and_agree_with_the_findings(
         1 for (n, _), v in got.items() if n == "gpuscope_quota_over_quota_gpus" and v > 0
     )
     page = generate_latest(service.metrics.registry).decode()
-    for severity in ("info", "warning", "critical"):
-        count = sum(1 for f in result.findings if f.severity == severity)
-        assert f'gpuscope_findings{{kind="quota_overuse",severity="{severity}"}} {count}.0' in page
+    for severity in ("info", "warning", "critical"):  # the plain series, always there
+        assert f'gpuscope_findings{{kind="quota_overuse",severity="{severity}"}} 0.0' in page
+    assert result.findings
+    for f in result.findings:  # each under its project, for routing
+        line = (f'gpuscope_findings{{kind="quota_overuse",project="{f.subject["project"]}",'
+                f'severity="{f.severity}"}} 1.0')  # fmt: skip
+        assert line in page
 
 
 def test_no_quota_gauge_before_there_is_inventory(tmp_path: Path, clock: list[float]) -> None:

@@ -141,10 +141,14 @@ def scrape_config(values: dict[str, Any], agent_url: str) -> dict[str, Any]:
     )
 
 
+DCGM_COMPAT = Path(__file__).resolve().parents[2] / "dashboards/rules/gpuscope-dcgm-compat.yaml"
+
+
 @contextmanager
 def operator_prometheus(tmp: Path, config: dict[str, Any]) -> Iterator[str]:
-    """A real Prometheus with one scrape config; yields its base URL."""
-    with prometheus_with(tmp, [config]) as base:
+    """A real Prometheus with one scrape config and the DCGM-compatible recording rules;
+    yields its base URL."""
+    with prometheus_with(tmp, [config], [DCGM_COMPAT]) as base:
         yield base
 
 
@@ -175,9 +179,10 @@ def agent_namespaces(agent_url: str) -> set[str]:
 @pytest.mark.parametrize("honor_labels", [True, False], ids=["chart", "without-honorLabels"])
 def test_workload_labels_survive_the_operator_scrape(tmp_path: Path, honor_labels: bool) -> None:
     """With the chart's ServiceMonitor, `count by (namespace)` shows the workloads'
-    namespaces and no exported_namespace appears. Rendered with honorLabels false (the
-    manifests before the fix), the same scrape files every series under the agent pod's
-    namespace and moves the real one to exported_namespace: what the chart prevents."""
+    namespaces and no exported_namespace appears. Before the chart moved the target's own
+    namespace/pod/container away, honorLabels false filed every series under the agent
+    pod's namespace and moved the real one to exported_namespace; now the target carries no
+    namespace to clash with, so the workloads' labels survive either way."""
     values = {"monitoring": {"serviceMonitors": {"honorLabels": honor_labels}}}
     with agent_process(NODE) as agent_url:
         config = scrape_config(values, agent_url)
@@ -192,14 +197,61 @@ def test_workload_labels_survive_the_operator_scrape(tmp_path: Path, honor_label
     assert len(before) >= 2 and NAMESPACE not in seen
     # the rules' GpuNodeDown selects this job; the target's own labels are the Operator's
     (target,) = up
-    assert target["metric"]["namespace"] == NAMESPACE
+    assert target["metric"]["agent_namespace"] == NAMESPACE
+    assert target["metric"]["agent_pod"].startswith("gpuscope-agent-")
+    assert "namespace" not in target["metric"] and "container" not in target["metric"]
     assert target["metric"]["node"] == NODE
     assert target["metric"]["service"] == "gpuscope-agent"
     namespaces = {r["metric"].get("namespace") for r in by_ns}
-    if honor_labels:
-        assert namespaces and namespaces <= seen
-        assert exported == []
-    else:
-        assert namespaces == {NAMESPACE}
-        assert {r["metric"]["exported_namespace"] for r in exported_ns} <= seen
-        assert exported
+    assert namespaces and namespaces <= seen
+    assert exported == []
+    assert [r["metric"] for r in exported_ns] == [{}]
+
+
+#: Series without workload labels of their own: per GPU, per InfiniBand port, and the
+#: DCGM-compatible recorded series (which keep one series per free GPU).
+GPU_SERIES = (
+    "gpuscope_gpu_utilization_ratio",
+    "gpuscope_gpu_memory_used_bytes",
+    "gpuscope_ib_transmit_bytes_total",
+    "DCGM_FI_DEV_GPU_UTIL",
+    "DCGM_FI_DEV_FB_USED",
+)
+
+
+def test_gpu_series_never_take_the_agent_pods_namespace(tmp_path: Path) -> None:
+    """Issue 24: under the Operator's chain the target carries the agent pod's own
+    namespace/pod/container, and with honorLabels every series without those labels (a free
+    GPU, an InfiniBand port) took them: `count by (namespace)(DCGM_FI_DEV_GPU_UTIL)` showed
+    the agent's namespace. The chart's relabelings move them to agent_namespace/agent_pod:
+    no GPU series shows the agent's namespace, pod or container, and the workloads' own
+    namespaces are still there on the series that name a workload."""
+    with agent_process(NODE) as agent_url:
+        config = scrape_config({}, agent_url)
+        workloads = agent_namespaces(agent_url)
+        with operator_prometheus(tmp_path, config) as base:
+            for name in GPU_SERIES:
+                wait_for(base, f"count({name})")
+            by_ns = {
+                name: {
+                    r["metric"].get("namespace")
+                    for r in query(base, f"count by (namespace) ({name})")
+                }
+                for name in GPU_SERIES
+            }
+            pods = query(base, 'count by (pod) ({pod=~"gpuscope-.*"})')
+            containers = query(base, 'count by (container) ({container="agent"})')
+            dcgm_ns = {
+                r["metric"].get("namespace")
+                for r in query(base, "count by (namespace) (DCGM_FI_DEV_GPU_UTIL)")
+            }
+            agent_ns = query(
+                base, f'count(gpuscope_gpu_utilization_ratio{{agent_namespace="{NAMESPACE}"}})'
+            )
+    for name, namespaces in by_ns.items():
+        assert NAMESPACE not in namespaces, name
+    assert by_ns["gpuscope_gpu_utilization_ratio"] == {None}  # per GPU: no namespace at all
+    assert pods == [] and containers == []
+    # the recorded per-workload series keep the workloads' namespaces
+    assert workloads and dcgm_ns - {None} and dcgm_ns - {None} <= workloads
+    assert agent_ns  # where the series came from is still there, under its own name

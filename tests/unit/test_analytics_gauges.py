@@ -56,11 +56,34 @@ def test_findings_are_counted_by_kind_and_severity_with_zeros() -> None:
     g.update({"idle": Analysis(kinds=("idle_session", "session_time_limit"), findings=[f])})
     got = samples(g)
     key = lambda k, s: ("gpuscope_findings", (("kind", k), ("severity", s)))  # noqa: E731
-    assert got[key("idle_session", "warning")] == 1
+    routed = ("gpuscope_findings", (("kind", "idle_session"), ("namespace", "r"), ("pod", "nb-0"),
+                                    ("severity", "warning")))  # fmt: skip
+    assert got[routed] == 1  # the finding's own namespace and pod, to route it
+    assert got[key("idle_session", "warning")] == 0
     assert got[key("idle_session", "critical")] == 0
     assert got[key("session_time_limit", "warning")] == 0
     g.update({"idle": Analysis(kinds=("idle_session", "session_time_limit"))})
-    assert samples(g)[key("idle_session", "warning")] == 0  # the latest run replaces the last
+    after = samples(g)
+    assert after[key("idle_session", "warning")] == 0  # the latest run replaces the last
+    assert routed not in after
+
+
+def test_findings_carry_owner_and_project_from_the_evidence() -> None:
+    """Issue 24: gpuscope_findings had only kind and severity, so an alert built on it
+    could not be routed to a team. Each finding's namespace/pod (subject) and owner and
+    project (evidence) are labels; empty ones are left out."""
+    subject = {"namespace": "r", "pod": "nb-0", "container": "c"}
+    evidence = {"owner": "alice", "project": "vision", "node": "n1"}
+    f = Finding(finding_id("idle_session", subject), "idle_session", "critical", subject,
+                NOW, NOW, evidence)  # fmt: skip
+    quota = Finding("q", "quota_overuse", "warning", {"project": "nlp"}, NOW, NOW)
+    g = AnalyticsGauges()
+    g.update({"idle": Analysis(kinds=("idle_session",), findings=[f]),
+              "quota": Analysis(kinds=("quota_overuse",), findings=[quota])})  # fmt: skip
+    got = {labels: v for (name, labels), v in samples(g).items() if name == "gpuscope_findings"}
+    assert got[(("kind", "idle_session"), ("namespace", "r"), ("node", "n1"), ("owner", "alice"),
+                ("pod", "nb-0"), ("project", "vision"), ("severity", "critical"))] == 1  # fmt: skip
+    assert got[(("kind", "quota_overuse"), ("project", "nlp"), ("severity", "warning"))] == 1
 
 
 def test_finding_ids_are_stable_and_distinct() -> None:

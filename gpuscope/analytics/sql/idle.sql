@@ -190,7 +190,7 @@ FROM judged GROUP BY uuid;
 -- are left out.
 WITH held AS (
     SELECT namespace, pod, container, gpu_uuid,
-           any_value(node) AS node, any_value(kind) AS kind,
+           any_value(node) AS node, any_value(kind) AS kind, any_value(project) AS project,
            bool_or(coalesce(interactive, false) OR kind = 'interactive') AS interactive,
            min(start_ts) AS start_ts
     FROM workload_intervals
@@ -202,7 +202,11 @@ pod_records AS (
     SELECT key,
            TRY_CAST(record->>'gpu_fraction' AS DOUBLE) AS fraction,
            TIMESTAMP '1970-01-01' + to_seconds(TRY_CAST(record->>'start_time' AS DOUBLE))
-               AS pod_start
+               AS pod_start,
+           -- who owns it, for alert routing: the labels (the settings name the keys), else
+           -- the controller (gpuscope/analytics/idle.py picks)
+           CAST(record->'labels' AS VARCHAR) AS pod_labels,
+           record->>'owner_kind' AS owner_kind, record->>'owner_name' AS owner_name
     FROM inventory_pods WHERE valid_from <= $at
     QUALIFY row_number() OVER (PARTITION BY key ORDER BY valid_from DESC) = 1
 ),
@@ -213,7 +217,7 @@ protected_pods AS (
            OR coalesce((record->'labels'->>'gpuscope.io/protect') = 'true', false))
 ),
 keyed AS (
-    SELECT h.*,
+    SELECT h.*, r.pod_labels, r.owner_kind, r.owner_name,
            CASE WHEN r.fraction > 0 AND r.fraction < 1 THEN r.fraction ELSE 1.0 END AS share,
            least(h.start_ts, coalesce(r.pod_start, h.start_ts)) AS pod_start,
            coalesce(w.uuid, h.gpu_uuid) AS skey
@@ -237,6 +241,8 @@ per_workload AS (
     SELECT namespace, pod, container,
            string_agg(DISTINCT node, ',' ORDER BY node) AS node,
            any_value(kind) AS kind, bool_or(interactive) AS interactive,
+           any_value(project) AS project, any_value(pod_labels) AS pod_labels,
+           any_value(owner_kind) AS owner_kind, any_value(owner_name) AS owner_name,
            min(pod_start) AS start_ts, sum(share) AS gpus,
            list(gpu_uuid ORDER BY gpu_uuid) AS gpu_uuids,
            coalesce(bool_or(busy_recent), false) AS busy_recent,
@@ -247,7 +253,7 @@ per_workload AS (
     FROM per_gpu GROUP BY namespace, pod, container
 )
 SELECT namespace, pod, container, node, kind, interactive, start_ts, gpus, gpu_uuids,
-       idle_since, last_busy_value, signal,
+       idle_since, last_busy_value, signal, project, pod_labels, owner_kind, owner_name,
        CASE WHEN start_ts > $grace_start THEN 'starting'
             WHEN busy_recent THEN 'active'
             WHEN NOT data_ok THEN 'unknown'

@@ -67,3 +67,41 @@ token nor keys a site added change; a new random token where there is none. Argu
 {{- end -}}
 {{- toYaml $data -}}
 {{- end -}}
+
+{{/*
+The ServiceMonitors' target relabelings, after the Operator's own: the scraped pod's
+namespace and pod move to <prefix>_namespace and <prefix>_pod (agent_namespace, agent_pod),
+and namespace, pod and container leave the target, so they never land on a series that has
+none of its own (a free GPU, an InfiniBand port, the DCGM-compatible recorded series). Then
+the site's extra relabelings. Call with a dict of root and prefix.
+*/}}
+{{- define "gpuscope.targetRelabelings" -}}
+- sourceLabels: [namespace]
+  targetLabel: {{ .prefix }}_namespace
+- sourceLabels: [pod]
+  targetLabel: {{ .prefix }}_pod
+- action: labeldrop
+  regex: (namespace|pod|container)
+{{- with .root.Values.monitoring.serviceMonitors.relabelings }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}
+
+{{/*
+An endpoint's optional fields: metric relabelings, scheme and TLS (values
+monitoring.serviceMonitors.metricRelabelings, .scheme, .tlsConfig).
+*/}}
+{{- define "gpuscope.endpointExtras" -}}
+{{- $sm := .Values.monitoring.serviceMonitors -}}
+{{- with $sm.metricRelabelings }}
+metricRelabelings:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with $sm.scheme }}
+scheme: {{ . }}
+{{- end }}
+{{- with $sm.tlsConfig }}
+tlsConfig:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end }}
