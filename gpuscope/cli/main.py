@@ -158,7 +158,8 @@ def build_parser() -> argparse.ArgumentParser:
     an = sub.add_parser("analyze", help="run detectors over a database or a cluster snapshot")
     an.add_argument(
         "what",
-        choices=["idle", "fragmentation", "quota", "bandwidth", "consolidation", "all"],
+        choices=["idle", "fragmentation", "quota", "bandwidth", "consolidation", "topology",
+                 "all"],  # fmt: skip
         help="which analysis (all: every detector; consolidation plans, it is not in all)",
     )
     an.add_argument("--db", type=Path, metavar="PATH", help="a gpuscope DuckDB file (read-only)")
@@ -173,6 +174,13 @@ def build_parser() -> argparse.ArgumentParser:
         type=Path,
         metavar="FILE",
         help="kubectl get pods -A -o json, or the Alibaba trace's pod CSV",
+    )
+    an.add_argument(
+        "--objects",
+        type=Path,
+        action="append",
+        metavar="FILE",
+        help="kubectl JSON of other kinds (Kueue Topology, HyperNodes, PodGroups...; repeatable)",
     )
     an.add_argument("--at", metavar="TIME", help="analyse as of this time (RFC 3339; default now)")
     an.add_argument("--json", action="store_true", help="print one JSON object")
@@ -338,6 +346,13 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
     at = _parse_at(args.at)
     if (args.nodes is None) != (args.pods is None):
         raise UserError("--nodes and --pods go together")
+    if args.what == "topology":
+        from gpuscope.cli.topology import run_topology
+
+        analyses = {"topology": run_topology(args, at, settings)}
+        print(json.dumps(as_json(analyses), indent=2, default=str) if args.json
+              else render_text(analyses), end="\n" if args.json else "")  # fmt: skip
+        return 0
     if args.nodes is not None:
         if args.what not in ("fragmentation", "consolidation", "all"):
             raise UserError(f"{args.what} needs --db: a snapshot only holds placement")
