@@ -133,13 +133,15 @@ def domains_of(topology: Topology, nodes: Sequence[NodeState]) -> dict[str, list
                 nodes=tuple(n.name for n in members),
                 gpus=sum(len(n.gpus) for n in members),
                 free=tuple(free_whole(n) for n in members),
-                whole_free_nodes=sum(
-                    1 for n in members if n.gpus and free_whole(n) == len(n.gpus)
-                ),
+                whole_free_nodes=sum(1 for n in members if n.gpus and free_whole(n) == len(n.gpus)),
             )
             for name, members in sorted(groups.items())
         ]
     return out
+
+
+#: Shapes of multi-pod jobs, (pods, GPUs per pod), with their weights.
+Mix = Sequence[tuple[tuple[int, int], float]]
 
 
 def task_mix(groups: Sequence[PodGroup], pod_gpus: int) -> list[tuple[tuple[int, int], float]]:
@@ -151,14 +153,14 @@ def task_mix(groups: Sequence[PodGroup], pod_gpus: int) -> list[tuple[tuple[int,
     return [(shape, c / total) for shape, c in sorted(counts.items())]
 
 
-def fragmented_gpus(domains: Sequence[Domain], mix: Sequence[tuple[tuple[int, int], float]]) -> float:
+def fragmented_gpus(domains: Sequence[Domain], mix: Mix) -> float:
     """Expected free GPUs in domains that cannot hold one job of the mix's shape."""
     return sum(w * sum(d.free_gpus for d in domains if d.jobs(n, k) < 1) for (n, k), w in mix)
 
 
 def level_summary(
     domains: Sequence[Domain], sizes: Sequence[int], pod_gpus: int, ks: Sequence[int],
-    mix: Sequence[tuple[tuple[int, int], float]], source: str, unlabelled: int,
+    mix: Mix, source: str, unlabelled: int,
 ) -> dict[str, Any]:  # fmt: skip
     free = sum(d.free_gpus for d in domains)
     frag = fragmented_gpus(domains, mix)
@@ -174,9 +176,7 @@ def level_summary(
             }
             for d in domains
         },
-        "slots": {
-            str(s): sum(d.jobs(*job_shape(s, pod_gpus)) for d in domains) for s in sizes
-        },
+        "slots": {str(s): sum(d.jobs(*job_shape(s, pod_gpus)) for d in domains) for s in sizes},
         "free_gpus": free,
         "fragmented_gpus": round(frag, 6),
         "fragmentation_ratio": round(frag / free, 6) if free else 0.0,
@@ -196,9 +196,7 @@ def group_level(group: PodGroup, topology: Topology) -> tuple[str, str]:
 def group_capacity(group: PodGroup, nodes: Sequence[NodeState]) -> dict[str, int]:
     """Pods of the group each node could take now (its tolerations decide admission)."""
     task = Task(gpu_count=group.gpus_per_pod, gpu_share=1.0, tolerations=group.tolerations)
-    return {
-        n.name: (free_whole(n) // group.gpus_per_pod if admits(n, task) else 0) for n in nodes
-    }
+    return {n.name: (free_whole(n) // group.gpus_per_pod if admits(n, task) else 0) for n in nodes}
 
 
 def blocked_groups(

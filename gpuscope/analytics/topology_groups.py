@@ -141,9 +141,7 @@ def pod_groups(pods: Iterable[PodInfo], objects: ObjectSet | None = None) -> lis
         size = len(members)
         if source == "kueue-pod-group":
             size = max(size, _int(first.annotations.get(KUEUE_GROUP_COUNT)) or 0)
-        required = first.annotations.get(KUEUE_REQUIRED) or first.annotations.get(
-            KAI_REQUIRED, ""
-        )
+        required = first.annotations.get(KUEUE_REQUIRED) or first.annotations.get(KAI_REQUIRED, "")
         preferred = first.annotations.get(KUEUE_PREFERRED) or first.annotations.get(
             KAI_PREFERRED, ""
         )

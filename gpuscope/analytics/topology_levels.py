@@ -233,7 +233,7 @@ def _add_hypernodes(
     tiers: dict[int, dict[str, str]] = {}
     for name, hn in sorted(by_name.items()):
         try:
-            tier = int((hn.get("spec") or {}).get("tier"))
+            tier = int(str((hn.get("spec") or {}).get("tier")))
         except (TypeError, ValueError):
             log.warning("HyperNode %s has no integer spec.tier; left out", name)
             continue

@@ -158,8 +158,7 @@ def build_parser() -> argparse.ArgumentParser:
     an = sub.add_parser("analyze", help="run detectors over a database or a cluster snapshot")
     an.add_argument(
         "what",
-        choices=["idle", "fragmentation", "quota", "bandwidth", "consolidation", "topology",
-                 "all"],  # fmt: skip
+        choices=["idle", "fragmentation", "quota", "bandwidth", "consolidation", "topology", "all"],
         help="which analysis (all: every detector; consolidation plans, it is not in all)",
     )
     an.add_argument("--db", type=Path, metavar="PATH", help="a gpuscope DuckDB file (read-only)")

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 from datetime import UTC, datetime
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -55,10 +55,10 @@ def ref_free(nodes: dict[str, Any], pods: dict[str, Any]) -> dict[str, int]:
 def most_pods(free: list[int], k: int) -> int:
     """The most k-GPU pods these nodes hold, by trying every node for each pod."""
 
-    @lru_cache(maxsize=None)
+    @cache
     def best(state: tuple[int, ...]) -> int:
         options = [
-            best(tuple(sorted(state[:i] + (state[i] - k,) + state[i + 1 :])))
+            best(tuple(sorted((*state[:i], state[i] - k, *state[i + 1 :]))))
             for i in range(len(state))
             if state[i] >= k
         ]
@@ -77,11 +77,11 @@ def most_jobs(free: list[int], pods: int, k: int) -> int:
         out = []
         for i in range(start, len(state)):
             if state[i] >= k:
-                taken = state[:i] + (state[i] - k,) + state[i + 1 :]
+                taken = (*state[:i], state[i] - k, *state[i + 1 :])
                 out += placements(taken, left - 1, i)
         return out
 
-    @lru_cache(maxsize=None)
+    @cache
     def best(state: tuple[int, ...]) -> int:
         after = {tuple(sorted(s)) for s in placements(state, pods, 0)}
         return max((1 + best(s) for s in after), default=0)
@@ -209,7 +209,9 @@ def run_cli(tmp: Path, nodes: Any, pods: Any, topo: Any | None, capsys: Any) -> 
     return out
 
 
-@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(state=states())
 def test_reference_agrees_on_slots_largest_job_and_finding(
     state: tuple[dict[str, Any], dict[str, Any], list[str], dict[str, Any]],
@@ -243,7 +245,10 @@ def test_reference_agrees_on_slots_largest_job_and_finding(
             want = sum(most_jobs([free[m] for m in ms], n, k) for ms in doms.values())
             assert out["slots"][str(s)] == want, (level, s)
     # the finding: the pending group fits the cluster's free GPUs but no domain of its level
-    n, k = len(train), int(train[0]["spec"]["containers"][0]["resources"]["requests"]["nvidia.com/gpu"])
+    n, k = (
+        len(train),
+        int(train[0]["spec"]["containers"][0]["resources"]["requests"]["nvidia.com/gpu"]),
+    )
     level = train[0]["metadata"]["annotations"]["kueue.x-k8s.io/podset-required-topology"]
     fits_cluster = most_pods(list(free.values()), k) >= n
     fits_domain = any(
