@@ -42,6 +42,8 @@ from typing import Any
 
 from gpuscope.analytics.allocation import CORDON_TAINT, ClusterState, NodeState, Task, admits
 from gpuscope.analytics.base import Analysis
+from gpuscope.analytics.consolidation.domain import DomainGoal, DomainPlan, plan_domain
+from gpuscope.analytics.consolidation.model import Placed
 from gpuscope.analytics.topology_groups import PodGroup
 from gpuscope.analytics.topology_levels import Topology
 from gpuscope.core.records import Finding, finding_id
@@ -229,8 +231,11 @@ def analyze_topology(
     groups: Sequence[PodGroup],
     *,
     at: datetime,
+    placed: Sequence[Placed] | None = None,
 ) -> Analysis:
-    """Per level: domains, slots, fragmentation; findings for blocked pending groups."""
+    """Per level: domains, slots, fragmentation; findings for blocked pending groups, each
+    with the plan that clears a domain for it when ``placed`` (the pods on nodes, and which
+    may move) is given (:mod:`gpuscope.analytics.consolidation.domain`)."""
     pod_gpus = pod_gpus_of(state.nodes)
     total = sum(len(n.gpus) for n in state.nodes)
     sizes = job_sizes(total)
@@ -245,10 +250,14 @@ def analyze_topology(
             by_level[level.key], sizes, pod_gpus, ks, mix, level.source,
             len(gpu_nodes - labelled),
         )  # fmt: skip
-    findings = [
-        _finding(g, level, mode, per_domain, state.nodes, at)
-        for g, level, mode, per_domain in blocked_groups(groups, topology, state.nodes)
-    ]
+    findings, plans = [], []
+    for g, key, mode, per_domain in blocked_groups(groups, topology, state.nodes):
+        plan = None
+        if placed is not None:
+            plan = _domain_plan(g, key, topology, state.nodes, placed)
+            if plan is not None:
+                plans.append(plan.as_dict())
+        findings.append(_finding(g, key, mode, per_domain, state.nodes, at, plan))
     summary: dict[str, Any] = {
         "levels": levels,
         "topology_source": topology.source,
@@ -258,6 +267,7 @@ def analyze_topology(
         "pod_groups": len(groups),
         "pending_pod_groups": sum(1 for g in groups if g.pending),
         "blocked_pod_groups": len(findings),
+        "plans": plans,
     }
     return Analysis(kinds=KINDS, findings=findings, summary=summary)
 
@@ -269,9 +279,17 @@ def _finding(
     per_domain: Mapping[str, int],
     nodes: Sequence[NodeState],
     at: datetime,
+    plan: DomainPlan | None = None,
 ) -> Finding:
     cap = group_capacity(g, nodes)
     best = max(sorted(per_domain), key=lambda d: per_domain[d], default="")
+    target: dict[str, Any] = {"level": level, "domain": best, "pod_group": g.key}
+    if plan is not None:
+        target = {
+            **target,
+            "domain": plan.domain,
+            "nodes": sorted({n for _, n in plan.plan.targets}),
+        }
     subject = {"namespace": g.namespace, "pod_group": g.name}
     return Finding(
         id=finding_id("topology_fragmentation", subject),
@@ -294,6 +312,21 @@ def _finding(
         },
         recommendation={
             "action": "consolidate_domain",
-            "target": {"level": level, "domain": best, "pod_group": g.key},
+            "target": target,
+            "moves": [m.as_dict() for m in plan.plan.moves] if plan else [],
         },
     )
+
+
+def _domain_plan(
+    g: PodGroup,
+    level: str,
+    topology: Topology,
+    nodes: Sequence[NodeState],
+    placed: Sequence[Placed],
+) -> DomainPlan | None:
+    members: dict[str, set[str]] = {}
+    for node_name, domain in topology.domains.get(level, {}).items():
+        members.setdefault(domain, set()).add(node_name)
+    goal = DomainGoal(g.key, level, g.pods, g.gpus_per_pod, g.tolerations)
+    return plan_domain(nodes, placed, {d: frozenset(m) for d, m in members.items()}, goal)

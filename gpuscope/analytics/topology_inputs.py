@@ -14,6 +14,7 @@ from pathlib import Path
 
 from gpuscope.analytics.allocation import records_from_kubectl, state_from_records
 from gpuscope.analytics.base import Analysis
+from gpuscope.analytics.consolidation.model import placement_from_state
 from gpuscope.analytics.topology import analyze_topology
 from gpuscope.analytics.topology_groups import pod_groups
 from gpuscope.analytics.topology_levels import topology_of
@@ -37,7 +38,10 @@ def topology_analysis(
     labels = settings.analytics.topology_labels
     topo = topology_of(nodes, objects, labels, sorted(asked))
     state = state_from_records(nodes, pods)
-    return analyze_topology(state, topo, groups, at=at)
+    placed = placement_from_state(
+        state, pods, at=at, protected_namespaces=settings.workloads.protected_namespaces
+    )
+    return analyze_topology(state, topo, groups, at=at, placed=placed)
 
 
 def read_kubectl_list(path: Path) -> dict[str, object]:
