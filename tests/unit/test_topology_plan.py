@@ -78,8 +78,8 @@ def cases(
         name = f"n{i}"
         size = draw(st.sampled_from([4, 8]))
         free = [1.0] * size
-        for j in range(draw(st.integers(0, 3))):
-            count = draw(st.sampled_from([1, 1, 2, 4]))
+        for j in range(draw(st.integers(1, 3))):
+            count = draw(st.sampled_from([1, 1, 2]))
             ok = [g for g in range(size) if free[g] >= 1.0]
             if len(ok) < count:
                 continue
@@ -92,7 +92,9 @@ def cases(
             )  # fmt: skip
         nodes.append(NodeState(name=name, gpus=tuple(free)))
         domains.setdefault(f"d{draw(st.integers(0, 1))}", set()).add(name)
-    goal = DomainGoal("g", "rack", draw(st.integers(2, 3)), draw(st.sampled_from([2, 4])))
+    for i in range(draw(st.integers(0, 2))):  # room outside every domain to move pods to
+        nodes.append(NodeState(name=f"spare{i}", gpus=(1.0,) * draw(st.sampled_from([2, 4]))))
+    goal = DomainGoal("g", "rack", draw(st.integers(2, 3)), draw(st.sampled_from([2, 4, 4])))
     return nodes, placed, {d: frozenset(m) for d, m in domains.items()}, goal
 
 
