@@ -26,9 +26,12 @@ cordon are ignored for the measures (GPU nodes are often tainted for GPU pods on
 pending group's own tolerations decide where it may go.
 
 A ``topology_fragmentation`` finding is raised for a pending pod group (no pod placed,
-:mod:`gpuscope.analytics.topology_groups`) whose pods fit the cluster's free GPUs but no
-single domain of its level: the required level (warning: it waits), else the preferred
-level, else the finest level (info: it can only start spread over domains).
+:mod:`gpuscope.analytics.topology_groups`) whose GPUs the cluster's free GPUs cover (whole
+free GPUs on nodes that admit its pods) but that no single domain of its level can hold
+(evidence ``cause``: ``topology`` when the cluster could place it spread over domains,
+``fragmentation`` when its free GPUs are scattered over nodes as well). Its level is the
+required level (warning: it waits), else the preferred level, else the finest level (info:
+it can only start spread over domains).
 """
 
 from __future__ import annotations
@@ -201,11 +204,18 @@ def group_capacity(group: PodGroup, nodes: Sequence[NodeState]) -> dict[str, int
     return {n.name: (free_whole(n) // group.gpus_per_pod if admits(n, task) else 0) for n in nodes}
 
 
+def group_free_gpus(group: PodGroup, nodes: Sequence[NodeState]) -> dict[str, int]:
+    """Whole free GPUs of the nodes that admit the group's pods."""
+    task = Task(gpu_count=group.gpus_per_pod, gpu_share=1.0, tolerations=group.tolerations)
+    return {n.name: (free_whole(n) if admits(n, task) else 0) for n in nodes}
+
+
 def blocked_groups(
     groups: Sequence[PodGroup], topology: Topology, nodes: Sequence[NodeState]
 ) -> list[tuple[PodGroup, str, str, dict[str, int]]]:
-    """Pending groups that fit the cluster's free GPUs but no domain of their level: (group,
-    level, mode, placeable pods per domain)."""
+    """Pending groups whose GPUs the cluster's free GPUs cover (on nodes that admit them)
+    but that no domain of their level can hold: (group, level, mode, placeable pods per
+    domain)."""
     out = []
     for g in groups:
         if not g.pending or g.pods < 2:
@@ -214,7 +224,7 @@ def blocked_groups(
         if not level or level not in topology.domains:
             continue
         cap = group_capacity(g, nodes)
-        if sum(cap.values()) < g.pods:
+        if sum(group_free_gpus(g, nodes).values()) < g.gpus:
             continue
         per_domain: dict[str, int] = {}
         for node_name, domain in topology.domains[level].items():
@@ -305,7 +315,11 @@ def _finding(
             "pods": g.pods,
             "gpus_per_pod": g.gpus_per_pod,
             "gpus": g.gpus,
+            "cluster_free_gpus": sum(group_free_gpus(g, nodes).values()),
             "cluster_placeable_pods": sum(cap.values()),
+            # topology: the cluster could place it spread over domains; fragmentation: not
+            # even that, the free GPUs are scattered over nodes too
+            "cause": "topology" if sum(cap.values()) >= g.pods else "fragmentation",
             "best_domain": best,
             "best_domain_placeable_pods": per_domain.get(best, 0),
             "domains": len(per_domain),

@@ -12,7 +12,8 @@ In order of precedence for a pod (the first that applies names its group):
    object (``scheduling.run.ai``) gives ``spec.minMember`` and
    ``spec.topologyConstraint.requiredTopologyLevel`` / ``preferredTopologyLevel``;
 4. a JobSet: label ``jobset.sigs.k8s.io/jobset-name``;
-5. one Job's pods (controller owner of kind ``Job``).
+5. a Kubeflow training job (PyTorchJob...): label ``training.kubeflow.org/job-name``;
+6. one Job's pods (controller owner of kind ``Job``).
 
 Kueue Workloads that are not admitted yet (no ``status.admission``, not finished) are pending
 groups too, even with no pod created (Kueue keeps a queued Job suspended): one group per
@@ -44,6 +45,7 @@ KAI_PREFERRED = "kai.scheduler/topology-preferred-placement"
 VOLCANO_GROUP = "scheduling.k8s.io/group-name"
 KAI_GROUP = "pod-group-name"
 JOBSET_LABEL = "jobset.sigs.k8s.io/jobset-name"
+KUBEFLOW_LABEL = "training.kubeflow.org/job-name"
 GPU = "nvidia.com/gpu"
 _ACTIVE = frozenset({"Pending", "Running", "Unknown"})
 
@@ -89,6 +91,8 @@ def _group_of(pod: PodInfo) -> tuple[str, str] | None:
         return "kai-podgroup", kai
     if pod.labels.get(JOBSET_LABEL):
         return "jobset", pod.labels[JOBSET_LABEL]
+    if pod.labels.get(KUBEFLOW_LABEL):
+        return "kubeflow", pod.labels[KUBEFLOW_LABEL]
     if pod.owner_kind == "Job" and pod.owner_name:
         return "job", pod.owner_name
     return None

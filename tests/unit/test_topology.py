@@ -184,8 +184,10 @@ def test_measures_on_a_hand_checked_cluster() -> None:
     assert leaf["slots"] == {"8": 1, "16": 0, "32": 0}
     # the mix is the one 2 x 8 job: no domain holds one, all 27 free GPUs are stranded
     assert leaf["fragmented_gpus"] == 27
-    # 2 x 8 needs two empty nodes; only a1 is: capacity, not topology -> no finding
-    assert a.findings == []
+    # 27 free GPUs cover 16, no leaf holds 2 x 8 (nor does the cluster: only a1 is empty)
+    (f,) = a.findings
+    assert f.evidence["cause"] == "fragmentation"
+    assert f.evidence["cluster_free_gpus"] == 27
 
 
 def test_finding_when_the_cluster_fits_but_no_domain_does() -> None:
@@ -200,6 +202,7 @@ def test_finding_when_the_cluster_fits_but_no_domain_does() -> None:
     (f,) = a.findings
     assert f.kind == "topology_fragmentation" and f.severity == "warning"
     assert f.evidence["cluster_placeable_pods"] == 2
+    assert f.evidence["cause"] == "topology"
     assert f.evidence["best_domain_placeable_pods"] == 1
     assert f.recommendation is not None and f.recommendation["target"]["level"] == "leaf"
 
