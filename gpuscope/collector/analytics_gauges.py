@@ -30,6 +30,8 @@ from typing import Any, Protocol
 from prometheus_client.metrics_core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from gpuscope.collector.topology_gauges import topology_gauges
+
 
 class FindingLike(Protocol):
     @property
@@ -147,6 +149,11 @@ class AnalyticsGauges(Collector):
         with self._lock:
             self._latest.update(analyses)
 
+    def latest(self, detector: str) -> Summarised | None:
+        """The last run of a detector (the API serves some whole: api_topology.py)."""
+        with self._lock:
+            return self._latest.get(detector)
+
     def describe(self) -> list[Metric]:
         return []
 
@@ -170,6 +177,9 @@ class AnalyticsGauges(Collector):
                     counts.setdefault((kind, severity), 0)
             for f in analysis.findings:
                 counts[(f.kind, f.severity)] = counts.get((f.kind, f.severity), 0) + 1
+            if detector == "topology":  # nested levels and domains: topology_gauges.py
+                topology_gauges(analysis.summary, family)
+                continue
             self._summary(detector, analysis.summary, family)
         for (kind, severity), n in sorted(counts.items()):
             findings.add_metric([kind, severity], float(n))
