@@ -181,9 +181,11 @@ def test_analyze_all_on_the_database_finds_the_same(finished: dict[str, object])
     )
     assert res.returncode == 0, res.stderr
     out = json.loads(res.stdout)
-    assert set(out["summary"]) == {"idle", "fragmentation", "quota", "bandwidth"}
+    assert set(out["summary"]) == {"idle", "fragmentation", "quota", "bandwidth", "topology"}
     got = {f["kind"] for f in out["findings"]}
     assert {"quota_overuse", "node_fragmentation", "bandwidth_hotspot"} <= got
+    # the topology story: the stored inventory's leaf labels, the pending 2 x 8 pod group
+    assert "topology_fragmentation" in got
     text = subprocess.run(
         [
             sys.executable,
