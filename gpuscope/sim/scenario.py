@@ -224,8 +224,8 @@ def default_scenario(nodes: int = 32, seed: int = 42) -> Scenario:
     - notebooks in ``research`` of which several went idle hours ago and one is very old;
     - ``serving`` runs fractional inference pods, several sharing a GPU;
     - a 4-GPU ``vision`` job is pending: there are enough free GPUs, but scattered;
-    - nodes sit in racks of 8 and leaf-switch groups of 4 (:data:`LEAF_NODES`), and a
-      2-node 16-GPU ``nlp`` job that must stay under one leaf waits
+    - nodes sit in racks of 8 and leaf-switch groups of 4 (:data:`LEAF_NODES`), and (from
+      16 nodes) a 2-node 16-GPU ``nlp`` job that must stay under one leaf waits
       (:func:`topology_story`).
     """
     node_specs = tuple(
@@ -331,7 +331,8 @@ def default_scenario(nodes: int = 32, seed: int = 42) -> Scenario:
                 memory_fraction=0.8,
             )
         )
-    workloads.append(topology_story())
+    if nodes >= 4 * LEAF_NODES:  # a leaf story needs leaves to choose from
+        workloads.append(topology_story())
     used_by_vision = sum(5 + (j % 3) for j in range(len(sweep_nodes)))
     faults = (Fault(kind="ib_errors", node=names[-1], port=3, per_hour=240.0),)
     return Scenario(

@@ -106,8 +106,7 @@ def test_fractional_inference_pods_get_their_fraction(
 def test_pending_job_is_pending_with_its_four_gpus(inventory: KubeInventory) -> None:
     """The scattered-GPU victim: Pending, unscheduled, Unschedulable, asking for 4 GPUs."""
     snap = inventory.sync_once()
-    # besides the topology story's 2 x 8-GPU pod group (test_topology_story.py)
-    pending = [p for p in snap.pods if p.phase == "Pending" and p.namespace != "nlp"]
+    pending = [p for p in snap.pods if p.phase == "Pending"]
     assert [p.name for p in pending] == ["detector-train-worker-0"]
     job = pending[0]
     assert (job.node, job.gpu_request, job.pending_reason) == (None, 4, "Unschedulable")
