@@ -127,6 +127,7 @@ def fragmentation() -> Dashboard:
                     ),
                 ],
             ),
+            topology_row(),
             Row(
                 "Over time",
                 [
@@ -154,6 +155,83 @@ def fragmentation() -> Dashboard:
                         width=12,
                     ),
                 ],
+            ),
+        ],
+    )
+
+
+TOPO = "gpuscope_topology_"
+
+
+def topology_row() -> Row:
+    """Topology domains (racks, leaf switches, NVLink domains): one table row per domain,
+    sorted by level and name, so 100 racks stay readable; the slots per job size; the
+    multi-node jobs that wait for a domain (docs/metrics.md, Topology gauges)."""
+    where = f"{CLUSTER}"
+    return Row(
+        "Topology: racks, leaves, NVLink domains",
+        [
+            stat(
+                "Multi-node jobs waiting for a domain",
+                f"{TOPO}blocked_pod_groups{{{where}}}",
+                "short",
+                steps=((None, "green"), (1, "orange")),
+                description="Pending pod groups the free GPUs cover but no single domain of "
+                "their level holds (topology_fragmentation findings).",
+            ),
+            Panel(
+                "Jobs of N GPUs that fit, each inside one domain",
+                "bargauge",
+                [
+                    Query(
+                        f"{TOPO}slots{{{where}}}",
+                        "{{level}}: {{job_gpus}} GPUs",
+                        instant=True,
+                    )
+                ],
+                "short",
+                min=0,
+                width=6,
+                height=12,
+                description="Slots: how many jobs of 8, 16, 32 ... GPUs the free GPUs hold at "
+                "once when each must stay inside one domain of the level.",
+            ),
+            Panel(
+                "Domains: free GPUs, whole free nodes, largest job",
+                "table",
+                [
+                    Query(f"{TOPO}domain_free_gpus{{{where}}}", "free GPUs"),
+                    Query(f"{TOPO}domain_whole_free_nodes{{{where}}}", "whole free nodes"),
+                    Query(f"{TOPO}domain_largest_job_gpus{{{where}}}", "largest job (GPUs)"),
+                ],
+                "short",
+                width=12,
+                height=12,
+                description="One row per domain and level (a rack, a leaf-switch group, an "
+                "NVLink domain): whole free GPUs on its open nodes, nodes with every GPU "
+                "free, and the largest job of node-sized pods it holds now.",
+            ),
+            Panel(
+                "64-GPU slots over time",
+                "timeseries",
+                [Query(f'{TOPO}slots{{{where}, job_gpus="64"}}', "{{level}}")],
+                "short",
+                min=0,
+                width=12,
+                description="How many 64-GPU jobs fit at once, each inside one domain.",
+            ),
+            Panel(
+                "Topology-fragmented GPUs per level",
+                "timeseries",
+                [
+                    Query(f"{TOPO}level_fragmented_gpus{{{where}}}", "{{level}}"),
+                    Query(f"{TOPO}level_free_gpus{{{where}}}", "{{level}} free"),
+                ],
+                "short",
+                min=0,
+                width=12,
+                description="Free GPUs in domains too broken to hold one multi-node job of the "
+                "mix the cluster runs.",
             ),
         ],
     )

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from gpuscope.analytics.base import Analysis
 from gpuscope.analytics.report.weekly import ReportResult, weekly_report
 from gpuscope.analytics.runner import DETECTORS, run_on_store
+from gpuscope.collector.api_topology import topology_router
 from gpuscope.collector.api_whatif import WhatIf
 from gpuscope.collector.service import CollectorService, run_collector
 from gpuscope.collector.store import Store
@@ -289,6 +290,9 @@ def extend_service(service: CollectorService, deliver: Deliver | None = None) ->
     """Everything above the collector: analytics (and the alerts after each run), the
     actions that read their findings, the weekly report and the what-if replay API."""
     service.whatif = whatif_on_store(service.store, service.settings, service.clock)
+    service.routers.append(
+        partial(topology_router, lambda: service.metrics.analytics.latest("topology"))
+    )
     add_analytics(service)
     notices = AlertsNotices(service) if service.settings.alerts.enabled else None
     add_actions(service, notices)

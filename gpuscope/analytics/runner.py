@@ -22,7 +22,7 @@ from gpuscope.core.timefmt import api_times, rfc3339
 
 log = logging.getLogger(__name__)
 
-DETECTORS: tuple[str, ...] = ("idle", "fragmentation", "quota", "bandwidth")
+DETECTORS: tuple[str, ...] = ("idle", "fragmentation", "quota", "bandwidth", "topology")
 #: Analyses that plan rather than detect: run on demand, not on the schedule.
 PLANNERS: tuple[str, ...] = ("consolidation",)
 
@@ -65,6 +65,8 @@ def run_on_store(
                 out[name] = run_quota(cur, at, a)
             elif name == "bandwidth":
                 out[name] = run_bandwidth(cur, at, a)
+            elif name == "topology":
+                out[name] = _topology_from_store(cur, at, settings)
             else:
                 raise UserError(f"unknown analysis {name!r}")
             # the data-age rule: every analysis states how far its data reaches
@@ -149,6 +151,17 @@ def _consolidation_from_store(cur: Any, at: datetime, settings: Settings) -> Ana
         gpu_indices=indices,
         protected_namespaces=settings.workloads.protected_namespaces,
     )
+
+
+def _topology_from_store(cur: Any, at: datetime, settings: Settings) -> Analysis:
+    """Topology from the current inventory's node labels (the store keeps no Topology
+    objects: ``gpuscope analyze topology --objects`` reads them from files)."""
+    from gpuscope.analytics.allocation import records_from_inventory
+    from gpuscope.analytics.topology_inputs import topology_analysis
+    from gpuscope.core.kube_objects import ObjectSet
+
+    nodes, pods = records_from_inventory(cur)
+    return topology_analysis(nodes, pods, ObjectSet(), at=at, settings=settings)
 
 
 def run_on_snapshot(

@@ -171,7 +171,7 @@ def build_parser() -> argparse.ArgumentParser:
     an = sub.add_parser("analyze", help="run detectors over a database or a cluster snapshot")
     an.add_argument(
         "what",
-        choices=["idle", "fragmentation", "quota", "bandwidth", "consolidation", "all"],
+        choices=["idle", "fragmentation", "quota", "bandwidth", "consolidation", "topology", "all"],
         help="which analysis (all: every detector; consolidation plans, it is not in all)",
     )
     an.add_argument("--db", type=Path, metavar="PATH", help="a gpuscope DuckDB file (read-only)")
@@ -366,6 +366,13 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
     at = _parse_at(args.at)
     if (args.nodes is None) != (args.pods is None):
         raise UserError("--nodes and --pods go together")
+    if args.what == "topology":
+        from gpuscope.cli.topology import run_topology
+
+        analyses = {"topology": run_topology(args, at, settings)}
+        print(json.dumps(as_json(analyses), indent=2, default=str) if args.json
+              else render_text(analyses), end="\n" if args.json else "")  # fmt: skip
+        return 0
     objects = objects_of(args)
     if args.nodes is not None:
         if args.what not in SNAPSHOT_ANALYSES:

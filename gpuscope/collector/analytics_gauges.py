@@ -32,6 +32,8 @@ from prometheus_client.metrics_core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 from prometheus_client.samples import Sample
 
+from gpuscope.collector.topology_gauges import topology_gauges
+
 
 class FindingLike(Protocol):
     @property
@@ -149,6 +151,11 @@ class AnalyticsGauges(Collector):
         with self._lock:
             self._latest.update(analyses)
 
+    def latest(self, detector: str) -> Summarised | None:
+        """The last run of a detector (the API serves some whole: api_topology.py)."""
+        with self._lock:
+            return self._latest.get(detector)
+
     def describe(self) -> list[Metric]:
         return []
 
@@ -176,6 +183,9 @@ class AnalyticsGauges(Collector):
             for f in analysis.findings:
                 key = (("kind", f.kind), ("severity", f.severity), *_routing(f))
                 counts[key] = counts.get(key, 0) + 1
+            if detector == "topology":  # nested levels and domains: topology_gauges.py
+                topology_gauges(analysis.summary, family)
+                continue
             self._summary(detector, analysis.summary, family)
         for key, n in sorted(counts.items()):
             # one label set per finding's routing labels; the plain {kind, severity} series

@@ -36,6 +36,8 @@ GPU_MEMORY_LABEL = "nvidia.com/gpu.memory"
 GPU_REPLICAS_LABEL = "nvidia.com/gpu.replicas"
 POOL_LABEL = "gpuscope.io/pool"
 RACK_LABEL = "topology.gpuscope.io/rack"
+#: The leaf-switch group a node's rails connect to, under topograph's (older) label key.
+LEAF_LABEL = "network.topology.nvidia.com/leaf"
 #: ``gpuscope.io/ib-rail-<i>: mlx5_<i>``: the HCA on rail i (beside GPU i).
 IB_RAIL_LABEL_PREFIX = "gpuscope.io/ib-rail-"
 FRACTION_ANNOTATION = "gpu-fraction"
@@ -114,6 +116,8 @@ def node_json(
     }
     if spec.rack:
         labels[RACK_LABEL] = spec.rack
+    if spec.leaf:
+        labels[LEAF_LABEL] = spec.leaf
     if spec.ib_ports:
         labels["feature.node.kubernetes.io/rdma.available"] = "true"
         labels["gpuscope.io/ib-rate-gbps"] = quantity(spec.ib_rate_gbps)
@@ -344,6 +348,7 @@ def pod_json(cluster: SimulatedCluster, pod: SimPod, *, origin: float) -> dict[s
     }
     if w.kind == "inference":
         metadata["generateName"] = f"{owner}-"
+    annotations |= dict(w.annotations)
     if annotations:
         metadata["annotations"] = annotations
     return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec, "status": status}

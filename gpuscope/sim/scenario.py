@@ -67,6 +67,9 @@ class NodeSpec(_Spec):
     cpu_milli: int = 128_000
     pool: str = "default"
     rack: str = ""
+    #: Leaf-switch group: in a rail-optimised fabric the nodes whose rails share the same
+    #: rail leaf switches (labelled network.topology.nvidia.com/leaf); "" for none.
+    leaf: str = ""
 
 
 class ProjectSpec(_Spec):
@@ -108,6 +111,7 @@ class WorkloadSpec(_Spec):
     priority: int = 0
     preemptible: bool = False
     labels: dict[str, str] = Field(default_factory=dict)
+    annotations: dict[str, str] = Field(default_factory=dict)
 
     @model_validator(mode="after")
     def _check(self) -> WorkloadSpec:
@@ -181,6 +185,34 @@ def load_scenario(path: Path) -> Scenario:
         raise ConfigError(f"scenario file {path}: {where}: {err['msg']}") from None
 
 
+#: Nodes per leaf-switch group in the default scenario: a rail-optimised fabric as in a
+#: DGX BasePOD, where each node's 8 rails go to 8 rail leaf switches and a group of nodes
+#: shares the same 8 leaves (one InfiniBand hop between them on every rail).
+LEAF_NODES = 4
+#: The Kueue pod group planted by :func:`topology_story`.
+TOPOLOGY_STORY_GROUP = "gpt-16"
+
+
+def topology_story() -> WorkloadSpec:
+    """A pending 2-node, 16-GPU ``nlp`` job (a Kueue pod group of two 8-GPU pods) that
+    requires one leaf: the cluster has more than 16 free GPUs, but no leaf holds two free
+    nodes, so it waits until a plan clears a leaf."""
+    return WorkloadSpec(
+        name=TOPOLOGY_STORY_GROUP,
+        namespace="nlp",
+        kind="training",
+        gpus=8,
+        replicas=2,
+        start=-20 * 60,
+        pending=True,
+        labels={"kueue.x-k8s.io/pod-group-name": TOPOLOGY_STORY_GROUP},
+        annotations={
+            "kueue.x-k8s.io/pod-group-total-count": "2",
+            "kueue.x-k8s.io/podset-required-topology": "network.topology.nvidia.com/leaf",
+        },
+    )
+
+
 def default_scenario(nodes: int = 32, seed: int = 42) -> Scenario:
     """The demo's cluster: 32 × 8 H100 with 8 × 400G IB rails each, four projects.
 
@@ -191,7 +223,10 @@ def default_scenario(nodes: int = 32, seed: int = 42) -> Scenario:
       node's port counts symbol errors;
     - notebooks in ``research`` of which several went idle hours ago and one is very old;
     - ``serving`` runs fractional inference pods, several sharing a GPU;
-    - a 4-GPU ``vision`` job is pending: there are enough free GPUs, but scattered.
+    - a 4-GPU ``vision`` job is pending: there are enough free GPUs, but scattered;
+    - nodes sit in racks of 8 and leaf-switch groups of 4 (:data:`LEAF_NODES`), and (from
+      16 nodes) a 2-node 16-GPU ``nlp`` job that must stay under one leaf waits
+      (:func:`topology_story`).
     """
     node_specs = tuple(
         NodeSpec(
@@ -199,6 +234,7 @@ def default_scenario(nodes: int = 32, seed: int = 42) -> Scenario:
             gpu_model="H100",
             pool="h100",
             rack=f"rack-{i // 8}",
+            leaf=f"leaf-{i // LEAF_NODES}",
         )
         for i in range(nodes)
     )
@@ -295,6 +331,8 @@ def default_scenario(nodes: int = 32, seed: int = 42) -> Scenario:
                 memory_fraction=0.8,
             )
         )
+    if nodes >= 4 * LEAF_NODES:  # a leaf story needs leaves to choose from
+        workloads.append(topology_story())
     used_by_vision = sum(5 + (j % 3) for j in range(len(sweep_nodes)))
     faults = (Fault(kind="ib_errors", node=names[-1], port=3, per_hour=240.0),)
     return Scenario(

@@ -144,7 +144,8 @@ def test_the_planted_story_is_found(finished: dict[str, object]) -> None:
     over = {f["subject"]["project"] for f in found["quota_overuse"]}  # type: ignore[index]
     assert over == {"nlp"}
     frag = found["node_fragmentation"]
-    assert any(f["recommendation"]["target"]["job_gpus"] == 4 for f in frag)  # type: ignore[index]
+    # the 4-GPU job (the topology story's 8-GPU pods wait too, and are the target)
+    assert any(4 in f["evidence"]["pending_blocked_job_gpus"] for f in frag)  # type: ignore[index]
 
 
 def test_gauges_carry_the_headline_numbers(finished: dict[str, object]) -> None:
@@ -180,9 +181,11 @@ def test_analyze_all_on_the_database_finds_the_same(finished: dict[str, object])
     )
     assert res.returncode == 0, res.stderr
     out = json.loads(res.stdout)
-    assert set(out["summary"]) == {"idle", "fragmentation", "quota", "bandwidth"}
+    assert set(out["summary"]) == {"idle", "fragmentation", "quota", "bandwidth", "topology"}
     got = {f["kind"] for f in out["findings"]}
     assert {"quota_overuse", "node_fragmentation", "bandwidth_hotspot"} <= got
+    # the topology story: the stored inventory's leaf labels, the pending 2 x 8 pod group
+    assert "topology_fragmentation" in got
     text = subprocess.run(
         [
             sys.executable,
@@ -223,7 +226,8 @@ def test_consolidation_plans_room_for_the_blocked_job(finished: dict[str, object
     assert res.returncode == 0, res.stderr
     out = json.loads(res.stdout)
     assert out["unplaceable"] == []
-    assert out["summary"]["goals_met"] == out["summary"]["goals"] == 1
+    # the 4-GPU job and the topology story's two 8-GPU pods (one goal each)
+    assert out["summary"]["goals_met"] == out["summary"]["goals"] == 3
     moved = out["moves"] + [m for m in out["evictions"] if isinstance(m, dict)]
     assert moved
     for m in out["moves"]:

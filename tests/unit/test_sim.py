@@ -79,7 +79,8 @@ def test_fractional_pods_share_a_gpu(cluster: SimulatedCluster) -> None:
 def test_default_scenario_blocks_pending_job_by_fragmentation(cluster: SimulatedCluster) -> None:
     """The pending 4-GPU job is unplaced although the cluster has more than 4 free GPUs."""
     pending = [p for p in cluster.pods if p.node is None]
-    assert [p.workload.name for p in pending] == ["detector-train"]
+    # and the topology story's 2-node job (tests/integration/test_topology_story.py)
+    assert [p.workload.name for p in pending] == ["detector-train", "gpt-16", "gpt-16"]
     free_per_node = []
     for node in cluster.node_names:
         used: set[int] = set()

@@ -52,6 +52,7 @@ from gpuscope.analytics.report.tables import (
     week_hours,
     with_cost,
 )
+from gpuscope.analytics.report.topology import topology_over
 from gpuscope.analytics.report.week import Week
 from gpuscope.analytics.report.whatif import whatif_over
 from gpuscope.collector.schema import GET_META
@@ -69,6 +70,8 @@ TABLES = (
     "idle_sessions",
     "quotas",
     "fragmentation",
+    "topology_slots",
+    "topology_domains",
     "whatif",
     "whatif_allocation",
     "ib_hotspots",
@@ -134,6 +137,7 @@ def build_report(
     ib = frame(con, Q["ib_hot_ports"], **params)
     actions = frame(con, Q["actions"], **params)
     fragmentation = fragmentation_over(con, week, an)
+    topology_slots, topology_domains = topology_over(con, week, an, rs.top_n)
     whatif, whatif_allocation, whatif_note = whatif_over(con, week, an)
 
     start = pl.lit(week.start).cast(pl.Datetime("us"))
@@ -221,6 +225,8 @@ def build_report(
         "idle_sessions": idle,
         "quotas": quota_table(this, guarantees, week, over_quota_hours(con, week.start, week.end)),
         "fragmentation": fragmentation,
+        "topology_slots": topology_slots,
+        "topology_domains": topology_domains,
         "whatif": whatif,
         "whatif_allocation": whatif_allocation,
         "ib_hotspots": ib.head(rs.top_n),

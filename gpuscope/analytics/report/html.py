@@ -48,6 +48,16 @@ SECTIONS: dict[str, tuple[str, str]] = {
         "FGD fragmentation of free GPU capacity at every inventory change of the week "
         "(each state weighted by how long it lasted; the worst is the worst state).",
     ),
+    "topology_slots": (
+        "Topology: multi-node slots",
+        "Jobs of 16 and 64 GPUs that fit at once with each inside one domain (leaf switch, "
+        "rack, NVLink domain), per level, at every inventory change of the week.",
+    ),
+    "topology_domains": (
+        "Worst-fragmented domains",
+        "The domains whose free GPUs spent the most GPU-hours where the domain could not "
+        "hold one two-node job of node-sized pods.",
+    ),
     "whatif": (
         "What if",
         "The week's pods replayed on the same nodes under each placement policy (arrivals, "
@@ -122,6 +132,19 @@ def table_view(df: pl.DataFrame, currency: str) -> dict[str, Any]:
     }
 
 
+def slots_64(df: pl.DataFrame | None) -> list[tuple[str, int, float]]:
+    """Per level: (level, fewest 64-GPU slots of the week, time-weighted mean)."""
+    if df is None or not df.height:
+        return []
+    out = []
+    for level in sorted(set(df["level"].to_list())):
+        rows = df.filter(pl.col("level") == level)
+        hours = float(rows["hours"].sum())
+        mean = float((rows["slots_64"] * rows["hours"]).sum()) / hours if hours > 0 else 0.0
+        out.append((level, int(rows["slots_64"].min() or 0), mean))  # type: ignore[arg-type]
+    return out
+
+
 def render_html(report: WeeklyReport) -> str:
     """The whole page: no external script, style sheet, font or image."""
     env = Environment(
@@ -139,6 +162,7 @@ def render_html(report: WeeklyReport) -> str:
     whatif = report.tables["whatif"]
     return env.get_template("report.html.j2").render(
         report=report,
+        topo_slots=slots_64(report.tables.get("topology_slots")),
         week_end=report.week.end,
         cluster=_cluster_rows(report),
         tables=tables,

@@ -13,7 +13,7 @@ import polars as pl
 
 from gpuscope.analytics.report.data import WeeklyReport
 from gpuscope.analytics.report.fragmentation import weighted_mean
-from gpuscope.analytics.report.html import format_cell
+from gpuscope.analytics.report.html import format_cell, slots_64
 from gpuscope.analytics.report.tables import EPS
 
 #: Items listed per line at most.
@@ -111,6 +111,15 @@ def render_markdown(report: WeeklyReport, html: Path | None = None) -> str:
         lines.append(
             f"- Fragmentation: mean {fmt('ratio', weighted_mean(frag))} (time-weighted), "
             f"worst {fmt('ratio', frag['fgd_fragmentation_ratio'].max())} of free GPU capacity"
+        )
+    for level, fewest, mean in slots_64(report.tables.get("topology_slots")):
+        lines.append(f"- 64-GPU slots ({level}): mean {mean:.1f}, fewest {fewest}")
+    worst = report.tables.get("topology_domains")
+    if worst is not None and worst.height:
+        top = worst.row(0, named=True)
+        lines.append(
+            f"- Worst-fragmented domain: {top['domain']} ({top['level']}), "
+            f"{fmt('gpu_hours', top['stranded_gpu_hours'])} free GPU-h with no two-node slot"
         )
     line = whatif_line(report)
     if line:

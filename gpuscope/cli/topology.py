@@ -1,0 +1,33 @@
+"""``gpuscope analyze topology``: topology domains, slots and blocked pod groups from kubectl
+files (``--nodes --pods``, with ``--objects`` for Kueue/KAI Topology, Volcano HyperNodes,
+PodGroups and Workloads) or from a database's current inventory (``--db``)."""
+
+from __future__ import annotations
+
+import argparse
+from datetime import datetime
+
+from gpuscope.analytics.base import Analysis
+from gpuscope.core.errors import UserError
+from gpuscope.core.kube_objects import ObjectSet, load_objects
+from gpuscope.core.settings import Settings
+
+
+def run_topology(args: argparse.Namespace, at: datetime, settings: Settings) -> Analysis:
+    from gpuscope.analytics.topology_inputs import topology_analysis, topology_from_files
+
+    objects = load_objects(args.objects) if getattr(args, "objects", None) else ObjectSet()
+    if args.nodes is not None:
+        return topology_from_files(args.nodes, args.pods, objects, at=at, settings=settings)
+    if args.db is None:
+        raise UserError("give --nodes FILE --pods FILE (or --db PATH) for topology")
+    from gpuscope.analytics.allocation import records_from_inventory
+    from gpuscope.cli.common import open_store
+
+    with open_store(args.db) as store:
+        cur = store.cursor()
+        try:
+            nodes, pods = records_from_inventory(cur)
+        finally:
+            cur.close()
+    return topology_analysis(nodes, pods, objects, at=at, settings=settings)
