@@ -20,6 +20,7 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from gpuscope.analytics.allocation import Task, records_from_kubectl
 from gpuscope.analytics.fragmentation import TaskMix, learn_task_mix
@@ -68,8 +69,11 @@ def _kubectl(path: Path) -> dict[str, object]:
     return doc
 
 
-def read_workload(nodes: Path, pods: Path, settings: Settings) -> Workload:
-    """The inventory and workload of the files (module docstring)."""
+def read_workload(
+    nodes: Path, pods: Path, settings: Settings, objects: Any = None
+) -> Workload:
+    """The inventory and workload of the files (module docstring); ``objects`` (an
+    ``--objects`` ObjectSet) adds DRA devices and claims to the kubectl snapshot."""
     for flag, path in (("--nodes", nodes), ("--pods", pods)):
         if path.is_dir():
             raise UserError(f"{flag} {path} is a folder; expected a file")
@@ -83,7 +87,7 @@ def read_workload(nodes: Path, pods: Path, settings: Settings) -> Workload:
         events = None
     else:
         node_infos, pod_infos = records_from_kubectl(
-            _kubectl(nodes), _kubectl(pods), settings.workloads
+            _kubectl(nodes), _kubectl(pods), settings.workloads, objects
         )
         inventory = Inventory(empty_nodes(node_infos))
         events = tuple(snapshot_events(pod_infos))
