@@ -178,6 +178,7 @@ class _Builder:
                 out[dev.profile] = out.get(dev.profile, 0) + 1
                 for counter, amount in dev.consumes:
                     left[counter] -= amount
+
         def size(dev: DraDevice) -> tuple[float, Any]:
             return (-sum(amount for _, amount in dev.consumes), device_order(dev))
 

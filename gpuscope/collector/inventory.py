@@ -4,7 +4,9 @@
 :meth:`~KubeInventory.sync_once` lists nodes and pods; later ones watch from the last seen
 resourceVersion for a short while, and list again only when the API server answers 410 Gone
 (its history was compacted). Namespaces, ResourceQuotas, Kueue ClusterQueues and KAI Queues
-are listed on every sync; the queue CRDs are read only where they are installed.
+are listed on every sync; the queue CRDs are read only where they are installed. So are
+DRA's ResourceSlices, claims, templates and classes (:mod:`gpuscope.collector.inventory_dra`),
+folded into the node and pod records (:mod:`gpuscope.collector.dra_apply`).
 
 :func:`node_from_json` and :func:`pod_from_json` (from :mod:`gpuscope.collector.inventory_records`,
 re-exported here) are pure: the watch feeds them the same objects ``kubectl get -o json``
@@ -24,6 +26,8 @@ from typing import Any, TypeVar
 
 from kubernetes import client, watch
 
+from gpuscope.collector.dra_apply import apply_dra
+from gpuscope.collector.inventory_dra import DraInventory
 from gpuscope.collector.inventory_records import (
     InventorySnapshot,
     NodeInfo,
@@ -100,6 +104,7 @@ class KubeInventory:
         self._namespaces: tuple[str, ...] = ()
         self._synced_at: float | None = None
         self._parsed: dict[str, tuple[object, PodInfo]] = {}
+        self._dra = DraInventory(self._api, self._list_raw)
 
     @classmethod
     def from_environment(
@@ -227,6 +232,7 @@ class KubeInventory:
             for future in futures:
                 future.result()
         self._sync_quotas()
+        self._dra.sync()  # never fails the sync: DRA is told apart and logged there
         with self._lock:
             self._synced_at = self._clock()
         return self.snapshot()
@@ -252,8 +258,12 @@ class KubeInventory:
             parsed[info.uid] = (key, info)
             pods.append(info)
         self._parsed = parsed
+        node_list = list(nodes.values())
+        if self._dra.objects:  # GPUs handed out through DRA claims count as any other
+            applied = apply_dra(node_list, pods, raw_pods, self._dra.objects)
+            node_list, pods = list(applied.nodes), list(applied.pods)
         return InventorySnapshot(
-            nodes=tuple(sorted(nodes.values(), key=lambda n: n.name)),
+            nodes=tuple(sorted(node_list, key=lambda n: n.name)),
             pods=tuple(sorted(pods, key=lambda p: (p.namespace, p.name))),
             quotas=quotas,
             namespaces=namespaces,

@@ -84,7 +84,7 @@ def test_dra_only_node_counts_its_slice_gpus_and_claims_in_every_figure() -> Non
     assert s["largest_placeable_job_gpus"] == 3
     assert s["pending_gpu_tasks"] == 1 and s["pending_fit_now"] == 0
     assert s["pending_blocked_by"] == {"capacity": 1}
-    node_infos, pod_infos = records_from_kubectl(nodes, pods, objects=objects)
+    _, pod_infos = records_from_kubectl(nodes, pods, objects=objects)
     held = {p.name: p.gpus for p in pod_infos}
     assert held == {"train-0": 4, "infer-0": 1, "wait-0": 4}  # what quota usage adds up
 

@@ -175,7 +175,9 @@ def dra(c: Cluster) -> tuple[dict[str, Any], dict[str, Any], Any]:
                 req = d.request("mig", "mig.nvidia.com", h.mig_ask,
                                 [d.profile_selector(MIG_PROFILE)])  # fmt: skip
             elif h.share:
-                req = d.request("gpu", "gpu.nvidia.com", capacity={"memory": f"{int(h.share * 80)}Gi"})
+                req = d.request(
+                    "gpu", "gpu.nvidia.com", capacity={"memory": f"{int(h.share * 80)}Gi"}
+                )
             else:
                 req = d.request("gpu", "gpu.nvidia.com", h.whole)
             objects.append(d.template(h.namespace, f"{h.name}-t", [req]))

@@ -69,9 +69,7 @@ def _kubectl(path: Path) -> dict[str, object]:
     return doc
 
 
-def read_workload(
-    nodes: Path, pods: Path, settings: Settings, objects: Any = None
-) -> Workload:
+def read_workload(nodes: Path, pods: Path, settings: Settings, objects: Any = None) -> Workload:
     """The inventory and workload of the files (module docstring); ``objects`` (an
     ``--objects`` ObjectSet) adds DRA devices and claims to the kubectl snapshot."""
     for flag, path in (("--nodes", nodes), ("--pods", pods)):
