@@ -4,7 +4,9 @@ beta version, told apart in one log line while nodes, pods and quotas keep worki
 
 from __future__ import annotations
 
+import json
 import logging
+import urllib.request
 from collections.abc import Iterator
 from typing import Any
 
@@ -15,6 +17,7 @@ from gpuscope.collector.kube_api import RetryPolicy
 from tests.fakes import dra_objects as d
 from tests.fakes.kube_api import FakeKubeApi
 from tests.fakes.kube_store import DEFAULT_INSTALLED
+from tests.unit.test_dra_schema import check, fixture_objects
 
 pytestmark = pytest.mark.integration
 
@@ -123,3 +126,22 @@ def test_dra_refused_keeps_the_rest_working(api: FakeKubeApi) -> None:
         n.name: n.allocatable_gpus for n in first.nodes
     }
     assert second.pods and second.pods[0].gpu_request == 2
+
+
+def test_the_fake_api_server_serves_the_types() -> None:
+    """What the fake API server answers for resource.k8s.io/v1 lists matches the types
+    transcribed in tests/unit/test_dra_schema.py (built-in kinds: list items without kind
+    and apiVersion, as the real server sends them)."""
+    with FakeKubeApi() as api:
+        api.store.load(*[o for o in fixture_objects() if o["kind"] != "Pod"])
+        for plural, kind in (("resourceslices", "ResourceSlice"),
+                             ("resourceclaims", "ResourceClaim"),
+                             ("resourceclaimtemplates", "ResourceClaimTemplate"),
+                             ("deviceclasses", "DeviceClass")):  # fmt: skip
+            with urllib.request.urlopen(f"{api.url}/apis/{DRA}/{plural}") as resp:
+                body = json.load(resp)
+            assert body["kind"] == f"{kind}List" and body["apiVersion"] == DRA
+            assert body["items"], plural
+            for item in body["items"]:
+                assert "kind" not in item
+                check({"kind": kind, "apiVersion": body["apiVersion"], **item})
