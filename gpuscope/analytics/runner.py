@@ -151,11 +151,17 @@ def _consolidation_from_store(cur: Any, at: datetime, settings: Settings) -> Ana
 
 
 def run_on_snapshot(
-    nodes: Path, pods: Path, at: datetime, settings: Settings, what: str = "fragmentation"
+    nodes: Path,
+    pods: Path,
+    at: datetime,
+    settings: Settings,
+    what: str = "fragmentation",
+    objects: Any = None,
 ) -> Analysis:
     """Fragmentation or a consolidation plan from files: kubectl JSON (``get nodes/pods -o
-    json``; pending pods are the goals), or for fragmentation the Alibaba trace's CSVs (the
-    pods are then the workload on an empty cluster)."""
+    json``; pending pods are the goals; ``objects``, an ``--objects`` ObjectSet, adds DRA
+    devices and claims), or for fragmentation the Alibaba trace's CSVs (the pods are then
+    the workload on an empty cluster)."""
     from gpuscope.analytics.allocation import state_from_kubectl
     from gpuscope.analytics.fragmentation import analyze_fragmentation, learn_task_mix
     from gpuscope.analytics.trace import read_trace
@@ -179,18 +185,21 @@ def run_on_snapshot(
             raise UserError(f"{path} is not a kubectl List (no 'items')")
         docs.append(doc)
     if what == "consolidation":
-        from gpuscope.analytics.allocation import records_from_kubectl, state_from_records
+        from gpuscope.analytics.allocation import kubectl_records, state_from_records
         from gpuscope.analytics.consolidation.plan import analyze_consolidation
 
-        node_infos, pod_infos = records_from_kubectl(docs[0], docs[1], settings.workloads)
+        node_infos, pod_infos, known = kubectl_records(
+            docs[0], docs[1], settings.workloads, objects
+        )
         return analyze_consolidation(
-            state_from_records(node_infos, pod_infos),
+            state_from_records(node_infos, pod_infos, known),
             pod_infos,
             at=at,
             settings=settings.analytics,
+            gpu_indices=known,
             protected_namespaces=settings.workloads.protected_namespaces,
         )
-    state = state_from_kubectl(docs[0], docs[1], settings.workloads)
+    state = state_from_kubectl(docs[0], docs[1], settings.workloads, objects=objects)
     return analyze_fragmentation(state, at=at, settings=settings.analytics)
 
 

@@ -174,6 +174,14 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="FILE",
         help="kubectl get pods -A -o json, or the Alibaba trace's pod CSV",
     )
+    an.add_argument(
+        "--objects",
+        type=Path,
+        action="append",
+        metavar="FILE",
+        help="more kubectl JSON (repeatable): DRA ResourceSlices, ResourceClaims, "
+        "ResourceClaimTemplates, DeviceClasses...",
+    )
     an.add_argument("--at", metavar="TIME", help="analyse as of this time (RFC 3339; default now)")
     an.add_argument("--json", action="store_true", help="print one JSON object")
     an.add_argument("--config", type=Path, help="YAML settings file (thresholds: analytics)")
@@ -333,6 +341,7 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
         run_on_snapshot,
         run_on_store,
     )
+    from gpuscope.core.kube_objects import load_objects
 
     settings = load_settings(args.config)
     at = _parse_at(args.at)
@@ -345,7 +354,8 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
             if path.is_dir():
                 raise UserError(f"{flag} {path} is a folder; expected a file")
         what = "consolidation" if args.what == "consolidation" else "fragmentation"
-        analyses = {what: run_on_snapshot(args.nodes, args.pods, at, settings, what)}
+        objects = load_objects(args.objects) if args.objects else None
+        analyses = {what: run_on_snapshot(args.nodes, args.pods, at, settings, what, objects)}
     else:
         if args.db is None:
             raise UserError("give --db PATH (or --nodes FILE --pods FILE for fragmentation)")

@@ -46,6 +46,14 @@ def add_whatif_parser(sub: Any, number: Callable[..., Callable[[str], float]]) -
         help="kubectl get pods -A -o json, or the Alibaba trace's pod CSV",
     )
     wi.add_argument(
+        "--objects",
+        type=Path,
+        action="append",
+        metavar="FILE",
+        help="more kubectl JSON (repeatable): DRA ResourceSlices, ResourceClaims, "
+        "ResourceClaimTemplates, DeviceClasses...",
+    )
+    wi.add_argument(
         "--arrivals",
         type=number(float, 0.01, 10),
         metavar="SHARE",
@@ -169,7 +177,10 @@ def cmd_whatif(args: argparse.Namespace) -> int:
     if args.db is not None:
         out = _from_db(args, policies, settings)
     else:
-        workload = read_workload(args.nodes, args.pods, settings)
+        from gpuscope.core.kube_objects import load_objects
+
+        objects = load_objects(args.objects) if getattr(args, "objects", None) else None
+        workload = read_workload(args.nodes, args.pods, settings, objects)
         results = run_policies(
             workload, policies, seeds=int(args.seeds), arrival_share=args.arrivals, drop=args.drop
         )

@@ -6,8 +6,11 @@ from __future__ import annotations
 
 import json
 import logging
+import subprocess
+import sys
 import urllib.request
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -145,3 +148,39 @@ def test_the_fake_api_server_serves_the_types() -> None:
             for item in body["items"]:
                 assert "kind" not in item
                 check({"kind": kind, "apiVersion": body["apiVersion"], **item})
+
+
+def test_analyze_and_whatif_read_a_dra_snapshot_from_objects(tmp_path: Path) -> None:
+    """``gpuscope analyze fragmentation|consolidation`` and ``gpuscope whatif`` with
+    ``--objects``: the DRA-only node's 4 GPUs count (2 held by the pod's claim); without
+    ``--objects`` only the device-plugin node's 2 GPUs do."""
+    objs = _objects()
+    core = [o for o in objs if o["apiVersion"] == "v1"]
+    (tmp_path / "nodes.json").write_text(
+        json.dumps(d.kube_list([o for o in core if o["kind"] == "Node"]))
+    )
+    (tmp_path / "pods.json").write_text(
+        json.dumps(d.kube_list([o for o in core if o["kind"] == "Pod"]))
+    )
+    (tmp_path / "dra.json").write_text(
+        json.dumps(d.kube_list([o for o in objs if o["apiVersion"] == DRA]))
+    )
+    base = ["--nodes", "nodes.json", "--pods", "pods.json", "--json"]
+
+    def run(*args: str) -> dict[str, Any]:
+        proc = subprocess.run([sys.executable, "-m", "gpuscope.cli.main", *args], cwd=tmp_path,
+                              capture_output=True, text=True, timeout=120)  # fmt: skip
+        assert proc.returncode == 0, proc.stderr
+        out: dict[str, Any] = json.loads(proc.stdout)
+        return out
+
+    with_dra = run("analyze", "fragmentation", *base, "--objects", "dra.json")["summary"]
+    assert (with_dra["total_gpus"], with_dra["free_gpus"]) == (6, 4)
+    assert with_dra["node_free_gpus"] == {"dra-0": 2, "plain-0": 2}
+    blind = run("analyze", "fragmentation", *base)["summary"]
+    assert (blind["total_gpus"], blind["free_gpus"]) == (2, 2)
+    plan = run("analyze", "consolidation", *base, "--objects", "dra.json")
+    assert plan["summary"]["held_by_standalone_claims"] == []
+    whatif = run("whatif", *base, "--objects", "dra.json", "--policy", "bestfit")
+    assert whatif["summary"]["capacity_gpus"] == 6
+    assert whatif["policies"]["bestfit"]["unallocated_gpus"] == 4
