@@ -313,3 +313,34 @@ def test_selector_not_understood_is_said_plainly() -> None:
     assert applied.pods[0].gpu_request == 1
     assert any("not understood" in x and "matches('z')" in x for x in applied.notes)
     assert state_from_records(applied.nodes, applied.pods).pending[0].gpu_count == 1
+
+
+def test_pending_demand_from_standalone_claims_and_model_selectors() -> None:
+    """A pending pod naming an unallocated standalone claim asks for its devices; one
+    naming an allocated claim (another pod holds it) asks for nothing new; a template
+    whose selector pins productName to A100 on an H100-only cluster is blocked by model."""
+    n = d.node("h", product=H100)
+    holder = d.pod("a", "holder", node="h", claims=[("g", "shared", None)])
+    fresh = d.pod("a", "fresh", node=None, claims=[("g", "new-claim", None)])
+    joins = d.pod("a", "joins", node=None, claims=[("g", "shared", None)])
+    a100 = d.pod("a", "a100", node=None, claims=[("g", None, "a100")])
+    pin = "device.attributes['gpu.nvidia.com'].productName == 'NVIDIA A100-SXM4-80GB'"
+    objects = objset(
+        *d.nvidia_classes(),
+        d.resource_slice("h", [d.gpu_device(i, f"G{i}", H100) for i in range(4)]),
+        d.claim("a", "shared", [d.request("g", "gpu.nvidia.com")], [d.result("g", "h", "gpu-0")],
+                reserved_for=[("holder", holder["metadata"]["uid"])]),
+        d.claim("a", "new-claim", [d.request("g", "gpu.nvidia.com", count=2)]),
+        d.template("a", "a100", [d.request("g", "gpu.nvidia.com", selectors=[pin])]),
+    )  # fmt: skip
+    pods = d.kube_list([holder, fresh, joins, a100])
+    _, infos = records_from_kubectl(d.kube_list([n]), pods, objects=objects)
+    asks = {p.name: (p.gpu_request, p.gpu_spec) for p in infos}
+    assert asks == {"holder": (1, ""), "fresh": (2, ""), "joins": (0, ""),
+                    "a100": (1, "NVIDIA-A100-SXM4-80GB")}  # fmt: skip
+    s = analyze_fragmentation(
+        state_from_kubectl(d.kube_list([n]), pods, objects=objects),
+        at=AT, settings=AnalyticsSettings(),
+    ).summary  # fmt: skip
+    assert s["pending_gpu_tasks"] == 2 and s["pending_fit_now"] == 1
+    assert s["pending_blocked_by"] == {"model": 1}
