@@ -259,3 +259,27 @@ def test_the_schema_check_can_fail() -> None:
     ]
     del flat["spec"]["pool"]["generation"]
     assert missing_required(flat, "spec.pool.generation") == ["generation"]
+
+
+def test_rbac_grants_what_dra_reads() -> None:
+    """The plain manifests (rendered from the chart) let the collector read the four DRA
+    kinds and the agent its node's ResourceSlices, read-only: the requests the inventory
+    (gpuscope/collector/inventory_dra.py) and the agent (gpuscope/agent/dra.py) send."""
+    from pathlib import Path
+
+    import yaml
+
+    root = Path(__file__).resolve().parents[2] / "deploy"
+
+    def rules(path: str, role: str) -> list[dict[str, Any]]:
+        docs = [d for d in yaml.safe_load_all((root / path).read_text()) if d]
+        (found,) = [d for d in docs if d["kind"] == "ClusterRole" and d["metadata"]["name"] == role]
+        return [r for r in found["rules"] if "resource.k8s.io" in r.get("apiGroups", [])]
+
+    (collector,) = rules("collector/collector.yaml", "gpuscope-collector-read")
+    assert set(collector["resources"]) == {
+        "resourceslices", "resourceclaims", "resourceclaimtemplates", "deviceclasses"}  # fmt: skip
+    (agent,) = rules("agent/daemonset.yaml", "gpuscope-agent")
+    assert agent["resources"] == ["resourceslices"]
+    for rule in (collector, agent):
+        assert set(rule["verbs"]) == {"get", "list", "watch"}
