@@ -127,7 +127,10 @@ SELECT coalesce(nullif(record->>'project', ''), record->>'namespace') AS project
        coalesce(TRY_CAST(record->>'priority' AS INTEGER), 0) AS priority,
        coalesce(TRY_CAST(record->>'preemptible' AS BOOLEAN), false) AS preemptible,
        coalesce(TRY_CAST(record->>'protected' AS BOOLEAN), false) AS protected,
-       coalesce(TRY_CAST(record->>'start_time' AS DOUBLE), 0) AS start_time
+       coalesce(TRY_CAST(record->>'start_time' AS DOUBLE), 0) AS start_time,
+       -- DRA: standalone claims keep their devices when the pod goes (dra_apply.py)
+       coalesce(record->'annotations'->>'gpuscope.io/dra-standalone-claims', '')
+         AS standalone_claims
 FROM inventory_pods
 WHERE valid_from <= $at AND (valid_to IS NULL OR valid_to > $at)
   AND nullif(record->>'node', '') IS NOT NULL
