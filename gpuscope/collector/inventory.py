@@ -4,9 +4,10 @@
 :meth:`~KubeInventory.sync_once` lists nodes and pods; later ones watch from the last seen
 resourceVersion for a short while, and list again only when the API server answers 410 Gone
 (its history was compacted). Namespaces, ResourceQuotas, Kueue ClusterQueues and KAI Queues
-are listed on every sync; the queue CRDs are read only where they are installed. So are
-DRA's ResourceSlices, claims, templates and classes (:mod:`gpuscope.collector.inventory_dra`),
-folded into the node and pod records (:mod:`gpuscope.collector.dra_apply`).
+are listed on every sync; the queue CRDs are read only where they are installed. DRA's
+ResourceSlices, claims, templates and classes are listed and watched too
+(:mod:`gpuscope.collector.inventory_dra`) and folded into the node and pod records
+(:mod:`gpuscope.collector.dra_apply`).
 
 :func:`node_from_json` and :func:`pod_from_json` (from :mod:`gpuscope.collector.inventory_records`,
 re-exported here) are pure: the watch feeds them the same objects ``kubectl get -o json``
@@ -104,7 +105,9 @@ class KubeInventory:
         self._namespaces: tuple[str, ...] = ()
         self._synced_at: float | None = None
         self._parsed: dict[str, tuple[object, PodInfo]] = {}
-        self._dra = DraInventory(self._api, self._list_raw)
+        self._dra = DraInventory(
+            self._api, self._list_raw, self._call, self._watch_timeout, self._timeout
+        )
 
     @classmethod
     def from_environment(
@@ -227,12 +230,14 @@ class KubeInventory:
     def sync_once(self) -> InventorySnapshot:
         """One list (first time, or after 410 Gone) or one short watch round of nodes and
         pods, side by side, and a list of namespaces and quotas; then the snapshot."""
-        with ThreadPoolExecutor(max_workers=2, thread_name_prefix="inventory") as pool:
+        with ThreadPoolExecutor(max_workers=3, thread_name_prefix="inventory") as pool:
+            # DRA never fails the sync: a cluster without it is told apart and logged there
+            dra = pool.submit(self._dra.sync)
             futures = [pool.submit(self._sync_resource, r) for r in ("nodes", "pods")]
             for future in futures:
                 future.result()
+            dra.result()
         self._sync_quotas()
-        self._dra.sync()  # never fails the sync: DRA is told apart and logged there
         with self._lock:
             self._synced_at = self._clock()
         return self.snapshot()

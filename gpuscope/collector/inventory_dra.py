@@ -1,5 +1,6 @@
 """The live inventory's DRA part: ``resource.k8s.io/v1`` ResourceSlices, ResourceClaims,
-ResourceClaimTemplates and DeviceClasses, listed on every sync beside the quotas.
+ResourceClaimTemplates and DeviceClasses, listed on the first sync and watched after it
+(a short watch round per kind on each sync, as the nodes and pods are).
 
 A cluster without the API (before Kubernetes 1.34, or with only a beta version served) is
 told apart once, in one log line naming the versions it serves, and the rest of the
@@ -16,9 +17,10 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from kubernetes import client
+from kubernetes import client, watch
 
 from gpuscope.collector.dra_records import GROUP, VERSION, DraObjects, dra_objects
 from gpuscope.collector.kube_config import InventoryError
@@ -32,12 +34,34 @@ RECHECK_EVERY = 60
 
 
 class DraInventory:
-    """DRA objects of one cluster, listed through the inventory's retrying ``list_raw``."""
+    """DRA objects of one cluster: listed on the first sync (and after 410 Gone), then
+    kept current by a short watch round per kind on each later sync, side by side; the
+    calls go through the inventory's retrying ``list_raw`` and ``call``."""
 
-    def __init__(self, api: client.ApiClient, list_raw: ListRaw) -> None:
+    def __init__(
+        self,
+        api: client.ApiClient,
+        list_raw: ListRaw,
+        call: Callable[[str, Callable[[], Any]], Any] | None = None,
+        watch_timeout_seconds: int = 1,
+        request_timeout_seconds: float = 30.0,
+    ) -> None:
         self._resource = client.ResourceV1Api(api)
         self._group = client.ResourceApi(api)
         self._list_raw = list_raw
+        self._call = call
+        self._watch_timeout = max(1, int(watch_timeout_seconds))
+        self._timeout = request_timeout_seconds
+        self._listers: dict[str, Callable[..., Any]] = {
+            "resourceslices": self._resource.list_resource_slice,
+            "resourceclaims": self._resource.list_resource_claim_for_all_namespaces,
+            "resourceclaimtemplates": (
+                self._resource.list_resource_claim_template_for_all_namespaces
+            ),
+            "deviceclasses": self._resource.list_device_class,
+        }
+        self._items: dict[str, dict[tuple[str, str], Obj]] = {k: {} for k in self._listers}
+        self._rv: dict[str, str | None] = dict.fromkeys(self._listers)
         #: None: not looked yet; False: not served (looked again every RECHECK_EVERY syncs).
         self._served: bool | None = None
         self._since_check = 0
@@ -69,8 +93,51 @@ class DraInventory:
         )
         return False
 
+    @staticmethod
+    def _key(obj: Obj) -> tuple[str, str]:
+        meta = obj.get("metadata") or {}
+        return (str(meta.get("namespace") or ""), str(meta.get("name") or ""))
+
+    def _relist(self, plural: str) -> None:
+        body = self._list_raw(f"list {plural}.{GROUP}", self._listers[plural])
+        self._items[plural] = {self._key(o): o for o in body.get("items") or ()}
+        self._rv[plural] = str((body.get("metadata") or {}).get("resourceVersion") or "") or None
+
+    def _watch_round(self, plural: str) -> None:
+        if self._call is None or self._rv[plural] is None:
+            self._relist(plural)
+            return
+
+        def go() -> None:
+            w = watch.Watch(return_type="object")
+            stream = w.stream(
+                self._listers[plural],
+                resource_version=self._rv[plural],
+                timeout_seconds=self._watch_timeout,
+                allow_watch_bookmarks=True,
+                _request_timeout=(5, self._watch_timeout + self._timeout),
+            )
+            for event in stream:
+                obj, kind = event["raw_object"], str(event["type"])
+                if kind in ("ADDED", "MODIFIED"):
+                    self._items[plural][self._key(obj)] = obj
+                elif kind == "DELETED":
+                    self._items[plural].pop(self._key(obj), None)
+                rv = (obj.get("metadata") or {}).get("resourceVersion")
+                if rv:
+                    self._rv[plural] = str(rv)
+
+        try:
+            self._call(f"watch {plural}.{GROUP}", go)
+        except InventoryError as err:
+            if err.status != 410:
+                raise
+            log.info("DRA: watch of %s expired (410 Gone); listing again", plural)
+            self._relist(plural)
+
     def sync(self) -> DraObjects:
-        """List the four kinds (when served); the last good state on a failure."""
+        """List (first time) or watch the four kinds, when served; on a failure the last
+        good state is kept and the next sync lists again."""
         try:
             if self._served is False:
                 self._since_check += 1
@@ -81,22 +148,14 @@ class DraInventory:
                 self._served = self._discover()
                 if not self._served:
                     return self.objects
-            items = {
-                plural: list(self._list_raw(f"list {plural}.{GROUP}", fn).get("items") or ())
-                for plural, fn in (
-                    ("resourceslices", self._resource.list_resource_slice),
-                    ("resourceclaims", self._resource.list_resource_claim_for_all_namespaces),
-                    (
-                        "resourceclaimtemplates",
-                        self._resource.list_resource_claim_template_for_all_namespaces,
-                    ),
-                    ("deviceclasses", self._resource.list_device_class),
-                )
-            }
+            with ThreadPoolExecutor(max_workers=4, thread_name_prefix="inventory-dra") as pool:
+                for future in [pool.submit(self._watch_round, p) for p in self._listers]:
+                    future.result()
         except InventoryError as err:
             if not self._failing:
                 log.warning("DRA: listing failed, keeping the last DRA state: %s", err)
             self._failing = True
+            self._rv = dict.fromkeys(self._listers)  # list afresh next time
             if err.status == 404:
                 self._served = None
             return self.objects
@@ -104,10 +163,10 @@ class DraInventory:
             log.info("DRA: listing works again")
         self._failing = False
         self.objects = dra_objects(
-            items["resourceslices"],
-            items["resourceclaims"],
-            items["resourceclaimtemplates"],
-            items["deviceclasses"],
+            self._items["resourceslices"].values(),
+            self._items["resourceclaims"].values(),
+            self._items["resourceclaimtemplates"].values(),
+            self._items["deviceclasses"].values(),
         )
         log.debug("DRA: %d devices, %d claims", len(self.objects.devices), len(self.objects.claims))
         return self.objects

@@ -114,21 +114,28 @@ def test_cluster_without_dra_v1_is_told_apart_in_one_line(
     assert len(asked) == 1
 
 
-def test_dra_refused_keeps_the_rest_working(api: FakeKubeApi) -> None:
-    """RBAC without the DRA grant: the slice list is refused (403); the sync still gives
-    nodes and pods, and the last good DRA state is kept for the next snapshot."""
+def test_dra_refused_keeps_the_rest_working(
+    api: FakeKubeApi, caplog: pytest.LogCaptureFixture
+) -> None:
+    """RBAC without the DRA grant: the slices' watch and list are refused (403); the sync
+    still gives nodes and pods, the last good DRA state is kept, and the refusal is logged
+    once for the streak."""
     inv = _inventory(api)
     try:
         first = inv.sync_once()
         api.deny("list", "resourceslices")
-        second = inv.sync_once()
+        api.deny("watch", "resourceslices")
+        with caplog.at_level(logging.WARNING, logger="gpuscope.collector.inventory_dra"):
+            second = inv.sync_once()
+            third = inv.sync_once()
     finally:
         inv.close()
-    assert api.count("GET", f"/apis/{DRA}/resourceslices") == 2
-    assert {n.name: n.allocatable_gpus for n in second.nodes} == {
+    assert {n.name: n.allocatable_gpus for n in third.nodes} == {
         n.name: n.allocatable_gpus for n in first.nodes
     }
-    assert second.pods and second.pods[0].gpu_request == 2
+    assert second.pods and third.pods[0].gpu_request == 2
+    refused = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(refused) == 1 and "403" in refused[0], refused
 
 
 def test_the_fake_api_server_serves_the_types() -> None:
@@ -184,3 +191,25 @@ def test_analyze_and_whatif_read_a_dra_snapshot_from_objects(tmp_path: Path) -> 
     whatif = run("whatif", *base, "--objects", "dra.json", "--policy", "bestfit")
     assert whatif["summary"]["capacity_gpus"] == 6
     assert whatif["policies"]["bestfit"]["unallocated_gpus"] == 4
+
+
+def test_dra_objects_are_watched_after_the_first_list(api: FakeKubeApi) -> None:
+    """The first sync lists each kind once; later syncs watch from the resourceVersion
+    seen: a claim released in between (its pod gone, the allocation cleared) frees its GPUs
+    in the next snapshot without another list."""
+    inv = _inventory(api)
+    try:
+        first = inv.sync_once()
+        res = api.store.resource("resourceclaims")
+        claim = api.store.get(res, "ml", "train-g-7x2k9")
+        api.store.patch(res, "ml", "train-g-7x2k9", {"status": {"allocation": None,
+                                                               "reservedFor": None}})  # fmt: skip
+        second = inv.sync_once()
+    finally:
+        inv.close()
+    assert claim["status"]["allocation"]
+    assert [p.gpu_request for p in first.pods] == [2]
+    assert [p.gpu_request for p in second.pods] == [0]
+    lists = [r for r in api.requests if r.path == f"/apis/{DRA}/resourceclaims" and not r.watch]
+    watches = [r for r in api.requests if r.path == f"/apis/{DRA}/resourceclaims" and r.watch]
+    assert len(lists) == 1 and len(watches) == 1
