@@ -128,7 +128,7 @@ def run_demo(
     def clock() -> float:
         return time.time() - offset[0]
 
-    scenario = default_scenario(nodes=nodes)
+    scenario = default_scenario(nodes=nodes, dra=True)
     origin = now0.timestamp() - scenario.live_offset
     cluster = SimulatedCluster(scenario.model_copy(update={"origin": origin}))
     sim_clock = scenario_clock(cluster.scenario, now=clock)

@@ -22,13 +22,16 @@ import yaml
 from gpuscope.agent.exposition import AgentCollector
 from gpuscope.agent.server import AgentHttpServer
 from gpuscope.agent.sim import SimAttributor, SimGpuSource, SimIbSource
+from gpuscope.collector.dra_apply import apply_object_set
 from gpuscope.collector.inventory_records import (
     node_from_json,
     pod_from_json,
 )
 from gpuscope.collector.queue_records import quota_from_clusterqueue
 from gpuscope.collector.service import CollectorService
+from gpuscope.core.kube_objects import objects_from_documents
 from gpuscope.sim import SimulatedCluster
+from gpuscope.sim.dra import dra_json
 from gpuscope.sim.kube import nodes_json, pods_json, quotas_json
 
 Clock = Callable[[], float]
@@ -80,15 +83,21 @@ def record_simulated_inventory(
     parsed as the real one is; ``origin`` is the scenario's origin in Unix time."""
     node_objs = nodes_json(cluster, origin=origin)["items"]
     nodes = {n["metadata"]["name"]: node_from_json(n) for n in node_objs}
+    pod_objs = pods_json(cluster, at - origin, origin=origin)["items"]
     pods = [
         pod_from_json(
             p, node=nodes.get(p["spec"].get("nodeName", "")), settings=service.settings.workloads
         )
-        for p in pods_json(cluster, at - origin, origin=origin)["items"]
+        for p in pod_objs
     ]
     quotas = [quota_from_clusterqueue(q) for q in quotas_json(cluster)["items"]]
+    node_list = list(nodes.values())
+    objects = objects_from_documents([("sim", dra_json(cluster, at - origin))])
+    if objects:  # the DRA pool: GPUs through ResourceSlices and claims, counted as any
+        applied = apply_object_set(node_list, pods, pod_objs, objects)
+        node_list, pods = list(applied.nodes), list(applied.pods)
     service.store.record_inventory(
-        datetime.fromtimestamp(at, UTC), nodes=list(nodes.values()), pods=pods, quotas=quotas
+        datetime.fromtimestamp(at, UTC), nodes=node_list, pods=pods, quotas=quotas
     )
 
 

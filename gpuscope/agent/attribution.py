@@ -17,11 +17,12 @@ from __future__ import annotations
 import logging
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Protocol
 
 from gpuscope.agent.cgroup import CgroupRef, container_of_pid
+from gpuscope.agent.dra import DeviceIdentity, resolve
 from gpuscope.agent.podmeta import PodMeta, PodMetadataSource
 from gpuscope.agent.podresources import DeviceAllocation
 from gpuscope.core.errors import SourceError
@@ -73,6 +74,23 @@ class _Streak:
 
 def _one_line(exc: BaseException) -> str:
     return " ".join(str(exc).split()) or type(exc).__name__
+
+
+def _placed(
+    allocations: Sequence[DeviceAllocation], gpus: Sequence[GpuReading]
+) -> list[DeviceAllocation]:
+    """DRA MIG placements named only by parent GPU and profile, matched to this scrape's
+    MIG readings (:func:`gpuscope.agent.dra.resolve`); those that match none are left out."""
+    out, taken = [], {a.device_id for a in allocations if a.device_id}
+    for alloc in allocations:
+        if alloc.device_id:
+            out.append(alloc)
+            continue
+        uuid = resolve(DeviceIdentity("mig", "", alloc.parent_uuid, alloc.profile), gpus, taken)
+        if uuid:
+            taken.add(uuid)
+            out.append(replace(alloc, device_id=uuid))
+    return out
 
 
 class KubeletAttributor:
@@ -165,7 +183,7 @@ class KubeletAttributor:
         return [self._workload(key, usage) for key, usage in merged.items()]
 
     def _merge(self, gpus: Sequence[GpuReading], merged: dict[_Key, _Usage]) -> None:
-        allocations = self._allocations()
+        allocations = _placed(self._allocations(), gpus)
         pods_by_uid = self._pods_by_uid()
 
         # (a) Holders, with or without processes.

@@ -101,14 +101,24 @@ def _gpu_source(settings: AgentSettings) -> GpuSource:
 
 def _real_attributor(settings: Settings, node: str) -> WorkloadAttributor:
     from gpuscope.agent.attribution import KubeletAttributor
+    from gpuscope.agent.dra import SliceSource
     from gpuscope.agent.podmeta import ApiServerPodMetadata, NoPodMetadata, PodMetadataSource
     from gpuscope.agent.podresources import PodResourcesClient
 
     agent = settings.agent
+    # DRA devices are named by driver/pool/device in pod-resources; the node's
+    # ResourceSlices say which GPU each is (read with the pod metadata's API access)
+    slices = (
+        SliceSource(node, agent.pod_metadata_ttl_seconds, time.monotonic)
+        if agent.pod_metadata == "apiserver"
+        else None
+    )
     # Built even when the socket is missing now: the kubelet may create it later, and each
     # failed call only degrades attribution to the process list.
     pod_resources = PodResourcesClient(
-        agent.pod_resources_socket, timeout=agent.source_timeout_seconds
+        agent.pod_resources_socket,
+        timeout=agent.source_timeout_seconds,
+        dra_devices=slices.identities if slices is not None else None,
     )
     if not agent.pod_resources_socket.exists():
         log.warning("no kubelet pod-resources socket yet path=%s", agent.pod_resources_socket)

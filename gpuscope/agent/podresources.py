@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import fnmatch
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, cast
 
 import grpc
 
+from gpuscope.agent.dra import DeviceIdentity, DeviceKey
 from gpuscope.agent.proto import podresources_v1_pb2 as pb2
 from gpuscope.agent.proto import podresources_v1_pb2_grpc as pb2_grpc
 from gpuscope.core.errors import SourceError
@@ -45,13 +46,29 @@ class DeviceAllocation:
     pod: str
     container: str
     resource_name: str
-    #: A GPU UUID (``GPU-...``) or MIG UUID (``MIG-...``).
+    #: A GPU UUID (``GPU-...``) or MIG UUID (``MIG-...``); "" for a DRA MIG placement the
+    #: slices name only by parent and profile (attribution matches it to a reading).
     device_id: str
+    #: DRA: the parent GPU and MIG profile of a placement without its own UUID.
+    parent_uuid: str = ""
+    profile: str = ""
 
 
 class _Devices(Protocol):
     resource_name: str
     device_ids: Sequence[str]
+
+
+class _ClaimResource(Protocol):
+    driver_name: str
+    pool_name: str
+    device_name: str
+
+
+class _Dynamic(Protocol):
+    claim_name: str
+    claim_namespace: str
+    claim_resources: Sequence[_ClaimResource]
 
 
 class _Container(Protocol):
@@ -112,6 +129,38 @@ def allocations_from_response(
     return out
 
 
+def dynamic_allocations(
+    response: _ListResponse, identities: Mapping[DeviceKey, DeviceIdentity]
+) -> list[DeviceAllocation]:
+    """The DRA devices in a ``ListPodResourcesResponse`` that the node's ResourceSlices
+    say are GPUs or MIG devices (:mod:`gpuscope.agent.dra`), each once per container; the
+    resource name is ``<driver>/<claim namespace>/<claim name>``."""
+    out: list[DeviceAllocation] = []
+    seen: set[DeviceAllocation] = set()
+    for pod in response.pod_resources:
+        for container in pod.containers:
+            dynamic: Sequence[_Dynamic] = getattr(container, "dynamic_resources", ()) or ()
+            for claim in dynamic:
+                for res in claim.claim_resources:
+                    identity = identities.get((res.driver_name, res.pool_name, res.device_name))
+                    if identity is None or identity.type not in ("gpu", "mig"):
+                        continue
+                    alloc = DeviceAllocation(
+                        namespace=pod.namespace,
+                        pod=pod.name,
+                        container=container.name,
+                        resource_name=f"{res.driver_name}/{claim.claim_namespace}/"
+                        f"{claim.claim_name}",
+                        device_id=identity.uuid,
+                        parent_uuid=identity.parent_uuid if not identity.uuid else "",
+                        profile=identity.profile if not identity.uuid else "",
+                    )
+                    if (alloc.device_id or alloc.parent_uuid) and alloc not in seen:
+                        seen.add(alloc)
+                        out.append(alloc)
+    return out
+
+
 class PodResourcesClient:
     """A client of the kubelet's pod-resources socket that lists GPU assignments.
 
@@ -124,8 +173,12 @@ class PodResourcesClient:
         socket_path: Path,
         timeout: float = 2.0,
         gpu_resources: Sequence[str] = DEFAULT_GPU_RESOURCES,
+        dra_devices: Callable[[], Mapping[DeviceKey, DeviceIdentity]] | None = None,
     ) -> None:
         self.socket_path = Path(socket_path)
+        #: This node's DRA device identities (:class:`gpuscope.agent.dra.SliceSource`), for
+        #: ``dynamic_resources``; None: DRA devices are not attributed.
+        self.dra_devices = dra_devices
         self.timeout = timeout
         self.gpu_resources = tuple(gpu_resources)
         self._channel: Any = None
@@ -160,6 +213,10 @@ class PodResourcesClient:
                 f"pod-resources List on {self.socket_path} failed: {name}: {line}"
             ) from None
         allocations = allocations_from_response(cast(_ListResponse, response), self.gpu_resources)
+        if self.dra_devices is not None:
+            identities = self.dra_devices()
+            if identities:
+                allocations += dynamic_allocations(cast(_ListResponse, response), identities)
         log.debug("pod-resources listed gpu_allocations=%d", len(allocations))
         return allocations
 

@@ -38,6 +38,7 @@ import duckdb
 
 from gpuscope.analytics.allocation_gpus import EPS
 from gpuscope.analytics.allocation_sharing import Demand, is_reservation, place_node
+from gpuscope.collector.dra_apply import apply_object_set
 from gpuscope.collector.inventory_records import (
     DEFAULT_POOL,
     NodeInfo,
@@ -350,9 +351,26 @@ def _node_state(node: NodeInfo, pods: list[PodInfo], known: GpuIndices) -> NodeS
 
 
 def records_from_kubectl(
-    nodes: Mapping[str, Any], pods: Mapping[str, Any], workloads: WorkloadSettings | None = None
+    nodes: Mapping[str, Any],
+    pods: Mapping[str, Any],
+    workloads: WorkloadSettings | None = None,
+    objects: Any = None,
 ) -> tuple[list[NodeInfo], list[PodInfo]]:
-    """Node and pod records from ``kubectl get nodes/pods -o json`` output."""
+    """Node and pod records from ``kubectl get nodes/pods -o json`` output; with
+    ``objects`` (an ``--objects`` ObjectSet), DRA devices and claims counted in
+    (:mod:`gpuscope.collector.dra_apply`)."""
+    node_infos, pod_infos, _ = kubectl_records(nodes, pods, workloads, objects)
+    return node_infos, pod_infos
+
+
+def kubectl_records(
+    nodes: Mapping[str, Any],
+    pods: Mapping[str, Any],
+    workloads: WorkloadSettings | None = None,
+    objects: Any = None,
+) -> tuple[list[NodeInfo], list[PodInfo], dict[str, tuple[int, ...]]]:
+    """:func:`records_from_kubectl` and the GPU indices DRA claims say pods hold (pass them
+    on as ``gpu_indices`` wherever GPUs are placed, so every view agrees)."""
     node_infos = [node_from_json(obj) for obj in nodes.get("items") or ()]
     by_name = {n.name: n for n in node_infos}
     pod_infos = [
@@ -363,7 +381,8 @@ def records_from_kubectl(
         )
         for obj in pods.get("items") or ()
     ]
-    return node_infos, pod_infos
+    dra = apply_object_set(node_infos, pod_infos, pods.get("items") or (), objects)
+    return list(dra.nodes), list(dra.pods), dict(dra.gpu_indices)
 
 
 def state_from_kubectl(
@@ -371,10 +390,12 @@ def state_from_kubectl(
     pods: Mapping[str, Any],
     workloads: WorkloadSettings | None = None,
     gpu_indices: GpuIndices | None = None,
+    objects: Any = None,
 ) -> ClusterState:
-    """The state from ``kubectl get nodes -o json`` and ``kubectl get pods -A -o json``."""
-    node_infos, pod_infos = records_from_kubectl(nodes, pods, workloads)
-    return state_from_records(node_infos, pod_infos, gpu_indices)
+    """The state from ``kubectl get nodes -o json`` and ``kubectl get pods -A -o json``
+    (and the DRA objects of ``objects``, whose claims say which GPU a pod holds)."""
+    node_infos, pod_infos, known = kubectl_records(nodes, pods, workloads, objects)
+    return state_from_records(node_infos, pod_infos, {**known, **(gpu_indices or {})})
 
 
 #: Record fields stored as JSON lists that the records hold as tuples.

@@ -206,18 +206,21 @@ def run_on_snapshot(
     if what == "quota":
         return _quota_from_files(docs[0], docs[1], at, settings, objects)
     if what == "consolidation":
-        from gpuscope.analytics.allocation import records_from_kubectl, state_from_records
+        from gpuscope.analytics.allocation import kubectl_records, state_from_records
         from gpuscope.analytics.consolidation.plan import analyze_consolidation
 
-        node_infos, pod_infos = records_from_kubectl(docs[0], docs[1], settings.workloads)
+        node_infos, pod_infos, known = kubectl_records(
+            docs[0], docs[1], settings.workloads, objects
+        )
         return analyze_consolidation(
-            state_from_records(node_infos, pod_infos),
+            state_from_records(node_infos, pod_infos, known),
             pod_infos,
             at=at,
             settings=settings.analytics,
+            gpu_indices=known,
             protected_namespaces=settings.workloads.protected_namespaces,
         )
-    state = state_from_kubectl(docs[0], docs[1], settings.workloads)
+    state = state_from_kubectl(docs[0], docs[1], settings.workloads, objects=objects)
     return analyze_fragmentation(state, at=at, settings=settings.analytics)
 
 
@@ -231,19 +234,20 @@ def _quota_from_files(
     """The quota view of a snapshot: the queue model on the files' pods and the queue and
     quota objects of ``--objects``, a job quota admits judged by the placement of the same
     snapshot; no fairness window (files hold no history)."""
-    from gpuscope.analytics.allocation import records_from_kubectl, state_from_records
+    from gpuscope.analytics.allocation import kubectl_records, state_from_records
     from gpuscope.analytics.fragmentation import analyze_fragmentation
     from gpuscope.analytics.queues import judge
     from gpuscope.analytics.quota import quota_analysis
     from gpuscope.collector.queue_records import quotas_from_objects
 
-    node_infos, pod_infos = records_from_kubectl(nodes_doc, pods_doc, settings.workloads)
+    # DRA claims in ``objects`` count as device-plugin GPUs in quota usage too
+    node_infos, pod_infos, known = kubectl_records(nodes_doc, pods_doc, settings.workloads, objects)
     quotas = quotas_from_objects(objects)
     held = sum(p.gpus for p in pod_infos if p.node and p.phase in ("Running", "Pending"))
     free = max(0.0, sum(n.allocatable_gpus for n in node_infos) - held)
 
     def placement() -> dict[str, Any]:
-        state = state_from_records(node_infos, pod_infos)
+        state = state_from_records(node_infos, pod_infos, known)
         return dict(analyze_fragmentation(state, at=at, settings=settings.analytics).summary)
 
     found = quota_analysis(judge(pod_infos, quotas, free_gpus=free), utc(at), placement)

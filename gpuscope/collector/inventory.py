@@ -5,7 +5,10 @@
 resourceVersion for a short while, and list again only when the API server answers 410 Gone
 (its history was compacted). Namespaces, ResourceQuotas, Kueue ClusterQueues, LocalQueues
 and Cohorts, and KAI Queues are listed on every sync; the queue CRDs are read only where
-they are installed (gpuscope.collector.queue_records reads them).
+they are installed (gpuscope.collector.queue_records reads them). DRA's ResourceSlices,
+claims, templates and classes are listed and watched too
+(:mod:`gpuscope.collector.inventory_dra`) and folded into the node and pod records
+(:mod:`gpuscope.collector.dra_apply`).
 
 :func:`node_from_json` and :func:`pod_from_json` (from :mod:`gpuscope.collector.inventory_records`,
 re-exported here) are pure: the watch feeds them the same objects ``kubectl get -o json``
@@ -25,6 +28,8 @@ from typing import Any, TypeVar
 
 from kubernetes import client, watch
 
+from gpuscope.collector.dra_apply import apply_dra
+from gpuscope.collector.inventory_dra import DraInventory
 from gpuscope.collector.inventory_records import (
     InventorySnapshot,
     NodeInfo,
@@ -109,6 +114,9 @@ class KubeInventory:
         self._namespaces: tuple[str, ...] = ()
         self._synced_at: float | None = None
         self._parsed: dict[str, tuple[object, PodInfo]] = {}
+        self._dra = DraInventory(
+            self._api, self._list_raw, self._call, self._watch_timeout, self._timeout
+        )
 
     @classmethod
     def from_environment(
@@ -235,10 +243,13 @@ class KubeInventory:
     def sync_once(self) -> InventorySnapshot:
         """One list (first time, or after 410 Gone) or one short watch round of nodes and
         pods, side by side, and a list of namespaces and quotas; then the snapshot."""
-        with ThreadPoolExecutor(max_workers=2, thread_name_prefix="inventory") as pool:
+        with ThreadPoolExecutor(max_workers=3, thread_name_prefix="inventory") as pool:
+            # DRA never fails the sync: a cluster without it is told apart and logged there
+            dra = pool.submit(self._dra.sync)
             futures = [pool.submit(self._sync_resource, r) for r in ("nodes", "pods")]
             for future in futures:
                 future.result()
+            dra.result()
         self._sync_quotas()
         with self._lock:
             self._synced_at = self._clock()
@@ -265,8 +276,12 @@ class KubeInventory:
             parsed[info.uid] = (key, info)
             pods.append(info)
         self._parsed = parsed
+        node_list = list(nodes.values())
+        if self._dra.objects:  # GPUs handed out through DRA claims count as any other
+            applied = apply_dra(node_list, pods, raw_pods, self._dra.objects)
+            node_list, pods = list(applied.nodes), list(applied.pods)
         return InventorySnapshot(
-            nodes=tuple(sorted(nodes.values(), key=lambda n: n.name)),
+            nodes=tuple(sorted(node_list, key=lambda n: n.name)),
             pods=tuple(sorted(pods, key=lambda p: (p.namespace, p.name))),
             quotas=quotas,
             namespaces=namespaces,

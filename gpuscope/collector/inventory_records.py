@@ -36,7 +36,8 @@ class NodeInfo:
     name: str
     #: ``nvidia.com/gpu.product`` as GPU feature discovery labels it, "" when unknown.
     gpu_model: str = ""
-    #: Allocatable whole GPUs (``nvidia.com/gpu``).
+    #: Allocatable whole GPUs (``nvidia.com/gpu``, plus the node's DRA GPUs where
+    #: :mod:`gpuscope.collector.dra_apply` folded them in).
     allocatable_gpus: int = 0
     #: Allocatable MIG instances by profile (``nvidia.com/mig-3g.40gb`` -> ``"3g.40gb"``).
     mig: Mapping[str, int] = field(default_factory=dict)
@@ -79,7 +80,7 @@ class PodInfo:
     owner_kind: str = ""
     owner_name: str = ""
     priority: int | None = None
-    #: Whole GPUs requested (``nvidia.com/gpu``).
+    #: Whole GPUs requested (``nvidia.com/gpu``, plus whole devices of its DRA claims).
     gpu_request: int = 0
     #: Share of one GPU per device for fractional pods (``gpu-fraction``, ``gpu-memory``
     #: against the node's GPU memory, or ``nvidia.com/gpu.shared`` against the node's

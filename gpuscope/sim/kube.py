@@ -23,6 +23,7 @@ from typing import Any
 
 from gpuscope.sim.behaviour import stable_id
 from gpuscope.sim.cluster import BOOT_BEFORE_ORIGIN, SimPod, SimulatedCluster
+from gpuscope.sim.dra import is_dra_pod, pod_claims
 from gpuscope.sim.scenario import GPU_MODELS, NodeSpec, WorkloadSpec
 
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -131,7 +132,11 @@ def node_json(
         "hugepages-2Mi": "0",
         "pods": "110",
     }
-    if spec.mig_profile:
+    if spec.dra:  # GPUs through DRA only: ResourceSlices (gpuscope/sim/dra.py)
+        labels.pop(GPU_COUNT_LABEL)
+        labels["nvidia.com/gpu.deploy.device-plugin"] = "false"
+        labels["nvidia.com/dra-kubelet-plugin"] = "true"
+    elif spec.mig_profile:
         per_gpu = len(cluster.mig_instances(spec))
         labels["nvidia.com/mig.strategy"] = "mixed"
         labels["nvidia.com/mig.config"] = f"all-{spec.mig_profile}"
@@ -239,11 +244,17 @@ def _mig_profile(cluster: SimulatedCluster, pod: SimPod) -> str:
     return profiles[0] if profiles else "1g.10gb"
 
 
-def _resources(cluster: SimulatedCluster, pod: SimPod) -> dict[str, dict[str, str]]:
+def _resources(cluster: SimulatedCluster, pod: SimPod) -> dict[str, Any]:
     w: WorkloadSpec = pod.workload
     requests = {"cpu": quantity(w.cpu_milli / 1000), "memory": f"{16 + 96 * w.gpus}Gi"}
     limits = {"memory": requests["memory"]}
     extra: dict[str, str] = {}
+    if is_dra_pod(cluster, pod):  # the devices come through its claim
+        return {
+            "requests": requests,
+            "limits": limits,
+            "claims": pod_claims(cluster, pod)["container"],
+        }
     if w.mig:
         extra[MIG_RESOURCE_PREFIX + _mig_profile(cluster, pod)] = "1"
     elif w.gpu_fraction >= 1 and w.gpus:
@@ -262,7 +273,8 @@ def pod_json(cluster: SimulatedCluster, pod: SimPod, *, origin: float) -> dict[s
     api_version, owner_kind = _OWNERS[w.kind]
     owner = _owner_name(pod)
     annotations: dict[str, str] = {}
-    if w.gpu_fraction < 1:
+    dra = is_dra_pod(cluster, pod)
+    if w.gpu_fraction < 1 and not dra:
         annotations[FRACTION_ANNOTATION] = f"{w.gpu_fraction:g}"
     image = _IMAGES[w.kind]
     container = {
@@ -351,6 +363,10 @@ def pod_json(cluster: SimulatedCluster, pod: SimPod, *, origin: float) -> dict[s
     annotations |= dict(w.annotations)
     if annotations:
         metadata["annotations"] = annotations
+    if dra:
+        claims = pod_claims(cluster, pod)
+        spec |= claims["spec"]
+        status |= claims["status"]
     return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec, "status": status}
 
 

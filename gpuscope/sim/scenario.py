@@ -70,6 +70,9 @@ class NodeSpec(_Spec):
     #: Leaf-switch group: in a rail-optimised fabric the nodes whose rails share the same
     #: rail leaf switches (labelled network.topology.nvidia.com/leaf); "" for none.
     leaf: str = ""
+    #: GPUs handed out through DRA only (ResourceSlices and claims, gpuscope/sim/dra.py):
+    #: no ``nvidia.com/gpu`` in the node's allocatable.
+    dra: bool = False
 
 
 class ProjectSpec(_Spec):
@@ -213,7 +216,7 @@ def topology_story() -> WorkloadSpec:
     )
 
 
-def default_scenario(nodes: int = 32, seed: int = 42) -> Scenario:
+def default_scenario(nodes: int = 32, seed: int = 42, dra: bool = False) -> Scenario:
     """The demo's cluster: 32 × 8 H100 with 8 × 400G IB rails each, four projects.
 
     What it plants, so that every detector has something true to find:
@@ -227,6 +230,9 @@ def default_scenario(nodes: int = 32, seed: int = 42) -> Scenario:
     - nodes sit in racks of 8 and leaf-switch groups of 4 (:data:`LEAF_NODES`), and (from
       16 nodes) a 2-node 16-GPU ``nlp`` job that must stay under one leaf waits
       (:func:`topology_story`).
+
+    With ``dra`` (the demo's), a small DRA pool is added (:func:`dra_pool`): the same story
+    must hold on nodes that hand GPUs out through ResourceSlices and claims only.
     """
     node_specs = tuple(
         NodeSpec(
@@ -335,6 +341,11 @@ def default_scenario(nodes: int = 32, seed: int = 42) -> Scenario:
         workloads.append(topology_story())
     used_by_vision = sum(5 + (j % 3) for j in range(len(sweep_nodes)))
     faults = (Fault(kind="ib_errors", node=names[-1], port=3, per_hour=240.0),)
+    serving_extra = 0.0
+    if dra:
+        dra_nodes, dra_workloads, serving_extra = dra_pool()
+        node_specs += dra_nodes
+        workloads += dra_workloads
     return Scenario(
         name="default",
         seed=seed,
@@ -343,8 +354,33 @@ def default_scenario(nodes: int = 32, seed: int = 42) -> Scenario:
             ProjectSpec(name="nlp", guaranteed_gpus=float(max(8, (half + 1) * 8 * 2 // 3))),
             ProjectSpec(name="vision", guaranteed_gpus=float(used_by_vision + 16)),
             ProjectSpec(name="research", guaranteed_gpus=16),
-            ProjectSpec(name="serving", guaranteed_gpus=16),
+            ProjectSpec(name="serving", guaranteed_gpus=16 + serving_extra),
         ),
         workloads=tuple(workloads),
         faults=faults,
     )
+
+
+def dra_pool() -> tuple[tuple[NodeSpec, ...], list[WorkloadSpec], float]:
+    """Three nodes that hand their GPUs out through DRA only: two of 8 H100 and one of 8
+    A100 split into 3g.40gb MIG devices. ``serving`` runs on them through claims, leaving
+    at most 3 whole GPUs free on any node (so the pending 4-GPU job stays blocked by
+    fragmentation) and 4 MIG devices free; its guarantee grows by the 12 GPUs it holds
+    there (returned), so the quota story is unchanged."""
+    nodes = (
+        NodeSpec(name="dra-node-00", pool="h100-dra", rack="rack-dra", dra=True),
+        NodeSpec(name="dra-node-01", pool="h100-dra", rack="rack-dra", dra=True),
+        NodeSpec(name="dra-mig-00", gpu_model="A100", mig_profile="3g.40gb",
+                 pool="a100-mig-dra", rack="rack-dra", ib_ports=0, dra=True),
+    )  # fmt: skip
+    workloads = [
+        WorkloadSpec(name=f"llm-serve-{j}", namespace="serving", kind="inference", gpus=6,
+                     nodes=(f"dra-node-0{j}",), start=-2 * DAY, utilization=0.6,
+                     memory_fraction=0.85)
+        for j in range(2)
+    ]  # fmt: skip
+    workloads.append(
+        WorkloadSpec(name="asr-mig", namespace="serving", kind="inference", mig=True,
+                     replicas=12, nodes=("dra-mig-00",) * 12, start=-1 * DAY, utilization=0.5)
+    )  # fmt: skip
+    return nodes, workloads, 12.0

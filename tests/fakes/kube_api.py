@@ -92,6 +92,25 @@ def _route(store: KubeStore, path: str) -> _Route:
     return _Route(res, namespace, *[*rest[1:], None, None][:2])
 
 
+def _discovery(store: KubeStore, path: str) -> Obj | None:
+    """``GET /apis/<group>``: the APIGroup with the versions installed (a group with none
+    is a 404, as on a cluster without it); None for any other path."""
+    parts = [p for p in path.split("/") if p]
+    if len(parts) != 2 or parts[0] != "apis":
+        return None
+    versions = sorted(gv.split("/")[1] for gv in store.installed if gv.startswith(f"{parts[1]}/"))
+    if not versions:
+        raise not_found()
+    listed = [{"groupVersion": f"{parts[1]}/{v}", "version": v} for v in versions]
+    return {
+        "kind": "APIGroup",
+        "apiVersion": "v1",
+        "name": parts[1],
+        "versions": listed,
+        "preferredVersion": listed[-1],
+    }
+
+
 class FakeKubeApi:
     """The fake API server; use as a context manager, or ``start()`` and ``stop()``."""
 
@@ -269,6 +288,10 @@ def _handler(api: FakeKubeApi) -> type[BaseHTTPRequestHandler]:
             try:
                 self._authenticate()
                 planted = api._record(method, url.path, query, body)
+                group = _discovery(store, url.path) if method == "GET" else None
+                if group is not None and planted is None:
+                    self._send(200, group)
+                    return
                 route = _route(store, url.path)
                 target = api._target(method, route, query)
                 if planted is not None and planted.apply:

@@ -31,7 +31,7 @@ class Resource:
     @property
     def builtin(self) -> bool:
         """Built-in kinds, whose list items carry no kind/apiVersion (custom ones do)."""
-        return "." not in self.group_version
+        return "." not in self.group_version or self.group_version.endswith(".k8s.io/v1")
 
 
 RESOURCES = (
@@ -47,9 +47,17 @@ RESOURCES = (
     Resource("resourceflavors", "ResourceFlavor", "kueue.x-k8s.io/v1beta1", False),
     Resource("queues", "Queue", "scheduling.run.ai/v2", False),
     Resource("notebooks", "Notebook", "kubeflow.org/v1", True),
+    # Dynamic Resource Allocation, GA in Kubernetes 1.34 (tests/fakes/dra_objects.py)
+    Resource("resourceslices", "ResourceSlice", "resource.k8s.io/v1", False),
+    Resource("resourceclaims", "ResourceClaim", "resource.k8s.io/v1", True),
+    Resource("resourceclaimtemplates", "ResourceClaimTemplate", "resource.k8s.io/v1", True),
+    Resource("deviceclasses", "DeviceClass", "resource.k8s.io/v1", False),
 )
-#: API groups served unless told otherwise: KAI's queues CRD is not installed.
-DEFAULT_INSTALLED = frozenset({"v1", "policy/v1", "kueue.x-k8s.io/v1beta1", "kubeflow.org/v1"})
+#: API groups served unless told otherwise: KAI's queues CRD is not installed; DRA's
+#: resource.k8s.io/v1 is, as on Kubernetes 1.34 and later.
+DEFAULT_INSTALLED = frozenset(
+    {"v1", "policy/v1", "kueue.x-k8s.io/v1beta1", "kubeflow.org/v1", "resource.k8s.io/v1"}
+)
 
 
 class ApiError(Exception):

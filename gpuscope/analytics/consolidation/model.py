@@ -33,6 +33,7 @@ from gpuscope.analytics.allocation import (
     task_of,
 )
 from gpuscope.analytics.allocation_sharing import is_reservation
+from gpuscope.collector.dra_apply import STANDALONE_CLAIMS_ANNOTATION
 from gpuscope.collector.inventory_records import PodInfo
 from gpuscope.core.records import WorkloadKind
 
@@ -182,6 +183,9 @@ def _fixed_reason(
         return "pdb exhausted"
     if pod.kind not in MOVABLE_KINDS:
         return f"kind {pod.kind.value}"
+    claims = pod.annotations.get(STANDALONE_CLAIMS_ANNOTATION)
+    if claims:  # DRA: the claim keeps its devices when the pod goes
+        return f"standalone claim {claims} keeps its devices: evicting frees none"
     if not pod.preemptible:
         return "not preemptible"
     return ""

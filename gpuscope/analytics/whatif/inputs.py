@@ -90,7 +90,7 @@ def read_workload(
         events = None
     else:
         node_infos, pod_infos = records_from_kubectl(
-            _kubectl(nodes), _kubectl(pods), settings.workloads
+            _kubectl(nodes), _kubectl(pods), settings.workloads, objects
         )
         inventory = Inventory(empty_nodes(node_infos))
         events = tuple(snapshot_events(pod_infos))

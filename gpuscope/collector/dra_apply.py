@@ -1,0 +1,425 @@
+"""DRA devices and claims folded into the node and pod records: one allocation model.
+
+Every placement question (free, whole free, largest placeable, fits now, FGD, the planner,
+the what-if, quota usage) reads :class:`~gpuscope.collector.inventory_records.NodeInfo` and
+:class:`~gpuscope.collector.inventory_records.PodInfo`. Rather than teach each of them DRA,
+:func:`apply_dra` writes what DRA hands out in the terms they already count, so a GPU held
+through a claim counts exactly as one held through the device plugin:
+
+- **capacity**: a node's GPUs are its device-plugin ``nvidia.com/gpu`` plus the ``type: gpu``
+  devices of its ResourceSlices (complete pools at their newest generation,
+  :mod:`gpuscope.collector.dra_records`); ``type: mig`` devices add MIG instances by
+  ``profile``. A GPU is handed out by one mechanism or the other, so the two add up.
+  The node's GPU model and memory come from the devices' ``productName`` (spaces as dashes,
+  as GPU feature discovery labels it) and ``memory`` where its labels do not say.
+- **partitionable devices** (``consumesCounters``, the driver's dynamic MIG): a physical GPU
+  with nothing allocated on its counters is one whole free GPU; once a MIG placement is
+  allocated on it, it is a MIG-split GPU offering, per profile, the placements still
+  allocatable on its free counters (greedily, without overlap) plus those in use.
+- **use**: a claim's ``status.allocation.devices.results[]`` are held by one pod, the first
+  (by namespace/name) of the running pods in ``status.reservedFor`` (a claim shared by
+  several pods is counted once). A whole device adds to the pod's ``gpu_request``, a MIG
+  device to its ``mig``; a share of a device that allows multiple allocations is the
+  largest ratio of ``consumedCapacity`` to the device's capacity (``memory``, ``shares``),
+  as ``gpu_fraction``. Which GPU each pod holds is known exactly (``gpu_indices``): the
+  device plugin's GPUs are indices ``0..n-1``, the node's DRA GPUs follow in device order.
+- **DRA-backed extended resources** (``status.extendedResourceClaimStatus``): the pod's
+  ``nvidia.com/gpu`` request already counts the GPU; the claim only says which one.
+- **demand**: a pending pod asks for its claim templates' requests (and unallocated
+  standalone claims'): ``exactly.count`` devices of the class; ``type``/``profile``/
+  ``productName`` from the class's and request's CEL selectors
+  (:mod:`gpuscope.collector.dra_cel`); a ``capacity.requests`` of ``memory``/``shares`` is a
+  share of one GPU. What cannot be read is said in :attr:`DraApplied.notes`.
+- **standalone claims** outlive their pod: evicting a pod whose devices come from a claim it
+  does not own frees nothing. Such pods carry :data:`STANDALONE_CLAIMS_ANNOTATION` in
+  their record, which the consolidation planner reads as a reason not to move them, and
+  are listed, with why, in :attr:`DraApplied.pinned` (a claim from a template dies with
+  its pod and frees its devices, as a device-plugin GPU does).
+
+Pure: records and objects in, records out.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from gpuscope.collector.dra_cel import evaluate, not_understood, wanted_attributes
+from gpuscope.collector.dra_records import (
+    AllocatedDevice,
+    DeviceRequest,
+    DraClaim,
+    DraDevice,
+    DraObjects,
+    device_order,
+)
+from gpuscope.collector.inventory_records import NodeInfo, PodInfo
+
+log = logging.getLogger(__name__)
+
+_MIB = 2**20
+#: Set on a pod's *record* (never on the cluster) when it holds devices through standalone
+#: claims: the consolidation planner reads it to say why evicting the pod frees nothing.
+STANDALONE_CLAIMS_ANNOTATION = "gpuscope.io/dra-standalone-claims"
+_ACTIVE = frozenset({"Pending", "Running", "Unknown"})
+#: Which kind of device a DeviceClass hands out, where its selectors do not say.
+_CLASS_TYPES = {"gpu.nvidia.com": "gpu", "mig.nvidia.com": "mig"}
+
+
+@dataclass(frozen=True, slots=True)
+class DraApplied:
+    nodes: tuple[NodeInfo, ...]
+    pods: tuple[PodInfo, ...]
+    #: GPU indices each pod holds through DRA, by ``namespace/name``.
+    gpu_indices: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
+    #: Pods whose eviction frees none of their DRA devices, with why (``namespace/name``).
+    pinned: Mapping[str, str] = field(default_factory=dict)
+    #: What could not be read (a selector not understood, a device not published...).
+    notes: tuple[str, ...] = ()
+
+
+def gfd_model(product: str) -> str:
+    """``NVIDIA A100-SXM4-80GB`` -> ``NVIDIA-A100-SXM4-80GB``, as GPU feature discovery
+    writes ``nvidia.com/gpu.product``."""
+    return "-".join(product.split())
+
+
+@dataclass(slots=True)
+class _NodeDevices:
+    whole: list[DraDevice] = field(default_factory=list)
+    mig: list[DraDevice] = field(default_factory=list)
+    #: Partitionable devices by their counter set (one physical GPU each).
+    parts: dict[tuple[str, str, str], list[DraDevice]] = field(default_factory=dict)
+
+
+def _by_node(devices: Iterable[DraDevice]) -> dict[str, _NodeDevices]:
+    out: dict[str, _NodeDevices] = defaultdict(_NodeDevices)
+    for dev in sorted(devices, key=device_order):
+        if not dev.node or not (dev.is_gpu or dev.is_mig):
+            continue
+        slot = out[dev.node]
+        if dev.consumes:
+            key = (dev.driver, dev.pool, dev.consumes[0][0][0])
+            slot.parts.setdefault(key, []).append(dev)
+        elif dev.is_gpu:
+            slot.whole.append(dev)
+        else:
+            slot.mig.append(dev)
+    return out
+
+
+class _Builder:
+    """The fold, one cluster at a time."""
+
+    def __init__(self, nodes: Sequence[NodeInfo], dra: DraObjects) -> None:
+        self.dra = dra
+        self.nodes = {n.name: n for n in nodes}
+        self.devices = {d.key: d for d in dra.devices}
+        self.claims = {(c.namespace, c.name): c for c in dra.claims}
+        self.notes: list[str] = []
+        self.index: dict[tuple[str, str, str], int] = {}
+        self.allocated: set[tuple[str, str, str]] = {
+            a.key for c in dra.claims for a in c.allocated if not a.admin
+        }
+        self.counter_total = {
+            (c.driver, c.pool, c.name, k): v
+            for c in dra.counter_sets
+            for k, v in c.counters.items()
+        }
+
+    def note(self, text: str) -> None:
+        if text not in self.notes:
+            self.notes.append(text)
+
+    # -- capacity ---------------------------------------------------------------------------
+    def node(self, node: NodeInfo, devs: _NodeDevices) -> NodeInfo:
+        gpus: list[DraDevice] = list(devs.whole)
+        mig: dict[str, int] = dict(node.mig)
+        for dev in devs.mig:
+            mig[dev.profile] = mig.get(dev.profile, 0) + 1
+        for key, parts in sorted(devs.parts.items()):
+            gpu = next((d for d in parts if d.is_gpu), None)
+            used = [d for d in parts if d.key in self.allocated]
+            if not used or (gpu is not None and gpu.key in self.allocated):
+                if gpu is not None:
+                    gpus.append(gpu)
+                continue
+            for profile, count in self._placements(key, parts).items():
+                mig[profile] = mig.get(profile, 0) + count
+        base = node.allocatable_gpus
+        for i, dev in enumerate(gpus):
+            self.index[dev.key] = base + i
+        product = next((d.product for d in [*gpus, *devs.mig] if d.product), "")
+        memory = next((d.capacity.get("memory", 0.0) for d in gpus if d.capacity.get("memory")), 0)
+        return replace(
+            node,
+            allocatable_gpus=base + len(gpus),
+            mig=mig,
+            gpu_model=node.gpu_model or gfd_model(product),
+            gpu_memory_mib=node.gpu_memory_mib or (round(memory / _MIB) if memory else None),
+        )
+
+    def _placements(self, key: tuple[str, str, str], parts: Sequence[DraDevice]) -> dict[str, int]:
+        """MIG instances per profile of one partitioned GPU: those allocated, and those
+        still allocatable on its free counters (largest profiles' order, no overlap)."""
+        driver, pool, _ = key
+        left = {
+            (cs, c): self.counter_total.get((driver, pool, cs, c), 0.0)
+            for d in parts
+            for (cs, c), _ in d.consumes
+        }
+        out: dict[str, int] = {}
+        migs = [d for d in parts if d.is_mig]
+        for dev in migs:
+            if dev.key in self.allocated:
+                out[dev.profile] = out.get(dev.profile, 0) + 1
+                for counter, amount in dev.consumes:
+                    left[counter] -= amount
+
+        def size(dev: DraDevice) -> tuple[float, Any]:
+            return (-sum(amount for _, amount in dev.consumes), device_order(dev))
+
+        for dev in sorted(migs, key=size):
+            if dev.key in self.allocated:
+                continue
+            if all(left[c] >= amount - 1e-9 for c, amount in dev.consumes):
+                out[dev.profile] = out.get(dev.profile, 0) + 1
+                for counter, amount in dev.consumes:
+                    left[counter] -= amount
+        return out
+
+    # -- use ----------------------------------------------------------------------------------
+    def share(self, alloc: AllocatedDevice, dev: DraDevice) -> float:
+        if not dev.shared:
+            return 1.0
+        if not alloc.consumed:
+            return 1.0
+        ratios = [
+            amount / dev.capacity[name]
+            for name, amount in alloc.consumed.items()
+            if dev.capacity.get(name)
+        ]
+        return min(1.0, max(ratios, default=1.0))
+
+    def demand(self, request: DeviceRequest, where: str) -> tuple[str, int, float, str, str]:
+        """``(type, count, share, profile, model)`` a request of a pending pod asks for."""
+        cls = self.dra.classes.get(request.device_class)
+        selectors = (*(cls.selectors if cls else ()), *request.selectors)
+        wanted = wanted_attributes(selectors)
+        kind = wanted.get("type") or _CLASS_TYPES.get(request.device_class, "")
+        matching = [
+            d for d in self.dra.devices if (d.is_gpu or d.is_mig) and evaluate(selectors, d).matches
+        ]
+        if not kind and matching:
+            kind = "mig" if all(d.is_mig for d in matching) else "gpu"
+        for clause in not_understood(selectors):
+            self.note(f"{where}: selector not understood, taken as true: {clause}")
+        count = request.count
+        if request.mode == "All":
+            self.note(f"{where}: allocationMode All counted as {count} device(s)")
+        share = 1.0
+        if request.capacity:
+            caps = [
+                (amount, max((d.capacity.get(name, 0.0) for d in matching), default=0.0))
+                for name, amount in request.capacity.items()
+            ]
+            ratios = [a / c for a, c in caps if c > 0]
+            share = min(1.0, max(ratios)) if ratios else 1.0
+        return (
+            kind,
+            count,
+            share,
+            wanted.get("profile", ""),
+            gfd_model(wanted.get("productName", "")),
+        )
+
+
+def _pod_claims(obj: Mapping[str, Any]) -> list[tuple[str, str, str]]:
+    """``(entry name, claim name or "", template name or "")`` of ``spec.resourceClaims``,
+    the generated claim names from ``status.resourceClaimStatuses``."""
+    spec, status = obj.get("spec") or {}, obj.get("status") or {}
+    generated = {
+        s.get("name", ""): s.get("resourceClaimName") or ""
+        for s in status.get("resourceClaimStatuses") or ()
+    }
+    out = []
+    for entry in spec.get("resourceClaims") or ():
+        name = str(entry.get("name", ""))
+        if entry.get("resourceClaimName"):
+            out.append((name, str(entry["resourceClaimName"]), ""))
+        elif entry.get("resourceClaimTemplateName"):
+            out.append((name, generated.get(name, ""), str(entry["resourceClaimTemplateName"])))
+    return out
+
+
+def apply_dra(
+    nodes: Sequence[NodeInfo],
+    pods: Sequence[PodInfo],
+    pod_objects: Iterable[Mapping[str, Any]],
+    dra: DraObjects,
+) -> DraApplied:
+    """The records with DRA's devices and claims counted in (module docstring)."""
+    b = _Builder(nodes, dra)
+    by_node = _by_node(dra.devices)
+    for name in sorted(set(by_node) - set(b.nodes)):
+        b.note(f"ResourceSlice devices on node {name}, which is not in the inventory, left out")
+    new_nodes = tuple(b.node(n, by_node[n.name]) if n.name in by_node else n for n in nodes)
+    infos = {p.uid: p for p in pods}
+    objects = {str((o.get("metadata") or {}).get("uid", "")): o for o in pod_objects}
+    active = {uid: p for uid, p in infos.items() if p.node is not None and p.phase in _ACTIVE}
+
+    def holder(claim: DraClaim, referrers: list[str]) -> str:
+        reserved = [u for u in claim.reserved_for if u in active] or [
+            u for u in referrers if u in active
+        ]
+        return min(reserved, key=lambda u: (active[u].namespace, active[u].name), default="")
+
+    referrers: dict[tuple[str, str], list[str]] = defaultdict(list)
+    for uid, obj in objects.items():
+        pod = infos.get(uid)
+        if pod is None:
+            continue
+        for _, claim_name, _ in _pod_claims(obj):
+            if claim_name:
+                referrers[(pod.namespace, claim_name)].append(uid)
+    out: list[PodInfo] = []
+    indices: dict[str, tuple[int, ...]] = {}
+    pinned: dict[str, str] = {}
+    for pod in pods:
+        found = objects.get(pod.uid)
+        if found is None:
+            out.append(pod)
+            continue
+        obj = found
+        key = f"{pod.namespace}/{pod.name}"
+        if pod.node is None:
+            out.append(_pending(b, pod, obj, key) if pod.phase == "Pending" else pod)
+            continue
+        whole, shares, mig, idx = 0, [], dict(pod.mig), []
+        standalone: list[str] = []
+        claims = [(c, False) for _, c, _ in _pod_claims(obj) if c]
+        extended = ((obj.get("status") or {}).get("extendedResourceClaimStatus") or {}).get(
+            "resourceClaimName"
+        )
+        if extended:
+            claims.append((str(extended), True))
+        for claim_name, is_extended in claims:
+            claim = b.claims.get((pod.namespace, claim_name))
+            if claim is None or not claim.allocated:
+                continue
+            if holder(claim, referrers[(pod.namespace, claim_name)]) != pod.uid:
+                continue
+            for alloc in claim.allocated:
+                dev = b.devices.get(alloc.key)
+                if alloc.admin:
+                    continue
+                if dev is None:
+                    b.note(f"claim {pod.namespace}/{claim_name}: device {'/'.join(alloc.key)} "
+                           "not in any complete ResourceSlice pool")  # fmt: skip
+                    continue
+                if dev.is_mig and not is_extended:
+                    mig[dev.profile] = mig.get(dev.profile, 0) + 1
+                elif dev.is_gpu:
+                    if dev.key in b.index:
+                        idx.append(b.index[dev.key])
+                    if is_extended:
+                        continue
+                    s = b.share(alloc, dev)
+                    if s >= 1.0 - 1e-9:
+                        whole += 1
+                    else:
+                        shares.append(s)
+                else:
+                    continue
+                if claim.owner_pod_uid != pod.uid and not is_extended:
+                    standalone.append(f"{pod.namespace}/{claim_name}")
+        if standalone:
+            pinned[key] = (
+                "holds devices through standalone ResourceClaim "
+                f"{', '.join(sorted(set(standalone)))}, which outlives the pod: evicting it "
+                "frees none of them"
+            )
+        if idx:
+            indices[key] = tuple(sorted(set(idx)))
+        if not (whole or shares or mig != dict(pod.mig) or standalone):
+            out.append(pod)
+            continue
+        changes: dict[str, Any] = {"gpu_request": pod.gpu_request + whole, "mig": mig}
+        if shares and pod.gpu_fraction is None:
+            if len(set(round(s, 6) for s in shares)) > 1:
+                b.note(f"pod {key}: shares of unequal size {shares}, counted as the largest")
+            changes["gpu_fraction"] = max(shares)
+            changes["fraction_devices"] = len(shares)
+        if standalone:
+            held = ",".join(sorted(set(standalone)))
+            changes["annotations"] = {**pod.annotations, STANDALONE_CLAIMS_ANNOTATION: held}
+        out.append(replace(pod, **changes))
+    for line in b.notes:
+        log.info("DRA: %s", line)
+    if dra.skipped_pools:
+        log.info("DRA pools left out: %s", "; ".join(dra.skipped_pools))
+    return DraApplied(new_nodes, tuple(out), indices, pinned, tuple(b.notes))
+
+
+def _pending(b: _Builder, pod: PodInfo, obj: Mapping[str, Any], key: str) -> PodInfo:
+    """A pending pod with its DRA demand (module docstring)."""
+    requests: list[DeviceRequest] = []
+    for entry, claim_name, template in _pod_claims(obj):
+        if template:
+            found = b.dra.templates.get((pod.namespace, template))
+            if found is None:
+                b.note(f"pod {key}: ResourceClaimTemplate {template} not found")
+            requests += found or ()
+        else:
+            claim = b.claims.get((pod.namespace, claim_name))
+            if claim is None:
+                b.note(f"pod {key}: ResourceClaim {claim_name} (claim {entry}) not found")
+            elif not claim.allocated:
+                requests += claim.requests
+    if not requests:
+        return pod
+    whole, share_count, share, mig, model = 0, 0, 0.0, dict(pod.mig), ""
+    for request in requests:
+        kind, count, s, profile, wanted_model = b.demand(
+            request, f"pod {key} request {request.name}"
+        )
+        model = model or wanted_model
+        if kind == "mig":
+            if not profile:
+                b.note(f"pod {key} request {request.name}: MIG request without a profile")
+                continue
+            mig[profile] = mig.get(profile, 0) + count
+        elif kind == "gpu":
+            if s >= 1.0 - 1e-9:
+                whole += count
+            else:
+                share, share_count = max(share, s), share_count + count
+        else:
+            b.note(f"pod {key} request {request.name}: class {request.device_class} "
+                   "hands out no GPU gpuscope knows; not counted")  # fmt: skip
+    changes: dict[str, Any] = {"gpu_request": pod.gpu_request + whole, "mig": mig}
+    if share_count and pod.gpu_fraction is None:
+        changes["gpu_fraction"] = share
+        changes["fraction_devices"] = share_count
+    if model and not pod.gpu_spec:
+        changes["gpu_spec"] = model
+    return replace(pod, **changes)
+
+
+def apply_object_set(
+    nodes: Sequence[NodeInfo],
+    pods: Sequence[PodInfo],
+    pod_objects: Iterable[Mapping[str, Any]],
+    objects: Any,
+) -> DraApplied:
+    """:func:`apply_dra` with the DRA objects of an ``--objects``
+    :class:`~gpuscope.core.kube_objects.ObjectSet` (None or none there: records unchanged)."""
+    from gpuscope.collector.dra_records import dra_from_object_set
+
+    dra = dra_from_object_set(objects) if objects else DraObjects()
+    if not dra:
+        return DraApplied(tuple(nodes), tuple(pods))
+    return apply_dra(nodes, pods, pod_objects, dra)
