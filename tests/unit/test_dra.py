@@ -344,32 +344,3 @@ def test_pending_demand_from_standalone_claims_and_model_selectors() -> None:
     ).summary  # fmt: skip
     assert s["pending_gpu_tasks"] == 2 and s["pending_fit_now"] == 1
     assert s["pending_blocked_by"] == {"model": 1}
-
-
-def test_quota_reclaim_never_picks_a_pod_whose_standalone_claim_outlives_it(
-    tmp_path: Any,
-) -> None:
-    """Project a uses 16 GPUs over its guarantee of 8 while b waits for 8 within its own:
-    8 are reclaimed. a's preemptible pod would go first, but it holds its GPUs through a
-    standalone claim (preempting it frees nothing): the other job is named instead."""
-    from gpuscope.analytics.quota import run_quota
-    from gpuscope.collector.dra_apply import STANDALONE_CLAIMS_ANNOTATION
-    from gpuscope.collector.inventory_records import PodInfo, QuotaInfo
-    from gpuscope.collector.store import Store
-
-    def pod(name: str, ns: str, node: str | None, **kw: Any) -> PodInfo:
-        return PodInfo(namespace=ns, name=name, uid=name, node=node,
-                       phase="Running" if node else "Pending", start_time=None,
-                       gpu_request=8, project=ns, **kw)  # fmt: skip
-
-    held = {STANDALONE_CLAIMS_ANNOTATION: "a/shared-gpus"}
-    pods = [pod("cheap", "a", "n1", preemptible=True, annotations=held),
-            pod("dear", "a", "n2", priority=100),
-            pod("wait", "b", None, pending_reason="Unschedulable")]  # fmt: skip
-    quotas = [QuotaInfo("a", 8.0, source="kueue"), QuotaInfo("b", 8.0, source="kueue")]
-    at = AT.replace(tzinfo=None)
-    with Store.open(tmp_path / "q.duckdb") as store:
-        store.record_inventory(at, pods=pods, quotas=quotas)
-        (finding,) = run_quota(store.cursor(), at, AnalyticsSettings()).findings
-    victims = finding.recommendation["target"]["victims"] if finding.recommendation else []
-    assert [v["pods"] for v in victims] == [["dear"]]

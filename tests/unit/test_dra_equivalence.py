@@ -243,7 +243,7 @@ def figures(nodes: Any, pods: Any, objects: Any, indices: Any) -> dict[str, Any]
             (Path(tmp) / "nodes.json").write_text(json.dumps(nodes))
             (Path(tmp) / "pods.json").write_text(json.dumps(pods))
             work = read_workload(Path(tmp) / "nodes.json", Path(tmp) / "pods.json", Settings(),
-                                 objects)  # fmt: skip
+                                 objects=objects)  # fmt: skip
             out["whatif"] = [
                 (r.policy, r.capacity_gpus, r.allocated_gpus, r.jobs_started, r.fgd_ratio,
                  r.queued_gpu_hours, r.headroom)
