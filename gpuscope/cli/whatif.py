@@ -49,14 +49,6 @@ def add_whatif_parser(sub: Any, number: Callable[..., Callable[[str], float]]) -
     )
     add_objects_argument(wi)
     wi.add_argument(
-        "--objects",
-        type=Path,
-        action="append",
-        metavar="FILE",
-        help="more kubectl JSON (repeatable): DRA ResourceSlices, ResourceClaims, "
-        "ResourceClaimTemplates, DeviceClasses...",
-    )
-    wi.add_argument(
         "--arrivals",
         type=number(float, 0.01, 10),
         metavar="SHARE",
