@@ -121,9 +121,16 @@ def kueue_preemption(
         if isinstance(rec, Mapping)
         else getattr(rec, "borrow_max_priority", None)
     )
-    policies = (
-        f"reclaimWithinCohort {reclaim}, withinClusterQueue {within}, borrowWithinCohort {borrow}"
-    )
+
+    def said(key: str, name: str, value: str) -> str:
+        unset = not (rec.get(key) if isinstance(rec, Mapping) else getattr(rec, key, ""))
+        return f"{name} {value}{' (unset: the default)' if unset else ''}"
+
+    policies = ", ".join((
+        said("reclaim_within_cohort", "reclaimWithinCohort", reclaim),
+        said("within_cluster_queue", "withinClusterQueue", within),
+        said("borrow_within_cohort", "borrowWithinCohort", borrow),
+    ))  # fmt: skip
     cohort, cohort_quota, cohort_used = tree.cohort_figures(q)
     where = (
         f"cohort {cohort}: {cohort_quota:g} GPUs of quota, {cohort_used:g} in use"

@@ -31,11 +31,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpuscope.analytics.queue_charge import KAI_LABEL, KUEUE_LABEL, Charger, field_of, pod_gpus
 from gpuscope.analytics.queue_preemption import Job, kai_reclaim, kueue_preemption
 from gpuscope.analytics.queue_tree import CohortTree
 
-KUEUE_LABEL = "kueue.x-k8s.io/queue-name"
-KAI_LABEL = "kai.scheduler/queue"
+__all__ = ["KAI_LABEL", "KUEUE_LABEL", "Charger", "Project", "QueueState", "QueueVerdict", "judge"]
 #: GPU amounts below this are rounding noise of fractional sums.
 EPSILON = 1e-6
 
@@ -107,67 +107,6 @@ class QueueState:
     verdicts: tuple[QueueVerdict, ...]
 
 
-def _get(rec: Any, key: str, default: Any = None) -> Any:
-    value = rec.get(key, default) if isinstance(rec, Mapping) else getattr(rec, key, default)
-    return default if value is None else value
-
-
-def _pod_gpus(pod: Any) -> float:
-    fraction = _get(pod, "gpu_fraction", 0.0) or 0.0
-    return float(_get(pod, "gpu_request", 0) or 0) + float(fraction) * float(
-        _get(pod, "fraction_devices", 1) or 1
-    )
-
-
-class Charger:
-    """Which quota holder a pod is charged to (module docstring, "Charging")."""
-
-    def __init__(self, quotas: Iterable[Any]) -> None:
-        self.quotas = list(quotas)
-        self.cqs, self.kai = self._by("kueue"), self._by("kai")
-        self.config, self.cohorts = self._by("config"), self._by("kueue-cohort")
-        self.local = {
-            (_get(q, "namespace", ""), _get(q, "project", "")): _get(q, "cluster_queue", "")
-            for q in self.quotas
-            if _get(q, "source") == "kueue-localqueue"
-        }
-        self.rq: dict[str, float] = {}
-        for q in self.quotas:
-            if _get(q, "source") == "resourcequota":
-                ns = _get(q, "namespace", "")
-                self.rq[ns] = self.rq.get(ns, 0.0) + float(_get(q, "guaranteed_gpus", 0.0))
-
-    def _by(self, source: str) -> dict[str, Any]:
-        return {_get(q, "project", ""): q for q in self.quotas if _get(q, "source") == source}
-
-    def charge(self, pod: Any) -> tuple[str, str, str]:
-        """(project, scheduler, local queue) of a pod."""
-        labels = _get(pod, "labels", {}) or {}
-        ns = str(_get(pod, "namespace", ""))
-        lq = labels.get(KUEUE_LABEL)
-        if lq and self.local:
-            # Kueue does not admit a job whose LocalQueue or ClusterQueue does not exist
-            cq = self.local.get((ns, lq))
-            if cq is None:
-                return f"{ns}/{lq}", "inadmissible", lq
-            return (cq, "kueue" if cq in self.cqs else "inadmissible", lq)
-        project = str(_get(pod, "project", "") or ns)
-        kai = labels.get(KAI_LABEL)
-        if kai and kai in self.kai:
-            return kai, "kai", ""
-        if not self.local:  # no LocalQueue known: a name equal to a ClusterQueue's is it
-            for name in (lq, project):
-                if name and name in self.cqs:
-                    return str(name), "kueue", ""
-        if project in self.kai:
-            return project, "kai", ""
-        if ns in self.rq and (project == ns or project not in self.config):
-            return ns, "resourcequota", ""
-        if project in self.config:
-            return project, "config", ""
-        return project, "unmanaged", ""
-
-
 def _projects(charger: Charger) -> dict[str, Project]:
     out: dict[str, Project] = {}
     for scheduler, table in (
@@ -176,19 +115,21 @@ def _projects(charger: Charger) -> dict[str, Project]:
         ("config", charger.config),
     ):
         for name, q in table.items():
-            limit = _get(q, "borrowing_limit")
-            if scheduler == "kai" and _get(q, "limit") is not None:
-                limit = max(0.0, float(_get(q, "limit")) - float(_get(q, "guaranteed_gpus", 0)))
-            weight = _get(q, "over_quota_weight")
+            limit = field_of(q, "borrowing_limit")
+            if scheduler == "kai" and field_of(q, "limit") is not None:
+                limit = max(
+                    0.0, float(field_of(q, "limit")) - float(field_of(q, "guaranteed_gpus", 0))
+                )
+            weight = field_of(q, "over_quota_weight")
             out.setdefault(
                 name,
                 Project(
                     name,
                     scheduler,
-                    float(_get(q, "guaranteed_gpus", 0.0)),
+                    float(field_of(q, "guaranteed_gpus", 0.0)),
                     math.inf if limit is None else float(limit),
                     1.0 if weight is None or float(weight) <= 0 else float(weight),
-                    str(_get(q, "cohort", "")),
+                    str(field_of(q, "cohort", "")),
                     record=q,
                 ),
             )
@@ -200,31 +141,31 @@ def _projects(charger: Charger) -> dict[str, Project]:
 def _jobs(pods: list[tuple[Any, float]]) -> dict[tuple[str, str], Job]:
     jobs: dict[tuple[str, str], Job] = {}
     for pod, gpus in pods:
-        owner, owner_kind = _get(pod, "owner_name", ""), _get(pod, "owner_kind", "")
-        name = f"{owner_kind}/{owner}" if owner else f"Pod/{_get(pod, 'name', '')}"
-        key = (str(_get(pod, "namespace", "")), name)
+        owner, owner_kind = field_of(pod, "owner_name", ""), field_of(pod, "owner_kind", "")
+        name = f"{owner_kind}/{owner}" if owner else f"Pod/{field_of(pod, 'name', '')}"
+        key = (str(field_of(pod, "namespace", "")), name)
         job = jobs.get(key)
-        priority = int(_get(pod, "priority", 0) or 0)
-        start = float(_get(pod, "start_time", 0.0) or 0.0)
+        priority = int(field_of(pod, "priority", 0) or 0)
+        start = float(field_of(pod, "start_time", 0.0) or 0.0)
         if job is None:
             jobs[key] = Job(
                 key[0],
                 name,
-                (str(_get(pod, "name", "")),),
+                (str(field_of(pod, "name", "")),),
                 gpus,
                 priority,
                 start,
-                bool(_get(pod, "preemptible", False)),
-                bool(_get(pod, "protected", False)),
+                bool(field_of(pod, "preemptible", False)),
+                bool(field_of(pod, "protected", False)),
             )
         else:
             jobs[key] = job.merge(
-                str(_get(pod, "name", "")),
+                str(field_of(pod, "name", "")),
                 gpus,
                 priority,
                 start,
-                bool(_get(pod, "preemptible", False)),
-                bool(_get(pod, "protected", False)),
+                bool(field_of(pod, "preemptible", False)),
+                bool(field_of(pod, "protected", False)),
             )
     return jobs
 
@@ -242,10 +183,10 @@ def judge(pods: Iterable[Any], quotas: Iterable[Any], *, free_gpus: float = math
     waiting: dict[str, list[tuple[Any, float]]] = {}
     local_of: dict[tuple[str, str], str] = {}
     for pod in pods:
-        gpus = _pod_gpus(pod)
+        gpus = pod_gpus(pod)
         if gpus <= EPSILON:
             continue
-        phase, node = _get(pod, "phase", ""), _get(pod, "node", None)
+        phase, node = field_of(pod, "phase", ""), field_of(pod, "node", None)
         name, scheduler, lq = charger.charge(pod)
         project = projects.setdefault(name, Project(name, scheduler))
         if node and phase in ("Running", "Pending"):
@@ -254,11 +195,11 @@ def judge(pods: Iterable[Any], quotas: Iterable[Any], *, free_gpus: float = math
         elif not node and phase == "Pending":
             project.pending += gpus
             project.pending_pods += 1
-            since = _get(pod, "start_time", None) or _get(pod, "_seen_from", None)
+            since = field_of(pod, "start_time", None) or field_of(pod, "_seen_from", None)
             if since is not None:
                 project.pending_since = min(project.pending_since or since, since)
             waiting.setdefault(name, []).append((pod, gpus))
-            local_of[(str(_get(pod, "namespace", "")), name)] = lq
+            local_of[(str(field_of(pod, "namespace", "")), name)] = lq
     for name, members in held.items():
         projects[name].running = list(_jobs(members).values())
     for p in projects.values():

@@ -308,6 +308,13 @@ def render_text(analyses: dict[str, Analysis]) -> str:
         if flat:
             lines.append("")
             lines.append(f"{name}: " + ", ".join(f"{k}={_fmt(v)}" for k, v in flat.items()))
+        for job in a.summary.get("pending_jobs") or ():  # the queue model's verdicts
+            victims = ", ".join(f"{v['namespace']}/{v['job']}" for v in job["victims"])
+            lines.append(
+                f"  {job['namespace']}/{job['job']} ({_fmt(job['gpus'])} GPUs, {job['project']}) "
+                f"waits on {job['waits_on']} [{job['rule']}]: {job['reason']}"
+                + (f"; preempts {victims}" if victims else "")
+            )
     return "\n".join(lines) + "\n"
 
 

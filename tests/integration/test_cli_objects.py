@@ -100,3 +100,15 @@ def test_misplaced_or_bad_objects_are_one_line(
     code, out, err = _run([a.format(**paths) for a in argv], capsys)
     assert code != 0 and out == ""
     assert message in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_the_text_output_gives_each_waiting_jobs_rule(
+    files: dict[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["analyze", "quota", "--nodes", str(files["nodes"]), "--pods", str(files["pods"]),
+            "--objects", str(files["objects"]), "--at", AT]  # fmt: skip
+    code, out, err = _run(argv, capsys)
+    assert code == 0, err
+    [line] = [x for x in out.splitlines() if "team-b/Job/finetune" in x]
+    assert "waits on quota [kueue.reclaimWithinCohort]" in line
+    assert line.endswith("preempts team-a/Job/train-small")

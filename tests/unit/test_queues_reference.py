@@ -245,3 +245,145 @@ def test_gpuscope_agrees_with_kueues_documented_rules(
     for j in sorted(pending, key=lambda j: (-j.priority, j.minute)):
         want[f"Job/{j.name}"] = ref.admit(j)
     assert got == want
+
+
+# -- cohort trees (Cohort objects) ----------------------------------------------------------
+@dataclass
+class C:
+    name: str
+    nominal: int
+    parent: str | None
+    borrowing: int | None
+    lending: int | None
+
+
+class TreeReference(Reference):
+    """The same rules over a tree of Cohort objects (Kueue's Cohort page: a Cohort's own
+    quota is shared by its subtree; its borrowing limit caps what the subtree takes from
+    the parent, its lending limit what it gives). Stated as limits checked after the fact,
+    not as a computed "available": a subtree's capacity is its own quota plus what each
+    child lends (all of its capacity, or its lending limit); a subtree uses what its
+    members use beyond what each keeps; a root never uses more than its capacity, a node
+    with a borrowing limit never more than its capacity plus that limit."""
+
+    def __init__(self, queues: list[Q], cohorts: list[C], running: list[J]) -> None:
+        super().__init__(queues, running)
+        self.c = {c.name: c for c in cohorts}
+
+    def _parent(self, node: tuple[str, str]) -> tuple[str, str] | None:
+        if node[0] == "cq":
+            cohort = self.q[node[1]].cohort
+            return ("co", cohort) if cohort else None
+        c = self.c.get(node[1])
+        return ("co", c.parent) if c is not None and c.parent else None
+
+    def _children(self, node: tuple[str, str]) -> list[tuple[str, str]]:
+        kids = [("cq", n) for n, x in self.q.items() if x.cohort == node[1]]
+        return kids + [("co", n) for n, c in self.c.items() if c.parent == node[1]]
+
+    def _limits(self, node: tuple[str, str]) -> tuple[int, int | None, int | None]:
+        if node[0] == "cq":
+            x = self.q[node[1]]
+            return x.nominal, x.borrowing, x.lending
+        c = self.c.get(node[1])
+        return (0, None, None) if c is None else (c.nominal, c.borrowing, c.lending)
+
+    def _capacity(self, node: tuple[str, str]) -> float:
+        own = self._limits(node)[0]
+        return own + (0 if node[0] == "cq" else sum(self._lends(k) for k in self._children(node)))
+
+    def _lends(self, node: tuple[str, str]) -> float:
+        cap, lending = self._capacity(node), self._limits(node)[2]
+        return cap if lending is None else min(cap, lending)
+
+    def _use(self, node: tuple[str, str], used: dict[str, int]) -> float:
+        if node[0] == "cq":
+            return used[node[1]]
+        return sum(max(0.0, self._use(k, used) - (self._capacity(k) - self._lends(k)))
+                   for k in self._children(node))  # fmt: skip
+
+    def room(self, name: str, extra: int, *, borrow: bool = True) -> bool:
+        after = dict(self.used)
+        after[name] += extra
+        if not borrow and after[name] > self.q[name].nominal:
+            return False
+        node: tuple[str, str] | None = ("cq", name)
+        while node is not None:
+            use, cap = self._use(node, after), self._capacity(node)
+            parent, limit = self._parent(node), self._limits(node)[1]
+            if parent is None and use > cap:
+                return False
+            if parent is not None and limit is not None and use > cap + limit:
+                return False
+            node = parent
+        return True
+
+    def _root(self, name: str) -> tuple[str, str] | None:
+        node, root = self._parent(("cq", name)), None
+        while node is not None:
+            root, node = node, self._parent(node)
+        return root
+
+    def peers(self, name: str) -> list[str]:
+        root = self._root(name)
+        return [] if root is None else [n for n in self.q if self._root(n) == root]
+
+
+@st.composite
+def tree_setups(draw: Any) -> tuple[list[Q], list[C], list[J], list[J]]:
+    queues, running, pending = draw(setups())
+    cohorts = [C("org", draw(st.integers(0, 8)), None, None, None)]
+    for name in ("east", "west"):
+        if draw(st.booleans()):  # a Cohort object under org, with limits towards it
+            cohorts.append(C(name, draw(st.integers(0, 4)), "org",
+                             draw(st.one_of(st.none(), st.integers(0, 6))),
+                             draw(st.one_of(st.none(), st.integers(0, 6)))))  # fmt: skip
+    # keep only running jobs the tree admits, one by one (a reachable state)
+    ref = TreeReference(queues, cohorts, [])
+    admitted = []
+    for j in sorted(running, key=lambda j: j.minute):
+        if ref.room(j.queue, j.gpus):
+            ref.used[j.queue] += j.gpus
+            admitted.append(j)
+    return queues, cohorts, admitted, pending
+
+
+def _cohort_object(c: C) -> dict[str, Any]:
+    gpu: dict[str, Any] = {"name": "nvidia.com/gpu", "nominalQuota": c.nominal}
+    if c.borrowing is not None:
+        gpu["borrowingLimit"] = c.borrowing
+    if c.lending is not None:
+        gpu["lendingLimit"] = c.lending
+    spec: dict[str, Any] = {"resourceGroups": [{"coveredResources": ["nvidia.com/gpu"],
+                                                "flavors": [{"name": "default-flavor",
+                                                             "resources": [gpu]}]}]}  # fmt: skip
+    if c.parent:
+        spec["parent"] = c.parent
+    return {"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "Cohort",
+            "metadata": {"name": c.name}, "spec": spec}  # fmt: skip
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(tree_setups())
+def test_gpuscope_agrees_with_kueue_on_cohort_trees(
+    setup: tuple[list[Q], list[C], list[J], list[J]],
+) -> None:
+    """As above, with Cohort objects: east and west under org, each with its own quota and
+    borrowing and lending limits towards org."""
+    queues, cohorts, running, pending = setup
+    objects = _objects(queues) + [_cohort_object(c) for c in cohorts]
+    quotas = quotas_from_objects(objects_from_documents([("objects", kubectl_list(objects))]))
+    pods = [pod_from_json(pod(j.namespace, j.name, j.gpus, "node-0", job=j.name,
+                              minute=j.minute, priority=j.priority)) for j in running]  # fmt: skip
+    pods += [pod_from_json(pod(j.namespace, j.name, j.gpus, None, job=j.name, minute=j.minute,
+                               priority=j.priority)) for j in pending]  # fmt: skip
+    got = {
+        v.job: (v.waits_on, sorted((x.namespace, x.job.split("/", 1)[1]) for x in v.victims))
+        for v in judge(pods, quotas).verdicts
+    }
+    ref = TreeReference(queues, cohorts, running)
+    want = {
+        f"Job/{j.name}": ref.admit(j)
+        for j in sorted(pending, key=lambda j: (-j.priority, j.minute))
+    }
+    assert got == want
