@@ -231,7 +231,6 @@ def _workload_rows(
             row["bridged_gap_s"] = (
                 _bridged_gap(cur, row, gap_params) if row["status"] == "idle" else None
             )
-        return rows
     finally:
         cur.close()
     for row in rows:
