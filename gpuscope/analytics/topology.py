@@ -52,6 +52,8 @@ from gpuscope.analytics.topology_levels import Topology
 from gpuscope.core.records import Finding, finding_id
 
 KINDS = ("topology_fragmentation",)
+#: Blocked groups a run plans domains for (the first, by group key); the rest get findings.
+MAX_PLANNED_GROUPS = 10
 
 
 def is_open(node: NodeState) -> bool:
@@ -260,10 +262,11 @@ def analyze_topology(
             by_level[level.key], sizes, pod_gpus, ks, mix, level.source,
             len(gpu_nodes - labelled),
         )  # fmt: skip
-    findings, plans = [], []
+    findings: list[Finding] = []
+    plans: list[dict[str, Any]] = []
     for g, key, mode, per_domain in blocked_groups(groups, topology, state.nodes):
         plan = None
-        if placed is not None:
+        if placed is not None and len(plans) < MAX_PLANNED_GROUPS:
             plan = _domain_plan(g, key, topology, state.nodes, placed)
             if plan is not None:
                 plans.append(plan.as_dict())
