@@ -30,8 +30,8 @@ A ``topology_fragmentation`` finding is raised for a pending pod group (no pod p
 free GPUs on nodes that admit its pods) but that no single domain of its level can hold
 (evidence ``cause``: ``topology`` when the cluster could place it spread over domains,
 ``fragmentation`` when its free GPUs are scattered over nodes as well). Its level is the
-required level (warning: it waits), else the preferred level, else the finest level (info:
-it can only start spread over domains).
+required level (warning: it waits), else the preferred level, else the finest level, the
+one with the most domains (info: it can only start spread over domains).
 """
 
 from __future__ import annotations
@@ -197,7 +197,15 @@ def group_level(group: PodGroup, topology: Topology) -> tuple[str, str]:
         return group.required_level, "required"
     if group.preferred_level:
         return group.preferred_level, "preferred"
-    return (topology.levels[-1].key if topology.levels else ""), "unconstrained"
+    # the finest level: the most domains (levels from different label families are not
+    # ordered against each other, a rack label and a leaf label say nothing of which is finer)
+    if not topology.levels:
+        return "", "unconstrained"
+    finest = max(
+        enumerate(topology.levels),
+        key=lambda il: (len(set(topology.domains.get(il[1].key, {}).values())), il[0]),
+    )[1]
+    return finest.key, "unconstrained"
 
 
 def group_capacity(group: PodGroup, nodes: Sequence[NodeState]) -> dict[str, int]:

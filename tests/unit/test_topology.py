@@ -230,3 +230,18 @@ def test_command_errors_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixtu
         assert main(argv) != 0
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and "Traceback" not in err, (argv, err)
+
+
+def test_a_group_without_a_level_is_judged_at_the_level_with_most_domains() -> None:
+    """Racks of four nodes and leaves of two: a 2 x 8 job that names no level is judged
+    under a leaf (the finest: most domains), whatever order the label families come in."""
+    nodes = [node(f"n{i}", rack=f"r{i // 4}", leaf=f"l{i // 2}") for i in range(4)]
+    pods = [pod("x", "n0", 1), pod("y", "n2", 1)]
+    pods += [pod(f"t{i}", None, 8, owner_kind="Job", owner_name="t") for i in range(2)]
+    for labels in (["rack", "leaf"], ["leaf", "rack"]):
+        topo = topology_of(nodes, labels=labels)
+        a = analyze_topology(state_from_records(nodes, pods), topo, pod_groups(pods), at=AT)
+        (f,) = a.findings
+        assert (f.evidence["level"], f.evidence["mode"], f.severity) == (
+            "leaf", "unconstrained", "info"
+        )  # fmt: skip
