@@ -245,3 +245,21 @@ def test_a_group_without_a_level_is_judged_at_the_level_with_most_domains() -> N
         assert (f.evidence["level"], f.evidence["mode"], f.severity) == (
             "leaf", "unconstrained", "info"
         )  # fmt: skip
+
+
+def test_a_plain_pod_groups_workload_is_not_counted_twice() -> None:
+    """Kueue makes one Workload for a plain-pod group (owned by its pods, named after the
+    group); with the gated pods present the group is one group, not two."""
+    pods = [pod(f"k{i}", None, 8, labels={"kueue.x-k8s.io/pod-group-name": "kg"},
+                annotations={"kueue.x-k8s.io/pod-group-total-count": "2"}) for i in range(2)]  # fmt: skip
+    template = {"spec": {"containers": [{"name": "c", "resources": {"requests": {"nvidia.com/gpu": "8"}}}]}}  # fmt: skip
+    objs = objects(
+        {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Workload",
+         "metadata": {"name": "kg-by-owner", "namespace": "team",
+                      "ownerReferences": [{"kind": "Pod", "name": "k0"}]},
+         "spec": {"podSets": [{"name": "main", "count": 2, "template": template}]}},
+        {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Workload",
+         "metadata": {"name": "kg", "namespace": "team"},
+         "spec": {"podSets": [{"name": "main", "count": 2, "template": template}]}},
+    )  # fmt: skip
+    assert [g.key for g in pod_groups(pods, objs)] == ["kueue-pod-group:team/kg"]
