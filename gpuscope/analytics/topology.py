@@ -278,7 +278,7 @@ def analyze_topology(
             plan = _domain_plan(g, key, topology, state.nodes, placed)
             if plan is not None:
                 plans.append(plan.as_dict())
-        findings.append(_finding(g, key, mode, per_domain, state.nodes, at, plan))
+        findings.append(_finding(g, key, mode, per_domain, state.nodes, at, topology, plan))
     summary: dict[str, Any] = {
         "levels": levels,
         "topology_source": topology.source,
@@ -300,6 +300,7 @@ def _finding(
     per_domain: Mapping[str, int],
     nodes: Sequence[NodeState],
     at: datetime,
+    topology: Topology,
     plan: DomainPlan | None = None,
 ) -> Finding:
     cap = group_capacity(g, nodes)
@@ -334,6 +335,9 @@ def _finding(
             "best_domain": best,
             "best_domain_placeable_pods": per_domain.get(best, 0),
             "domains": len(per_domain),
+            # Kueue's preferred mode (and KAI's) climbs to coarser levels: the finest level
+            # one of whose domains holds the group ("" for none: only spread over the cluster)
+            "holds_at_level": level_holding(g, topology, nodes),
         },
         recommendation={
             "action": "consolidate_domain",
@@ -341,6 +345,21 @@ def _finding(
             "moves": [m.as_dict() for m in plan.plan.moves] if plan else [],
         },
     )
+
+
+def level_holding(g: PodGroup, topology: Topology, nodes: Sequence[NodeState]) -> str:
+    """The finest level (most domains first) with a domain that holds the group now."""
+    cap = group_capacity(g, nodes)
+    order = sorted(
+        topology.levels, key=lambda lv: -len(set(topology.domains.get(lv.key, {}).values()))
+    )
+    for lv in order:
+        per_domain: dict[str, int] = {}
+        for node_name, domain in topology.domains.get(lv.key, {}).items():
+            per_domain[domain] = per_domain.get(domain, 0) + cap.get(node_name, 0)
+        if any(v >= g.pods for v in per_domain.values()):
+            return lv.key
+    return ""
 
 
 def _domain_plan(

@@ -245,6 +245,7 @@ def test_a_group_without_a_level_is_judged_at_the_level_with_most_domains() -> N
         assert (f.evidence["level"], f.evidence["mode"], f.severity) == (
             "leaf", "unconstrained", "info"
         )  # fmt: skip
+        assert f.evidence["holds_at_level"] == "rack"  # n1 and n3 are empty: rack r0 holds it
 
 
 def test_a_plain_pod_groups_workload_is_not_counted_twice() -> None:
