@@ -212,6 +212,28 @@ def topology_row() -> Row:
                 "free, and the largest job of node-sized pods it holds now.",
             ),
             Panel(
+                "Free GPUs per node, rack by rack",
+                "table",
+                [
+                    Query(
+                        f"sum by (rack, node) ({FRAG}node_whole_free_gpus{{{where}}}"
+                        f" * on (node) group_left (rack) gpuscope_node_info{{{where}}})",
+                        "whole free GPUs",
+                    ),
+                    Query(
+                        f"sum by (rack, node) (gpuscope_node_allocatable_gpus{{{where}}}"
+                        f" * on (node) group_left (rack) gpuscope_node_info{{{where}}})",
+                        "GPUs",
+                    ),
+                ],
+                "short",
+                width=24,
+                height=12,
+                description="The rack x node grid: every node with its rack, whole free GPUs "
+                "and GPUs (sort by rack to read a rack's nodes together; filter to one rack "
+                "with the column filter).",
+            ),
+            Panel(
                 "64-GPU slots over time",
                 "timeseries",
                 [Query(f'{TOPO}slots{{{where}, job_gpus="64"}}', "{{level}}")],

@@ -66,7 +66,7 @@ def run_on_store(
             elif name == "bandwidth":
                 out[name] = run_bandwidth(cur, at, a)
             elif name == "topology":
-                out[name] = _topology_from_store(cur, at, settings)
+                out[name] = topology_from_store(cur, at, settings)
             else:
                 raise UserError(f"unknown analysis {name!r}")
             # the data-age rule: every analysis states how far its data reaches
@@ -153,15 +153,20 @@ def _consolidation_from_store(cur: Any, at: datetime, settings: Settings) -> Ana
     )
 
 
-def _topology_from_store(cur: Any, at: datetime, settings: Settings) -> Analysis:
-    """Topology from the current inventory's node labels (the store keeps no Topology
-    objects: ``gpuscope analyze topology --objects`` reads them from files)."""
-    from gpuscope.analytics.allocation import records_from_inventory
+def topology_from_store(
+    cur: Any, at: datetime, settings: Settings, objects: Any = None
+) -> Analysis:
+    """Topology of the inventory state valid at ``at``, levels from the node labels unless
+    ``objects`` (an ObjectSet: the store keeps no Topology objects, ``gpuscope analyze
+    topology --objects`` reads them from files) define them."""
+    from gpuscope.analytics.report.topology import inventory_at
     from gpuscope.analytics.topology_inputs import topology_analysis
     from gpuscope.core.kube_objects import ObjectSet
 
-    nodes, pods = records_from_inventory(cur)
-    return topology_analysis(nodes, pods, ObjectSet(), at=at, settings=settings)
+    nodes, pods, indices = inventory_at(cur, utc(at))
+    return topology_analysis(
+        nodes, pods, objects or ObjectSet(), at=at, settings=settings, gpu_indices=indices
+    )
 
 
 def run_on_snapshot(

@@ -30,8 +30,8 @@ A ``topology_fragmentation`` finding is raised for a pending pod group (no pod p
 free GPUs on nodes that admit its pods) but that no single domain of its level can hold
 (evidence ``cause``: ``topology`` when the cluster could place it spread over domains,
 ``fragmentation`` when its free GPUs are scattered over nodes as well). Its level is the
-required level (warning: it waits), else the preferred level, else the finest level (info:
-it can only start spread over domains).
+required level (warning: it waits), else the preferred level, else the finest level, the
+one with the most domains (info: it can only start spread over domains).
 """
 
 from __future__ import annotations
@@ -52,6 +52,8 @@ from gpuscope.analytics.topology_levels import Topology
 from gpuscope.core.records import Finding, finding_id
 
 KINDS = ("topology_fragmentation",)
+#: Blocked groups a run plans domains for (the first, by group key); the rest get findings.
+MAX_PLANNED_GROUPS = 10
 
 
 def is_open(node: NodeState) -> bool:
@@ -195,7 +197,15 @@ def group_level(group: PodGroup, topology: Topology) -> tuple[str, str]:
         return group.required_level, "required"
     if group.preferred_level:
         return group.preferred_level, "preferred"
-    return (topology.levels[-1].key if topology.levels else ""), "unconstrained"
+    # the finest level: the most domains (levels from different label families are not
+    # ordered against each other, a rack label and a leaf label say nothing of which is finer)
+    if not topology.levels:
+        return "", "unconstrained"
+    finest = max(
+        enumerate(topology.levels),
+        key=lambda il: (len(set(topology.domains.get(il[1].key, {}).values())), il[0]),
+    )[1]
+    return finest.key, "unconstrained"
 
 
 def group_capacity(group: PodGroup, nodes: Sequence[NodeState]) -> dict[str, int]:
@@ -260,14 +270,15 @@ def analyze_topology(
             by_level[level.key], sizes, pod_gpus, ks, mix, level.source,
             len(gpu_nodes - labelled),
         )  # fmt: skip
-    findings, plans = [], []
+    findings: list[Finding] = []
+    plans: list[dict[str, Any]] = []
     for g, key, mode, per_domain in blocked_groups(groups, topology, state.nodes):
         plan = None
-        if placed is not None:
+        if placed is not None and len(plans) < MAX_PLANNED_GROUPS:
             plan = _domain_plan(g, key, topology, state.nodes, placed)
             if plan is not None:
                 plans.append(plan.as_dict())
-        findings.append(_finding(g, key, mode, per_domain, state.nodes, at, plan))
+        findings.append(_finding(g, key, mode, per_domain, state.nodes, at, topology, plan))
     summary: dict[str, Any] = {
         "levels": levels,
         "topology_source": topology.source,
@@ -289,6 +300,7 @@ def _finding(
     per_domain: Mapping[str, int],
     nodes: Sequence[NodeState],
     at: datetime,
+    topology: Topology,
     plan: DomainPlan | None = None,
 ) -> Finding:
     cap = group_capacity(g, nodes)
@@ -323,6 +335,9 @@ def _finding(
             "best_domain": best,
             "best_domain_placeable_pods": per_domain.get(best, 0),
             "domains": len(per_domain),
+            # Kueue's preferred mode (and KAI's) climbs to coarser levels: the finest level
+            # one of whose domains holds the group ("" for none: only spread over the cluster)
+            "holds_at_level": level_holding(g, topology, nodes),
         },
         recommendation={
             "action": "consolidate_domain",
@@ -330,6 +345,21 @@ def _finding(
             "moves": [m.as_dict() for m in plan.plan.moves] if plan else [],
         },
     )
+
+
+def level_holding(g: PodGroup, topology: Topology, nodes: Sequence[NodeState]) -> str:
+    """The finest level (most domains first) with a domain that holds the group now."""
+    cap = group_capacity(g, nodes)
+    order = sorted(
+        topology.levels, key=lambda lv: -len(set(topology.domains.get(lv.key, {}).values()))
+    )
+    for lv in order:
+        per_domain: dict[str, int] = {}
+        for node_name, domain in topology.domains.get(lv.key, {}).items():
+            per_domain[domain] = per_domain.get(domain, 0) + cap.get(node_name, 0)
+        if any(v >= g.pods for v in per_domain.values()):
+            return lv.key
+    return ""
 
 
 def _domain_plan(

@@ -170,7 +170,13 @@ def pod_groups(pods: Iterable[PodInfo], objects: ObjectSet | None = None) -> lis
                 members=tuple(sorted(p.name for p in members)),
             )
         )
-    out += workload_groups(objects.of("Workload", group="kueue.x-k8s.io"))
+    # a plain-pod group's Workload is the group itself (its pods exist, gated): counted once
+    seen = {(g.namespace, g.name) for g in out}
+    out += [
+        g
+        for g in workload_groups(objects.of("Workload", group="kueue.x-k8s.io"))
+        if (g.namespace, g.name.rsplit("/", 1)[0]) not in seen
+    ]
     return out
 
 
@@ -198,9 +204,10 @@ def workload_groups(workloads: Sequence[Mapping[str, Any]]) -> list[PodGroup]:
     """Kueue Workloads not admitted yet, one group per multi-pod GPU PodSet."""
     out = []
     for wl in workloads:
-        if _finished(wl):
-            continue
         meta = wl.get("metadata") or {}
+        owners = {str(o.get("kind") or "") for o in meta.get("ownerReferences") or ()}
+        if _finished(wl) or "Pod" in owners:  # a plain-pod group: its pods say it
+            continue
         for ps in (wl.get("spec") or {}).get("podSets") or ():
             count = _int(ps.get("count")) or 0
             template = ps.get("template") or {}

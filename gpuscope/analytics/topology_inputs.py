@@ -8,7 +8,7 @@ rest is pure.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
 
@@ -31,15 +31,21 @@ def topology_analysis(
     *,
     at: datetime,
     settings: Settings,
+    gpu_indices: Mapping[str, Sequence[int]] | None = None,
 ) -> Analysis:
-    """Levels from the objects (else node labels), pod groups, measures and findings."""
+    """Levels from the objects (else node labels), pod groups, measures and findings, with
+    the plan that clears a domain for each blocked group."""
     groups = pod_groups(pods, objects)
     asked = {lv for g in groups for lv in (g.required_level, g.preferred_level) if lv}
     labels = settings.analytics.topology_labels
     topo = topology_of(nodes, objects, labels, sorted(asked))
-    state = state_from_records(nodes, pods)
+    state = state_from_records(nodes, pods, gpu_indices)
     placed = placement_from_state(
-        state, pods, at=at, protected_namespaces=settings.workloads.protected_namespaces
+        state,
+        pods,
+        at=at,
+        gpu_indices=gpu_indices,
+        protected_namespaces=settings.workloads.protected_namespaces,
     )
     return analyze_topology(state, topo, groups, at=at, placed=placed)
 

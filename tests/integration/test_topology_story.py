@@ -103,3 +103,28 @@ def test_planted_job_is_found_and_fits_after_the_plan_runs_in_the_fake_api() -> 
         name = n["metadata"]["name"]
         assert used.get(name, 0) <= int(n["status"]["allocatable"].get("nvidia.com/gpu", 0)), name
     assert all(used[n] == 8 for n in plan["nodes"])
+
+
+def test_analyze_topology_on_a_database_reads_its_inventory(tmp_path: Any, capsys: Any) -> None:
+    """`gpuscope analyze topology --db` reads the stored inventory's node labels and pods."""
+    from gpuscope.cli.main import main
+    from gpuscope.collector.inventory_records import node_from_json, pod_from_json
+    from gpuscope.collector.store import Store
+
+    cluster = SimulatedCluster(default_scenario())
+    origin = AT.timestamp()
+    nodes, pods = nodes_json(cluster, origin=origin), pods_json(cluster, 0.0, origin=origin)
+    infos = {n.name: n for n in map(node_from_json, nodes["items"])}
+    pod_infos = [
+        pod_from_json(p, node=infos.get(p["spec"].get("nodeName", ""))) for p in pods["items"]
+    ]
+    db = tmp_path / "inv.duckdb"
+    with Store.open(db) as store:
+        store.record_inventory(AT, nodes=list(infos.values()), pods=pod_infos)
+    capsys.readouterr()
+    argv = ["analyze", "topology", "--db", str(db), "--json", "--at", AT.isoformat()]
+    assert main(argv) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert set(out["summary"]["levels"]) == {LEAF_LABEL, "topology.gpuscope.io/rack"}
+    assert len(out["summary"]["levels"][LEAF_LABEL]["domains"]) == 8
+    assert [f["subject"]["pod_group"] for f in out["findings"]] == [TOPOLOGY_STORY_GROUP]

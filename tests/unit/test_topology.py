@@ -230,3 +230,37 @@ def test_command_errors_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixtu
         assert main(argv) != 0
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and "Traceback" not in err, (argv, err)
+
+
+def test_a_group_without_a_level_is_judged_at_the_level_with_most_domains() -> None:
+    """Racks of four nodes and leaves of two: a 2 x 8 job that names no level is judged
+    under a leaf (the finest: most domains), whatever order the label families come in."""
+    nodes = [node(f"n{i}", rack=f"r{i // 4}", leaf=f"l{i // 2}") for i in range(4)]
+    pods = [pod("x", "n0", 1), pod("y", "n2", 1)]
+    pods += [pod(f"t{i}", None, 8, owner_kind="Job", owner_name="t") for i in range(2)]
+    for labels in (["rack", "leaf"], ["leaf", "rack"]):
+        topo = topology_of(nodes, labels=labels)
+        a = analyze_topology(state_from_records(nodes, pods), topo, pod_groups(pods), at=AT)
+        (f,) = a.findings
+        assert (f.evidence["level"], f.evidence["mode"], f.severity) == (
+            "leaf", "unconstrained", "info"
+        )  # fmt: skip
+        assert f.evidence["holds_at_level"] == "rack"  # n1 and n3 are empty: rack r0 holds it
+
+
+def test_a_plain_pod_groups_workload_is_not_counted_twice() -> None:
+    """Kueue makes one Workload for a plain-pod group (owned by its pods, named after the
+    group); with the gated pods present the group is one group, not two."""
+    pods = [pod(f"k{i}", None, 8, labels={"kueue.x-k8s.io/pod-group-name": "kg"},
+                annotations={"kueue.x-k8s.io/pod-group-total-count": "2"}) for i in range(2)]  # fmt: skip
+    template = {"spec": {"containers": [{"name": "c", "resources": {"requests": {"nvidia.com/gpu": "8"}}}]}}  # fmt: skip
+    objs = objects(
+        {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Workload",
+         "metadata": {"name": "kg-by-owner", "namespace": "team",
+                      "ownerReferences": [{"kind": "Pod", "name": "k0"}]},
+         "spec": {"podSets": [{"name": "main", "count": 2, "template": template}]}},
+        {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Workload",
+         "metadata": {"name": "kg", "namespace": "team"},
+         "spec": {"podSets": [{"name": "main", "count": 2, "template": template}]}},
+    )  # fmt: skip
+    assert [g.key for g in pod_groups(pods, objs)] == ["kueue-pod-group:team/kg"]

@@ -18,7 +18,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from gpuscope.cli.main import main
@@ -254,5 +254,62 @@ def test_reference_agrees_on_slots_largest_job_and_finding(
     fits_domain = any(
         most_pods([free[m] for m in ms], k) >= n for ms in ref_domains(nodes, keys, level).values()
     )
+    kinds = [f["kind"] for f in got["findings"]]
+    assert kinds == (["topology_fragmentation"] if fits_cluster and not fits_domain else [])
+
+
+TIER1 = "topology.volcano.sh/tier-1"
+
+
+@settings(max_examples=40, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])  # fmt: skip
+@given(state=states())
+def test_reference_agrees_with_volcano_hypernodes(
+    state: tuple[dict[str, Any], dict[str, Any], list[str], dict[str, Any]],
+    tmp_path: Path,
+    capsys: Any,
+) -> None:
+    """The same states with the leaves as Volcano HyperNodes (tier 1, labelMatch on the leaf
+    label) and the pending job as a Volcano PodGroup that must stay in one tier-1
+    HyperNode (networkTopology hard, highestTierAllowed 1): the reference, reading the leaf
+    labels, agrees on the tier's domains, slots, largest job and the finding."""
+    nodes, pods, _, _ = state
+    leaves = sorted({n["metadata"]["labels"][LEAF] for n in nodes["items"]
+                     if LEAF in n["metadata"]["labels"]})  # fmt: skip
+    assume(leaves)  # no HyperNode at all: the levels fall back to node labels (tested above)
+    hypernodes = {"kind": "List", "apiVersion": "v1", "items": [
+        {"apiVersion": "topology.volcano.sh/v1alpha1", "kind": "HyperNode",
+         "metadata": {"name": leaf}, "spec": {"tier": 1, "members": [
+             {"type": "Node", "selector": {"labelMatch": {"matchLabels": {LEAF: leaf}}}}]}}
+        for leaf in leaves
+    ] + [{"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "PodGroup",
+          "metadata": {"name": "train", "namespace": "team"},
+          "spec": {"minMember": 1, "networkTopology": {"mode": "hard", "highestTierAllowed": 1}}}]}  # fmt: skip
+    train = [p for p in pods["items"] if p["metadata"]["name"].startswith("train-")]
+    for p in train:  # a Volcano job's pods: the group annotation, no Kueue request
+        p["metadata"]["labels"] = {}
+        p["metadata"]["annotations"] = {"scheduling.k8s.io/group-name": "train"}
+        p["metadata"].pop("ownerReferences", None)
+    got = run_cli(tmp_path, nodes, pods, hypernodes, capsys)
+    free = ref_free(nodes, pods)
+    pod_gpus = ref_pod_gpus(nodes)
+    total = sum(int(n["status"]["allocatable"]["nvidia.com/gpu"]) for n in nodes["items"])
+    sizes = [s for s in (8, 16, 32, 64) if s == 8 or s <= total]
+    doms = ref_domains(nodes, [], LEAF)
+    assert sorted(got["summary"]["levels"]) == [TIER1]
+    out = got["summary"]["levels"][TIER1]
+    assert sorted(out["domains"]) == sorted(doms)
+    for name, members in doms.items():
+        frees = [free[m] for m in members]
+        for k_text, n_pods in out["domains"][name]["largest_job_pods"].items():
+            assert n_pods == most_pods(frees, int(k_text))
+    for s in sizes:
+        k = min(s, pod_gpus)
+        want = sum(most_jobs([free[m] for m in ms], -(-s // k), k) for ms in doms.values())
+        assert out["slots"][str(s)] == want
+    n = len(train)
+    k = int(train[0]["spec"]["containers"][0]["resources"]["requests"]["nvidia.com/gpu"])
+    fits_cluster = sum(free.values()) >= n * k
+    fits_domain = any(most_pods([free[m] for m in ms], k) >= n for ms in doms.values())
     kinds = [f["kind"] for f in got["findings"]]
     assert kinds == (["topology_fragmentation"] if fits_cluster and not fits_domain else [])

@@ -32,6 +32,7 @@ from gpuscope.analytics.report.week import Week
 from gpuscope.analytics.topology import analyze_topology
 from gpuscope.analytics.topology_groups import pod_groups
 from gpuscope.analytics.topology_levels import topology_of
+from gpuscope.collector.inventory_records import NodeInfo, PodInfo
 from gpuscope.core.settings import AnalyticsSettings
 
 SLOT_SIZES = (16, 64)
@@ -52,15 +53,24 @@ DOMAIN_COLUMNS: dict[str, type[pl.DataType]] = {
 }
 
 
+def inventory_at(
+    con: duckdb.DuckDBPyConnection, at: datetime
+) -> tuple[list[NodeInfo], list[PodInfo], dict[str, list[int]]]:
+    """The node and pod records valid at ``at`` and the GPU indices the agents reported
+    then (what the scheduled detector saw at that instant)."""
+    nodes = [_node(r[0]) for r in run(con, Q["nodes_at"], at=at).fetchall()]
+    pods = [_pod(r[0]) for r in run(con, Q["pods_at"], at=at).fetchall()] if nodes else []
+    indices = {k: sorted(g) for k, g in run(con, Q["gpu_indices_at"], at=at).fetchall()}
+    return nodes, pods, indices
+
+
 def topology_at(
     con: duckdb.DuckDBPyConnection, at: datetime, settings: AnalyticsSettings
 ) -> dict[str, Any] | None:
     """The topology summary of the inventory state at ``at`` (None: no nodes then)."""
-    nodes = [_node(r[0]) for r in run(con, Q["nodes_at"], at=at).fetchall()]
+    nodes, pods, indices = inventory_at(con, at)
     if not nodes:
         return None
-    pods = [_pod(r[0]) for r in run(con, Q["pods_at"], at=at).fetchall()]
-    indices = {k: sorted(g) for k, g in run(con, Q["gpu_indices_at"], at=at).fetchall()}
     groups = pod_groups(pods)
     asked = sorted({lv for g in groups for lv in (g.required_level, g.preferred_level) if lv})
     topo = topology_of(nodes, None, settings.topology_labels, asked)
