@@ -445,3 +445,26 @@ def test_equal_evictions_prefer_the_plan_that_re_places_its_victims(tmp_path: Pa
     assert plan["evictions_count"] == 2
     fates = {m["pod"]: m["to_node"] for m in plan["moves"]}
     assert fates == {"r14": "n1", "r2": ""}
+
+
+def test_victims_re_placed_so_that_fewest_go_back_to_the_queue(tmp_path: Path) -> None:
+    """A 4-GPU job needs all of n0 (three batch pods: 1, 1 and 2 GPUs); the only room left
+    is n2's 2 GPUs. Re-placing the 2-GPU pod first strands both 1-GPU pods; the two 1-GPU
+    pods fit there and only one pod goes back to the queue (found by the random
+    instances of test_consolidation_checked)."""
+    nodes = [
+        node("n0", gpus=4, cpu="16", memory="96Gi"),
+        node("n1", gpus=2, cpu="16", memory="96Gi"),
+        node("n2", gpus=2, cpu="16", memory="96Gi"),
+    ]
+    pods = [
+        pod("r0", "n0", gpus=1, memory="4Gi"),
+        pod("r1", "n0", gpus=1, memory="4Gi"),
+        pod("r2", "n0", gpus=2, memory="4Gi"),
+        pod("r3", "n1", cpu="16", memory="4Gi", kind="interactive", owner="Notebook"),
+        pod("job", None, gpus=4, memory="8Gi"),
+    ]
+    plan = analyze(tmp_path, nodes, pods, "consolidation").summary
+    assert plan["evictions_count"] == 3
+    fates = {m["pod"]: m["to_node"] for m in plan["moves"]}
+    assert fates == {"r0": "n2", "r1": "n2", "r2": ""}

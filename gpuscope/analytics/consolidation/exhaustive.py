@@ -26,7 +26,7 @@ from gpuscope.analytics.consolidation.world import (
     Unit,
     World,
     no_room,
-    relocate,
+    requeued,
     units_of,
 )
 
@@ -152,20 +152,6 @@ class _Search:
         fit = fit[: 1 if unit.k == 1 and unit.share >= 1.0 - EPS else _FITS]
         evict.sort(key=lambda o: (o[0], o[1]))
         return [(name, option) for _, name, option in fit + evict]
-
-
-def requeued(world: World) -> int:
-    """How many evicted pods the plan's last step (:func:`relocate`, largest first, as
-    :func:`gpuscope.analytics.consolidation.search.plan_with` runs it) sends back to the
-    queue, on a copy of the world."""
-    if not world.evicted:
-        return 0
-    trial = world.copy()
-    left = 0
-    for pod in sorted(trial.evicted, key=lambda p: (-len(p.gpus) * p.share, p.idx)):
-        to_node, _ = relocate(trial, pod, pod.node)
-        left += not to_node
-    return left
 
 
 def _picks(

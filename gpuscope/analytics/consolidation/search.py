@@ -26,7 +26,7 @@ from gpuscope.analytics.consolidation.world import (
     no_room,
     node_index,
     pick_gpus,
-    relocate,
+    relocate_all,
     units_of,
     usable_count,
 )
@@ -267,9 +267,8 @@ def plan_with(
         world.reserve(name, gpus, unit.share, unit.res, unit.mig)
         targets.append((goals[unit.goal].name, name))
     moves = []
-    for pod in sorted(world.evicted, key=lambda p: (-len(p.gpus) * p.share, p.idx)):
-        src = placed[pod.idx]
-        to_node, to_gpus = relocate(world, pod, src.node)
+    for idx, (to_node, to_gpus) in relocate_all(world).items():
+        src = placed[idx]
         moves.append(
             Move(src.namespace, src.pod, src.node, to_node, src.gpus, to_gpus, src.gpu_hours_lost)
         )
