@@ -372,22 +372,22 @@ def no_room(world: World, unit: Unit) -> str:
 def relocate(world: World, pod: Pod, from_node: str) -> tuple[str, tuple[int, ...]]:
     """Best fit for an evicted pod in the room left: the node and GPUs leaving least slack."""
     best: tuple[float, str, tuple[int, ...]] | None = None
-    need = len(pod.gpus)
+    need, share = len(pod.gpus), pod.share - EPS
     for node in world.nodes:
-        if not world.admits(node.name, pod.task):
+        name = node.name
+        free = world.free[name]
+        # the cheap tests first: most nodes of a full cluster lack the GPUs
+        if need and sum(1 for f in free if f >= share) < need:
             continue
-        if not world.res_fit(node.name, pod.res) or not world.mig_fit(node.name, pod.mig):
+        if not world.res_fit(name, pod.res) or not world.mig_fit(name, pod.mig):
             continue
-        free = world.free[node.name]
-        fits = sorted(
-            (g for g, f in enumerate(free) if f >= pod.share - EPS), key=lambda g: (free[g], g)
-        )
-        if len(fits) < need:
+        if not world.admits(name, pod.task):
             continue
+        fits = sorted((g for g, f in enumerate(free) if f >= share), key=lambda g: (free[g], g))
         gpus = tuple(sorted(fits[:need]))
         slack = sum(free[g] - pod.share for g in gpus)
-        if best is None or (slack, node.name, gpus) < best:
-            best = (slack, node.name, gpus)
+        if best is None or (slack, name, gpus) < best:
+            best = (slack, name, gpus)
             if slack <= EPS:
                 break
     if best is None:
@@ -418,6 +418,8 @@ def relocate_all(world: World) -> dict[int, tuple[str, tuple[int, ...]]]:
             left = sum(not relocate(trial, trial.pods[p.idx], p.node)[0] for p in order)
             if fewest is None or left < fewest:
                 fewest, best = left, order
+            if not fewest:  # nobody re-queued: nothing to improve on
+                break
     return {p.idx: relocate(world, p, p.node) for p in best}
 
 
