@@ -445,3 +445,49 @@ def test_equal_evictions_prefer_the_plan_that_re_places_its_victims(tmp_path: Pa
     assert plan["evictions_count"] == 2
     fates = {m["pod"]: m["to_node"] for m in plan["moves"]}
     assert fates == {"r14": "n1", "r2": ""}
+
+
+def test_victims_re_placed_so_that_fewest_go_back_to_the_queue(tmp_path: Path) -> None:
+    """A 4-GPU job needs all of n0 (three batch pods: 1, 1 and 2 GPUs); the only room left
+    is n2's 2 GPUs. Re-placing the 2-GPU pod first strands both 1-GPU pods; the two 1-GPU
+    pods fit there and only one pod goes back to the queue (found by the random
+    instances of test_consolidation_checked)."""
+    nodes = [
+        node("n0", gpus=4, cpu="16", memory="96Gi"),
+        node("n1", gpus=2, cpu="16", memory="96Gi"),
+        node("n2", gpus=2, cpu="16", memory="96Gi"),
+    ]
+    pods = [
+        pod("r0", "n0", gpus=1, memory="4Gi"),
+        pod("r1", "n0", gpus=1, memory="4Gi"),
+        pod("r2", "n0", gpus=2, memory="4Gi"),
+        pod("r3", "n1", cpu="16", memory="4Gi", kind="interactive", owner="Notebook"),
+        pod("job", None, gpus=4, memory="8Gi"),
+    ]
+    plan = analyze(tmp_path, nodes, pods, "consolidation").summary
+    assert plan["evictions_count"] == 3
+    fates = {m["pod"]: m["to_node"] for m in plan["moves"]}
+    assert fates == {"r0": "n2", "r1": "n2", "r2": ""}
+
+
+def test_multi_gpu_fraction_follows_its_groups(tmp_path: Path) -> None:
+    """KAI labels a fraction on two GPUs with one ``runai-gpu-group/<group>`` label per
+    GPU: 0.5 on each of g1 and g2, and another 0.5 in g1, fill g1 and half g2; two GPUs of
+    four stay whole."""
+    nodes = [node("n1", gpus=4)]
+    pods = [
+        reservation("r1", "n1", "g1", None, "kai-resource-reservation"),
+        reservation("r2", "n1", "g2", None, "kai-resource-reservation"),
+        pod(
+            "two",
+            "n1",
+            annotations={"gpu-fraction": "0.5", "gpu-fraction-num-devices": "2"},
+            labels={"runai-gpu-group/g1": "g1", "runai-gpu-group/g2": "g2"},
+            kind="inference",
+        ),
+        fraction("one", "n1", 0.5, "g1"),
+    ]
+    s = analyze(tmp_path, nodes, pods, "fragmentation").summary
+    assert s["whole_free_gpus"] == 2
+    assert s["free_gpus"] == pytest.approx(2.5)
+    assert s["partially_used_gpus"] == 1

@@ -6,10 +6,14 @@ is largest so that its GPUs also meet a ``free_gpus`` goal, evicting one multi-G
 rather than one fractional pod per unit, or taking a fractional job's GPUs so that the next
 fractional job still finds room. Where the instance is small this search tries, unit by unit
 (largest first, as the planner), every distinct node, each minimal set of evictions there
-(few pods, so they can be listed), and two ways of picking a fractional unit's GPUs, pruned
-by the best plan known. It stops after :data:`MAX_VISITS` units placed, so its cost has a
-bound whatever the instance; what it returns is a script of choices that
-:func:`gpuscope.analytics.consolidation.search.plan_with` replays into a plan.
+(few pods, so they can be listed; tried also where the unit fits somewhere now, after the
+free room: a pinned unit may need that room), and two ways of picking a fractional unit's
+GPUs, pruned by the best plan known. Complete plans rank by goals met, then evictions,
+then evicted pods sent back to the queue (:func:`requeued`), so of two plans of equal
+evictions the one that re-places its victims is kept. It stops after :data:`MAX_VISITS`
+units placed, so its cost has a bound whatever the instance; what it returns is a script
+of choices that :func:`gpuscope.analytics.consolidation.search.plan_with` replays into a
+plan.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ from gpuscope.analytics.consolidation.world import (
     Unit,
     World,
     no_room,
-    relocate,
+    requeued,
     units_of,
 )
 
@@ -152,20 +156,6 @@ class _Search:
         fit = fit[: 1 if unit.k == 1 and unit.share >= 1.0 - EPS else _FITS]
         evict.sort(key=lambda o: (o[0], o[1]))
         return [(name, option) for _, name, option in fit + evict]
-
-
-def requeued(world: World) -> int:
-    """How many evicted pods the plan's last step (:func:`relocate`, largest first, as
-    :func:`gpuscope.analytics.consolidation.search.plan_with` runs it) sends back to the
-    queue, on a copy of the world."""
-    if not world.evicted:
-        return 0
-    trial = world.copy()
-    left = 0
-    for pod in sorted(trial.evicted, key=lambda p: (-len(p.gpus) * p.share, p.idx)):
-        to_node, _ = relocate(trial, pod, pod.node)
-        left += not to_node
-    return left
 
 
 def _picks(

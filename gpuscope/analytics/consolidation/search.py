@@ -26,7 +26,7 @@ from gpuscope.analytics.consolidation.world import (
     no_room,
     node_index,
     pick_gpus,
-    relocate,
+    relocate_all,
     units_of,
     usable_count,
 )
@@ -267,9 +267,8 @@ def plan_with(
         world.reserve(name, gpus, unit.share, unit.res, unit.mig)
         targets.append((goals[unit.goal].name, name))
     moves = []
-    for pod in sorted(world.evicted, key=lambda p: (-len(p.gpus) * p.share, p.idx)):
-        src = placed[pod.idx]
-        to_node, to_gpus = relocate(world, pod, src.node)
+    for idx, (to_node, to_gpus) in relocate_all(world).items():
+        src = placed[idx]
         moves.append(
             Move(src.namespace, src.pod, src.node, to_node, src.gpus, to_gpus, src.gpu_hours_lost)
         )
@@ -285,11 +284,13 @@ def plan_with(
 
 
 def stranded(world: World, name: str, unit: Unit, option: Option) -> int:
-    """How many of the pods evicted so far, the option's victims included, would find no
-    node to go back to (first fit, in the room left once the unit took this option): a
-    tie-breaker between options of equal evictions. A pod evicted for an earlier unit counts
-    too: the option that frees room it can use re-places it. Works on copies of the few
-    nodes it touches, not of the world."""
+    """How many of the option's victims would find no node to go back to (first fit, in
+    the room left once the unit took this option): a tie-breaker between options of equal
+    evictions, cheap enough for every unit of a large cluster. (Victims of earlier units
+    that the option's room would re-place are left to the bounded search of small
+    clusters, which ranks whole plans by pods re-queued: counting them here costs a scan
+    of the cluster per earlier victim.) Works on copies of the few nodes it touches, not of
+    the world."""
     free: dict[str, list[float]] = {}
     res: dict[str, list[int]] = {}
     mig: dict[str, dict[str, int]] = {}
@@ -320,8 +321,7 @@ def stranded(world: World, name: str, unit: Unit, option: Option) -> int:
     for i in range(3):
         r[i] -= unit.res[i]
     left = 0
-    victims = [*world.evicted, *option.evictions]
-    for pod in sorted(victims, key=lambda p: (-len(p.gpus) * p.share, p.idx)):
+    for pod in sorted(option.evictions, key=lambda p: (-len(p.gpus) * p.share, p.idx)):
         for node in world.nodes:
             n = node.name
             f, r = free.get(n, world.free[n]), res.get(n, world.res[n])
