@@ -373,3 +373,43 @@ def test_quota_reclaim_never_picks_a_pod_whose_standalone_claim_outlives_it(
         (finding,) = run_quota(store.cursor(), at, AnalyticsSettings()).findings
     victims = finding.recommendation["target"]["victims"] if finding.recommendation else []
     assert [v["pods"] for v in victims] == [["dear"]]
+
+
+@pytest.mark.parametrize("standalone", [False, True])
+def test_consolidation_policy_reserves_a_dra_node_only_where_evicting_frees_gpus(
+    standalone: bool,
+) -> None:
+    """The actions' consolidation steps on a DRA-only node: with the inference pod's GPU
+    from a template claim, reserve dra-0 (the taint), let the waiting job tolerate it and
+    evict the pod, as on a device-plugin node; with a standalone claim, no step at all."""
+    from gpuscope.actions.policy import parse_policies
+    from gpuscope.actions.runner import _consolidation_steps
+    from gpuscope.core.settings import Settings
+
+    nodes, pods, objects = dra_only_cluster(spare=True)
+    infer = pods["items"][1]
+    infer["metadata"]["labels"] = {
+        "gpuscope.io/preemptible": "true", "gpuscope.io/workload-type": "batch"}  # fmt: skip
+    if not standalone:
+        uid = infer["metadata"]["uid"]
+        infer["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimTemplateName": "one"}]
+        infer["status"]["resourceClaimStatuses"] = [
+            {"name": "gpu", "resourceClaimName": "infer-gpu"}]  # fmt: skip
+        kept = [o for o in objects.of("ResourceClaim") if o["metadata"]["name"] != "infer-gpu"]
+        objects = objset(
+            *objects.of("ResourceSlice", "ResourceClaimTemplate", "DeviceClass"), *kept,
+            d.claim("serve", "infer-gpu", [d.request("gpu", "gpu.nvidia.com")],
+                    [d.result("gpu", "dra-0", "gpu-5")], reserved_for=[("infer-0", uid)],
+                    owner_pod=("infer-0", uid)),
+        )  # fmt: skip
+    node_infos, pod_infos, known = kubectl_records(nodes, pods, objects=objects)
+    (policy,) = parse_policies({"policies": [{"name": "pack", "type": "consolidation"}]})
+    steps, _ = _consolidation_steps(
+        policy, node_infos, pod_infos, {k: list(v) for k, v in known.items()}, Settings(), AT
+    )
+    got = [(s.action, s.node, f"{s.namespace}/{s.pod}" if s.pod else "") for s in steps]
+    if standalone:
+        assert got == []
+    else:
+        assert got == [("reserve", "dra-0", ""), ("tolerate", "dra-0", "ml/wait-0"),
+                       ("evict", "dra-0", "serve/infer-0")]  # fmt: skip
