@@ -81,6 +81,19 @@ class DraApplied:
     notes: tuple[str, ...] = ()
 
 
+#: Notes already logged: the live inventory applies DRA on every sync, and a selector it
+#: cannot read is said once, not once a minute.
+_SAID: set[str] = set()
+
+
+def _say_once(line: str) -> None:
+    if line not in _SAID:
+        if len(_SAID) > 10_000:
+            _SAID.clear()
+        _SAID.add(line)
+        log.info("DRA: %s", line)
+
+
 def gfd_model(product: str) -> str:
     """``NVIDIA A100-SXM4-80GB`` -> ``NVIDIA-A100-SXM4-80GB``, as GPU feature discovery
     writes ``nvidia.com/gpu.product``."""
@@ -357,10 +370,8 @@ def apply_dra(
             held = ",".join(sorted(set(standalone)))
             changes["annotations"] = {**pod.annotations, STANDALONE_CLAIMS_ANNOTATION: held}
         out.append(replace(pod, **changes))
-    for line in b.notes:
-        log.info("DRA: %s", line)
-    if dra.skipped_pools:
-        log.info("DRA pools left out: %s", "; ".join(dra.skipped_pools))
+    for line in [*b.notes, *(f"pool {p} left out" for p in dra.skipped_pools)]:
+        _say_once(line)
     return DraApplied(new_nodes, tuple(out), indices, pinned, tuple(b.notes))
 
 
