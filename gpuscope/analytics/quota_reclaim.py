@@ -10,7 +10,8 @@ controller is its own job) of the over-quota projects, cheapest to lose first.
   KAI divides the over-quota pool by weight: the project furthest over its weighted share
   gives back first. Nobody gives back more than its own over-use.
 * Which jobs: never a protected pod's job, nor one with a pod holding devices through a
-  standalone DRA ResourceClaim (the claim outlives the pod: preempting it frees nothing);
+  standalone DRA ResourceClaim other running pods also reserve (it stays allocated:
+  preempting the pod frees nothing);
   preemptible jobs first, then lower priority,
   then the most recently started (what Kueue preempts first); whole jobs, until what they
   free covers the project's share. A job bigger than the share still goes whole: that is
@@ -59,7 +60,7 @@ def _jobs(pods: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
         job["preemptible"] = job["preemptible"] and bool(p["preemptible"])
         job["priority"] = max(job["priority"], p["priority"])
         job["start_time"] = max(job["start_time"], p["start_time"])
-        # a pod holding devices through a standalone DRA claim frees none when preempted
+        # a pod holding devices through a shared standalone DRA claim frees none when preempted
         job["protected"] = (
             job["protected"] or bool(p["protected"]) or bool(p.get("standalone_claims"))
         )

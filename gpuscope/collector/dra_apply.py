@@ -28,11 +28,15 @@ through a claim counts exactly as one held through the device plugin:
 - **demand**: a pending pod asks for its claim templates' requests (and unallocated
   standalone claims'), read by :mod:`gpuscope.collector.dra_demand`. What cannot be read
   is said in :attr:`DraApplied.notes` (and logged once).
-- **standalone claims** outlive their pod: evicting a pod whose devices come from a claim it
-  does not own frees nothing. Such pods carry :data:`STANDALONE_CLAIMS_ANNOTATION` in
-  their record, which the consolidation planner reads as a reason not to move them, and
-  are listed, with why, in :attr:`DraApplied.pinned` (a claim from a template dies with
-  its pod and frees its devices, as a device-plugin GPU does).
+- **eviction frees a claim's devices only when no other pod keeps them**: a claim
+  generated from a template is owned by its pod and dies with it (as a device-plugin
+  GPU is freed); a standalone claim outlives the pod, and Kubernetes' resourceclaim
+  controller clears its allocation once no pod reserves it, so evicting its only user
+  frees the devices too, but while another running pod reserves it (a shared claim) they
+  stay allocated and evicting the holder frees nothing. Such holders carry
+  :data:`STANDALONE_CLAIMS_ANNOTATION` in their record, which the consolidation planner
+  and the quota reclaim read as a reason not to pick them, and are listed, with why, in
+  :attr:`DraApplied.pinned`.
 
 Pure: records and objects in, records out.
 """
@@ -59,7 +63,8 @@ log = logging.getLogger(__name__)
 
 _MIB = 2**20
 #: Set on a pod's *record* (never on the cluster) when it holds devices through standalone
-#: claims: the consolidation planner reads it to say why evicting the pod frees nothing.
+#: claims other running pods also reserve: the consolidation planner and the quota reclaim
+#: read it to say why evicting the pod frees nothing.
 STANDALONE_CLAIMS_ANNOTATION = "gpuscope.io/dra-standalone-claims"
 _ACTIVE = frozenset({"Pending", "Running", "Unknown"})
 
@@ -287,13 +292,14 @@ def apply_dra(
                         shares.append(s)
                 else:
                     continue
-                if claim.owner_pod_uid != pod.uid and not is_extended:
+                others = {u for u in claim.reserved_for if u in active and u != pod.uid}
+                if claim.owner_pod_uid != pod.uid and not is_extended and others:
                     standalone.append(f"{pod.namespace}/{claim_name}")
         if standalone:
             pinned[key] = (
-                "holds devices through standalone ResourceClaim "
-                f"{', '.join(sorted(set(standalone)))}, which outlives the pod: evicting it "
-                "frees none of them"
+                f"holds devices through standalone ResourceClaim "
+                f"{', '.join(sorted(set(standalone)))}, which other running pods also "
+                "reserve: it stays allocated, so evicting this pod frees none of them"
             )
         if idx:
             indices[key] = tuple(sorted(set(idx)))
