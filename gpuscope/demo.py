@@ -132,7 +132,13 @@ def run_demo(
     origin = now0.timestamp() - scenario.live_offset
     cluster = SimulatedCluster(scenario.model_copy(update={"origin": origin}))
     sim_clock = scenario_clock(cluster.scenario, now=clock)
-    step(1, f"starting {nodes} simulated agents (8 GPUs, 8 InfiniBand rails each) on loopback")
+    dra_nodes = sum(1 for n in cluster.scenario.nodes if n.dra)
+    step(
+        1,
+        f"starting {len(cluster.node_names)} simulated agents on loopback: {nodes} nodes of "
+        f"8 GPUs and 8 InfiniBand rails, and {dra_nodes} handing their GPUs out through DRA "
+        "(ResourceSlices and claims only, one of them MIG)",
+    )
     servers = start_agents(cluster, cluster.node_names, sim_clock)
     service: CollectorService | None = None
     sink: AlertSink | None = None

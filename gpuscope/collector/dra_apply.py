@@ -26,15 +26,17 @@ through a claim counts exactly as one held through the device plugin:
 - **DRA-backed extended resources** (``status.extendedResourceClaimStatus``): the pod's
   ``nvidia.com/gpu`` request already counts the GPU; the claim only says which one.
 - **demand**: a pending pod asks for its claim templates' requests (and unallocated
-  standalone claims'): ``exactly.count`` devices of the class; ``type``/``profile``/
-  ``productName`` from the class's and request's CEL selectors
-  (:mod:`gpuscope.collector.dra_cel`); a ``capacity.requests`` of ``memory``/``shares`` is a
-  share of one GPU. What cannot be read is said in :attr:`DraApplied.notes`.
-- **standalone claims** outlive their pod: evicting a pod whose devices come from a claim it
-  does not own frees nothing. Such pods carry :data:`STANDALONE_CLAIMS_ANNOTATION` in
-  their record, which the consolidation planner reads as a reason not to move them, and
-  are listed, with why, in :attr:`DraApplied.pinned` (a claim from a template dies with
-  its pod and frees its devices, as a device-plugin GPU does).
+  standalone claims'), read by :mod:`gpuscope.collector.dra_demand`. What cannot be read
+  is said in :attr:`DraApplied.notes` (and logged once).
+- **eviction frees a claim's devices only when no other pod keeps them**: a claim
+  generated from a template is owned by its pod and dies with it (as a device-plugin
+  GPU is freed); a standalone claim outlives the pod, and Kubernetes' resourceclaim
+  controller clears its allocation once no pod reserves it, so evicting its only user
+  frees the devices too, but while another running pod reserves it (a shared claim) they
+  stay allocated and evicting the holder frees nothing. Such holders carry
+  :data:`STANDALONE_CLAIMS_ANNOTATION` in their record, which the consolidation planner
+  and the quota reclaim read as a reason not to pick them, and are listed, with why, in
+  :attr:`DraApplied.pinned`.
 
 Pure: records and objects in, records out.
 """
@@ -47,10 +49,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from gpuscope.collector.dra_cel import evaluate, not_understood, wanted_attributes
+from gpuscope.collector.dra_demand import gfd_model, pending_demand, pod_claim_refs
 from gpuscope.collector.dra_records import (
     AllocatedDevice,
-    DeviceRequest,
     DraClaim,
     DraDevice,
     DraObjects,
@@ -62,11 +63,10 @@ log = logging.getLogger(__name__)
 
 _MIB = 2**20
 #: Set on a pod's *record* (never on the cluster) when it holds devices through standalone
-#: claims: the consolidation planner reads it to say why evicting the pod frees nothing.
+#: claims other running pods also reserve: the consolidation planner and the quota reclaim
+#: read it to say why evicting the pod frees nothing.
 STANDALONE_CLAIMS_ANNOTATION = "gpuscope.io/dra-standalone-claims"
 _ACTIVE = frozenset({"Pending", "Running", "Unknown"})
-#: Which kind of device a DeviceClass hands out, where its selectors do not say.
-_CLASS_TYPES = {"gpu.nvidia.com": "gpu", "mig.nvidia.com": "mig"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,10 +81,17 @@ class DraApplied:
     notes: tuple[str, ...] = ()
 
 
-def gfd_model(product: str) -> str:
-    """``NVIDIA A100-SXM4-80GB`` -> ``NVIDIA-A100-SXM4-80GB``, as GPU feature discovery
-    writes ``nvidia.com/gpu.product``."""
-    return "-".join(product.split())
+#: Notes already logged: the live inventory applies DRA on every sync, and a selector it
+#: cannot read is said once, not once a minute.
+_SAID: set[str] = set()
+
+
+def _say_once(line: str) -> None:
+    if line not in _SAID:
+        if len(_SAID) > 10_000:
+            _SAID.clear()
+        _SAID.add(line)
+        log.info("DRA: %s", line)
 
 
 @dataclass(slots=True)
@@ -204,56 +211,6 @@ class _Builder:
         ]
         return min(1.0, max(ratios, default=1.0))
 
-    def demand(self, request: DeviceRequest, where: str) -> tuple[str, int, float, str, str]:
-        """``(type, count, share, profile, model)`` a request of a pending pod asks for."""
-        cls = self.dra.classes.get(request.device_class)
-        selectors = (*(cls.selectors if cls else ()), *request.selectors)
-        wanted = wanted_attributes(selectors)
-        kind = wanted.get("type") or _CLASS_TYPES.get(request.device_class, "")
-        matching = [
-            d for d in self.dra.devices if (d.is_gpu or d.is_mig) and evaluate(selectors, d).matches
-        ]
-        if not kind and matching:
-            kind = "mig" if all(d.is_mig for d in matching) else "gpu"
-        for clause in not_understood(selectors):
-            self.note(f"{where}: selector not understood, taken as true: {clause}")
-        count = request.count
-        if request.mode == "All":
-            self.note(f"{where}: allocationMode All counted as {count} device(s)")
-        share = 1.0
-        if request.capacity:
-            caps = [
-                (amount, max((d.capacity.get(name, 0.0) for d in matching), default=0.0))
-                for name, amount in request.capacity.items()
-            ]
-            ratios = [a / c for a, c in caps if c > 0]
-            share = min(1.0, max(ratios)) if ratios else 1.0
-        return (
-            kind,
-            count,
-            share,
-            wanted.get("profile", ""),
-            gfd_model(wanted.get("productName", "")),
-        )
-
-
-def _pod_claims(obj: Mapping[str, Any]) -> list[tuple[str, str, str]]:
-    """``(entry name, claim name or "", template name or "")`` of ``spec.resourceClaims``,
-    the generated claim names from ``status.resourceClaimStatuses``."""
-    spec, status = obj.get("spec") or {}, obj.get("status") or {}
-    generated = {
-        s.get("name", ""): s.get("resourceClaimName") or ""
-        for s in status.get("resourceClaimStatuses") or ()
-    }
-    out = []
-    for entry in spec.get("resourceClaims") or ():
-        name = str(entry.get("name", ""))
-        if entry.get("resourceClaimName"):
-            out.append((name, str(entry["resourceClaimName"]), ""))
-        elif entry.get("resourceClaimTemplateName"):
-            out.append((name, generated.get(name, ""), str(entry["resourceClaimTemplateName"])))
-    return out
-
 
 def apply_dra(
     nodes: Sequence[NodeInfo],
@@ -282,7 +239,7 @@ def apply_dra(
         pod = infos.get(uid)
         if pod is None:
             continue
-        for _, claim_name, _ in _pod_claims(obj):
+        for _, claim_name, _ in pod_claim_refs(obj):
             if claim_name:
                 referrers[(pod.namespace, claim_name)].append(uid)
     out: list[PodInfo] = []
@@ -296,11 +253,12 @@ def apply_dra(
         obj = found
         key = f"{pod.namespace}/{pod.name}"
         if pod.node is None:
-            out.append(_pending(b, pod, obj, key) if pod.phase == "Pending" else pod)
+            pending = pod.phase == "Pending"
+            out.append(pending_demand(dra, b.claims, pod, obj, b.note) if pending else pod)
             continue
         whole, shares, mig, idx = 0, [], dict(pod.mig), []
         standalone: list[str] = []
-        claims = [(c, False) for _, c, _ in _pod_claims(obj) if c]
+        claims = [(c, False) for _, c, _ in pod_claim_refs(obj) if c]
         extended = ((obj.get("status") or {}).get("extendedResourceClaimStatus") or {}).get(
             "resourceClaimName"
         )
@@ -334,13 +292,14 @@ def apply_dra(
                         shares.append(s)
                 else:
                     continue
-                if claim.owner_pod_uid != pod.uid and not is_extended:
+                others = {u for u in claim.reserved_for if u in active and u != pod.uid}
+                if claim.owner_pod_uid != pod.uid and not is_extended and others:
                     standalone.append(f"{pod.namespace}/{claim_name}")
         if standalone:
             pinned[key] = (
-                "holds devices through standalone ResourceClaim "
-                f"{', '.join(sorted(set(standalone)))}, which outlives the pod: evicting it "
-                "frees none of them"
+                f"holds devices through standalone ResourceClaim "
+                f"{', '.join(sorted(set(standalone)))}, which other running pods also "
+                "reserve: it stays allocated, so evicting this pod frees none of them"
             )
         if idx:
             indices[key] = tuple(sorted(set(idx)))
@@ -357,56 +316,9 @@ def apply_dra(
             held = ",".join(sorted(set(standalone)))
             changes["annotations"] = {**pod.annotations, STANDALONE_CLAIMS_ANNOTATION: held}
         out.append(replace(pod, **changes))
-    for line in b.notes:
-        log.info("DRA: %s", line)
-    if dra.skipped_pools:
-        log.info("DRA pools left out: %s", "; ".join(dra.skipped_pools))
+    for line in [*b.notes, *(f"pool {p} left out" for p in dra.skipped_pools)]:
+        _say_once(line)
     return DraApplied(new_nodes, tuple(out), indices, pinned, tuple(b.notes))
-
-
-def _pending(b: _Builder, pod: PodInfo, obj: Mapping[str, Any], key: str) -> PodInfo:
-    """A pending pod with its DRA demand (module docstring)."""
-    requests: list[DeviceRequest] = []
-    for entry, claim_name, template in _pod_claims(obj):
-        if template:
-            found = b.dra.templates.get((pod.namespace, template))
-            if found is None:
-                b.note(f"pod {key}: ResourceClaimTemplate {template} not found")
-            requests += found or ()
-        else:
-            claim = b.claims.get((pod.namespace, claim_name))
-            if claim is None:
-                b.note(f"pod {key}: ResourceClaim {claim_name} (claim {entry}) not found")
-            elif not claim.allocated:
-                requests += claim.requests
-    if not requests:
-        return pod
-    whole, share_count, share, mig, model = 0, 0, 0.0, dict(pod.mig), ""
-    for request in requests:
-        kind, count, s, profile, wanted_model = b.demand(
-            request, f"pod {key} request {request.name}"
-        )
-        model = model or wanted_model
-        if kind == "mig":
-            if not profile:
-                b.note(f"pod {key} request {request.name}: MIG request without a profile")
-                continue
-            mig[profile] = mig.get(profile, 0) + count
-        elif kind == "gpu":
-            if s >= 1.0 - 1e-9:
-                whole += count
-            else:
-                share, share_count = max(share, s), share_count + count
-        else:
-            b.note(f"pod {key} request {request.name}: class {request.device_class} "
-                   "hands out no GPU gpuscope knows; not counted")  # fmt: skip
-    changes: dict[str, Any] = {"gpu_request": pod.gpu_request + whole, "mig": mig}
-    if share_count and pod.gpu_fraction is None:
-        changes["gpu_fraction"] = share
-        changes["fraction_devices"] = share_count
-    if model and not pod.gpu_spec:
-        changes["gpu_spec"] = model
-    return replace(pod, **changes)
 
 
 def apply_object_set(

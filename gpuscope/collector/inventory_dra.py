@@ -151,12 +151,13 @@ class DraInventory:
             with ThreadPoolExecutor(max_workers=4, thread_name_prefix="inventory-dra") as pool:
                 for future in [pool.submit(self._watch_round, p) for p in self._listers]:
                     future.result()
-        except InventoryError as err:
+        except Exception as err:  # DRA must never fail the inventory's sync
             if not self._failing:
-                log.warning("DRA: listing failed, keeping the last DRA state: %s", err)
+                why = str(err) if isinstance(err, InventoryError) else repr(err)
+                log.warning("DRA: listing failed, keeping the last DRA state: %s", why)
             self._failing = True
             self._rv = dict.fromkeys(self._listers)  # list afresh next time
-            if err.status == 404:
+            if isinstance(err, InventoryError) and err.status == 404:
                 self._served = None
             return self.objects
         if self._failing:

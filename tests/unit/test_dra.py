@@ -35,11 +35,14 @@ def objset(*objs: dict[str, Any]) -> Any:
     return objects_from_documents([("test", d.kube_list(list(objs)))])
 
 
-def dra_only_cluster(spare: bool = False) -> tuple[dict[str, Any], dict[str, Any], Any]:
+def dra_only_cluster(
+    spare: bool = False, shared: bool = False
+) -> tuple[dict[str, Any], dict[str, Any], Any]:
     """One DRA-only node with 8 H100s (none in allocatable): a training pod holds 4 GPUs
     through a template claim, an inference pod 1 through a standalone claim, a pending
     job asks for 4 through its template. ``spare``: a device-plugin node with one free
-    GPU, where an evicted pod could go."""
+    GPU, where an evicted pod could go; ``shared``: a second inference pod reserves the
+    same standalone claim."""
     node = d.node("dra-0")  # no nvidia.com/gpu in allocatable
     extra = [d.node("spare", gpus=1, product=H100)] if spare else []
     gpus = [d.gpu_device(i, f"GPU-{i:04d}", H100) for i in range(8)]
@@ -47,7 +50,9 @@ def dra_only_cluster(spare: bool = False) -> tuple[dict[str, Any], dict[str, Any
                   generated={"gpus": "train-0-gpus-x1"}, owner=("Job", "train"))  # fmt: skip
     train_uid = train["metadata"]["uid"]
     infer = d.pod("serve", "infer-0", node="dra-0", claims=[("gpu", "infer-gpu", None)])
+    sharer = d.pod("serve", "infer-1", node="dra-0", claims=[("gpu", "infer-gpu", None)])
     waiting = d.pod("ml", "wait-0", node=None, claims=[("gpus", None, "four")])
+    users = [infer, sharer] if shared else [infer]
     objects = objset(
         *d.nvidia_classes(),
         d.resource_slice("dra-0", gpus),
@@ -60,10 +65,24 @@ def dra_only_cluster(spare: bool = False) -> tuple[dict[str, Any], dict[str, Any
         d.claim(
             "serve", "infer-gpu", [d.request("gpu", "gpu.nvidia.com")],
             [d.result("gpu", "dra-0", "gpu-5")],
-            reserved_for=[("infer-0", infer["metadata"]["uid"])],
+            reserved_for=[(u["metadata"]["name"], u["metadata"]["uid"]) for u in users],
         ),
     )  # fmt: skip
-    return d.kube_list([node, *extra]), d.kube_list([train, infer, waiting]), objects
+    return d.kube_list([node, *extra]), d.kube_list([train, *users, waiting]), objects
+
+
+def _as_template_claim(infer: dict[str, Any], objects: Any) -> Any:
+    """The inference pod's claim made from a template instead: owned by the pod."""
+    uid = infer["metadata"]["uid"]
+    infer["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimTemplateName": "one"}]
+    infer["status"]["resourceClaimStatuses"] = [{"name": "gpu", "resourceClaimName": "infer-gpu"}]
+    claims = [o for o in objects.of("ResourceClaim") if o["metadata"]["name"] != "infer-gpu"]
+    return objset(
+        *objects.of("ResourceSlice", "ResourceClaimTemplate", "DeviceClass"), *claims,
+        d.claim("serve", "infer-gpu", [d.request("gpu", "gpu.nvidia.com")],
+                [d.result("gpu", "dra-0", "gpu-5")], reserved_for=[("infer-0", uid)],
+                owner_pod=("infer-0", uid)),
+    )  # fmt: skip
 
 
 def test_dra_only_node_counts_its_slice_gpus_and_claims_in_every_figure() -> None:
@@ -89,11 +108,12 @@ def test_dra_only_node_counts_its_slice_gpus_and_claims_in_every_figure() -> Non
     assert held == {"train-0": 4, "infer-0": 1, "wait-0": 4}  # what quota usage adds up
 
 
-def test_standalone_claim_pins_its_pod_and_the_planner_says_why() -> None:
+def test_shared_standalone_claim_pins_its_pod_and_the_planner_says_why() -> None:
     """The pending 4-GPU job needs 1 more GPU on the only node; the inference pod holds
-    gpu-5 through a standalone claim, which outlives it: evicting it frees nothing, so the
+    gpu-5 through a standalone claim another running pod also reserves: the claim stays
+    allocated when the pod goes, so evicting it frees nothing, the
     planner may not use it as a victim, and says why."""
-    nodes, pods, objects = dra_only_cluster(spare=True)
+    nodes, pods, objects = dra_only_cluster(spare=True, shared=True)
     # make the inference pod preemptible batch work, the one a planner would evict
     pods["items"][1]["metadata"]["labels"] = {
         "gpuscope.io/preemptible": "true", "gpuscope.io/workload-type": "batch"}  # fmt: skip
@@ -106,29 +126,23 @@ def test_standalone_claim_pins_its_pod_and_the_planner_says_why() -> None:
     assert plan.summary["goals_met"] == 0
     (held,) = plan.summary["held_by_standalone_claims"]
     assert held["pod"] == "serve/infer-0" and "serve/infer-gpu" in held["reason"]
-    assert "evicting frees none" in held["reason"]
+    assert "shared with other pods: evicting frees none" in held["reason"]
     infer = next(p for p in pod_infos if p.name == "infer-0")
     assert "serve/infer-gpu" in infer.annotations["gpuscope.io/dra-standalone-claims"]
 
 
-def test_template_claim_pod_is_a_useful_victim() -> None:
+@pytest.mark.parametrize("claim", ["template", "sole standalone"])
+def test_pod_whose_eviction_frees_its_claim_is_a_useful_victim(claim: str) -> None:
     """The same cluster with the inference pod's GPU from a template claim (it dies with
-    the pod): evicting it frees gpu-5, so the plan moves it to the spare node and the
-    job fits."""
+    the pod), or from a standalone claim no other pod reserves (the resourceclaim
+    controller clears its allocation once the pod is gone): evicting it frees gpu-5, so
+    the plan moves it to the spare node and the job fits."""
     nodes, pods, objects = dra_only_cluster(spare=True)
     infer = pods["items"][1]
-    uid = infer["metadata"]["uid"]
     infer["metadata"]["labels"] = {
         "gpuscope.io/preemptible": "true", "gpuscope.io/workload-type": "batch"}  # fmt: skip
-    infer["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimTemplateName": "one"}]
-    infer["status"]["resourceClaimStatuses"] = [{"name": "gpu", "resourceClaimName": "infer-gpu"}]
-    claims = [o for o in objects.of("ResourceClaim") if o["metadata"]["name"] != "infer-gpu"]
-    objects = objset(
-        *objects.of("ResourceSlice", "ResourceClaimTemplate", "DeviceClass"), *claims,
-        d.claim("serve", "infer-gpu", [d.request("gpu", "gpu.nvidia.com")],
-                [d.result("gpu", "dra-0", "gpu-5")], reserved_for=[("infer-0", uid)],
-                owner_pod=("infer-0", uid)),
-    )  # fmt: skip
+    if claim == "template":
+        _as_template_claim(infer, objects)
     node_infos, pod_infos, known = kubectl_records(nodes, pods, objects=objects)
     state = state_from_records(node_infos, pod_infos, known)
     plan = analyze_consolidation(

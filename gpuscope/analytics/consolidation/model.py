@@ -184,8 +184,8 @@ def _fixed_reason(
     if pod.kind not in MOVABLE_KINDS:
         return f"kind {pod.kind.value}"
     claims = pod.annotations.get(STANDALONE_CLAIMS_ANNOTATION)
-    if claims:  # DRA: the claim keeps its devices when the pod goes
-        return f"standalone claim {claims} keeps its devices: evicting frees none"
+    if claims:  # DRA: a claim other pods reserve keeps its devices when this pod goes
+        return f"standalone claim {claims} shared with other pods: evicting frees none"
     if not pod.preemptible:
         return "not preemptible"
     return ""

@@ -242,7 +242,7 @@ def analyze_consolidation(
         "goals_met": plan.goals_met,
         "strategy": plan.strategy,
         "movable_pods": sum(1 for p in placed if p.movable),
-        # DRA: pods whose standalone claims keep their devices; evicting them frees none
+        # DRA: pods whose shared standalone claims keep their devices; evicting frees none
         "held_by_standalone_claims": [
             {"pod": p.key, "node": p.node, "reason": p.reason_fixed}
             for p in placed
