@@ -140,7 +140,7 @@ def measure(nodes: int, shards: int, modes: tuple[str, ...]) -> dict[str, dict[s
 def run(quick: bool = False, nodes: int | None = None) -> list[Figure]:
     nodes = nodes or (128 if quick else 1250)
     gpus = nodes * 8
-    shards = max(1, math.ceil(nodes / 64))  # 512 GPUs a shard
+    shards = max(1, math.ceil(nodes / 32))  # 256 GPUs a shard
     # pull mode only where one step of the whole fleet fits this machine's memory
     both = measure(nodes, shards, ("fleet", "pull") if gpus <= 2048 else ("fleet",))
     m = both["fleet"]
