@@ -123,13 +123,18 @@ class QueryIngest:
         if saved.get("mode") != self.mode or saved.get("step") != self.step:
             return
         cursors = saved.get("cursors", {})
+        if saved.get("shards", self.settings.shards) != self.settings.shards:
+            # the nodes were hashed into other shards: every shard goes on from the newest
+            # cursor, so no node's bucket is stored twice (older ones may be missing)
+            known = [float(c) for c in cursors.values() if isinstance(c, int | float)]
+            cursors = {k: max(known) for k in self._windows()} if known else {}
         for key, window in self._windows().items():
             if isinstance(cursors.get(key), int | float):
                 window.cursor = float(cursors[key])
 
     def _save_cursors(self) -> None:
         value = json.dumps({
-            "mode": self.mode, "step": self.step,
+            "mode": self.mode, "step": self.step, "shards": self.settings.shards,
             "cursors": {k: w.cursor for k, w in self._windows().items()},
         })  # fmt: skip
         cur = self.store.cursor()

@@ -34,7 +34,7 @@ class QuerySettings(BaseModel):
     #: Pull mode: steps further behind than this are skipped (counted), never caught up.
     max_lag_steps: int = Field(default=240, ge=1)
     #: Fleet mode: node shards (by a hash of the node name); each query covers one.
-    shards: int = Field(default=8, ge=1, le=4096)
+    shards: int = Field(default=40, ge=1, le=4096)
     #: Fleet mode: buckets at most a query (halved after a refusal for size).
     max_buckets_per_query: int = Field(default=12, ge=1, le=2000)
     #: Fleet mode: buckets further behind than this are skipped (counted).

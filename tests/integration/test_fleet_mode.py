@@ -198,3 +198,29 @@ def test_the_shipped_recording_rules_are_valid_and_complete() -> None:
         pytest.skip("promtool is not installed")
     done = subprocess.run([promtool, "check", "rules", str(rules)], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
+
+
+def test_a_restart_neither_repeats_nor_loses_a_bucket(run: SimRun, tmp_path: Path) -> None:
+    """Where each shard's window stands is kept in the store: a collector restarted half
+    way (same settings) goes on from there; one restarted with another shard count goes on
+    from the newest shard's bucket (never storing a node's bucket twice)."""
+    with victoria_metrics(tmp_path, "-search.disableCache") as vm:
+        push_to_victoriametrics(vm, run.pages(), run.times())
+        vm_flush(vm)
+        db = tmp_path / "f.duckdb"
+        with Store.open(db) as store:
+            first = QueryIngest(vm, FLEET, 15.0, store, store.append_scrape)
+            for w in first.fleet.windows.values():
+                w.cursor = run.start
+            first.cycle(run.start + 900 + 60)  # three buckets closed
+            first.client.close()
+        with Store.open(db) as store:
+            again = QueryIngest(vm, FLEET, 15.0, store, store.append_scrape)
+            assert {w.cursor for w in again.fleet.windows.values()} == {run.start + 900}
+            again.cycle(run.end + BUCKET_S + 60)
+            again.client.close()
+            assert_every_bucket_once(store, run)
+            resharded = QueryIngest(vm, FLEET.model_copy(update={"shards": 5}), 15.0, store,
+                                    store.append_scrape)  # fmt: skip
+            assert {w.cursor for w in resharded.fleet.windows.values()} == {run.end}
+            resharded.client.close()
