@@ -300,4 +300,20 @@ def extend_service(service: CollectorService, deliver: Deliver | None = None) ->
 def run_service(settings: Settings, deliver: Deliver | None = None) -> int:
     """``gpuscope collector``: the collector with analytics, alerts, actions and the weekly
     report on its schedule; ``deliver`` overrides where each report's summary goes."""
+    preflight(settings)
     return run_collector(settings, extend=lambda service: extend_service(service, deliver))
+
+
+def preflight(settings: Settings) -> None:
+    """Read the alerts config (its receivers' secrets resolved) and the policy file before
+    anything is created: a missing secret or a bad file is one line with no database file
+    left behind (the service reads them again when it builds the engine and the jobs)."""
+    from gpuscope.actions.policy import load_policies
+    from gpuscope.alerts.config import load_alerts_config
+    from gpuscope.alerts.notifiers import build_notifier
+
+    if settings.alerts.enabled:
+        for receiver in load_alerts_config(settings.alerts.config_file).receivers:
+            build_notifier(receiver)  # resolves its secrets: ConfigError when one is missing
+    if settings.actions.policy_file is not None:
+        load_policies(settings.actions.policy_file)

@@ -199,6 +199,9 @@ class CollectorService:
             except (duckdb.Error, OSError) as exc:  # the store's trouble: one line, no trace
                 self.metrics.job_errors.labels(name).inc()
                 log.error("job failed job=%s error=%s", name, first_line(exc))
+            except SourceError as exc:  # a source's answer (a query API down): one line
+                self.metrics.job_errors.labels(name).inc()
+                log.warning("job failed job=%s error=%s", name, first_line(exc))
             except Exception:
                 self.metrics.job_errors.labels(name).inc()
                 log.exception("job failed job=%s", name)
