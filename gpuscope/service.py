@@ -10,8 +10,9 @@ alerts routes.
 from __future__ import annotations
 
 import logging
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
@@ -149,31 +150,48 @@ class AlertsNotices:
 
 
 def add_actions(service: CollectorService, notices: AlertsNotices | None = None) -> None:
-    """The action policies on their schedule, when ``actions.policy_file`` is set. The file
-    is read now, so a malformed one stops the start with one line."""
+    """The action policies on their schedule, when ``actions.policy_file`` is set (the file
+    is read now, so a malformed one stops the start with one line), and ``POST
+    /api/v1/act`` (gpuscope/actions/api.py) for ``gpuscope act --collector``."""
+    from gpuscope.actions.api import actions_router
     from gpuscope.actions.kube import ClusterClient, KubeError
-    from gpuscope.actions.policy import load_policies
+    from gpuscope.actions.policy import Policy, load_policies
     from gpuscope.actions.runner import lift_when_bound, run_policies
     from gpuscope.core.errors import UserError
 
     cfg = service.settings.actions
-    if cfg.policy_file is None:
-        return
-    policies = load_policies(cfg.policy_file)
+    policies = [] if cfg.policy_file is None else load_policies(cfg.policy_file)
     try:
         client = ClusterClient.from_setting(service.settings.collector)
     except KubeError as exc:
         raise UserError(str(exc)) from None
 
+    lock = threading.Lock()  # the schedule's runs and the API's (POST /api/v1/act)
+
     def job() -> None:
         at = datetime.fromtimestamp(service.clock(), UTC)
-        run = run_policies(
-            service.store, policies, service.settings, client=client,
-            execute=cfg.execute and client is not None, at=at, notifier=notices,
-        )  # fmt: skip
+        with lock:
+            run = run_policies(
+                service.store, policies, service.settings, client=client,
+                execute=cfg.execute and client is not None, at=at, notifier=notices,
+            )  # fmt: skip
         for rec in run.records:
             service.metrics.actions.labels(rec.kind, rec.result, str(rec.dry_run).lower()).inc()
 
+    def on_request(chosen: Sequence[Policy], execute: bool, at: datetime) -> dict[str, Any]:
+        if execute and client is None:
+            raise KubeError("execute needs a Kubernetes API; this collector has none")
+        run = run_policies(
+            service.store, chosen, service.settings, client=client, execute=execute, at=at,
+            notifier=notices,
+        )  # fmt: skip
+        for rec in run.records:
+            service.metrics.actions.labels(rec.kind, rec.result, str(rec.dry_run).lower()).inc()
+        return run.as_json()
+
+    service.routers.append(actions_router(on_request, service.clock, lock))
+    if cfg.policy_file is None:  # no schedule; `gpuscope act --collector` may still run
+        return
     service.scheduler.add_job(
         job, "interval", minutes=cfg.interval_minutes, id="actions", max_instances=1,
         coalesce=True,
