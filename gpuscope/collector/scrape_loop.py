@@ -26,6 +26,7 @@ from collections.abc import Callable, Sequence
 
 import aiohttp
 
+from gpuscope.collector.cpu_budget import DEFAULT_SHARE, ticks_to_skip
 from gpuscope.collector.ingest import StoreFailed
 from gpuscope.collector.scrape import ScrapeOutcome, Scraper, Target
 
@@ -47,12 +48,17 @@ class ScrapeLoop:
         on_fatal: Callable[[str], None],
         max_pending_samples: int = 1_000_000,
         group_seconds: float = 0.1,
+        cpu_share: float = DEFAULT_SHARE,
     ) -> None:
         self.scraper, self.targets, self.write = scraper, targets, write
         self.interval = interval_seconds
         self.on_fatal = on_fatal
         self.max_pending_samples = max_pending_samples
         self.group_seconds = group_seconds
+        #: Each target's share of the interval for parsing (gpuscope/collector/cpu_budget.py).
+        self.cpu_share = cpu_share
+        #: Ticks skipped per target for going over its CPU budget, since the start.
+        self.skipped: dict[str, int] = {}
         self._queue: queue.Queue[ScrapeOutcome] = queue.Queue()
         self._pending = 0
         #: Scrapes started and not yet handed over: a group is complete when none is left.
@@ -119,15 +125,24 @@ class ScrapeLoop:
             await asyncio.sleep(max(tick - now, 0.0))
             with self._pending_lock:
                 self._in_flight += 1
+            skip = 0
             try:
-                self._offer(await self.scraper.scrape_one(client, target))
+                outcome = await self.scraper.scrape_one(client, target)
+                skip = ticks_to_skip(outcome.cpu_seconds, self.interval, self.cpu_share)
+                self._offer(outcome)
             except Exception:  # a bug, not a target's fault: log it, keep the schedule
                 log.exception("scrape failed target=%s", target.url)
             finally:
                 with self._pending_lock:
                     self._in_flight -= 1
+            if skip:  # over its CPU budget: its next ticks go to the other targets
+                self.skipped[target.url] = self.skipped.get(target.url, 0) + skip
+                log.info(
+                    "target over its CPU budget; ticks skipped target=%s cpu_s=%.3f skip=%d",
+                    target.url, outcome.cpu_seconds, skip,
+                )  # fmt: skip
             now = time.time()  # the next multiple of the interval
-            tick = math.floor(now / self.interval + 1) * self.interval
+            tick = (math.floor(now / self.interval + 1) + skip) * self.interval
 
     def _offer(self, outcome: ScrapeOutcome) -> None:
         n = outcome.samples
