@@ -10,8 +10,9 @@ alerts routes.
 from __future__ import annotations
 
 import logging
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
@@ -150,31 +151,48 @@ class AlertsNotices:
 
 
 def add_actions(service: CollectorService, notices: AlertsNotices | None = None) -> None:
-    """The action policies on their schedule, when ``actions.policy_file`` is set. The file
-    is read now, so a malformed one stops the start with one line."""
+    """The action policies on their schedule, when ``actions.policy_file`` is set (the file
+    is read now, so a malformed one stops the start with one line), and ``POST
+    /api/v1/act`` (gpuscope/actions/api.py) for ``gpuscope act --collector``."""
+    from gpuscope.actions.api import actions_router
     from gpuscope.actions.kube import ClusterClient, KubeError
-    from gpuscope.actions.policy import load_policies
+    from gpuscope.actions.policy import Policy, load_policies
     from gpuscope.actions.runner import lift_when_bound, run_policies
     from gpuscope.core.errors import UserError
 
     cfg = service.settings.actions
-    if cfg.policy_file is None:
-        return
-    policies = load_policies(cfg.policy_file)
+    policies = [] if cfg.policy_file is None else load_policies(cfg.policy_file)
     try:
         client = ClusterClient.from_setting(service.settings.collector)
     except KubeError as exc:
         raise UserError(str(exc)) from None
 
+    lock = threading.Lock()  # the schedule's runs and the API's (POST /api/v1/act)
+
     def job() -> None:
         at = datetime.fromtimestamp(service.clock(), UTC)
-        run = run_policies(
-            service.store, policies, service.settings, client=client,
-            execute=cfg.execute and client is not None, at=at, notifier=notices,
-        )  # fmt: skip
+        with lock:
+            run = run_policies(
+                service.store, policies, service.settings, client=client,
+                execute=cfg.execute and client is not None, at=at, notifier=notices,
+            )  # fmt: skip
         for rec in run.records:
             service.metrics.actions.labels(rec.kind, rec.result, str(rec.dry_run).lower()).inc()
 
+    def on_request(chosen: Sequence[Policy], execute: bool, at: datetime) -> dict[str, Any]:
+        if execute and client is None:
+            raise KubeError("execute needs a Kubernetes API; this collector has none")
+        run = run_policies(
+            service.store, chosen, service.settings, client=client, execute=execute, at=at,
+            notifier=notices,
+        )  # fmt: skip
+        for rec in run.records:
+            service.metrics.actions.labels(rec.kind, rec.result, str(rec.dry_run).lower()).inc()
+        return run.as_json()
+
+    service.routers.append(actions_router(on_request, service.clock, lock))
+    if cfg.policy_file is None:  # no schedule; `gpuscope act --collector` may still run
+        return
     service.scheduler.add_job(
         job, "interval", minutes=cfg.interval_minutes, id="actions", max_instances=1,
         coalesce=True,
@@ -304,4 +322,20 @@ def extend_service(service: CollectorService, deliver: Deliver | None = None) ->
 def run_service(settings: Settings, deliver: Deliver | None = None) -> int:
     """``gpuscope collector``: the collector with analytics, alerts, actions and the weekly
     report on its schedule; ``deliver`` overrides where each report's summary goes."""
+    preflight(settings)
     return run_collector(settings, extend=lambda service: extend_service(service, deliver))
+
+
+def preflight(settings: Settings) -> None:
+    """Read the alerts config (its receivers' secrets resolved) and the policy file before
+    anything is created: a missing secret or a bad file is one line with no database file
+    left behind (the service reads them again when it builds the engine and the jobs)."""
+    from gpuscope.actions.policy import load_policies
+    from gpuscope.alerts.config import load_alerts_config
+    from gpuscope.alerts.notifiers import build_notifier
+
+    if settings.alerts.enabled:
+        for receiver in load_alerts_config(settings.alerts.config_file).receivers:
+            build_notifier(receiver)  # resolves its secrets: ConfigError when one is missing
+    if settings.actions.policy_file is not None:
+        load_policies(settings.actions.policy_file)

@@ -21,13 +21,12 @@ from __future__ import annotations
 
 import logging
 import math
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
-from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from functools import partial
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from gpuscope import __version__
 from gpuscope.agent.page import FamilySpec, PageWriter, Samples
@@ -90,31 +89,44 @@ AGENT_FAMILIES: tuple[FamilySpec, ...] = tuple(
 
 
 class _Guarded:
-    """Runs one source's calls in its own thread, never two at once, with a deadline."""
+    """Runs one source's calls in a thread of their own, never two at once, with a
+    deadline. Each call gets a fresh daemon thread (not a pool's worker): a read stuck in
+    the kernel (a FIFO, a hung driver file) is abandoned at its deadline and can never hold
+    up the agent's exit, which the standard pool's exit hook would by joining its workers.
+    While a stuck call lasts, the source reads as down ("previous read still running")."""
 
     def __init__(self, name: str) -> None:
         self.name = name
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"src-{name}")
-        self._pending: Future[object] | None = None
+        self._pending: threading.Thread | None = None
 
     def call(self, fn: Callable[[], T], timeout: float) -> tuple[T | None, SourceResult]:
         start = time.perf_counter()
-        if self._pending is not None and not self._pending.done():
+        if self._pending is not None and self._pending.is_alive():
             return None, SourceResult(self.name, False, 0.0, "previous read still running")
-        future: Future[T] = self._pool.submit(fn)
-        self._pending = future  # type: ignore[assignment]
-        try:
-            value = future.result(timeout=timeout)
-        except FutureTimeout:
+        box: dict[str, Any] = {}
+
+        def run() -> None:
+            try:
+                box["value"] = fn()
+            except BaseException as exc:  # handed to the caller below
+                box["error"] = exc
+
+        thread = threading.Thread(target=run, name=f"src-{self.name}", daemon=True)
+        self._pending = thread
+        thread.start()
+        thread.join(timeout)
+        if thread.is_alive():
             log.warning("source timed out source=%s timeout_s=%s", self.name, timeout)
             return None, SourceResult(self.name, False, time.perf_counter() - start, "timeout")
-        except Exception as exc:
+        if "error" in box:
+            exc = box["error"]
             log.warning("source failed source=%s error=%s", self.name, exc)
             return None, SourceResult(self.name, False, time.perf_counter() - start, str(exc))
+        value: T = box["value"]
         return value, SourceResult(self.name, True, time.perf_counter() - start)
 
     def shutdown(self) -> None:
-        self._pool.shutdown(wait=False, cancel_futures=True)
+        """Nothing to wait for: a call still running is a daemon thread, left behind."""
 
 
 class AgentCollector:

@@ -26,9 +26,13 @@ Why the unit and width handling:
   twin stuck at 0 it is not: that pair has no usable value (the next scrape may read the
   64-bit counter again, and the series would jump by the 32-bit value), so it gives none.
 
-A counter that is missing, unreadable (permission, ``EINVAL`` from the driver, ``EIO``) or
-not an integer (``N/A (no PMA)`` on iWARP devices, an empty file) gives no value at all,
-never zero. A device or port that disappears while it is being read is skipped.
+A counter that is missing, unreadable (permission, ``EINVAL`` from the driver, ``EIO``, a
+FIFO planted in the tree) or not an integer gives no value at all, never zero; one that is
+not an integer is counted (``not_an_integer``), except what drivers write on purpose
+(``N/A (no PMA)`` on iWARP devices, an empty file). A 64-bit twin reading 0 beside such a
+32-bit file is dead, not idle: the pair gives no value (``dead_64bit``), where it used to
+give 0 and, at the next good scrape, a jump of the whole 32-bit count. A device or port
+that disappears while it is being read is skipped.
 
 What no working kernel writes is skipped and counted in :attr:`SysfsIbSource.errors` (the
 agent exports it as ``gpuscope_agent_errors_total{source="infiniband",reason}``), so that
@@ -63,6 +67,11 @@ _READ_SIZE = 4096
 #: Files kept open between scrapes at most (8 ports need ~360; never over a quarter of the
 #: process's file limit); more are opened and closed on each read.
 _MAX_OPEN_FILES = 1024
+#: How long :meth:`SysfsIbSource.close` waits for a read under way.
+_CLOSE_WAIT_SECONDS = 1.0
+#: ``O_NONBLOCK``: opening a FIFO planted in the tree does not wait for a writer (its
+#: read then fails with ESPIPE and the file is skipped); no effect on sysfs attributes.
+_OPEN_FLAGS = os.O_RDONLY | os.O_NONBLOCK
 
 #: Error counters in ``counters/``, in the order they appear in a reading's ``errors``.
 _ERROR_COUNTERS: tuple[tuple[str, str], ...] = tuple(
@@ -97,6 +106,8 @@ _COUNTERS_WANTED = frozenset(
 _EXT_WANTED = frozenset(
     {"port_xmit_data_64", "port_rcv_data_64", "port_xmit_packets_64", "port_rcv_packets_64"}
 )
+#: ``counters/`` files that have a 64-bit twin in ``counters_ext/``.
+_EXT_TWINS = frozenset(name.removesuffix("_64") for name in _EXT_WANTED)
 #: Files of ``hw_counters/`` that are settings, not counters.
 _HW_NOT_COUNTERS = frozenset({"lifespan"})
 #: The counter directories of a port, and which of their files to read.
@@ -138,7 +149,20 @@ def parse_rate(text: str) -> float | None:
     return _parse_rate(text)[0]
 
 
-def _prefer_64(ext: dict[str, int], counters: dict[str, int], name: str) -> tuple[int | None, str]:
+def _not_an_integer(raw: bytes) -> str:
+    """The reason a counter file without an integer is counted under: "" (not counted)
+    for what drivers write on purpose (``N/A (no PMA)`` on iWARP, an empty file), which
+    recurs on every scrape of such a device; ``not_an_integer`` for anything else."""
+    text = raw.strip()
+    return "" if not text or text.startswith(b"N/A") else "not_an_integer"
+
+
+def _prefer_64(
+    ext: dict[str, int],
+    counters: dict[str, int],
+    name: str,
+    garbage: frozenset[str] | set[str] = frozenset(),
+) -> tuple[int | None, str]:
     """The 64-bit counter where the device has a working one, else the ``counters/`` value;
     and a reason to count when the pair has no usable value ("" otherwise).
 
@@ -151,17 +175,22 @@ def _prefer_64(ext: dict[str, int], counters: dict[str, int], name: str) -> tupl
     narrow = counters.get(name)
     if wide == 0 and narrow == _U32_MAX:
         return None, "saturated_32bit"
+    if wide == 0 and name in garbage:  # a dead 64-bit twin beside garbage: no value, not 0
+        return None, "dead_64bit"
     if wide is None or (wide == 0 and narrow):
         return narrow, ""
     return wide, ""
 
 
 def _words_to_bytes(
-    ext: dict[str, int], counters: dict[str, int], name: str
+    ext: dict[str, int],
+    counters: dict[str, int],
+    name: str,
+    garbage: frozenset[str] | set[str] = frozenset(),
 ) -> tuple[int | None, bool, str]:
     """Bytes of one data counter, preferring the 64-bit file; whether it is saturated; and a
     reason to count when it has no usable value."""
-    words, reason = _prefer_64(ext, counters, name)
+    words, reason = _prefer_64(ext, counters, name, garbage)
     if reason:
         return None, True, reason
     if words is not None and name + "_64" in ext and words == ext[name + "_64"]:
@@ -215,13 +244,22 @@ class SysfsIbSource:
         self._files_gone = 0
         #: Devices and values skipped as unusable, by reason (see the module's docstring).
         self.errors = ErrorCounts()
+        #: Counter files of the scrape under way that hold no integer.
+        self._unusable: set[str] = set()
 
     def close(self) -> None:
-        """Closes the files held open; a later :meth:`read` opens them again."""
-        with self._lock:
+        """Closes the files held open; a later :meth:`read` opens them again. A read stuck
+        in the kernel holds the lock: then the files are left to the process's exit, and
+        closing does not wait (the agent stops within its deadline, not when sysfs answers)."""
+        if not self._lock.acquire(timeout=_CLOSE_WAIT_SECONDS):
+            logger.warning("ib files left open: a sysfs read is stuck")
+            return
+        try:
             for fd in self._fds.values():
                 os.close(fd)
             self._fds, self._listings = {}, {}
+        finally:
+            self._lock.release()
 
     def read(self) -> list[IbPortReading]:
         """One reading per port, sorted by device then port number; ``[]`` without IB.
@@ -230,6 +268,7 @@ class SysfsIbSource:
         """
         with self._lock:
             self._next_fds, self._next_listings = {}, {}
+            self._unusable = set()
             try:
                 return self._read_all()
             finally:  # drop what this scrape did not use: its port or counter is gone
@@ -286,7 +325,7 @@ class SysfsIbSource:
                 self._next_fds[path] = fd
                 return raw
         try:
-            fd = os.open(path, os.O_RDONLY)
+            fd = os.open(path, _OPEN_FLAGS)
         except FileNotFoundError:
             self._files_gone += 1
             raise
@@ -348,9 +387,10 @@ class SysfsIbSource:
             try:
                 value = int(raw)  # int() takes bytes and ignores surrounding whitespace
             except ValueError:
-                logger.debug(
-                    "ib file skipped path=%s reason=not_an_integer content=%r", path, raw[:40]
-                )
+                self._unusable.add(path)
+                reason = _not_an_integer(raw)
+                if reason:
+                    self._skipped(reason, f"path={path} content={raw[:40]!r}")
                 continue
             if 0 <= value <= _U64_MAX:
                 values[name] = value
@@ -389,10 +429,15 @@ class SysfsIbSource:
         if self._files_gone != files_gone and not os.path.isdir(path):
             logger.debug("ib port skipped device=%s port=%s reason=vanished", device, port)
             return None
-        tx_bytes, tx_saturated, tx_problem = _words_to_bytes(ext, counters, "port_xmit_data")
-        rx_bytes, rx_saturated, rx_problem = _words_to_bytes(ext, counters, "port_rcv_data")
-        tx_packets, tx_packets_problem = _prefer_64(ext, counters, "port_xmit_packets")
-        rx_packets, rx_packets_problem = _prefer_64(ext, counters, "port_rcv_packets")
+        garbage = {name for name in _EXT_TWINS if f"{path}/counters/{name}" in self._unusable}
+        tx_bytes, tx_saturated, tx_problem = _words_to_bytes(
+            ext, counters, "port_xmit_data", garbage
+        )
+        rx_bytes, rx_saturated, rx_problem = _words_to_bytes(
+            ext, counters, "port_rcv_data", garbage
+        )
+        tx_packets, tx_packets_problem = _prefer_64(ext, counters, "port_xmit_packets", garbage)
+        rx_packets, rx_packets_problem = _prefer_64(ext, counters, "port_rcv_packets", garbage)
         problems = (rate_problem, tx_problem, rx_problem, tx_packets_problem, rx_packets_problem)
         for problem in problems:
             if problem:

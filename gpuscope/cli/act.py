@@ -60,6 +60,13 @@ def add_act_parser(
     act.add_argument(
         "--config", type=Path, help="YAML settings file (actions, collector.kubernetes)"
     )
+    act.add_argument(
+        "--collector",
+        metavar="URL",
+        help="run inside the collector at URL that holds the database (POST /api/v1/act, "
+        "with its token: collector.api_token_file or _env), so it never stops and the data "
+        "has no gap; --db is then not opened",
+    )
     return act
 
 
@@ -108,6 +115,8 @@ def run_act(args: argparse.Namespace, at: object) -> int:
     policies = load_policies(args.policy)
     if not policies:
         raise UserError(f"policy file {args.policy} has no policies")
+    if args.collector:
+        return _print(through_collector(args, settings), args.json)
     if not args.db.exists():
         raise UserError(f"database {args.db} does not exist")
     try:
@@ -122,7 +131,7 @@ def run_act(args: argparse.Namespace, at: object) -> int:
     store = open_store(
         args.db,
         read_only=False,
-        busy="its schedule runs the policies (actions.policy_file)",
+        busy="run act through it (--collector URL), so it keeps collecting",
     )
     try:
         if args.at is None:
@@ -147,21 +156,71 @@ def run_act(args: argparse.Namespace, at: object) -> int:
         store.close()
         if client is not None:
             client.close()
-    code = EXIT_REFUSED if run.refused else 0
-    if args.json:
-        print(json.dumps(run.as_json(), indent=2, default=str))
+    return _print(json.loads(json.dumps(run.as_json(), default=str)), args.json)
+
+
+def _print(out: dict[str, Any], as_json: bool) -> int:
+    """Print a run (``ActRun.as_json``, local or from the collector); its exit code."""
+    refused = int(out.get("refused_or_failed") or 0)
+    code = EXIT_REFUSED if refused else 0
+    if as_json:
+        print(json.dumps(out, indent=2, default=str))
         return code
-    mode = "dry run" if run.dry_run else "executed"
-    print(f"gpuscope act ({mode}): {len(run.records)} step(s)")
-    for r in run.records:
-        target = f"{r.namespace}/{r.pod}" if r.pod else f"node {r.node}"
-        dry = " (dry run)" if r.dry_run else ""
-        answer = f" ({r.status})" if r.status else ""
-        print(f"  {r.kind:<14} {target:<40} {r.result}{answer}{dry}  [{r.policy}] {r.reason}")
-        if r.message:
-            print(f"  {'':<14} {r.message}")
-    for note in run.notes:
+    actions = list(out.get("actions") or [])
+    mode = "dry run" if out.get("dry_run") else "executed"
+    print(f"gpuscope act ({mode}): {len(actions)} step(s)")
+    for r in actions:
+        target = f"{r.get('namespace')}/{r.get('pod')}" if r.get("pod") else f"node {r.get('node')}"
+        dry = " (dry run)" if r.get("dry_run") else ""
+        answer = f" ({r['status']})" if r.get("status") else ""
+        print(
+            f"  {r.get('kind', ''):<14} {target:<40} {r.get('result')}{answer}{dry}  "
+            f"[{r.get('policy')}] {r.get('reason')}"
+        )
+        if r.get("message"):
+            print(f"  {'':<14} {r['message']}")
+    for note in out.get("notes") or []:
         print(f"  note: {note}")
-    if run.refused:
-        print(f"  {len(run.refused)} step(s) refused or failed: exit code {EXIT_REFUSED}")
+    if refused:
+        print(f"  {refused} step(s) refused or failed: exit code {EXIT_REFUSED}")
     return code
+
+
+def through_collector(args: argparse.Namespace, settings: Settings) -> dict[str, Any]:
+    """Hand the run to the collector that holds the database (gpuscope/actions/api.py)."""
+    import urllib.error
+    import urllib.request
+
+    token = settings.collector.resolve_api_token()
+    if not token:
+        raise UserError(
+            "--collector needs the collector's API token (collector.api_token_file or "
+            "collector.api_token_env in --config)"
+        )
+    body = {"policies": args.policy.read_text(encoding="utf-8"), "execute": args.execute}
+    if args.at is not None:
+        body["at"] = args.at
+    if not args.collector.startswith(("http://", "https://")):
+        raise UserError(f"--collector {args.collector}: expected an http:// or https:// URL")
+    url = args.collector.rstrip("/") + "/api/v1/act"
+    request = urllib.request.Request(  # noqa: S310 (http or https, checked above)
+        url,
+        data=json.dumps(body).encode(),
+        headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
+        method="POST",
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=600) as resp:  # noqa: S310 (a URL given)
+            out = json.loads(resp.read())
+    except urllib.error.HTTPError as exc:
+        try:
+            detail = json.loads(exc.read()).get("detail")
+        except (ValueError, AttributeError):
+            detail = exc.reason
+        raise UserError(f"the collector at {args.collector} refused: {exc.code} {detail}") from None
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        why = getattr(exc, "reason", exc)
+        raise UserError(f"cannot reach the collector at {args.collector}: {why}") from None
+    if not isinstance(out, dict):
+        raise UserError(f"the collector at {args.collector} answered something else than a run")
+    return out

@@ -33,6 +33,10 @@ def open_store(
         return Store.open(path, read_only=read_only)
     except duckdb.Error as exc:
         raise open_error(path, exc, busy) from None
+    except UserError as exc:  # Store.open's own line: a lock held says what to do instead
+        if "lock" in str(exc).lower():
+            raise open_error(path, exc, busy) from None
+        raise
 
 
 def open_error(path: Path, exc: Exception, busy: str) -> UserError:

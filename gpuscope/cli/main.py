@@ -455,6 +455,25 @@ def _log_format(args: argparse.Namespace) -> LogFormat:
         return "text"
 
 
+def _damaged_database(exc: BaseException, db: object) -> str:
+    """One line for a database that opened but failed when read (a truncated file: DuckDB
+    reads its blocks lazily, so the open succeeds); "" for any other error."""
+    if not type(exc).__module__.startswith(("duckdb", "_duckdb")):
+        return ""
+    import duckdb
+
+    kinds = tuple(
+        getattr(duckdb, name)
+        for name in ("IOException", "SerializationException", "InternalException")
+        if hasattr(duckdb, name)
+    )
+    if not isinstance(exc, kinds):
+        return ""
+    first = (str(exc).splitlines() or [type(exc).__name__])[0]
+    where = f" {db}" if db else ""
+    return f"cannot read database{where} (damaged or truncated?): {first}"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     level = str(getattr(args, "log_level", "INFO")).upper()
@@ -476,6 +495,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as exc:
         if os.environ.get("GPUSCOPE_DEBUG"):
             raise
+        damaged = _damaged_database(exc, getattr(args, "db", None))
+        if damaged:
+            print(f"gpuscope {args.command}: {damaged}", file=sys.stderr)
+            return 2
         print(
             f"gpuscope {args.command}: internal error: {exc!r} "
             "(set GPUSCOPE_DEBUG=1 for a traceback)",

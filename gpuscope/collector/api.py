@@ -18,6 +18,7 @@ from typing import Annotated, Any, Literal
 
 import duckdb
 from fastapi import APIRouter, Depends, FastAPI, HTTPException, Query, Request, Response
+from fastapi.exceptions import RequestValidationError
 from prometheus_client import generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from pydantic import BaseModel
@@ -25,7 +26,8 @@ from pydantic import BaseModel
 from gpuscope import __version__
 from gpuscope.collector import api_queries as Q
 from gpuscope.collector.api_input import MAX_OFFSET, BodyLimit, parse_time, token_matches
-from gpuscope.collector.api_json import TimesJSONResponse
+from gpuscope.collector.api_json import TimesJSONResponse, validation_error
+from gpuscope.collector.api_openapi import declare_errors
 from gpuscope.collector.api_whatif import WhatIf, whatif_router
 from gpuscope.collector.metrics import CollectorMetrics
 from gpuscope.collector.store import Store
@@ -113,6 +115,7 @@ def create_app(state: ApiState) -> FastAPI:
         default_response_class=TimesJSONResponse,  # every time RFC 3339 with Z
     )
     app.add_middleware(BodyLimit)
+    app.add_exception_handler(RequestValidationError, validation_error)  # no 500 for NaN
 
     def check_token(request: Request) -> None:
         if not state.token:
@@ -392,4 +395,5 @@ def create_app(state: ApiState) -> FastAPI:
     app.include_router(whatif_router(lambda: state.whatif, reader))
     for make_router in state.routers:
         app.include_router(make_router(reader, writer))
+    declare_errors(app)  # 401, 403, 400, 404, 413, 503 in the OpenAPI document too
     return app

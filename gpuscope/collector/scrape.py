@@ -80,6 +80,8 @@ class ScrapeOutcome:
     skipped_ticks: int = 0
     #: The tick of the schedule this scrape was due at (0.0 outside the scrape loop).
     scheduled_at: float = 0.0
+    #: CPU the page's parse and admission took (gpuscope/collector/cpu_budget.py).
+    cpu_seconds: float = 0.0
 
     @property
     def samples(self) -> int:
@@ -178,13 +180,16 @@ class Scraper:
             outcome.batch,
             outcome.reason,
             outcome.dropped,
+            outcome.cpu_seconds,
         )
 
     def _ingest(self, target: Target, body: bytes, started: float) -> ScrapeOutcome:
         with self._caches_lock:
             cache = self._caches.setdefault(target.url, TargetCache())
         with _PARSE_LOCK:
-            return page_to_outcome(target, body, started, limits=self.limits, cache=cache)
+            cpu = time.thread_time()
+            outcome = page_to_outcome(target, body, started, limits=self.limits, cache=cache)
+            return dataclasses.replace(outcome, cpu_seconds=time.thread_time() - cpu)
 
     def forget(self, keep: Sequence[Target]) -> None:
         """Drop the caches of targets not in ``keep`` (targets come and go by discovery)."""

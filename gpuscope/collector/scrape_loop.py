@@ -29,6 +29,7 @@ from collections.abc import Callable, Sequence
 
 import aiohttp
 
+from gpuscope.collector.cpu_budget import DEFAULT_SHARE, ticks_to_skip
 from gpuscope.collector.ingest import StoreFailed
 from gpuscope.collector.scrape import ScrapeOutcome, Scraper, Target
 
@@ -61,6 +62,7 @@ class ScrapeLoop:
         max_pending_samples: int = 1_000_000,
         group_seconds: float = 0.5,
         max_group_samples: int = 100_000,
+        cpu_share: float = DEFAULT_SHARE,
     ) -> None:
         self.scraper, self.targets, self.write = scraper, targets, write
         self.interval = interval_seconds
@@ -72,6 +74,10 @@ class ScrapeLoop:
         #: milliseconds, a short wait splits a tick into many small, costly transactions.
         self.group_seconds = min(group_seconds, interval_seconds / 2)
         self.max_group_samples = max_group_samples
+        #: Each target's share of the interval for parsing (gpuscope/collector/cpu_budget.py).
+        self.cpu_share = cpu_share
+        #: Ticks skipped per target for going over its CPU budget, since the start.
+        self.skipped: dict[str, int] = {}
         self._queue: queue.Queue[ScrapeOutcome] = queue.Queue()
         self._pending = 0
         #: Scrapes started and not yet handed over: a group is complete when none is left.
@@ -139,16 +145,28 @@ class ScrapeLoop:
             await asyncio.sleep(max(tick - now, 0.0))
             with self._pending_lock:
                 self._in_flight += 1
+            skip = 0
             try:
                 outcome = await self.scraper.scrape_one(client, target)
+                skip = ticks_to_skip(outcome.cpu_seconds, self.interval, self.cpu_share)
                 self._offer(dataclasses.replace(outcome, skipped_ticks=skipped, scheduled_at=tick))
             except Exception:  # a bug, not a target's fault: log it, keep the schedule
                 log.exception("scrape failed target=%s", target.url)
             finally:
                 with self._pending_lock:
                     self._in_flight -= 1
+            if skip:  # over its CPU budget: its next ticks go to the other targets
+                self.skipped[target.url] = self.skipped.get(target.url, 0) + skip
+                log.info(
+                    "target over its CPU budget; ticks skipped target=%s cpu_s=%.3f skip=%d",
+                    target.url, outcome.cpu_seconds, skip,
+                )  # fmt: skip
             now = time.time()
             tick, skipped = next_tick(tick, now, self.interval)
+            # ticks given up for the CPU budget are skipped ticks too (counted on the next
+            # outcome), so every tick stays accounted for
+            tick += skip * self.interval
+            skipped += skip
 
     def _offer(self, outcome: ScrapeOutcome) -> None:
         n = outcome.samples

@@ -449,6 +449,10 @@ def read_yaml_file(path: Path, what: str) -> Any:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise ConfigError(f"{what} {path} does not exist") from None
+    except UnicodeDecodeError as exc:  # a binary file given by mistake
+        raise ConfigError(
+            f"{what} {path} is not UTF-8 text (byte {exc.start}): not a YAML file"
+        ) from None
     except OSError as exc:
         raise ConfigError(f"{what} {path} cannot be read: {exc.strerror}") from None
     try:

@@ -11,10 +11,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from gpuscope.core.errors import ConfigError
+from gpuscope.core.settings import read_yaml_file
 
 HOUR = 3600.0
 DAY = 24 * HOUR
@@ -173,13 +173,11 @@ class Scenario(_Spec):
 
 
 def load_scenario(path: Path) -> Scenario:
-    """Read a scenario from YAML; any problem is one ConfigError line."""
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ConfigError(f"scenario file {path} does not exist") from None
-    except (OSError, yaml.YAMLError) as exc:
-        raise ConfigError(f"scenario file {path} cannot be read: {exc}") from None
+    """Read a scenario from YAML; any problem is one ConfigError line (a binary file, YAML
+    that does not parse, a document that is not a mapping, a field of the wrong type)."""
+    data = read_yaml_file(path, "scenario file")
+    if not isinstance(data, dict):
+        raise ConfigError(f"scenario file {path} must hold a mapping (nodes:, workloads: ...)")
     try:
         return Scenario.model_validate(data)
     except ValidationError as exc:
