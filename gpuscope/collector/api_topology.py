@@ -19,7 +19,11 @@ from gpuscope.collector.analytics_gauges import Summarised
 from gpuscope.core.timefmt import api_times, rfc3339
 
 
-def topology_router(latest: Callable[[], Summarised | None], reader: list[Any]) -> APIRouter:
+def topology_router(
+    latest: Callable[[], Summarised | None], reader: list[Any], writer: list[Any] | None = None
+) -> APIRouter:
+    """``GET /api/v1/topology``; made as every router of ``ApiState.routers`` is, with the
+    reader and writer dependencies (this one only reads)."""
     router = APIRouter()
 
     @router.get("/api/v1/topology", dependencies=reader, tags=["analytics"])

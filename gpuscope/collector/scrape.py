@@ -75,13 +75,14 @@ class ScrapeOutcome:
     reason: str = ""
     #: Samples of the page left out, by reason (gpuscope/collector/limits.py).
     dropped: Mapping[str, int] = field(default_factory=dict)
+    #: CPU the page's parse and admission took (gpuscope/collector/cpu_budget.py).
+    cpu_seconds: float = 0.0
     #: Ticks of the target's schedule that passed without a scrape since its previous one
-    #: (the previous scrape, or the collector, ran past them): counted, never silent.
+    #: (the previous scrape, the collector, or its CPU budget, ran past them): counted,
+    #: never silent.
     skipped_ticks: int = 0
     #: The tick of the schedule this scrape was due at (0.0 outside the scrape loop).
     scheduled_at: float = 0.0
-    #: CPU the page's parse and admission took (gpuscope/collector/cpu_budget.py).
-    cpu_seconds: float = 0.0
 
     @property
     def samples(self) -> int:
