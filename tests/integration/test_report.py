@@ -294,6 +294,19 @@ def test_cli_writes_a_self_contained_page_a_summary_and_every_table(
         assert csv.height == parquet.height and csv.columns == parquet.columns, name
 
 
+def test_cli_json_names_the_week_the_files_and_the_numbers(db: Path, tmp_path: Path) -> None:
+    """`report weekly --json`: one JSON object on stdout, for scripts, naming the files it
+    wrote and the cluster numbers the page shows."""
+    res = _cli("--db", str(db), "--out", str(tmp_path / "out"), "--week", "2025-W10", "--json")
+    assert res.returncode == 0, res.stderr
+    got = json.loads(res.stdout)
+    folder = tmp_path / "out" / "2025-W10"
+    assert got["week"] == "2025-W10" and got["html"] == str(folder / "report.html")
+    assert str(folder / "summary.md") in got["files"]
+    assert got["summary"] == (folder / "summary.md").read_text()
+    assert got["cluster"]["allocated_gpu_hours"]["this_week"] > 0
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
