@@ -89,7 +89,13 @@ class WorkloadSettings(_Section):
     #: with none is owned by its controller (``StatefulSet/nb-user05``). Idle findings and
     #: the alerts built on them carry it, for routing.
     owner_label_keys: list[str] = Field(
-        default_factory=lambda: ["gpuscope.io/owner", "hub.jupyter.org/username", "owner", "user"]
+        default_factory=lambda: [
+            "gpuscope.io/owner",
+            "app.kubernetes.io/owner",
+            "hub.jupyter.org/username",
+            "owner",
+            "user",
+        ]
     )
 
 

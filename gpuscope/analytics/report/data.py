@@ -54,6 +54,7 @@ from gpuscope.analytics.report.week import Week
 from gpuscope.analytics.report.whatif import whatif_over
 from gpuscope.collector.schema import GET_META
 from gpuscope.collector.store import utc
+from gpuscope.core.owners import pod_owner
 from gpuscope.core.settings import Settings
 
 EPOCH = datetime(1970, 1, 1)
@@ -99,6 +100,18 @@ class WeeklyReport:
         return row[column][0] if row.height else None
 
 
+def _with_owner(pods: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
+    """``owner`` from each pod's owner label (the first of ``keys`` it has), else its
+    controller (``StatefulSet/nb-user05``), else empty; the columns it came from dropped."""
+    owners = [
+        pod_owner(labels, keys, kind, name)
+        for labels, kind, name in pods.select("pod_labels", "owner_kind", "owner_name").iter_rows()
+    ]
+    return pods.drop("pod_labels", "owner_kind", "owner_name").with_columns(
+        pl.Series("owner", owners, dtype=pl.String)
+    )
+
+
 def build_report(
     con: duckdb.DuckDBPyConnection, week: Week, settings: Settings, *, now: datetime
 ) -> WeeklyReport:
@@ -124,7 +137,7 @@ def build_report(
     run(con, Q["create_held"], **params)
     try:
         hourly = frame(con, Q["hourly_use"], **params)
-        pods = frame(con, Q["pods"], **params)
+        pods = _with_owner(frame(con, Q["pods"], **params), settings.workloads.owner_label_keys)
     finally:
         con.execute("DROP TABLE IF EXISTS report_held")
     capacity = frame(con, Q["capacity"], **params)
