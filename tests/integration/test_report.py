@@ -307,6 +307,21 @@ def test_cli_json_names_the_week_the_files_and_the_numbers(db: Path, tmp_path: P
     assert got["cluster"]["allocated_gpu_hours"]["this_week"] > 0
 
 
+def test_tiles_read_as_words_with_or_without_a_previous_week(report: WeeklyReport) -> None:
+    """Issue 24: the tiles read "GPU-hours allocated (—)" when the previous week had no data;
+    now the change is said in words when there is one, and left out when there is none."""
+    from gpuscope.analytics.report.html import render_html
+
+    with_change = render_html(report)
+    assert "on the previous week)</span>" in with_change and "(—)" not in with_change
+    cluster = report.tables["cluster"].with_columns(
+        pl.lit(None).alias("previous_week"), pl.lit(None).alias("change")
+    )
+    first = render_html(replace(report, tables={**report.tables, "cluster": cluster}))
+    assert "<span>GPU-hours allocated</span>" in first and "<span>efficiency</span>" in first
+    assert "(—)" not in first
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
