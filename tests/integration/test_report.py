@@ -218,12 +218,31 @@ def test_actions_and_the_gpu_hours_they_freed(report: WeeklyReport) -> None:
     assert report.tables["actions"]["id"].to_list() == ["a1", "a2", "a3"]
 
 
-def test_cost_only_with_a_price(db: Path, report: WeeklyReport) -> None:
+def test_cost_at_the_sites_price_else_an_estimate_said_to_be_one(
+    db: Path, report: WeeklyReport
+) -> None:
+    """The site's price wins. Without one (issue 24: no money anywhere unless a price was
+    configured) the report prices the week at gpuscope's default for the cluster's GPU
+    models and says it is an estimate; `estimate_cost: false` shows no money at all."""
+    from gpuscope.analytics.report.html import render_html
+    from gpuscope.core.gpu_prices import estimated_price
+
     assert report.metric("idle_cost") == pytest.approx(180 * 2.5)
     assert report.metric("allocated_cost") == pytest.approx(636 * 2.5)
+    assert not report.price_is_estimate and "an estimate" not in render_html(report)
+    with Store.open(db, read_only=True) as store:
+        models = dict(store.cursor().sql(
+            "SELECT record->>'gpu_model', sum(TRY_CAST(record->>'allocatable_gpus' AS DOUBLE))"
+            " FROM inventory_nodes WHERE valid_to IS NULL GROUP BY ALL").fetchall())  # fmt: skip
+    price = estimated_price(models)
+    assert price is not None and price > 0
     plain = _report(db)
-    assert plain.metric("idle_cost") is None
-    assert not any("cost" in c for df in plain.tables.values() for c in df.columns)
+    assert plain.price_is_estimate and plain.price_per_gpu_hour == pytest.approx(price)
+    assert plain.metric("idle_cost") == pytest.approx(180 * price)
+    assert "an estimate" in render_html(plain)
+    off = _report(db, Settings.model_validate({"report": {"estimate_cost": False}}))
+    assert off.metric("idle_cost") is None
+    assert not any("cost" in c for df in off.tables.values() for c in df.columns)
 
 
 def _scrape_raw(store: Store) -> None:

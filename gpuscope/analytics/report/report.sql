@@ -206,6 +206,18 @@ LEFT JOIN owners AS o ON o.key = h.namespace || '/' || h.pod
 WHERE h.e > $start
 GROUP BY h.namespace, h.pod;
 
+-- name: gpu_models
+-- GPUs per model on the week's nodes (each node's last version in the week): what the
+-- estimated price per GPU-hour weighs when the site has set none.
+SELECT coalesce(record->>'gpu_model', '') AS model,
+       sum(coalesce(TRY_CAST(record->>'allocatable_gpus' AS DOUBLE), 0)) AS gpus
+FROM (
+    SELECT record FROM inventory_nodes
+    WHERE valid_from < $end AND (valid_to IS NULL OR valid_to > $start)
+    QUALIFY row_number() OVER (PARTITION BY key ORDER BY valid_from DESC) = 1
+)
+GROUP BY ALL;
+
 -- name: capacity
 -- GPUs the nodes offered (allocatable whole GPUs) per hour of [$lo, $end), from the
 -- inventory history: GPU-hours per hour.
