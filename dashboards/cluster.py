@@ -249,6 +249,28 @@ def nodes() -> Dashboard:
                 ],
             ),
             Row(
+                "Clocks and PCIe",
+                [
+                    series("SM clock", f"gpuscope_gpu_sm_clock_hertz{{{whole}}}", "hertz"),
+                    series("Memory clock", f"gpuscope_gpu_memory_clock_hertz{{{whole}}}", "hertz"),
+                    Panel(
+                        "PCIe throughput",
+                        "timeseries",
+                        [
+                            Query(
+                                f"sum by (node, gpu, direction) (rate("
+                                f"gpuscope_gpu_pcie_bytes_total{{{whole}}}[$__rate_interval]))",
+                                "{{node}} / {{gpu}} {{direction}}",
+                            )
+                        ],
+                        "Bps",
+                        description="Throttle reasons, XID errors, PCIe replays, remapped rows "
+                        "and per-MIG-instance panels are not here yet: the agent's sources do "
+                        "not read the first four (docs/dashboards.md).",
+                    ),
+                ],
+            ),
+            Row(
                 "Errors and links",
                 [
                     Panel(

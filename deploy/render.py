@@ -51,6 +51,7 @@ OUTPUTS: dict[str, tuple[str, ...]] = {
         "collector-pvc.yaml",
         "collector-deployment.yaml",
         "collector-service.yaml",
+        "networkpolicy.yaml",  # opt-in: empty in the plain manifests
     ),
     "deploy/collector/actions-rbac.yaml": ("actions-rbac.yaml",),
     "deploy/prometheus-operator/monitoring.yaml": ("servicemonitors.yaml",),

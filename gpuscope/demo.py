@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import shlex
 import shutil
+import socket
 import sys
 import tempfile
 import threading
@@ -29,7 +30,7 @@ from gpuscope.agent.sim import scenario_clock
 from gpuscope.analytics.runner import as_json, render_text
 from gpuscope.collector.service import CollectorService, bind_listen
 from gpuscope.core.errors import UserError
-from gpuscope.core.settings import Settings, load_settings
+from gpuscope.core.settings import Settings, load_settings, parse_listen
 from gpuscope.core.timefmt import rfc3339
 from gpuscope.demo_history import fill_history, monday_before
 from gpuscope.demo_parts import (
@@ -107,9 +108,14 @@ def run_demo(
     serve: bool = False,
     seconds: float = 25.0,
     days: float = 7.0,
+    listen: str = "127.0.0.1:8080",
 ) -> int:
     if nodes < 6:
         raise UserError("--nodes must be at least 6")
+    try:
+        host, port = parse_listen(listen)
+    except ValueError as exc:
+        raise UserError(f"--listen {listen}: {exc}") from None
     if not 0 <= days <= 14:
         raise UserError("--days must be between 0 and 14")
     out = out or Path(tempfile.mkdtemp(prefix="gpuscope-demo-"))
@@ -120,6 +126,8 @@ def run_demo(
     db = out / DB_NAME
     if db.exists():
         raise UserError(f"{db} exists already; give another --out (nothing was changed)")
+    # bound now, so a busy address is one line before minutes of simulation, not after
+    sock = bind_listen(host, port, listen) if serve else None
     # Simulated time: the demo's "now" is 00:10 UTC on this week's Monday, so its history
     # ends where a complete ISO week does and the weekly report has that week to tell.
     now0 = monday_before(datetime.now(UTC)) + timedelta(minutes=10)
@@ -143,7 +151,7 @@ def run_demo(
     service: CollectorService | None = None
     sink: AlertSink | None = None
     try:
-        settings = _settings(db, [u for u, _ in servers], "127.0.0.1:8080", out)
+        settings = _settings(db, [u for u, _ in servers], listen, out)
         service = CollectorService(settings, clock=clock)
         if days > 0:
             step(2, f"{days:g} days of history through the store's ingest path, every 5 min")
@@ -173,11 +181,13 @@ def run_demo(
         step(7, "the weekly report of the week that just ended")
         report = _report(service, out, at)
         _print_summary(analyses, alerts, steps, sink, report, db, out, at)
-        if serve:
-            _serve(service)
+        if sock is not None:
+            _serve(service, sock, listen)
     except KeyboardInterrupt:
         pass
     finally:
+        if sock is not None:
+            sock.close()
         if sink is not None:
             sink.close()
         if service is not None:
@@ -293,13 +303,13 @@ def follow_up_lines(db: Path, out: Path, config: Path, html: Path, at: datetime)
     ]
 
 
-def _serve(service: CollectorService) -> None:
-    """Keep scraping and analysing, with the API and /metrics up, until Ctrl-C."""
+def _serve(service: CollectorService, sock: socket.socket, listen: str) -> None:
+    """Keep scraping and analysing, with the API and /metrics up on ``listen`` (``sock``),
+    until Ctrl-C."""
     import uvicorn
 
     from gpuscope.collector.api import create_app
 
-    sock = bind_listen("127.0.0.1", 8080, "127.0.0.1:8080")
     add_analytics(service)
     service.start_jobs()
     server = uvicorn.Server(
@@ -307,7 +317,8 @@ def _serve(service: CollectorService) -> None:
     )
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
-    print("serving: http://127.0.0.1:8080/api/v1/status and /metrics (Ctrl-C to stop)")
+    base = f"http://{listen}"
+    print(f"serving: {base}/api/v1/status and /metrics (Ctrl-C to stop)")
     try:
         threading.Event().wait()
     finally:

@@ -101,9 +101,10 @@ def alerts_router(
         return {"items": items, "total": total, "limit": limit, "offset": offset}
 
     @router.get("/api/v1/silences", dependencies=list(reader))
-    def list_silences(all: bool = False) -> Any:
-        items = store.silences(now(), include_expired=all)
-        return {"items": items, "total": len(items)}
+    def list_silences(all: bool = False, limit: Limit = 100, offset: Offset = 0) -> Any:
+        items = store.silences(now(), include_expired=all)  # a few: paged here
+        return {"items": items[offset : offset + limit], "total": len(items),
+                "limit": limit, "offset": offset}  # fmt: skip
 
     @router.post("/api/v1/silences", dependencies=list(writer), status_code=201)
     def add_silence(body: SilenceIn) -> Any:

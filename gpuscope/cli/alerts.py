@@ -9,6 +9,7 @@ database.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 from pathlib import Path
@@ -51,6 +52,7 @@ def add_alerts_parser(sub: Any, add_logging: Any) -> None:
     add.add_argument("--author", default=os.environ.get("USER", ""), help="who (default $USER)")
     lst = sil_sub.add_parser("list", help="active silences")
     lst.add_argument("--all", action="store_true", help="include expired silences")
+    lst.add_argument("--json", action="store_true", help="the API's answer as JSON")
     exp = sil_sub.add_parser("expire", help="end a silence now")
     exp.add_argument("id", help="the silence's id")
     for p in (add, lst, exp):
@@ -140,6 +142,9 @@ def _silence(args: argparse.Namespace) -> int:
         return 0
     if cmd == "list":
         got = _call("GET", f"{base}/api/v1/silences", headers, params={"all": args.all})
+        if args.json:
+            print(json.dumps(got, indent=2))
+            return 0
         for s in got["items"]:
             matchers = ",".join(s["matchers"])
             print(f"{s['id']}  {s['starts_at']} -> {s['ends_at']}  {matchers}  "

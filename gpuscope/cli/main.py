@@ -217,7 +217,13 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument(
         "--serve",
         action="store_true",
-        help="keep running, with the API and /metrics on 127.0.0.1:8080",
+        help="keep running, with the API and /metrics on --listen",
+    )
+    demo.add_argument(
+        "--listen",
+        metavar="HOST:PORT",
+        default="127.0.0.1:8080",
+        help="where --serve serves the API and /metrics (default 127.0.0.1:8080)",
     )
     _add_logging(demo)
 
@@ -426,7 +432,12 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     from gpuscope.demo import run_demo
 
     return run_demo(
-        out=args.out, nodes=args.nodes, serve=args.serve, seconds=args.seconds, days=args.days
+        out=args.out,
+        nodes=args.nodes,
+        serve=args.serve,
+        seconds=args.seconds,
+        days=args.days,
+        listen=args.listen,
     )
 
 

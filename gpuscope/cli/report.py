@@ -6,6 +6,7 @@ Kept apart from gpuscope/cli/main.py so the report's flags live beside the code 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 from datetime import UTC, datetime
 from pathlib import Path
@@ -34,6 +35,11 @@ def add_report_parser(sub: Any) -> None:
         help="ISO week in UTC, e.g. 2025-W10 (default: the last complete week)",
     )
     rep.add_argument("--config", type=Path, help="YAML settings file (report:, analytics:)")
+    rep.add_argument(
+        "--json",
+        action="store_true",
+        help="print what was written (week, files, summary) as one JSON object",
+    )
     rep.add_argument(
         "--log-level",
         default=os.environ.get("GPUSCOPE_LOG_LEVEL", "INFO"),
@@ -71,5 +77,24 @@ def cmd_report(args: argparse.Namespace) -> int:
             result = weekly_report(cur, settings, now=now, week=week, out_dir=args.out)
         finally:
             cur.close()
-    print(result.summary, end="")
+    if args.json:
+        print(json.dumps(_as_json(result), indent=2, default=str))
+    else:
+        print(result.summary, end="")
     return 0
+
+
+def _as_json(result: Any) -> dict[str, Any]:
+    """What ``--json`` prints: the week, the files written, the cluster table's numbers
+    (metric -> this week, previous week, change) and the notes, for scripts."""
+    report = result.report
+    cluster = report.tables["cluster"].to_dicts() if "cluster" in report.tables else []
+    return {
+        "week": report.week.label,
+        "directory": str(result.directory),
+        "html": str(result.html),
+        "files": sorted(str(p) for p in result.directory.iterdir() if p.is_file()),
+        "cluster": {row.pop("metric"): row for row in cluster},
+        "notes": list(report.notes),
+        "summary": result.summary,
+    }

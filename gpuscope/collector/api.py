@@ -113,6 +113,11 @@ def create_app(state: ApiState) -> FastAPI:
         version=__version__,
         description="GPU cluster utilization, inventory, findings and actions.",
         default_response_class=TimesJSONResponse,  # every time RFC 3339 with Z
+        # FastAPI's /docs and /redoc pages load their scripts from a public CDN: blank in an
+        # air-gapped cluster, and a third-party fetch from an operator's browser. Off; the
+        # OpenAPI document stays at /openapi.json for any local viewer (docs/api.md).
+        docs_url=None,
+        redoc_url=None,
     )
     app.add_middleware(BodyLimit)
     app.add_exception_handler(RequestValidationError, validation_error)  # no 500 for NaN

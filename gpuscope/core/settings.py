@@ -90,7 +90,13 @@ class WorkloadSettings(_Section):
     #: with none is owned by its controller (``StatefulSet/nb-user05``). Idle findings and
     #: the alerts built on them carry it, for routing.
     owner_label_keys: list[str] = Field(
-        default_factory=lambda: ["gpuscope.io/owner", "hub.jupyter.org/username", "owner", "user"]
+        default_factory=lambda: [
+            "gpuscope.io/owner",
+            "app.kubernetes.io/owner",
+            "hub.jupyter.org/username",
+            "owner",
+            "user",
+        ]
     )
 
 
@@ -411,8 +417,13 @@ class ReportSettings(_Section):
     schedule_hour: int = Field(default=7, ge=0, le=23)
     #: Each week's report goes in ``<out_dir>/<YYYY-Www>/``.
     out_dir: Path = Path("reports")
-    #: Cost per GPU-hour; money columns appear only when this is set.
+    #: Cost per GPU-hour. Unset: an estimate from the cluster's GPU models
+    #: (gpuscope/core/gpu_prices.py, overridden per model by ``gpu_hour_prices``), which
+    #: the report labels as one; no money at all with ``estimate_cost: false``.
     price_per_gpu_hour: float | None = Field(default=None, ge=0)
+    #: Price per GPU-hour by model name fragment (``H100: 3.2``), over the defaults.
+    gpu_hour_prices: dict[str, float] = Field(default_factory=dict)
+    estimate_cost: bool = True
     currency: str = "USD"
     #: A link (Grafana) the chat summary points to, besides the report file.
     dashboard_url: str = ""

@@ -20,7 +20,7 @@ TIME_KEYS = frozenset(
         "since", "observed_at", "resolved_at", "idle_since", "waiting_since", "as_of",
         "last_scrape", "last_success", "start_time", "start", "end", "ts",
         "starts_at", "ends_at", "created_at", "updated_at", "active_since", "fired_at",
-        "last_notified_at", "due_at", "valid_from", "valid_to", "data_until",
+        "last_notified_at", "due_at", "valid_from", "valid_to", "data_until", "at",
     }
 )  # fmt: skip
 #: Numbers below this (1 Jan 2001) under a time key are not Unix times; left alone.

@@ -269,6 +269,10 @@ def test_silence_cli(served, monkeypatch: pytest.MonkeyPatch, capsys) -> None:  
     assert main(["alerts", "silence", "list", *args]) == 0
     out = capsys.readouterr().out
     assert sid in out and "upgrade" in out and "alertname=~Idle.*" in out
+    assert main(["alerts", "silence", "list", "--json", *args]) == 0  # for scripts
+    listed = json.loads(capsys.readouterr().out)
+    assert [s["id"] for s in listed["items"]] == [sid]
+    assert listed["items"][0]["matchers"] == ["alertname=~Idle.*", "namespace=cv"]
     assert main(["alerts", "silence", "expire", sid, *args]) == 0
     assert "expired" in capsys.readouterr().out
     assert main(["alerts", "silence", "expire", "nope", *args]) == 2

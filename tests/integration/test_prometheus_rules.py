@@ -259,3 +259,64 @@ def test_dcgm_compat_rules_give_dcgm_exporter_names_per_workload(tmp_path: Path)
     out = subprocess.run([_promtool(), "test", "rules", str(test_file)], capture_output=True,
                          text=True)  # fmt: skip
     assert out.returncode == 0, out.stdout + out.stderr
+
+
+#: What NVIDIA's DCGM dashboard (grafana.com 12239, dcgm-exporter's grafana/ folder) reads,
+#: written down here as the metric, the labels its queries filter and group on, and the
+#: value one GPU's inputs below must give in the metric's unit. Its variables list hosts and
+#: GPUs with label_values over DCGM_FI_DEV_FB_FREE (Hostname, then gpu).
+DCGM_DASHBOARD = {
+    "DCGM_FI_DEV_FB_FREE": 3072,  # MiB: 4 GiB total, 1 GiB used
+    "DCGM_FI_DEV_GPU_TEMP": 41,
+    "DCGM_FI_DEV_POWER_USAGE": 300,
+    "DCGM_FI_DEV_SM_CLOCK": 1980,  # MHz
+    "DCGM_FI_PROF_GR_ENGINE_ACTIVE": 0.75,
+    "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE": 0.5,
+    "DCGM_FI_DEV_FB_USED": 1024,  # MiB
+}
+DCGM_DASHBOARD_TESTS = """
+rule_files: [{rules}]
+evaluation_interval: 1m
+tests:
+  - interval: 1m
+    input_series:
+      - series: 'gpuscope_gpu_info{{node="n1",gpu="0",uuid="GPU-a",mig_instance="",model="NVIDIA H100"}}'
+        values: '1x5'
+      - series: 'gpuscope_gpu_memory_total_bytes{{node="n1",gpu="0",uuid="GPU-a",mig_instance=""}}'
+        values: '4294967296x5'
+      - series: 'gpuscope_gpu_memory_used_bytes{{node="n1",gpu="0",uuid="GPU-a",mig_instance=""}}'
+        values: '1073741824x5'
+      - series: 'gpuscope_gpu_temperature_celsius{{node="n1",gpu="0",uuid="GPU-a",mig_instance=""}}'
+        values: '41x5'
+      - series: 'gpuscope_gpu_power_watts{{node="n1",gpu="0",uuid="GPU-a",mig_instance=""}}'
+        values: '300x5'
+      - series: 'gpuscope_gpu_sm_clock_hertz{{node="n1",gpu="0",uuid="GPU-a",mig_instance=""}}'
+        values: '1980000000x5'
+      - series: 'gpuscope_gpu_utilization_ratio{{node="n1",gpu="0",uuid="GPU-a",mig_instance=""}}'
+        values: '0.75x5'
+      - series: 'gpuscope_gpu_tensor_active_ratio{{node="n1",gpu="0",uuid="GPU-a",mig_instance=""}}'
+        values: '0.5x5'
+    promql_expr_test:
+{cases}
+"""
+
+
+def test_nvidias_dcgm_dashboard_finds_every_panels_metric(tmp_path: Path) -> None:
+    """Issue 24: the DCGM dashboard lists hosts from DCGM_FI_DEV_FB_FREE by Hostname and
+    reads SM clocks and GR engine activity, which were not recorded, so it showed nothing.
+    Every metric its panels and variables read is now recorded with Hostname and gpu, in
+    dcgm-exporter's units."""
+    cases = "".join(
+        f"""      - expr: max by (Hostname, gpu) ({name}{{Hostname=~"n1", gpu=~"0"}})
+        eval_time: 2m
+        exp_samples:
+          - labels: '{{Hostname="n1",gpu="0"}}'
+            value: {value}
+"""
+        for name, value in DCGM_DASHBOARD.items()
+    )
+    test_file = tmp_path / "dcgm_dashboard_test.yaml"
+    test_file.write_text(DCGM_DASHBOARD_TESTS.format(rules=COMPAT, cases=cases))
+    out = subprocess.run([_promtool(), "test", "rules", str(test_file)], capture_output=True,
+                         text=True)  # fmt: skip
+    assert out.returncode == 0, out.stdout + out.stderr

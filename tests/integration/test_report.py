@@ -218,12 +218,31 @@ def test_actions_and_the_gpu_hours_they_freed(report: WeeklyReport) -> None:
     assert report.tables["actions"]["id"].to_list() == ["a1", "a2", "a3"]
 
 
-def test_cost_only_with_a_price(db: Path, report: WeeklyReport) -> None:
+def test_cost_at_the_sites_price_else_an_estimate_said_to_be_one(
+    db: Path, report: WeeklyReport
+) -> None:
+    """The site's price wins. Without one (issue 24: no money anywhere unless a price was
+    configured) the report prices the week at gpuscope's default for the cluster's GPU
+    models and says it is an estimate; `estimate_cost: false` shows no money at all."""
+    from gpuscope.analytics.report.html import render_html
+    from gpuscope.core.gpu_prices import estimated_price
+
     assert report.metric("idle_cost") == pytest.approx(180 * 2.5)
     assert report.metric("allocated_cost") == pytest.approx(636 * 2.5)
+    assert not report.price_is_estimate and "an estimate" not in render_html(report)
+    with Store.open(db, read_only=True) as store:
+        models = dict(store.cursor().sql(
+            "SELECT record->>'gpu_model', sum(TRY_CAST(record->>'allocatable_gpus' AS DOUBLE))"
+            " FROM inventory_nodes WHERE valid_to IS NULL GROUP BY ALL").fetchall())  # fmt: skip
+    price = estimated_price(models)
+    assert price is not None and price > 0
     plain = _report(db)
-    assert plain.metric("idle_cost") is None
-    assert not any("cost" in c for df in plain.tables.values() for c in df.columns)
+    assert plain.price_is_estimate and plain.price_per_gpu_hour == pytest.approx(price)
+    assert plain.metric("idle_cost") == pytest.approx(180 * price)
+    assert "an estimate" in render_html(plain)
+    off = _report(db, Settings.model_validate({"report": {"estimate_cost": False}}))
+    assert off.metric("idle_cost") is None
+    assert not any("cost" in c for df in off.tables.values() for c in df.columns)
 
 
 def _scrape_raw(store: Store) -> None:
@@ -292,6 +311,34 @@ def test_cli_writes_a_self_contained_page_a_summary_and_every_table(
         csv = pl.read_csv(folder / "tables" / f"{name}.csv")
         parquet = pl.read_parquet(folder / "tables" / f"{name}.parquet")
         assert csv.height == parquet.height and csv.columns == parquet.columns, name
+
+
+def test_cli_json_names_the_week_the_files_and_the_numbers(db: Path, tmp_path: Path) -> None:
+    """`report weekly --json`: one JSON object on stdout, for scripts, naming the files it
+    wrote and the cluster numbers the page shows."""
+    res = _cli("--db", str(db), "--out", str(tmp_path / "out"), "--week", "2025-W10", "--json")
+    assert res.returncode == 0, res.stderr
+    got = json.loads(res.stdout)
+    folder = tmp_path / "out" / "2025-W10"
+    assert got["week"] == "2025-W10" and got["html"] == str(folder / "report.html")
+    assert str(folder / "summary.md") in got["files"]
+    assert got["summary"] == (folder / "summary.md").read_text()
+    assert got["cluster"]["allocated_gpu_hours"]["this_week"] > 0
+
+
+def test_tiles_read_as_words_with_or_without_a_previous_week(report: WeeklyReport) -> None:
+    """Issue 24: the tiles read "GPU-hours allocated (—)" when the previous week had no data;
+    now the change is said in words when there is one, and left out when there is none."""
+    from gpuscope.analytics.report.html import render_html
+
+    with_change = render_html(report)
+    assert "on the previous week)</span>" in with_change and "(—)" not in with_change
+    cluster = report.tables["cluster"].with_columns(
+        pl.lit(None).alias("previous_week"), pl.lit(None).alias("change")
+    )
+    first = render_html(replace(report, tables={**report.tables, "cluster": cluster}))
+    assert "<span>GPU-hours allocated</span>" in first and "<span>efficiency</span>" in first
+    assert "(—)" not in first
 
 
 @pytest.mark.parametrize(

@@ -57,6 +57,8 @@ from gpuscope.analytics.report.week import Week
 from gpuscope.analytics.report.whatif import whatif_over
 from gpuscope.collector.schema import GET_META
 from gpuscope.collector.store import utc
+from gpuscope.core.gpu_prices import estimated_price
+from gpuscope.core.owners import pod_owner
 from gpuscope.core.settings import Settings
 
 EPOCH = datetime(1970, 1, 1)
@@ -97,11 +99,25 @@ class WeeklyReport:
     #: What the What-if section must say besides its table (a subset replayed, or why
     #: nothing was); empty when every policy was replayed.
     whatif_note: str = ""
+    #: The price is gpuscope's default for the cluster's GPU models (no site price set).
+    price_is_estimate: bool = False
 
     def metric(self, name: str, column: str = "this_week") -> Any:
         """A value of the cluster table (``column``: this_week, previous_week, change)."""
         row = self.tables["cluster"].filter(pl.col("metric") == name)
         return row[column][0] if row.height else None
+
+
+def _with_owner(pods: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
+    """``owner`` from each pod's owner label (the first of ``keys`` it has), else its
+    controller (``StatefulSet/nb-user05``), else empty; the columns it came from dropped."""
+    owners = [
+        pod_owner(labels, keys, kind, name)
+        for labels, kind, name in pods.select("pod_labels", "owner_kind", "owner_name").iter_rows()
+    ]
+    return pods.drop("pod_labels", "owner_kind", "owner_name").with_columns(
+        pl.Series("owner", owners, dtype=pl.String)
+    )
 
 
 def build_report(
@@ -129,10 +145,15 @@ def build_report(
     run(con, Q["create_held"], **params)
     try:
         hourly = frame(con, Q["hourly_use"], **params)
-        pods = frame(con, Q["pods"], **params)
+        pods = _with_owner(frame(con, Q["pods"], **params), settings.workloads.owner_label_keys)
     finally:
         con.execute("DROP TABLE IF EXISTS report_held")
     capacity = frame(con, Q["capacity"], **params)
+    estimated = price is None and rs.estimate_cost
+    if estimated:
+        models = frame(con, Q["gpu_models"], **params)
+        price = estimated_price(dict(models.iter_rows()), rs.gpu_hour_prices)
+        estimated = price is not None
     guarantees = frame(con, Q["guarantees"], **params)
     ib = frame(con, Q["ib_hot_ports"], **params)
     actions = frame(con, Q["actions"], **params)
@@ -242,11 +263,12 @@ def build_report(
         generated_at=now,
         idle_threshold=an.idle_utilization_below,
         price_per_gpu_hour=price,
-        currency=rs.currency,
+        currency="USD" if estimated else rs.currency,
         dashboard_url=rs.dashboard_url,
         tables=tables,
         notes=tuple(notes),
         whatif_note=whatif_note,
+        price_is_estimate=estimated,
     )
 
 

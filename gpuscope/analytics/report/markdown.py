@@ -65,7 +65,9 @@ def render_markdown(report: WeeklyReport, html: Path | None = None) -> str:
         lines.append(
             f"- Cost: {fmt('cost', report.metric('allocated_cost'))} allocated, "
             f"{fmt('cost', report.metric('idle_cost'))} of it on idle GPUs"
-        )
+            + (" (estimate: default price per GPU model; set report.price_per_gpu_hour)"
+               if report.price_is_estimate else "")
+        )  # fmt: skip
     lines += [f"- ⚠ {note}" for note in report.notes]
     idle = report.tables["idle_sessions"].head(TOP)
     if idle.height:

@@ -211,15 +211,11 @@ FROM per_pod AS x JOIN pods AS p USING (pid);
 
 -- name: pods
 -- What the report says about each pod held in the week: kind, nodes, GPUs held (shares
--- over its distinct GPUs) and who owns it: an owner label, else its controller.
+-- over its distinct GPUs) and what names its owner: its labels (as JSON text) and its
+-- controller; gpuscope/analytics/report/data.py picks the owner (workloads.owner_label_keys).
 WITH owners AS (
-    SELECT key,
-           coalesce(record->'labels'->>'gpuscope.io/owner',
-                    record->'labels'->>'hub.jupyter.org/username',
-                    record->'labels'->>'owner',
-                    record->'labels'->>'user',
-                    nullif(coalesce(record->>'owner_kind', '') || '/'
-                           || coalesce(record->>'owner_name', ''), '/')) AS owner
+    SELECT key, CAST(record->'labels' AS VARCHAR) AS pod_labels,
+           record->>'owner_kind' AS owner_kind, record->>'owner_name' AS owner_name
     FROM inventory_pods
     WHERE valid_from < $end AND (valid_to IS NULL OR valid_to > $start)
     QUALIFY row_number() OVER (PARTITION BY key ORDER BY valid_from DESC) = 1
@@ -237,12 +233,25 @@ SELECT h.namespace, h.pod, any_value(h.project) AS project,
        string_agg(DISTINCT h.node, ',' ORDER BY h.node) AS nodes,
        any_value(g.gpus) AS gpus,
        min(h.s) AS first_held, max(h.e) AS last_held,
-       coalesce(any_value(o.owner), '') AS owner
+       any_value(o.pod_labels) AS pod_labels, any_value(o.owner_kind) AS owner_kind,
+       any_value(o.owner_name) AS owner_name
 FROM report_held AS h
 JOIN gpus AS g USING (namespace, pod)
 LEFT JOIN owners AS o ON o.key = h.namespace || '/' || h.pod
 WHERE h.e > $start
 GROUP BY h.namespace, h.pod;
+
+-- name: gpu_models
+-- GPUs per model on the week's nodes (each node's last version in the week): what the
+-- estimated price per GPU-hour weighs when the site has set none.
+SELECT coalesce(record->>'gpu_model', '') AS model,
+       sum(coalesce(TRY_CAST(record->>'allocatable_gpus' AS DOUBLE), 0)) AS gpus
+FROM (
+    SELECT record FROM inventory_nodes
+    WHERE valid_from < $end AND (valid_to IS NULL OR valid_to > $start)
+    QUALIFY row_number() OVER (PARTITION BY key ORDER BY valid_from DESC) = 1
+)
+GROUP BY ALL;
 
 -- name: capacity
 -- GPUs the nodes offered (allocatable whole GPUs) per hour of [$lo, $end), from the

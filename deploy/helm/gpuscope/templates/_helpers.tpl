@@ -1,7 +1,24 @@
-{{/* Names start with fullnameOverride ("gpuscope"), not the release name: the rules and
-dashboards name the jobs gpuscope-agent and gpuscope-collector. */}}
+{{/* Names come from the release, as Helm's convention has it: fullnameOverride if set,
+else the release name where it contains "gpuscope" (release gpuscope: gpuscope-agent...),
+else <release>-gpuscope. Two releases (staging beside production) never share a name, the
+cluster-scoped ones included. The scrape jobs take the same names, and the PrometheusRule's
+job selectors follow them (gpuscope.rulesText). */}}
 {{- define "gpuscope.fullname" -}}
-{{- .Values.fullnameOverride | default .Chart.Name | trunc 50 | trimSuffix "-" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 50 | trimSuffix "-" -}}
+{{- else if contains .Chart.Name .Release.Name -}}
+{{- .Release.Name | trunc 50 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 50 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The alerting rules' text with their job selectors naming this release's jobs: the
+rules file says job="gpuscope-agent" and job="gpuscope-collector". */}}
+{{- define "gpuscope.rulesText" -}}
+{{- .Files.Get "files/rules/gpuscope-rules.yaml"
+    | replace "job=\"gpuscope-agent\"" (printf "job=\"%s\"" (include "gpuscope.agentName" .))
+    | replace "job=\"gpuscope-collector\"" (printf "job=\"%s\"" (include "gpuscope.collectorName" .)) -}}
 {{- end -}}
 
 {{- define "gpuscope.agentName" -}}
