@@ -8,6 +8,7 @@ components (the alerts engine, the actions runner) with demo settings.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import threading
 from collections.abc import Callable
@@ -29,7 +30,7 @@ from gpuscope.collector.inventory_records import (
 )
 from gpuscope.collector.service import CollectorService
 from gpuscope.sim import SimulatedCluster
-from gpuscope.sim.kube import nodes_json, pods_json, quotas_json
+from gpuscope.sim.kube import nodes_json, pod_json, quotas_json
 
 Clock = Callable[[], float]
 
@@ -74,22 +75,52 @@ def stop_agents(servers: list[AgentHttpServer]) -> None:
 
 
 def record_simulated_inventory(
-    service: CollectorService, cluster: SimulatedCluster, at: float, origin: float
+    service: CollectorService,
+    cluster: SimulatedCluster,
+    at: float,
+    origin: float,
+    *,
+    pods_only: bool = False,
 ) -> None:
     """What a Kubernetes API server would list for this cluster at ``at`` (Unix time),
-    parsed as the real one is; ``origin`` is the scenario's origin in Unix time."""
-    node_objs = nodes_json(cluster, origin=origin)["items"]
-    nodes = {n["metadata"]["name"]: node_from_json(n) for n in node_objs}
-    pods = [
-        pod_from_json(
-            p, node=nodes.get(p["spec"].get("nodeName", "")), settings=service.settings.workloads
-        )
-        for p in pods_json(cluster, at - origin, origin=origin)["items"]
-    ]
-    quotas = [quota_from_clusterqueue(q) for q in quotas_json(cluster)["items"]]
+    parsed as the real one is; ``origin`` is the scenario's origin in Unix time.
+    ``pods_only`` leaves the nodes and quotas as last recorded (they do not change).
+
+    A pod's parsed record is computed once per state (Pending, Running) and kept: the
+    demo's history lists a steady-state cluster every 15 minutes of a week."""
+    cache = _PARSED.setdefault(id(cluster), {})
+    nodes = cache.get("nodes")
+    if nodes is None:
+        node_objs = nodes_json(cluster, origin=origin)["items"]
+        nodes = cache["nodes"] = {n["metadata"]["name"]: node_from_json(n) for n in node_objs}
+    t = at - origin
+    pods: list[dict[str, Any]] = []
+    for pod in cluster.pods:
+        if not cluster.is_listed(pod, t):
+            continue
+        key = (pod.uid, pod.node is not None and t >= pod.start)
+        record = cache.get(key)
+        if record is None:
+            obj = pod_json(cluster, pod, origin=origin, t=t)
+            info = pod_from_json(
+                obj, node=nodes.get(obj["spec"].get("nodeName", "")),
+                settings=service.settings.workloads,
+            )  # fmt: skip
+            record = cache[key] = dataclasses.asdict(info)
+        pods.append(record)
+    quotas = None
+    if not pods_only:
+        quotas = [quota_from_clusterqueue(q) for q in quotas_json(cluster)["items"]]
     service.store.record_inventory(
-        datetime.fromtimestamp(at, UTC), nodes=list(nodes.values()), pods=pods, quotas=quotas
+        datetime.fromtimestamp(at, UTC),
+        nodes=None if pods_only else list(nodes.values()),
+        pods=pods,
+        quotas=quotas,
     )
+
+
+#: Parsed inventory records per simulated cluster (by id), for record_simulated_inventory.
+_PARSED: dict[int, dict[Any, Any]] = {}
 
 
 class AlertSink:

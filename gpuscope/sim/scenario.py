@@ -8,6 +8,7 @@ time. Tests and benchmarks write small scenarios that plant exactly what they ne
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import Literal
 
@@ -96,6 +97,8 @@ class WorkloadSpec(_Spec):
     gpu_indices: tuple[int, ...] = ()
     start: float = 0.0
     end: float | None = None
+    #: When it was submitted, if it waited (Pending) for room before ``start``.
+    arrival: float | None = None
     #: Never scheduled: a pending job that waits for room.
     pending: bool = False
     #: Mean GPU utilization while busy (0..1).
@@ -181,8 +184,20 @@ def load_scenario(path: Path) -> Scenario:
         raise ConfigError(f"scenario file {path}: {where}: {err['msg']}") from None
 
 
-def default_scenario(nodes: int = 32, seed: int = 42) -> Scenario:
+#: Where the default scenario's time 0 falls in its week (seconds since Monday 00:00 UTC):
+#: the demo's "now" is 00:10 on a Monday, its live part starting 6 hours after time 0.
+DEFAULT_WEEK_PHASE = 7 * DAY - 6 * HOUR + 600
+
+
+@functools.lru_cache(maxsize=8)  # a frozen model; the background takes a second or two
+def default_scenario(nodes: int = 32, seed: int = 42, *, steady: bool = True) -> Scenario:
     """The demo's cluster: 32 × 8 H100 with 8 × 400G IB rails each, four projects.
+
+    With ``steady`` (the default) the cluster runs full from ten days before time 0 to
+    half an hour before its live part: training jobs that come and go (openb's sizes and
+    spread of durations), notebooks with working hours, inference that scales with the
+    day (:mod:`gpuscope.sim.steady`), about 85 % of its GPUs allocated; the planted
+    problems below are there on top, and alone at the end.
 
     What it plants, so that every detector has something true to find:
     - ``nlp`` trains across 8 nodes (64 GPUs) over its 48-GPU guarantee while ``vision``
@@ -297,7 +312,7 @@ def default_scenario(nodes: int = 32, seed: int = 42) -> Scenario:
         )
     used_by_vision = sum(5 + (j % 3) for j in range(len(sweep_nodes)))
     faults = (Fault(kind="ib_errors", node=names[-1], port=3, per_hour=240.0),)
-    return Scenario(
+    planted = Scenario(
         name="default",
         seed=seed,
         nodes=node_specs,
@@ -310,3 +325,14 @@ def default_scenario(nodes: int = 32, seed: int = 42) -> Scenario:
         workloads=tuple(workloads),
         faults=faults,
     )
+    if not steady:
+        return planted
+    from gpuscope.sim.steady import steady_workloads  # it builds on this module's types
+
+    background = steady_workloads(
+        planted,
+        start=-10 * DAY,
+        cutoff=planted.live_offset - 1800,
+        phase=DEFAULT_WEEK_PHASE,
+    )
+    return planted.model_copy(update={"workloads": (*planted.workloads, *background)})

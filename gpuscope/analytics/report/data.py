@@ -94,6 +94,7 @@ class WeeklyReport:
     #: What the What-if section must say besides its table (a subset replayed, or why
     #: nothing was); empty when every policy was replayed.
     whatif_note: str = ""
+    whatif_verdict: str = ""
 
     def metric(self, name: str, column: str = "this_week") -> Any:
         """A value of the cluster table (``column``: this_week, previous_week, change)."""
@@ -134,7 +135,7 @@ def build_report(
     ib = frame(con, Q["ib_hot_ports"], **params)
     actions = frame(con, Q["actions"], **params)
     fragmentation = fragmentation_over(con, week, an)
-    whatif, whatif_allocation, whatif_note = whatif_over(con, week, an)
+    whatif, whatif_allocation, whatif_note, whatif_verdict = whatif_over(con, week, an)
 
     start = pl.lit(week.start).cast(pl.Datetime("us"))
     hourly = hourly.with_columns(pl.col("hour").cast(pl.Datetime("us")))
@@ -241,6 +242,7 @@ def build_report(
         tables=tables,
         notes=tuple(notes),
         whatif_note=whatif_note,
+        whatif_verdict=whatif_verdict,
     )
 
 
