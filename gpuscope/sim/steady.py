@@ -16,19 +16,23 @@ test data, not read at run time):
   0.6 of a GPU, simulated as 0.25, 0.5 and 0.75 (:data:`FRACTIONS`);
 - duration: log-normal, with openb's spread (the standard deviation of log duration is
   1.88) but a median of :data:`MEDIAN_HOURS` instead of openb's 10 minutes, so that a week
-  at 85 % of a 256-GPU cluster takes about two thousand pods (the demo replays every one of
+  at 85 % of a 256-GPU cluster takes about 2,300 pods (the demo replays every one of
   them under every policy and several seeds), cut at :data:`LONGEST_HOURS`.
 
 How: a small event loop, seeded, over the scenario's own placement. The planted workloads
 are placed first (by :class:`~gpuscope.sim.cluster.SimulatedCluster`, as always); the loop
-then keeps the cluster's demand (running and queued GPUs) at ``target`` of its capacity:
-when jobs end or the planted load falls, new jobs arrive; each waits in a queue (Pending)
-until a node has room over its whole run, where the default scheduler's LeastAllocated
-rule would put it (the node with the most free GPUs), fractions packed onto GPUs already
-shared. The result is ordinary :class:`~gpuscope.sim.scenario.WorkloadSpec` records with
-their node, GPU indices, start, end and arrival: the simulator places them exactly there.
-Nothing runs past ``cutoff``, so the planted state at the end (the fragmentation the
-4-GPU job is blocked by, the quota story) is the scenario's own.
+then keeps the cluster's demand (running and recently queued GPUs) at ``target`` of its
+capacity: when jobs end or the planted load falls, new jobs arrive; each waits in a queue
+(Pending) until a node has room, where the default scheduler's LeastAllocated rule would
+put it (the node with the most free GPUs), fractions packed onto GPUs already shared. A
+job ends early where a planted workload takes one of its GPUs later. A multi-GPU job that
+has waited two hours gets a node kept for it (no new job starts there until it does), as
+gang schedulers do, so it waits hours (up to a few days behind long jobs), not forever:
+spreading makes big jobs wait, which is what the what-if then has to tell. The result is
+ordinary :class:`~gpuscope.sim.scenario.WorkloadSpec` records with their node, GPU
+indices, start, end and arrival: the simulator places them exactly there. Nothing runs
+past ``cutoff``, so the planted state at the end (the fragmentation the 4-GPU job is
+blocked by, the quota story) is the scenario's own.
 """
 
 from __future__ import annotations
@@ -58,6 +62,10 @@ SHORTEST_HOURS = 0.5
 LONGEST_HOURS = 4 * 24.0
 #: The loop's step: arrivals and starts happen within these.
 TICK = 600.0
+#: A multi-GPU job that has waited this long gets a node kept for it (at most
+#: MAX_RESERVED at once).
+RESERVE_AFTER = 2 * HOUR
+MAX_RESERVED = 2
 WEEK = 7 * DAY
 
 
@@ -150,6 +158,8 @@ class _Loop:
                 self.planted.append((pod.start, end, a.share))
         self.running: list[tuple[float, float]] = []  # (end, demand) of started jobs
         self._views: dict[str, tuple[list[float], list[float]]] = {}
+        #: node -> the job it is kept for (a big job that has waited too long)
+        self.reserved: dict[str, str] = {}
 
     def planted_at(self, t: float) -> float:
         return sum(share for s, e, share in self.planted if s <= t < e)
@@ -177,6 +187,8 @@ class _Loop:
         its GPUs later (its end, the third value)."""
         best: tuple[float, str, tuple[int, ...], float] | None = None
         for node in self.nodes:
+            if self.reserved.get(node, job.name) != job.name:
+                continue
             taken, nxt = self.view(node, t)
             whole = [i for i, x in enumerate(taken) if x <= 1e-9]
             if job.fraction >= 1:
@@ -193,11 +205,32 @@ class _Loop:
         if best is None:
             return None
         _, node, indices, until = best
+        self.reserved = {n: j for n, j in self.reserved.items() if j != job.name}
         end = min(end, until)
         for i in indices:
             self.slots[node][i].uses.append((begin, end, job.fraction))
         self._views.pop(node, None)
         return node, indices, end
+
+    def reserve(self, job: _Job, t: float) -> None:
+        """Keep a node for ``job`` from now on (no one else starts there): the one where
+        enough GPUs are free soonest, as gang schedulers (Kueue, KAI) do for a job that
+        has waited too long, so a big job waits hours, not forever."""
+        if job.name in self.reserved.values() or len(self.reserved) >= MAX_RESERVED:
+            return
+        ready: dict[str, float] = {}
+        for n in self.nodes:
+            if n in self.reserved or len(self.slots[n]) < job.gpus:
+                continue
+            # when each GPU's current holders are done (a planted holder that comes later
+            # only cuts the job short, as placing it does)
+            free_at = sorted(max((u[1] for u in s.uses if u[0] <= t), default=t)
+                             for s in self.slots[n])  # fmt: skip
+            ready[n] = free_at[job.gpus - 1]
+        if ready:
+            node = min(ready, key=lambda n: (ready[n], n))
+            if ready[node] < math.inf:
+                self.reserved[node] = job.name
 
     def prune(self, t: float) -> None:
         self._views.clear()
@@ -250,15 +283,15 @@ def steady_workloads(
             begin = max(t, job.arrival)
             end = min(begin + job.duration, cutoff)
             got = None
-            if (
-                begin < cutoff
-                and job.arrival < t + TICK
-                and not (job.fraction >= 1 and job.gpus >= too_big)
-            ):
+            kept = job.name in loop.reserved.values()
+            hopeless = job.fraction >= 1 and job.gpus >= too_big and not kept
+            if begin < cutoff and job.arrival < t + TICK and not hopeless:
                 got = loop.place(job, t, begin, end)
             if got is None:
-                if job.fraction >= 1:
+                if job.fraction >= 1 and not kept:
                     too_big = min(too_big, job.gpus)
+                if job.gpus >= 2 and t - job.arrival >= RESERVE_AFTER:
+                    loop.reserve(job, t)
                 waiting.append(job)
                 continue
             node, indices, end = got

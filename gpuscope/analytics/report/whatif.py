@@ -35,6 +35,7 @@ import polars as pl
 
 from gpuscope.analytics.report.week import Week
 from gpuscope.analytics.whatif.history import History, read_history
+from gpuscope.analytics.whatif.inputs import FIRST_SEED
 from gpuscope.analytics.whatif.policies import POLICIES
 from gpuscope.analytics.whatif.week import WEEK_SEEDS, WindowReplay, replay_history
 from gpuscope.core.settings import AnalyticsSettings
@@ -181,6 +182,8 @@ def whatif_over(
     hours = _hours(week)
     series = []
     for r in replayed.results:
+        if r.seed != FIRST_SEED:  # the chart draws the week as stored
+            continue
         times = [s.time for s in r.timeline]
         values = [s.allocated_gpus for s in r.timeline]
         series += [

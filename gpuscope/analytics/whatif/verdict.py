@@ -35,8 +35,8 @@ MIN_JOBS_SHARE = 0.01
 MIN_QUEUED_SHARE = 0.02
 #: (measure, +1 when more is better / -1 when less is, how the lead is worded)
 MEASURES: tuple[tuple[str, int, str], ...] = (
-    ("jobs_started", 1, "started {margin:g} more jobs"),
-    ("queued_gpu_hours", -1, "queued {margin:g} fewer GPU-hours"),
+    ("jobs_started", 1, "started {margin} more jobs"),
+    ("queued_gpu_hours", -1, "queued {margin} fewer GPU-hours"),
 )
 
 
@@ -58,6 +58,11 @@ class Verdict:
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def _num(x: float) -> str:
+    """12, 10.3, 4,753: a lead as people read it."""
+    return f"{x:,.0f}" if abs(x) >= 100 else f"{round(x, 1):g}"
 
 
 def _floor(measure: str, runner_up_mean: float) -> float:
@@ -88,11 +93,11 @@ def verdict(results: Sequence[PolicyResult]) -> Verdict:
             spread = max(spreads[p] for p in (*top, below))
             if margin > spread and margin >= _floor(measure, abs(means[below])):
                 names = ", ".join(top[:-1]) + (" and " if len(top) > 1 else "") + top[-1]
-                lead = wording.format(margin=round(margin, 1))
+                lead = wording.format(margin=_num(margin))
                 text = (
                     f"{names} would have {lead} than {below}, the next best, on average "
                     f"over {seeds} replays: more than the spread across them "
-                    f"({round(spread, 1):g})."
+                    f"({_num(spread)})."
                 )
                 return Verdict(True, seeds, text, top[0], below, measure, round(margin, 3),
                                round(spread, 3), tuple(top))  # fmt: skip
