@@ -7,6 +7,7 @@ simulated backend calls). Readings are pure functions of the placement and the t
 
 from __future__ import annotations
 
+import bisect
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -103,11 +104,32 @@ class SimulatedCluster:
         # (start, end, pod) per node, for the readings' "who runs here now" (a steady-state
         # week has a hundred pods a node over time, a handful at once)
         self._spans: dict[str, list[tuple[float, float, SimPod]]] = {}
+        # per GPU (node, index, MIG instance): the work of the pods that held it and ended,
+        # by end time, so energy and traffic counters keep it after they leave
+        done: dict[tuple[str, int, str], list[tuple[float, float, float]]] = {}
         for pod in self.pods:
             if pod.node is not None:
                 self._by_node.setdefault(pod.node, []).append(pod)
                 end = float("inf") if pod.end is None else pod.end
                 self._spans.setdefault(pod.node, []).append((pod.start, end, pod))
+                if pod.end is not None:
+                    work = mean_level_integral(pod.workload, pod.start, pod.start, pod.end)
+                    multi = pod.workload.kind == "training" and pod.workload.gpus > 1
+                    for a in pod.assignments:
+                        key = (pod.node, a.gpu_index, a.mig_instance)
+                        done.setdefault(key, []).append(
+                            (pod.end, work * a.share, work if multi else 0.0)
+                        )
+        self._done: dict[tuple[str, int, str], tuple[list[float], list[float], list[float]]]
+        self._done = {}
+        for key, rows in done.items():
+            rows.sort()
+            ends, work_sum, link_sum = [], [0.0], [0.0]
+            for end, w, link in rows:
+                ends.append(end)
+                work_sum.append(work_sum[-1] + w)
+                link_sum.append(link_sum[-1] + link)
+            self._done[key] = (ends, work_sum, link_sum)
 
     # -- identity -------------------------------------------------------------------------
     @property
@@ -324,6 +346,12 @@ class SimulatedCluster:
                     * model.nvlink_bytes_per_second
                     * mean_level_integral(pod.workload, pod.start, pod.start, stop)
                 )
+        finished = self._done.get((node, index, instance))
+        if finished is not None:  # pods that held this GPU and have ended
+            ends, work_sum, link_sum = finished
+            k = bisect.bisect_right(ends, t)
+            integral += work_sum[k]
+            nvlink += 0.3 * model.nvlink_bytes_per_second * link_sum[k]
         util = min(1.0, util)
         mig_parent = bool(instances)
         since_boot = t + BOOT_BEFORE_ORIGIN

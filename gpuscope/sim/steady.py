@@ -307,7 +307,7 @@ def steady_workloads(
 def _pending(job: _Job, cutoff: float) -> WorkloadSpec:
     return WorkloadSpec(
         name=job.name, namespace=job.namespace, kind=job.kind, gpus=job.gpus,
-        gpu_fraction=min(1.0, job.fraction), start=round(job.arrival, 3), end=cutoff,
+        gpu_fraction=min(1.0, job.fraction), start=math.floor(job.arrival), end=cutoff,
         pending=True, utilization=round(job.utilization, 3),
     )  # fmt: skip
 
@@ -323,9 +323,10 @@ def _spec(job: _Job, got: tuple[str, tuple[int, ...]], begin: float, end: float)
         gpu_fraction=min(1.0, job.fraction),
         nodes=(node,),
         gpu_indices=indices,
-        start=round(begin, 3),
-        end=round(end, 3),
-        arrival=round(job.arrival, 3) if waited else None,
+        # whole seconds, as Kubernetes keeps times; floors keep every order (no overlap)
+        start=math.floor(begin),
+        end=math.floor(end),
+        arrival=math.floor(job.arrival) if waited else None,
         utilization=round(job.utilization, 3),
         active_seconds=job.active_seconds,
         # CPUs in proportion to the GPU share (a node has 16 cores a GPU): GPUs, not CPUs,
