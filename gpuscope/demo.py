@@ -204,15 +204,16 @@ def _fill_week(
     days: float,
     origin: float,
 ) -> None:
-    """The history, each 6-hour piece after the inventory as the API server would have
-    listed it then (pods come and go over the week)."""
+    """The history, each 30-minute piece after the inventory as the API server would have
+    listed it then (jobs come and go all week: the what-if replays their arrivals and
+    departures; none runs shorter than a piece, so each is listed)."""
     start = end - days * 86_400
-    piece = 6 * 3600.0
+    piece = 1800.0
     bar = _Bar()
 
     def inventory(t: float) -> None:
         if round(t - start) % round(piece) == 0:
-            record_simulated_inventory(service, cluster, t, origin)
+            record_simulated_inventory(service, cluster, t, origin, pods_only=t > start)
 
     fill_history(
         service.store, cluster, dict(zip(cluster.node_names, urls, strict=True)),

@@ -8,6 +8,7 @@ components (the alerts engine, the actions runner) with demo settings.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import threading
 from collections.abc import Callable
@@ -31,8 +32,8 @@ from gpuscope.collector.queue_records import quota_from_clusterqueue
 from gpuscope.collector.service import CollectorService
 from gpuscope.core.kube_objects import objects_from_documents
 from gpuscope.sim import SimulatedCluster
-from gpuscope.sim.dra import dra_json
-from gpuscope.sim.kube import nodes_json, pods_json, quotas_json
+from gpuscope.sim.dra import dra_json, is_dra_pod
+from gpuscope.sim.kube import nodes_json, pod_json, quotas_json
 
 Clock = Callable[[], float]
 
@@ -77,28 +78,72 @@ def stop_agents(servers: list[AgentHttpServer]) -> None:
 
 
 def record_simulated_inventory(
-    service: CollectorService, cluster: SimulatedCluster, at: float, origin: float
+    service: CollectorService,
+    cluster: SimulatedCluster,
+    at: float,
+    origin: float,
+    *,
+    pods_only: bool = False,
 ) -> None:
     """What a Kubernetes API server would list for this cluster at ``at`` (Unix time),
-    parsed as the real one is; ``origin`` is the scenario's origin in Unix time."""
-    node_objs = nodes_json(cluster, origin=origin)["items"]
-    nodes = {n["metadata"]["name"]: node_from_json(n) for n in node_objs}
-    pod_objs = pods_json(cluster, at - origin, origin=origin)["items"]
-    pods = [
-        pod_from_json(
-            p, node=nodes.get(p["spec"].get("nodeName", "")), settings=service.settings.workloads
-        )
-        for p in pod_objs
-    ]
-    quotas = [quota_from_clusterqueue(q) for q in quotas_json(cluster)["items"]]
+    parsed as the real one is; ``origin`` is the scenario's origin in Unix time.
+    ``pods_only`` leaves the nodes and quotas as last recorded (they do not change).
+
+    A pod's parsed record is computed once per state (Pending, Running) and kept: the
+    demo's history lists a steady-state cluster every 15 minutes of a week. The DRA pool's
+    nodes and pods (gpuscope/sim/dra.py) are folded in through its ResourceSlices and
+    claims, as the collector's inventory does (gpuscope/collector/dra_apply.py)."""
+    cache = _PARSED.setdefault(id(cluster), {})
+    nodes = cache.get("nodes")
+    if nodes is None:
+        node_objs = nodes_json(cluster, origin=origin)["items"]
+        nodes = cache["nodes"] = {n["metadata"]["name"]: node_from_json(n) for n in node_objs}
+    t = at - origin
+    objects = objects_from_documents([("sim", dra_json(cluster, t))])
+    pods: list[dict[str, Any]] = []
+    dra_pods: list[Any] = []
+    dra_objs: list[dict[str, Any]] = []
+    for pod in cluster.pods:
+        if not cluster.is_listed(pod, t):
+            continue
+        if objects and is_dra_pod(cluster, pod):  # its GPUs come through its claim
+            obj = pod_json(cluster, pod, origin=origin, t=t)
+            dra_objs.append(obj)
+            dra_pods.append(
+                pod_from_json(
+                    obj, node=nodes.get(obj["spec"].get("nodeName", "")),
+                    settings=service.settings.workloads,
+                )
+            )  # fmt: skip
+            continue
+        key = (pod.uid, pod.node is not None and t >= pod.start)
+        record = cache.get(key)
+        if record is None:
+            obj = pod_json(cluster, pod, origin=origin, t=t)
+            info = pod_from_json(
+                obj, node=nodes.get(obj["spec"].get("nodeName", "")),
+                settings=service.settings.workloads,
+            )  # fmt: skip
+            record = cache[key] = dataclasses.asdict(info)
+        pods.append(record)
     node_list = list(nodes.values())
-    objects = objects_from_documents([("sim", dra_json(cluster, at - origin))])
-    if objects:  # the DRA pool: GPUs through ResourceSlices and claims, counted as any
-        applied = apply_object_set(node_list, pods, pod_objs, objects)
-        node_list, pods = list(applied.nodes), list(applied.pods)
+    if objects:
+        applied = apply_object_set(node_list, dra_pods, dra_objs, objects)
+        node_list = list(applied.nodes)
+        pods += [dataclasses.asdict(p) for p in applied.pods]
+    quotas = None
+    if not pods_only:
+        quotas = [quota_from_clusterqueue(q) for q in quotas_json(cluster)["items"]]
     service.store.record_inventory(
-        datetime.fromtimestamp(at, UTC), nodes=node_list, pods=pods, quotas=quotas
+        datetime.fromtimestamp(at, UTC),
+        nodes=None if pods_only else node_list,
+        pods=pods,
+        quotas=quotas,
     )
+
+
+#: Parsed inventory records per simulated cluster (by id), for record_simulated_inventory.
+_PARSED: dict[int, dict[Any, Any]] = {}
 
 
 class AlertSink:

@@ -58,9 +58,10 @@ def add_whatif_parser(sub: Any, number: Callable[..., Callable[[str], float]]) -
     wi.add_argument(
         "--seeds",
         type=number(int, 1, 100),
-        default=1,
+        default=None,
         metavar="N",
-        help="replays per policy, seeds 42.. (default 1)",
+        help="replays per policy, seeds 42.. (default 1; from a database 3, each after the "
+        "first with arrivals jittered, and a policy is named only beyond their spread)",
     )
     wi.add_argument(
         "--policy",
@@ -104,6 +105,8 @@ def _render(out: dict[str, Any]) -> str:
     lines.append(f"most GPUs allocated: {s['best_policy']}")
     if "most_jobs_policy" in s:
         lines.append(f"most jobs started: {s['most_jobs_policy']}")
+    if "verdict" in s:
+        lines.append(s["verdict"]["text"])
     return "\n".join(lines) + "\n"
 
 
@@ -128,7 +131,7 @@ def _from_db(args: argparse.Namespace, policies: list[str], settings: Any) -> di
     from datetime import UTC, datetime
 
     from gpuscope.analytics.report.week import Week
-    from gpuscope.analytics.whatif.week import replay_window
+    from gpuscope.analytics.whatif.week import WEEK_SEEDS, replay_window
     from gpuscope.cli.common import FIRST_YEAR, LAST_YEAR, open_store
     from gpuscope.core.errors import UserError
 
@@ -149,7 +152,7 @@ def _from_db(args: argparse.Namespace, policies: list[str], settings: Any) -> di
                 week.start,
                 week.end,
                 policies,
-                seeds=int(args.seeds),
+                seeds=WEEK_SEEDS if args.seeds is None else int(args.seeds),
                 drop=args.drop,
                 coverage=settings.analytics.fgd_task_coverage,
             )
@@ -175,8 +178,9 @@ def cmd_whatif(args: argparse.Namespace) -> int:
         out = _from_db(args, policies, settings)
     else:
         workload = read_workload(args.nodes, args.pods, settings, objects=objects_of(args))
+        seeds = 1 if args.seeds is None else int(args.seeds)
         results = run_policies(
-            workload, policies, seeds=int(args.seeds), arrival_share=args.arrivals, drop=args.drop
+            workload, policies, seeds=seeds, arrival_share=args.arrivals, drop=args.drop
         )
         out = summarize(results)
         out["summary"].update(
@@ -185,7 +189,7 @@ def cmd_whatif(args: argparse.Namespace) -> int:
                 "nodes": len(workload.inventory.nodes),
                 "tasks": len(workload.tasks),
                 "arrival_share": args.arrivals,
-                "seeds": int(args.seeds),
+                "seeds": seeds,
                 "dropped_when_unplaceable": bool(args.drop),
             }
         )

@@ -7,6 +7,7 @@ simulated backend calls). Readings are pure functions of the placement and the t
 
 from __future__ import annotations
 
+import bisect
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -77,8 +78,16 @@ class SimPod:
 
 @dataclass
 class _GpuSlot:
-    free_share: float = 1.0
+    """One GPU's holders over time: (start, end, share) of each, so pods that run one
+    after another can take the same GPU (a steady-state scenario's jobs come and go)."""
+
+    uses: list[tuple[float, float, float]] = field(default_factory=list)
     free_instances: list[str] = field(default_factory=list)
+
+    def used(self, start: float, end: float) -> float:
+        """The share of the GPU taken by holders overlapping [start, end) (an upper bound
+        on what is taken at any instant there)."""
+        return sum(share for s, e, share in self.uses if s < end and start < e)
 
 
 class SimulatedCluster:
@@ -92,9 +101,35 @@ class SimulatedCluster:
         self._uuids: dict[tuple[str, int, str], str] = {}
         self.pods: list[SimPod] = self._place(scenario)
         self._by_node: dict[str, list[SimPod]] = {}
+        # (start, end, pod) per node, for the readings' "who runs here now" (a steady-state
+        # week has a hundred pods a node over time, a handful at once)
+        self._spans: dict[str, list[tuple[float, float, SimPod]]] = {}
+        # per GPU (node, index, MIG instance): the work of the pods that held it and ended,
+        # by end time, so energy and traffic counters keep it after they leave
+        done: dict[tuple[str, int, str], list[tuple[float, float, float]]] = {}
         for pod in self.pods:
             if pod.node is not None:
                 self._by_node.setdefault(pod.node, []).append(pod)
+                end = float("inf") if pod.end is None else pod.end
+                self._spans.setdefault(pod.node, []).append((pod.start, end, pod))
+                if pod.end is not None:
+                    work = mean_level_integral(pod.workload, pod.start, pod.start, pod.end)
+                    multi = pod.workload.kind == "training" and pod.workload.gpus > 1
+                    for a in pod.assignments:
+                        key = (pod.node, a.gpu_index, a.mig_instance)
+                        done.setdefault(key, []).append(
+                            (pod.end, work * a.share, work if multi else 0.0)
+                        )
+        self._done: dict[tuple[str, int, str], tuple[list[float], list[float], list[float]]]
+        self._done = {}
+        for key, rows in done.items():
+            rows.sort()
+            ends, work_sum, link_sum = [], [0.0], [0.0]
+            for end, w, link in rows:
+                ends.append(end)
+                work_sum.append(work_sum[-1] + w)
+                link_sum.append(link_sum[-1] + link)
+            self._done[key] = (ends, work_sum, link_sum)
 
     # -- identity -------------------------------------------------------------------------
     @property
@@ -159,6 +194,7 @@ class SimulatedCluster:
     @staticmethod
     def _fit(w: WorkloadSpec, gpus: list[_GpuSlot]) -> tuple[Assignment, ...] | None:
         order = list(w.gpu_indices) or list(range(len(gpus)))
+        span = (w.start, float("inf") if w.end is None else w.end)
         if w.mig:
             for i in order:
                 if i < len(gpus) and gpus[i].free_instances:
@@ -169,18 +205,18 @@ class SimulatedCluster:
                 if (
                     i < len(gpus)
                     and not gpus[i].free_instances
-                    and (gpus[i].free_share >= w.gpu_fraction - 1e-9)
+                    and (1 - gpus[i].used(*span) >= w.gpu_fraction - 1e-9)
                 ):
-                    gpus[i].free_share -= w.gpu_fraction
+                    gpus[i].uses.append((*span, w.gpu_fraction))
                     return (Assignment(i, w.gpu_fraction),)
             return None
-        free = [i for i in order if i < len(gpus) and gpus[i].free_share >= 1 - 1e-9]
+        free = [i for i in order if i < len(gpus) and gpus[i].used(*span) <= 1e-9]
         free = [i for i in free if not gpus[i].free_instances]
         if len(free) < w.gpus:
             return None
         chosen = free[: w.gpus]
         for i in chosen:
-            gpus[i].free_share = 0.0
+            gpus[i].uses.append((*span, 1.0))
         return tuple(Assignment(i) for i in chosen)
 
     def remove_pod(self, namespace: str, name: str, t: float) -> bool:
@@ -192,7 +228,18 @@ class SimulatedCluster:
         return False
 
     def pods_on(self, node: str, t: float) -> list[SimPod]:
-        return [p for p in self._by_node.get(node, ()) if self.is_alive(p, t)]
+        running = [p for s, e, p in self._spans.get(node, ()) if s <= t < e]
+        if not self._removed:
+            return running
+        return [p for p in running if self.is_alive(p, t)]
+
+    def is_listed(self, pod: SimPod, t: float) -> bool:
+        """Whether the API server lists the pod at t: submitted (its ``arrival``, Pending
+        until it starts), not ended, not removed by an action."""
+        w = pod.workload
+        arrived = (w.start if w.arrival is None else w.arrival) <= t
+        removed = self._removed.get(pod.uid)
+        return arrived and (pod.end is None or t < pod.end) and (removed is None or t < removed)
 
     def is_alive(self, pod: SimPod, t: float) -> bool:
         """Whether the pod runs at t: started, not ended, not removed by an action."""
@@ -299,6 +346,12 @@ class SimulatedCluster:
                     * model.nvlink_bytes_per_second
                     * mean_level_integral(pod.workload, pod.start, pod.start, stop)
                 )
+        finished = self._done.get((node, index, instance))
+        if finished is not None:  # pods that held this GPU and have ended
+            ends, work_sum, link_sum = finished
+            k = bisect.bisect_right(ends, t)
+            integral += work_sum[k]
+            nvlink += 0.3 * model.nvlink_bytes_per_second * link_sum[k]
         util = min(1.0, util)
         mig_parent = bool(instances)
         since_boot = t + BOOT_BEFORE_ORIGIN
@@ -377,8 +430,8 @@ class SimulatedCluster:
         for port in range(node.ib_ports):
             sent = 0.0
             wait = 0.0
-            for pod in self._by_node.get(node_name, ()):
-                if pod.workload.ib_load <= 0 or pod.start > t:
+            for start, _, pod in self._spans.get(node_name, ()):
+                if start > t or pod.workload.ib_load <= 0:
                     continue
                 if not any(a.gpu_index == port for a in pod.assignments):
                     continue

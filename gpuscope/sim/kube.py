@@ -246,7 +246,9 @@ def _mig_profile(cluster: SimulatedCluster, pod: SimPod) -> str:
 
 def _resources(cluster: SimulatedCluster, pod: SimPod) -> dict[str, Any]:
     w: WorkloadSpec = pod.workload
-    requests = {"cpu": quantity(w.cpu_milli / 1000), "memory": f"{16 + 96 * w.gpus}Gi"}
+    # host memory: 96 GiB a whole GPU, a fractional pod its share of that
+    gib = 16 + 96 * w.gpus if w.gpu_fraction >= 1 else 8 + round(96 * w.gpu_fraction)
+    requests = {"cpu": quantity(w.cpu_milli / 1000), "memory": f"{gib}Gi"}
     limits = {"memory": requests["memory"]}
     extra: dict[str, str] = {}
     if is_dra_pod(cluster, pod):  # the devices come through its claim
@@ -266,10 +268,14 @@ def _pod_ip(pod: SimPod) -> str:
     return f"10.{128 + (pod.key >> 16) % 64}.{(pod.key >> 8) % 256}.{1 + pod.key % 254}"
 
 
-def pod_json(cluster: SimulatedCluster, pod: SimPod, *, origin: float) -> dict[str, Any]:
-    """One Pod object: Running where the simulator placed it, else Pending."""
+def pod_json(
+    cluster: SimulatedCluster, pod: SimPod, *, origin: float, t: float | None = None
+) -> dict[str, Any]:
+    """One Pod object: Running where the simulator placed it (from its start on, when
+    ``t`` is given), else Pending."""
     w = pod.workload
-    created = rfc3339(origin + pod.start)
+    created = rfc3339(origin + (pod.start if w.arrival is None else w.arrival))
+    started = rfc3339(origin + pod.start)
     api_version, owner_kind = _OWNERS[w.kind]
     owner = _owner_name(pod)
     annotations: dict[str, str] = {}
@@ -300,17 +306,17 @@ def pod_json(cluster: SimulatedCluster, pod: SimPod, *, origin: float) -> dict[s
         spec["hostname"] = pod.name
         spec["subdomain"] = w.name
     status: dict[str, Any] = {"qosClass": "Burstable"}
-    if pod.node is not None:
+    if pod.node is not None and (t is None or t >= pod.start):
         spec["nodeName"] = pod.node
         node_index = cluster.node_names.index(pod.node)
         status |= {
             "phase": "Running",
             "hostIP": f"10.0.{node_index // 250}.{node_index % 250 + 1}",
             "podIP": _pod_ip(pod),
-            "startTime": created,
+            "startTime": started,
             "conditions": [
-                {"type": t, "status": "True", "lastTransitionTime": created}
-                for t in _READY_CONDITIONS
+                {"type": c, "status": "True", "lastTransitionTime": started}
+                for c in _READY_CONDITIONS
             ],
             "containerStatuses": [
                 {
@@ -321,7 +327,7 @@ def pod_json(cluster: SimulatedCluster, pod: SimPod, *, origin: float) -> dict[s
                     "ready": True,
                     "started": True,
                     "restartCount": 0,
-                    "state": {"running": {"startedAt": created}},
+                    "state": {"running": {"startedAt": started}},
                 }
             ],
         }
@@ -372,9 +378,9 @@ def pod_json(cluster: SimulatedCluster, pod: SimPod, *, origin: float) -> dict[s
 
 def pods_json(cluster: SimulatedCluster, t: float, *, origin: float) -> dict[str, Any]:
     """``kubectl get pods -A -o json`` at time t: running pods and pending ones."""
-    # the simulator's own notion of alive (started, not ended, not removed by an actuator)
-    alive = [p for p in cluster.pods if cluster.is_alive(p, t)]
-    return _list([pod_json(cluster, p, origin=origin) for p in alive])
+    # submitted (Pending while it waits for room), not ended, not removed by an actuator
+    listed = [p for p in cluster.pods if cluster.is_listed(p, t)]
+    return _list([pod_json(cluster, p, origin=origin, t=t) for p in listed])
 
 
 # -- namespaces and quotas ------------------------------------------------------------------

@@ -8,6 +8,7 @@ time. Tests and benchmarks write small scenarios that plant exactly what they ne
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import Literal
 
@@ -102,6 +103,8 @@ class WorkloadSpec(_Spec):
     gpu_indices: tuple[int, ...] = ()
     start: float = 0.0
     end: float | None = None
+    #: When it was submitted, if it waited (Pending) for room before ``start``.
+    arrival: float | None = None
     #: Never scheduled: a pending job that waits for room.
     pending: bool = False
     #: Mean GPU utilization while busy (0..1).
@@ -214,8 +217,22 @@ def topology_story() -> WorkloadSpec:
     )
 
 
-def default_scenario(nodes: int = 32, seed: int = 42, dra: bool = False) -> Scenario:
+#: Where the default scenario's time 0 falls in its week (seconds since Monday 00:00 UTC):
+#: the demo's "now" is 00:10 on a Monday, its live part starting 6 hours after time 0.
+DEFAULT_WEEK_PHASE = 7 * DAY - 6 * HOUR + 600
+
+
+@functools.lru_cache(maxsize=8)  # a frozen model; the background takes a second or two
+def default_scenario(
+    nodes: int = 32, seed: int = 42, dra: bool = False, *, steady: bool = True
+) -> Scenario:
     """The demo's cluster: 32 × 8 H100 with 8 × 400G IB rails each, four projects.
+
+    With ``steady`` (the default) the cluster runs full from ten days before time 0 to
+    half an hour before its live part: training jobs that come and go (openb's sizes and
+    spread of durations), notebooks with working hours, inference that scales with the
+    day (:mod:`gpuscope.sim.steady`), about 85 % of its GPUs allocated; the planted
+    problems below are there on top, and alone at the end.
 
     What it plants, so that every detector has something true to find:
     - ``nlp`` trains across 8 nodes (64 GPUs) over its 48-GPU guarantee while ``vision``
@@ -344,7 +361,7 @@ def default_scenario(nodes: int = 32, seed: int = 42, dra: bool = False) -> Scen
         dra_nodes, dra_workloads, serving_extra = dra_pool()
         node_specs += dra_nodes
         workloads += dra_workloads
-    return Scenario(
+    planted = Scenario(
         name="default",
         seed=seed,
         nodes=node_specs,
@@ -357,6 +374,17 @@ def default_scenario(nodes: int = 32, seed: int = 42, dra: bool = False) -> Scen
         workloads=tuple(workloads),
         faults=faults,
     )
+    if not steady:
+        return planted
+    from gpuscope.sim.steady import steady_workloads  # it builds on this module's types
+
+    background = steady_workloads(
+        planted,
+        start=-10 * DAY,
+        cutoff=planted.live_offset - 1800,
+        phase=DEFAULT_WEEK_PHASE,
+    )
+    return planted.model_copy(update={"workloads": (*planted.workloads, *background)})
 
 
 def dra_pool() -> tuple[tuple[NodeSpec, ...], list[WorkloadSpec], float]:

@@ -24,8 +24,14 @@ def cluster() -> SimulatedCluster:
     return SimulatedCluster(default_scenario())
 
 
+def _now(cluster: SimulatedCluster) -> float:
+    """The demo's "now" (its live part): the steady-state background has ended there and
+    the planted state is alone."""
+    return cluster.scenario.live_offset
+
+
 def _json(cluster: SimulatedCluster) -> tuple[dict[str, Any], dict[str, Any]]:
-    return nodes_json(cluster, origin=0.0), pods_json(cluster, 0.0, origin=0.0)
+    return nodes_json(cluster, origin=0.0), pods_json(cluster, _now(cluster), origin=0.0)
 
 
 def _agent_indices(cluster: SimulatedCluster) -> dict[str, list[int]]:
@@ -33,7 +39,7 @@ def _agent_indices(cluster: SimulatedCluster) -> dict[str, list[int]]:
     return {
         f"{p.namespace}/{p.name}": [a.gpu_index for a in p.assignments]
         for p in cluster.pods
-        if p.node is not None and cluster.is_alive(p, 0.0)
+        if p.node is not None and cluster.is_alive(p, _now(cluster))
     }
 
 

@@ -27,7 +27,9 @@ T = 0.0  # the scenario's origin: every planted workload is running or pending
 
 @pytest.fixture(scope="module")
 def cluster() -> SimulatedCluster:
-    return SimulatedCluster(default_scenario(nodes=8))
+    # the planted workloads alone: these tests read them back through the API; the
+    # steady-state background's pods are checked in tests/unit/test_sim_kube.py
+    return SimulatedCluster(default_scenario(nodes=8, steady=False))
 
 
 def _serve(cluster: SimulatedCluster, installed: frozenset[str] = DEFAULT_INSTALLED) -> FakeKubeApi:

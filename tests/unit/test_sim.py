@@ -77,14 +77,16 @@ def test_fractional_pods_share_a_gpu(cluster: SimulatedCluster) -> None:
 
 
 def test_default_scenario_blocks_pending_job_by_fragmentation(cluster: SimulatedCluster) -> None:
-    """The pending 4-GPU job is unplaced although the cluster has more than 4 free GPUs."""
-    pending = [p for p in cluster.pods if p.node is None]
+    """The pending 4-GPU job is unplaced although the cluster has more than 4 free GPUs,
+    at the demo's "now" (the live part), where the steady-state background has ended."""
+    now = cluster.scenario.live_offset
+    pending = [p for p in cluster.pods if p.node is None and cluster.is_listed(p, now)]
     # and the topology story's 2-node job (tests/integration/test_topology_story.py)
     assert [p.workload.name for p in pending] == ["detector-train", "gpt-16", "gpt-16"]
     free_per_node = []
     for node in cluster.node_names:
         used: set[int] = set()
-        for p in cluster.pods_on(node, 0.0):
+        for p in cluster.pods_on(node, now):
             used.update(a.gpu_index for a in p.assignments)
         free_per_node.append(8 - len(used))
     assert sum(free_per_node) >= 4

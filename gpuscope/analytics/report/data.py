@@ -101,6 +101,7 @@ class WeeklyReport:
     whatif_note: str = ""
     #: The price is gpuscope's default for the cluster's GPU models (no site price set).
     price_is_estimate: bool = False
+    whatif_verdict: str = ""
 
     def metric(self, name: str, column: str = "this_week") -> Any:
         """A value of the cluster table (``column``: this_week, previous_week, change)."""
@@ -159,7 +160,7 @@ def build_report(
     actions = frame(con, Q["actions"], **params)
     fragmentation = fragmentation_over(con, week, an)
     topology_slots, topology_domains = topology_over(con, week, an, rs.top_n)
-    whatif, whatif_allocation, whatif_note = whatif_over(con, week, an)
+    whatif, whatif_allocation, whatif_note, whatif_verdict = whatif_over(con, week, an)
 
     start = pl.lit(week.start).cast(pl.Datetime("us"))
     hourly = hourly.with_columns(pl.col("hour").cast(pl.Datetime("us")))
@@ -269,6 +270,7 @@ def build_report(
         notes=tuple(notes),
         whatif_note=whatif_note,
         price_is_estimate=estimated,
+        whatif_verdict=whatif_verdict,
     )
 
 

@@ -18,6 +18,7 @@ reaches the report unchanged. An instant without any node in the inventory is le
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import fields
 from datetime import datetime
@@ -52,11 +53,13 @@ _NODE_FIELDS = frozenset(f.name for f in fields(NodeInfo))
 _POD_FIELDS = frozenset(f.name for f in fields(PodInfo))
 
 
+@functools.lru_cache(maxsize=4096)  # records are frozen; a version recurs in many states
 def _node(text: str) -> NodeInfo:
     data = json.loads(text)
     return NodeInfo(**{k: v for k, v in data.items() if k in _NODE_FIELDS})
 
 
+@functools.lru_cache(maxsize=65_536)
 def _pod(text: str) -> PodInfo:
     data: dict[str, Any] = {"uid": "", "start_time": None, "phase": "Running", "node": None}
     data |= {k: v for k, v in json.loads(text).items() if k in _POD_FIELDS}

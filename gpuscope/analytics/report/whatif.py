@@ -5,9 +5,14 @@ The replay is :func:`gpuscope.analytics.whatif.week.replay_window`, the same one
 theirs for the same week. Two tables:
 
 - ``whatif``: one row per policy (jobs started, GPUs allocated when arrivals stop, GPUs
-  recovered against what happened, queued GPU-hours, fragmentation), ranked: rank 1 is
-  the policy that would have started the most jobs (ties: most GPUs allocated when
-  arrivals stop, then fewest queued GPU-hours), and a last row for what really happened;
+  recovered against what happened, queued GPU-hours, fragmentation; means over
+  :data:`~gpuscope.analytics.whatif.week.WEEK_SEEDS` replays), ranked: rank 1 is the
+  policy that would have started the most jobs (ties: most GPUs allocated when arrivals
+  stop, then fewest queued GPU-hours), and a last row for what really happened;
+
+The section's headline is the verdict (whatif/verdict.py), not the ranking: a policy is
+named only where it beats the others by more than the spread across the seeds' replays,
+else the section says no policy would have made a material difference.
 - ``whatif_allocation``: GPUs allocated at each hour of the week, per policy and for what
   happened (the chart's lines).
 
@@ -30,8 +35,9 @@ import polars as pl
 
 from gpuscope.analytics.report.week import Week
 from gpuscope.analytics.whatif.history import History, read_history
+from gpuscope.analytics.whatif.inputs import FIRST_SEED
 from gpuscope.analytics.whatif.policies import POLICIES
-from gpuscope.analytics.whatif.week import WindowReplay, replay_history
+from gpuscope.analytics.whatif.week import WEEK_SEEDS, WindowReplay, replay_history
 from gpuscope.core.settings import AnalyticsSettings
 
 #: Label of the row and line for what the real scheduler did.
@@ -130,10 +136,12 @@ def _policy_rows(replayed: WindowReplay) -> list[dict[str, object]]:
     return rows
 
 
-def policies_for(pods: int, budget: int = REPLAY_BUDGET_PODS) -> tuple[tuple[str, ...], str]:
-    """The policies a week of ``pods`` is replayed under within ``budget``, and what the
-    section must say about those left out (module docstring)."""
-    n = min(len(POLICIES), budget // pods) if pods else len(POLICIES)
+def policies_for(
+    pods: int, budget: int = REPLAY_BUDGET_PODS, seeds: int = 1
+) -> tuple[tuple[str, ...], str]:
+    """The policies a week of ``pods`` is replayed under, ``seeds`` times each, within
+    ``budget``, and what the section must say about those left out (module docstring)."""
+    n = min(len(POLICIES), budget // (pods * seeds)) if pods else len(POLICIES)
     chosen = tuple(p for p in POLICIES if p in REPORT_POLICIES[:n])
     if n == len(POLICIES):
         return chosen, ""
@@ -155,23 +163,27 @@ def whatif_over(
     week: Week,
     settings: AnalyticsSettings,
     budget: int = REPLAY_BUDGET_PODS,
-) -> tuple[pl.DataFrame, pl.DataFrame, str]:
-    """The section's two tables and its note (empty, or why not every policy ran, or why
-    nothing could be replayed)."""
+) -> tuple[pl.DataFrame, pl.DataFrame, str, str]:
+    """The section's two tables, its note (empty, or why not every policy ran, or why
+    nothing could be replayed) and its verdict (whatif/verdict.py: the policy that beats
+    the others beyond the spread across seeds, or that none would have mattered)."""
     empty = (
         pl.DataFrame(schema=COLUMNS),
         pl.DataFrame(schema=ALLOCATION_COLUMNS),
     )
     history = read_history(con, week.start, week.end)
-    policies, note = policies_for(len(history.events), budget)
+    policies, note = policies_for(len(history.events), budget, WEEK_SEEDS)
     if not policies:
-        return *empty, note
+        return *empty, note, ""
     replayed = replay_history(history, policies, coverage=settings.fgd_task_coverage)
     if replayed is None:
-        return *empty, "No pods and GPU nodes are stored for the week: nothing to replay."
+        nothing = "No pods and GPU nodes are stored for the week: nothing to replay."
+        return *empty, nothing, ""
     hours = _hours(week)
     series = []
     for r in replayed.results:
+        if r.seed != FIRST_SEED:  # the chart draws the week as stored
+            continue
         times = [s.time for s in r.timeline]
         values = [s.allocated_gpus for s in r.timeline]
         series += [
@@ -183,4 +195,5 @@ def whatif_over(
     ]
     table = pl.DataFrame(_policy_rows(replayed), schema=COLUMNS, orient="row")
     allocation = pl.DataFrame(series, schema=ALLOCATION_COLUMNS, orient="row")
-    return table, allocation, note
+    verdict: str = replayed.figures["summary"]["verdict"]["text"]
+    return table, allocation, note, verdict

@@ -15,8 +15,10 @@ The task mix FGD and the fragmentation figures use is learnt from the workload a
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
+import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -45,6 +47,9 @@ log = logging.getLogger(__name__)
 DEFAULT_ARRIVALS = 1.3
 #: The FGD paper's artifacts run seeds 42, 43, ...
 FIRST_SEED = 42
+#: How far a stored window's replay with a later seed moves each arrival, either way:
+#: the order of arrivals within a quarter of an hour is taken as noise.
+ARRIVAL_JITTER_S = 900.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,6 +111,20 @@ def read_workload(
     return Workload(inventory, tasks, mix, source, events, objects or ObjectSet())
 
 
+def jittered(
+    events: Sequence[PodEvent], seed: int, jitter_s: float = ARRIVAL_JITTER_S
+) -> Sequence[PodEvent]:
+    """The events as stored for the first seed; for each later one, every arrival moved
+    by up to ``jitter_s`` either way (seeded), so the seeds' spread says how much of a
+    difference between policies is noise (whatif/verdict.py)."""
+    if seed == FIRST_SEED or jitter_s <= 0:
+        return events
+    rng = random.Random(seed)  # noqa: S311 (a seeded replay, not a secret)
+    return tuple(
+        dataclasses.replace(e, arrive=e.arrive + rng.uniform(-jitter_s, jitter_s)) for e in events
+    )
+
+
 def run_history(
     history: History,
     policies: Sequence[str],
@@ -114,21 +133,18 @@ def run_history(
     drop: bool = False,
     coverage: float = 0.95,
 ) -> list[PolicyResult]:
-    """Every policy on a stored window's events, run to the window's end."""
+    """Every policy on a stored window's events, run to the window's end; each seed after
+    the first with its arrivals jittered (:func:`jittered`), the same for every policy."""
     mix = learn_task_mix([e.request.task for e in history.events], coverage)
-    return [
-        replay(
-            history.inventory,
-            history.events,
-            policy,
-            seed=seed,
-            mix=mix,
-            drop=drop,
-            until=history.end,
-        )
-        for seed in range(FIRST_SEED, FIRST_SEED + seeds)
-        for policy in policies
-    ]
+    results = []
+    for seed in range(FIRST_SEED, FIRST_SEED + seeds):
+        events = jittered(history.events, seed)
+        for policy in policies:
+            results.append(
+                replay(history.inventory, events, policy, seed=seed, mix=mix, drop=drop,
+                       until=history.end)
+            )  # fmt: skip
+    return results
 
 
 def run_policies(
