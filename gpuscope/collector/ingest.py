@@ -98,7 +98,11 @@ class IngestWriter:
             return stored
 
     def write_batch(self, batch: Batch) -> int:
-        """Store one batch of query-API ingest with the same store health and retry."""
+        """Store one batch of query-API ingest with the same store health and retry, and
+        the same series budgets as a scraped page (``max_series``, churn per hour)."""
+        batch, dropped = self.churn.admit(batch, self.store.is_new_series, self.store.series_known)
+        for why, n in dropped.items():
+            self.metrics.samples_dropped.labels(batch.target, why).inc(n)
 
         def append() -> int:
             try:
@@ -110,6 +114,7 @@ class IngestWriter:
         with self._lock:
             stored = self._retrying(append)
             self.metrics.samples_ingested.inc(stored)
+            self.churn.stored(batch.target)
             return stored
 
     def _retrying(self, attempt: Callable[[], _T]) -> _T:

@@ -169,3 +169,31 @@ def test_sigterm_is_not_held_up_by_a_pull_in_flight(tmp_path: Path) -> None:
                 proc.kill()
     assert proc.returncode == 0, err
     assert "Traceback" not in err
+
+
+def test_pulled_series_obey_the_series_limit(tmp_path: Path) -> None:
+    """Was: pulled data skipped the series limits. A query source's batches now pass the
+    same budgets as a scraped page: past ``collector.max_series`` new series are dropped
+    and counted, the store's series stay bounded."""
+    run = sim_run(nodes=6, minutes=10, hours_ago=2)
+    with victoria_metrics(tmp_path, "-search.disableCache") as vm:
+        push_to_victoriametrics(vm, run.pages(), run.times())
+        vm_flush(vm)
+        settings = Settings.model_validate({"collector": {
+            "db": str(tmp_path / "c.duckdb"), "kubernetes": "none", "prometheus_url": vm,
+            "max_series": 500, "query": {"mode": "pull", "retries": 0},
+        }})  # fmt: skip
+        svc = CollectorService(settings, clock=lambda: run.end - 60)
+        try:
+            stored = svc.query_cycle()
+            metrics = TestClient(create_app(svc.api_state())).get("/metrics").text
+            cur = svc.store.cursor()
+            series = cur.execute("SELECT count(*) FROM series").fetchone()
+            cur.close()
+        finally:
+            svc.stop()
+    assert stored > 0 and series is not None and series[0] == 500
+    dropped = [line for line in metrics.splitlines()
+               if line.startswith("gpuscope_collector_samples_dropped_total")
+               and 'reason="series_limit"' in line]  # fmt: skip
+    assert dropped and float(dropped[0].rsplit(" ", 1)[1]) > 1000
