@@ -344,6 +344,8 @@ def run_collector(
     """
     import uvicorn
 
+    from gpuscope.collector.api_http import OneWriteH11Protocol
+
     host, port = parse_listen(settings.collector.listen)
     sock = bind_listen(host, port, settings.collector.listen)  # before anything starts
     limit_malloc_arenas()
@@ -354,7 +356,13 @@ def run_collector(
         app = create_app(service.api_state())
         server = uvicorn.Server(
             uvicorn.Config(
-                app, host=host, port=port, log_level="warning", access_log=False, lifespan="off"
+                app,
+                host=host,
+                port=port,
+                log_level="warning",
+                access_log=False,
+                lifespan="off",
+                http=OneWriteH11Protocol,
             )
         )
         # uvicorn captures SIGTERM/SIGINT while serving and raises them again once it has

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import socket
+from pathlib import Path
 
 import httpx
 import pytest
@@ -56,3 +57,60 @@ def test_the_api_socket_sends_without_waiting_for_acks() -> None:
                 assert conn.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) != 0
     finally:
         listener.close()
+
+
+def test_each_answer_goes_out_in_one_write(tmp_path: Path) -> None:
+    """The head and the body of an answer are one write on the socket's transport (they
+    were two: with Nagle's algorithm the body waited for the client's delayed ACK)."""
+    import asyncio
+    import threading
+    import time
+
+    import uvicorn
+
+    from gpuscope.collector.api import ApiState, create_app
+    from gpuscope.collector.api_http import OneWriteH11Protocol
+    from gpuscope.collector.metrics import CollectorMetrics
+    from gpuscope.collector.store import Store
+    from gpuscope.collector.targets import TargetRegistry
+
+    writes: list[bytes] = []
+
+    class Recording:
+        def __init__(self, transport: asyncio.Transport) -> None:
+            self._t = transport
+
+        def write(self, data: bytes) -> None:
+            writes.append(bytes(data))
+            self._t.write(data)
+
+        def __getattr__(self, name: str) -> object:
+            return getattr(self._t, name)
+
+    class Counted(OneWriteH11Protocol):
+        def connection_made(self, transport: asyncio.BaseTransport) -> None:
+            super().connection_made(Recording(transport))  # type: ignore[arg-type]
+
+    store = Store.open(tmp_path / "w.duckdb")
+    state = ApiState(store=store, targets=TargetRegistry(), metrics=CollectorMetrics())
+    port = free_port()
+    server = uvicorn.Server(
+        uvicorn.Config(create_app(state), host="127.0.0.1", port=port, log_level="warning",
+                       lifespan="off", http=Counted)
+    )  # fmt: skip
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    while not server.started:
+        time.sleep(0.02)
+    try:
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}") as client:
+            for path in ("/healthz", "/api/v1/status", "/healthz", "/nope"):
+                assert client.get(path).status_code in (200, 404)
+    finally:
+        server.should_exit = True
+        thread.join(10)
+        store.close()
+    answers = [w for w in writes if w]
+    assert len(answers) == 4, [w[:30] for w in answers]
+    assert all(w.startswith(b"HTTP/1.1 ") and b"\r\n\r\n" in w for w in answers)
+    assert all(w.split(b"\r\n\r\n", 1)[1] for w in answers)  # the body is in the same write
