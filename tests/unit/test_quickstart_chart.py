@@ -60,7 +60,11 @@ def table_rows(text: str) -> list[tuple[list[str], str]]:
     for line in text.splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
         if len(cells) == 3 and cells[0].startswith("`"):
-            rows.append((re.findall(r"`([^`]+)`", cells[0]), cells[1]))
+            keys = re.findall(r"`([^`]+)`", cells[0])
+            # `a.b.c`, `.d`: a key after the first may name a sibling by its last part
+            parent = keys[0].rsplit(".", 1)[0] if keys and "." in keys[0] else ""
+            keys = [f"{parent}{k}" if k.startswith(".") and parent else k for k in keys]
+            rows.append((keys, cells[1]))
     return rows
 
 
@@ -137,8 +141,12 @@ def test_the_install_command_makes_what_the_section_says() -> None:
         *parents, leaf = key.split(".")
         for part in parents:
             node = node.setdefault(part, {})
-        node[leaf] = value
+        # helm --set reads true/false as booleans (namespace.create=true)
+        node[leaf] = {"true": True, "false": False}.get(value, value)
     docs = objects(render(values))
+    if values.get("namespace", {}).get("create"):  # the namespace the agent needs, labelled
+        (ns,) = (d for d in docs if d["kind"] == "Namespace")
+        assert ns["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "privileged"
     agent = next(d for d in docs if d["kind"] == "DaemonSet")
     image = agent["spec"]["template"]["spec"]["containers"][0]["image"]
     assert image.startswith(values["image"]["registry"] + "/gpuscope-agent:")

@@ -27,8 +27,17 @@ def cluster() -> SimulatedCluster:
     return SimulatedCluster(default_scenario(nodes=8, dra=True))
 
 
+def now(cluster: SimulatedCluster) -> float:
+    """The demo's "now" (its live part): the steady-state background has ended there and
+    the planted story stands alone, as the demo shows it."""
+    return float(cluster.scenario.live_offset)
+
+
 def summary(cluster: SimulatedCluster, objects: Any, indices: Any = None) -> dict[str, Any]:
-    nodes, pods = nodes_json(cluster, origin=ORIGIN), pods_json(cluster, 0.0, origin=ORIGIN)
+    nodes, pods = (
+        nodes_json(cluster, origin=ORIGIN),
+        pods_json(cluster, now(cluster), origin=ORIGIN),
+    )
     node_infos, pod_infos, known = kubectl_records(nodes, pods, objects=objects)
     state = state_from_records(node_infos, pod_infos, {**known, **(indices or {})})
     return analyze_fragmentation(state, at=AT, settings=AnalyticsSettings()).summary
@@ -41,7 +50,7 @@ def test_dra_nodes_publish_gpus_only_through_slices(cluster: SimulatedCluster) -
     for name in ("dra-node-00", "dra-node-01", "dra-mig-00"):
         alloc = nodes[name]["status"]["allocatable"]
         assert not [k for k in alloc if k.startswith("nvidia.com/")], name
-    pods = [p for p in pods_json(cluster, 0.0, origin=ORIGIN)["items"]
+    pods = [p for p in pods_json(cluster, now(cluster), origin=ORIGIN)["items"]
             if p["spec"].get("nodeName", "").startswith("dra-")]  # fmt: skip
     assert len(pods) == 14
     for p in pods:
@@ -49,7 +58,7 @@ def test_dra_nodes_publish_gpus_only_through_slices(cluster: SimulatedCluster) -
         assert not [k for k in requests if k.startswith("nvidia.com/")]
         assert p["spec"]["resourceClaims"][0]["resourceClaimTemplateName"]
         assert p["status"]["resourceClaimStatuses"][0]["resourceClaimName"]
-    objs = dra_json(cluster, 0.0)["items"]
+    objs = dra_json(cluster, now(cluster))["items"]
     assert {o["kind"] for o in objs} == {
         "DeviceClass", "ResourceSlice", "ResourceClaimTemplate", "ResourceClaim"}  # fmt: skip
     for obj in objs:
@@ -63,7 +72,7 @@ def test_dra_pool_counts_as_the_same_nodes_through_the_device_plugin(
     off on those nodes), every fragmentation figure is equal; without reading the DRA
     objects the pool's GPUs vanish. The agents' GPU indices are given for the pods the
     claims do not name (the device-plugin ones), as the store has them."""
-    objects = objects_from_documents([("sim", dra_json(cluster, 0.0))])
+    objects = objects_from_documents([("sim", dra_json(cluster, now(cluster)))])
     scenario = cluster.scenario
     plain = SimulatedCluster(scenario.model_copy(update={
         "nodes": tuple(n.model_copy(update={"dra": False}) for n in scenario.nodes)}))  # fmt: skip
@@ -88,7 +97,7 @@ def test_dra_pool_counts_as_the_same_nodes_through_the_device_plugin(
 def test_the_story_holds_with_the_dra_pool(cluster: SimulatedCluster) -> None:
     """The pending 4-GPU vision job is still blocked by fragmentation (no node, DRA ones
     included, has 4 free GPUs, though the cluster has more than 4)."""
-    objects = objects_from_documents([("sim", dra_json(cluster, 0.0))])
+    objects = objects_from_documents([("sim", dra_json(cluster, now(cluster)))])
     s = summary(cluster, objects)
     assert s["pending_blocked_by"] == {"fragmentation": 1}
     assert s["free_gpus"] >= 4 and s["largest_placeable_job_gpus"] < 4
