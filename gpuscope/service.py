@@ -200,9 +200,11 @@ def add_actions(service: CollectorService, notices: AlertsNotices | None = None)
 
     def lift() -> None:  # a reservation's pod bound: lift its taint now, not next run
         at = datetime.fromtimestamp(service.clock(), UTC)
-        for rec in lift_when_bound(
-            service.store, policies, service.settings, client=client, at=at, notifier=notices
-        ):
+        with lock:
+            recs = lift_when_bound(
+                service.store, policies, service.settings, client=client, at=at, notifier=notices
+            )
+        for rec in recs:
             service.metrics.actions.labels(rec.kind, rec.result, "false").inc()
 
     if cfg.execute and client is not None:

@@ -124,6 +124,8 @@ class Scraper:
         #: :class:`TargetCache`): a steady page then parses by lookup, not by grammar.
         self._caches: dict[str, TargetCache] = {}
         self._caches_lock = threading.Lock()
+        #: CPU seconds the last parse of each target took (gpuscope/collector/cpu_budget.py).
+        self.cpu_spent: dict[str, float] = {}
 
     def scrape(self, targets: Sequence[Target]) -> list[ScrapeOutcome]:
         """Scrape all targets once (blocking; for scheduler threads)."""
@@ -160,6 +162,7 @@ class Scraper:
             outcome = self._down(target, started, str(exc), exc.reason)
         except LimitExceeded as exc:
             outcome = self._down(target, started, str(exc), exc.reason)
+            outcome = dataclasses.replace(outcome, cpu_seconds=self.cpu_spent.get(target.url, 0.0))
         except (aiohttp.ClientError, ValueError) as exc:  # ValueError: a URL yarl refuses
             outcome = self._down(target, started, *_describe(exc, target))
         elapsed = time.perf_counter() - t0
@@ -189,8 +192,11 @@ class Scraper:
             cache = self._caches.setdefault(target.url, TargetCache())
         with _PARSE_LOCK:
             cpu = time.thread_time()
-            outcome = page_to_outcome(target, body, started, limits=self.limits, cache=cache)
-            return dataclasses.replace(outcome, cpu_seconds=time.thread_time() - cpu)
+            try:
+                outcome = page_to_outcome(target, body, started, limits=self.limits, cache=cache)
+            finally:  # a page refused by a limit cost CPU up to the refusal too
+                self.cpu_spent[target.url] = time.thread_time() - cpu
+            return dataclasses.replace(outcome, cpu_seconds=self.cpu_spent[target.url])
 
     def forget(self, keep: Sequence[Target]) -> None:
         """Drop the caches of targets not in ``keep`` (targets come and go by discovery)."""
@@ -198,6 +204,8 @@ class Scraper:
         with self._caches_lock:
             for url in [u for u in self._caches if u not in urls]:
                 del self._caches[url]
+            for url in [u for u in self.cpu_spent if u not in urls]:
+                del self.cpu_spent[url]
 
     @staticmethod
     def _down(target: Target, started: float, error: str, reason: str) -> ScrapeOutcome:
