@@ -10,7 +10,8 @@ import pytest
 
 from tests.integration.helpers import ENV
 
-pytestmark = pytest.mark.integration
+# a demo run is ~1-2 minutes on 2 cores: past pytest's default 120 s on a loaded machine
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 
 
 def demo(*args: str) -> subprocess.CompletedProcess[str]:
