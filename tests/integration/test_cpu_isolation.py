@@ -32,7 +32,7 @@ from tests.conftest import free_port
 from tests.integration.helpers import ENV
 
 pytestmark = pytest.mark.integration
-INTERVAL = 0.5
+INTERVAL = 1.0
 HEALTHY = 8
 #: Targets churning 20,000 new label sets a scrape (the last ports).
 CHURNING = 4
@@ -107,7 +107,7 @@ def test_healthy_targets_keep_their_scrapes_beside_a_churning_one(tmp_path: Path
     before = os.sched_getaffinity(0)
     os.sched_setaffinity(0, mine)  # the collector's side: one core
     loop = ScrapeLoop(
-        Scraper(timeout_seconds=0.45),
+        Scraper(timeout_seconds=0.9 * INTERVAL),
         lambda: [Target(u) for u in urls],
         write,
         INTERVAL,

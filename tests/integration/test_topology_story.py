@@ -39,7 +39,10 @@ def get(api: FakeKubeApi, path: str) -> dict[str, Any]:
 def test_planted_job_is_found_and_fits_after_the_plan_runs_in_the_fake_api() -> None:
     cluster = SimulatedCluster(default_scenario())
     origin = AT.timestamp()
-    nodes, pods = nodes_json(cluster, origin=origin), pods_json(cluster, 0.0, origin=origin)
+    nodes, pods = (
+        nodes_json(cluster, origin=origin),
+        pods_json(cluster, cluster.scenario.live_offset, origin=origin),
+    )
     before = analyse(nodes, pods)
     (finding,) = [f for f in before.findings if f.subject["pod_group"] == TOPOLOGY_STORY_GROUP]
     assert finding.kind == "topology_fragmentation"
@@ -113,7 +116,10 @@ def test_analyze_topology_on_a_database_reads_its_inventory(tmp_path: Any, capsy
 
     cluster = SimulatedCluster(default_scenario())
     origin = AT.timestamp()
-    nodes, pods = nodes_json(cluster, origin=origin), pods_json(cluster, 0.0, origin=origin)
+    nodes, pods = (
+        nodes_json(cluster, origin=origin),
+        pods_json(cluster, cluster.scenario.live_offset, origin=origin),
+    )
     infos = {n.name: n for n in map(node_from_json, nodes["items"])}
     pod_infos = [
         pod_from_json(p, node=infos.get(p["spec"].get("nodeName", ""))) for p in pods["items"]
