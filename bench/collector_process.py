@@ -28,13 +28,10 @@ import argparse
 import math
 import os
 import shutil
-import socket
-import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -44,15 +41,9 @@ import httpx
 import yaml
 
 from bench.figure import Figure, Reference, print_figures
+from bench.processes import free_port, process
 
-ENV = {**os.environ, "PYTHONUNBUFFERED": "1"}
 TICKS = os.sysconf("SC_CLK_TCK")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def cpu_seconds(pid: int) -> float:
@@ -63,33 +54,6 @@ def cpu_seconds(pid: int) -> float:
 
 def folder_bytes(root: Path) -> int:
     return sum(p.stat().st_size for p in root.rglob("*") if p.is_file())
-
-
-def wait_http(url: str, proc: subprocess.Popen[bytes], timeout: float = 120) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            httpx.get(url, timeout=2).raise_for_status()
-            return
-        except httpx.HTTPError:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"{url} did not come up") from None
-            time.sleep(0.2)
-
-
-@contextmanager
-def process(cmd: list[str], ready_url: str) -> Iterator[subprocess.Popen[bytes]]:
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=ENV)
-    try:
-        wait_http(ready_url, proc)
-        yield proc
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 def prometheus_appended(base: str) -> float:

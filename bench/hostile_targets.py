@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import os
 import subprocess
 import sys
 import tempfile
@@ -33,6 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import httpx
 
 from bench.figure import Figure, print_figures
+from bench.processes import free_port, process
 
 TEXT = "text/plain; version=0.0.4; charset=utf-8"
 Respond = Callable[[BaseHTTPRequestHandler], None]
@@ -147,41 +147,11 @@ def serve(respond: Respond) -> Iterator[str]:
         server.server_close()
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _wait(url: str, proc: subprocess.Popen[bytes], timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            httpx.get(url, timeout=2)
-            return
-        except httpx.HTTPError:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"{url} did not come up") from None
-            time.sleep(0.2)
-
-
 @contextmanager
-def process(args: list[str], health: str) -> Iterator[subprocess.Popen[bytes]]:
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    cmd = [sys.executable, "-m", "gpuscope.cli.main", *args]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
-    try:
-        _wait(health, proc)
+def gpuscope(args: list[str], health: str) -> Iterator[subprocess.Popen[bytes]]:
+    """``gpuscope ARGS`` as its own process (bench/processes.py), once ``health`` answers."""
+    with process([sys.executable, "-m", "gpuscope.cli.main", *args], health) as proc:
         yield proc
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 def peak_rss_mb(pid: int) -> float:
@@ -195,10 +165,10 @@ def measure(cases: tuple[str, ...], seconds: float, quick: bool) -> tuple[int, f
     """(healthy agent's scrapes in ``seconds``, collector's peak RSS in MB)."""
     stop = threading.Event()
     with tempfile.TemporaryDirectory() as tmp, ExitStack() as stack:
-        agent_port, port = _free_port(), _free_port()
+        agent_port, port = free_port(), free_port()
         agent = f"http://127.0.0.1:{agent_port}/metrics"
         stack.enter_context(
-            process(
+            gpuscope(
                 ["agent", "--gpu-source", "sim", "--node", "gpu-node-08", "--listen",
                  f"127.0.0.1:{agent_port}"],
                 agent,
@@ -211,7 +181,7 @@ def measure(cases: tuple[str, ...], seconds: float, quick: bool) -> tuple[int, f
             args += ["--target", url]
         base = f"http://127.0.0.1:{port}"
         try:
-            collector = stack.enter_context(process(args, base + "/healthz"))
+            collector = stack.enter_context(gpuscope(args, base + "/healthz"))
 
             def healthy_scrapes() -> int:
                 targets = httpx.get(base + "/api/v1/status", timeout=30).json()["targets"]
