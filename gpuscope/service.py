@@ -18,6 +18,7 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from gpuscope.analytics.api import analytics_router
 from gpuscope.analytics.base import Analysis
 from gpuscope.analytics.report.weekly import ReportResult, weekly_report
 from gpuscope.analytics.runner import DETECTORS, run_on_store
@@ -220,12 +221,17 @@ def whatif_on_store(store: Store, settings: Settings, clock: Callable[[], float]
     :class:`~gpuscope.collector.api_whatif.WhatIfRefused` with the HTTP status they deserve."""
     from gpuscope.analytics.report.week import Week
     from gpuscope.analytics.whatif.policies import POLICIES
-    from gpuscope.analytics.whatif.week import replay_window
+    from gpuscope.analytics.whatif.week import WEEK_SEEDS, replay_window
     from gpuscope.cli.common import FIRST_YEAR, LAST_YEAR
     from gpuscope.collector.api_whatif import WhatIfRefused
     from gpuscope.core.errors import UserError
 
-    def run(week_text: str | None, policies: list[str] | None) -> dict[str, Any]:
+    def run(
+        week_text: str | None,
+        policies: list[str] | None,
+        seeds: int | None = None,
+        drop: bool = False,
+    ) -> dict[str, Any]:
         now = datetime.fromtimestamp(clock(), UTC)
         try:
             week = Week.parse(week_text) if week_text else Week.last_complete(now)
@@ -247,6 +253,8 @@ def whatif_on_store(store: Store, settings: Settings, clock: Callable[[], float]
                 week.start,
                 week.end,
                 names,
+                seeds=WEEK_SEEDS if seeds is None else seeds,
+                drop=drop,
                 coverage=settings.analytics.fgd_task_coverage,
             )
         finally:
@@ -310,6 +318,7 @@ def extend_service(service: CollectorService, deliver: Deliver | None = None) ->
     """Everything above the collector: analytics (and the alerts after each run), the
     actions that read their findings, the weekly report and the what-if replay API."""
     service.whatif = whatif_on_store(service.store, service.settings, service.clock)
+    service.routers.append(analytics_router(service.store, service.settings, service.clock))
     service.routers.append(
         partial(topology_router, lambda: service.metrics.analytics.latest("topology"))
     )

@@ -18,6 +18,7 @@ from typing import Any, NoReturn, cast
 
 from gpuscope import __version__
 from gpuscope.cli.alerts import add_alerts_parser, cmd_alerts
+from gpuscope.cli.beside import add_collector_argument, analyze_through, beside
 from gpuscope.cli.common import (
     FIRST_YEAR,
     LAST_YEAR,
@@ -33,6 +34,7 @@ from gpuscope.cli.whatif import add_whatif_parser, cmd_whatif
 from gpuscope.core.errors import UserError
 from gpuscope.core.logs import LogFormat, configure_logging
 from gpuscope.core.settings import Settings, load_settings
+from gpuscope.core.timefmt import rfc3339
 
 log = logging.getLogger("gpuscope")
 
@@ -191,6 +193,7 @@ def build_parser() -> argparse.ArgumentParser:
     an.add_argument("--at", metavar="TIME", help="analyse as of this time (RFC 3339; default now)")
     an.add_argument("--json", action="store_true", help="print one JSON object")
     an.add_argument("--config", type=Path, help="YAML settings file (thresholds: analytics)")
+    add_collector_argument(an)
     _add_logging(an)
 
     from gpuscope.cli.act import add_act_parser
@@ -372,6 +375,13 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
     at = _parse_at(args.at)
     if (args.nodes is None) != (args.pods is None):
         raise UserError("--nodes and --pods go together")
+    if args.collector and args.nodes is not None:
+        raise UserError("--collector analyses its database; --nodes/--pods are files here")
+    collector = beside(args, settings, args.db) if args.nodes is None else None
+    if collector is not None:  # the database is the collector's: run there (cli/beside.py)
+        if args.objects:
+            raise UserError("--objects goes with --nodes/--pods or a --db opened here")
+        return analyze_through(collector, args.what, rfc3339(at) if args.at else None, args.json)
     if args.what == "topology":
         from gpuscope.cli.topology import run_topology
 

@@ -12,6 +12,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from gpuscope.cli.beside import add_collector_argument, beside, report_through
 from gpuscope.core.settings import load_settings
 
 
@@ -40,6 +41,7 @@ def add_report_parser(sub: Any) -> None:
         action="store_true",
         help="print what was written (week, files, summary) as one JSON object",
     )
+    add_collector_argument(rep)
     rep.add_argument(
         "--log-level",
         default=os.environ.get("GPUSCOPE_LOG_LEVEL", "INFO"),
@@ -69,6 +71,11 @@ def cmd_report(args: argparse.Namespace) -> int:
     if week is not None:
         week.check_over(now)  # before the report's folder is made
     db = args.db if args.db is not None else settings.collector.db
+    collector = beside(args, settings, Path(db))
+    if collector is not None:  # a running collector holds it: run there (cli/beside.py)
+        label = (week or Week.last_complete(now)).label
+        out_dir = Path(args.out if args.out is not None else settings.report.out_dir)
+        return report_through(collector, label, out_dir, args.json)
     if not Path(db).exists():
         raise UserError(f"database {db} does not exist")
     with open_store(db) as store:

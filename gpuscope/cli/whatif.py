@@ -12,6 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from gpuscope.cli.beside import add_collector_argument, beside, whatif_through
 from gpuscope.cli.common import add_objects_argument, objects_of
 
 #: The policies' names, as ``gpuscope.analytics.whatif.policies.POLICIES`` has them (a test holds
@@ -77,6 +78,7 @@ def add_whatif_parser(sub: Any, number: Callable[..., Callable[[str], float]]) -
     )
     wi.add_argument("--json", action="store_true", help="print one JSON object")
     wi.add_argument("--config", type=Path, help="YAML settings file (analytics:, workloads:)")
+    add_collector_argument(wi)
     return wi
 
 
@@ -113,17 +115,18 @@ def _render(out: dict[str, Any]) -> str:
 def _check_inputs(args: argparse.Namespace) -> None:
     from gpuscope.core.errors import UserError
 
-    if args.week is not None and args.db is None:
+    stored = args.db is not None or bool(args.collector)  # a database, here or in a collector
+    if args.week is not None and not stored:
         raise UserError("--week goes with --db")
     if (args.nodes is None) != (args.pods is None):
         raise UserError("--nodes and --pods go together")
-    if args.db is not None and args.nodes is not None:
+    if stored and args.nodes is not None:
         raise UserError("give --db PATH or --nodes FILE --pods FILE, not both")
-    if args.db is None and args.nodes is None:
+    if not stored and args.nodes is None:
         raise UserError("give --db PATH (a stored week) or --nodes FILE --pods FILE")
-    if args.db is not None and args.objects:
+    if stored and args.objects:
         raise UserError("--objects goes with --nodes FILE --pods FILE, not --db")
-    if args.db is not None and args.arrivals is not None:
+    if stored and args.arrivals is not None:
         raise UserError("--arrivals applies to files; a stored week replays its own arrivals")
 
 
@@ -140,6 +143,9 @@ def _from_db(args: argparse.Namespace, policies: list[str], settings: Any) -> di
     if not FIRST_YEAR <= week.year <= LAST_YEAR:
         raise UserError(f"--week {args.week}: expected a week between {FIRST_YEAR} and {LAST_YEAR}")
     week.check_over(now)
+    collector = beside(args, settings, args.db)
+    if collector is not None:  # a running collector holds it: replay there (cli/beside.py)
+        return whatif_through(collector, week.label, policies, args.seeds, args.drop)
     if args.db.is_dir():
         raise UserError(f"--db {args.db} is a folder; expected a database file")
     if not args.db.exists():
@@ -174,7 +180,7 @@ def cmd_whatif(args: argparse.Namespace) -> int:
     _check_inputs(args)
     settings = load_settings(args.config)
     policies = list(dict.fromkeys(args.policy or POLICIES))
-    if args.db is not None:
+    if args.db is not None or args.collector:
         out = _from_db(args, policies, settings)
     else:
         workload = read_workload(args.nodes, args.pods, settings, objects=objects_of(args))

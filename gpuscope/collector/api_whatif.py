@@ -13,17 +13,31 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from datetime import date
-from typing import Annotated, Any
+from typing import Annotated, Any, Protocol
 
 from fastapi import APIRouter, HTTPException, Query
 
-#: (week "YYYY-Www" or None for the last complete week, policies or None for all) -> the
-#: figures of ``gpuscope whatif --db --json``. Raises :class:`WhatIfRefused`.
-WhatIf = Callable[[str | None, list[str] | None], dict[str, Any]]
+
+class WhatIf(Protocol):
+    """(week "YYYY-Www" or None for the last complete week, policies or None for all,
+    replays per policy or None for the default, drop the unplaceable) -> the figures of
+    ``gpuscope whatif --db --json``. Raises :class:`WhatIfRefused`."""
+
+    def __call__(
+        self,
+        week: str | None,
+        policies: list[str] | None,
+        /,
+        seeds: int | None = None,
+        drop: bool = False,
+    ) -> dict[str, Any]: ...
+
 
 _WEEK = re.compile(r"^(\d{4})-W(\d{2})$")
 #: Policies one request may name at most (there are six).
 MAX_POLICIES = 16
+#: Replays per policy one request may ask for (the CLI's --seeds bound).
+MAX_SEEDS = 100
 
 
 class WhatIfRefused(Exception):
@@ -56,10 +70,13 @@ def whatif_router(get_whatif: Callable[[], WhatIf | None], reader: list[Any]) ->
     def whatif(
         week: str | None = None,
         policy: Annotated[list[str] | None, Query()] = None,
+        seeds: Annotated[int | None, Query(ge=1, le=MAX_SEEDS)] = None,
+        drop: bool = False,
     ) -> dict[str, Any]:
         """The week (default: the last complete one) replayed under each policy (default:
         all), with what happened and ``gpus_recovered`` per policy: the figures of
-        ``gpuscope whatif --db PATH --week WEEK --json``."""
+        ``gpuscope whatif --db PATH --week WEEK --json`` (``seeds`` and ``drop`` as its
+        ``--seeds`` and ``--drop``; the CLI runs itself through here beside a collector)."""
         run = get_whatif()
         if run is None:
             raise HTTPException(
@@ -70,7 +87,7 @@ def whatif_router(get_whatif: Callable[[], WhatIf | None], reader: list[Any]) ->
         if policy is not None and len(policy) > MAX_POLICIES:
             raise HTTPException(400, f"at most {MAX_POLICIES} policies per request")
         try:
-            return run(week, policy)
+            return run(week, policy, seeds, drop)
         except WhatIfRefused as exc:
             raise HTTPException(exc.status, exc.detail) from None
 

@@ -21,6 +21,7 @@ import threading
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import duckdb
@@ -269,6 +270,8 @@ class CollectorService:
             clock=self.clock,
             routers=list(self.routers),
             whatif=self.whatif,
+            # the file it holds: the CLI beside it checks it is the one it was given
+            extra_status={"database": str(Path(self.settings.collector.db).resolve())},
         )
 
     def ready(self) -> bool:

@@ -21,6 +21,7 @@ from schemathesis.specs.openapi.checks import status_code_conformance
 from gpuscope.alerts.api import alerts_router
 from gpuscope.alerts.config import AlertsConfig
 from gpuscope.alerts.engine import AlertsEngine
+from gpuscope.analytics.api import analytics_router
 from gpuscope.collector.api import ApiState, create_app
 from gpuscope.collector.metrics import CollectorMetrics
 from gpuscope.collector.store import Store
@@ -47,7 +48,10 @@ def api_schema(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
         token=TOKEN,
         read_requires_token=True,
         clock=clock,
-        routers=[partial(alerts_router, store, engine, clock)],
+        routers=[
+            partial(alerts_router, store, engine, clock),
+            analytics_router(store, Settings(), clock),  # the CLI's analyze and report
+        ],
         scrape_now=lambda: 0,
         retention_now=dict,
         reports_dir=reports,

@@ -8,12 +8,15 @@ a report, and a failed run leaves the previous one as it was.
 
 from __future__ import annotations
 
+import io
 import logging
 import os
 import shutil
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 import duckdb
 
@@ -37,24 +40,53 @@ class ReportResult:
     report: WeeklyReport
 
 
-def _write(report: WeeklyReport, final: Path) -> None:
+def report_files(report: WeeklyReport, html: Path | None) -> tuple[dict[str, bytes], str]:
+    """The report's files by path inside its week's folder (``report.html``, ``summary.md``
+    naming ``html`` as the full report's place, ``tables/<name>.csv`` and ``.parquet``), and
+    the chat summary: what a local run writes, and what the collector's API hands the CLI."""
+    files: dict[str, bytes] = {}
+    for name, df in report.tables.items():
+        csv, parquet = io.BytesIO(), io.BytesIO()
+        df.write_csv(csv)
+        df.write_parquet(parquet, compression="zstd")
+        files[f"tables/{name}.csv"] = csv.getvalue()
+        files[f"tables/{name}.parquet"] = parquet.getvalue()
+    files["report.html"] = render_html(report).encode()
+    summary = render_markdown(report, html)
+    files["summary.md"] = summary.encode()
+    return files, summary
+
+
+def write_folder(final: Path, files: Mapping[str, bytes]) -> None:
+    """Write ``files`` (relative paths) beside ``final`` and swap the folder in whole, so a
+    reader never sees half a report and a failure leaves the previous one as it was."""
     staging = final.with_name(f".{final.name}.partial-{os.getpid()}")
     if staging.exists():
         shutil.rmtree(staging)
-    tables = staging / "tables"
-    tables.mkdir(parents=True)
-    for name, df in report.tables.items():
-        df.write_csv(tables / f"{name}.csv")
-        df.write_parquet(tables / f"{name}.parquet", compression="zstd")
-    (staging / "report.html").write_text(render_html(report), encoding="utf-8")
-    summary = render_markdown(report, final / "report.html")
-    (staging / "summary.md").write_text(summary, encoding="utf-8")
+    staging.mkdir(parents=True)
+    for rel, data in files.items():
+        path = staging / rel
+        if Path(rel).is_absolute() or ".." in Path(rel).parts:
+            raise UserError(f"refusing to write {rel!r} outside the report's folder")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
     old = final.with_name(f".{final.name}.old-{os.getpid()}")
     if final.exists():
         final.rename(old)
     staging.rename(final)
     if old.exists():
         shutil.rmtree(old)
+
+
+def report_json(report: WeeklyReport) -> dict[str, Any]:
+    """The report's week, cluster table (metric -> this week, previous week, change) and
+    notes, as ``gpuscope report weekly --json`` prints them."""
+    cluster = report.tables["cluster"].to_dicts() if "cluster" in report.tables else []
+    return {
+        "week": report.week.label,
+        "cluster": {row.pop("metric"): row for row in cluster},
+        "notes": list(report.notes),
+    }
 
 
 def weekly_report(
@@ -78,10 +110,11 @@ def weekly_report(
         raise UserError(f"cannot create report folder {out}: {exc.strerror}") from None
     report = build_report(con, week, settings, now=now)
     final = out / week.label
+    html = final / "report.html"
+    files, summary = report_files(report, html)
     try:
-        _write(report, final)
+        write_folder(final, files)
     except OSError as exc:
         raise UserError(f"cannot write the report to {final}: {exc.strerror}") from None
-    html = final / "report.html"
     log.info("weekly report written week=%s path=%s", week.label, html)
-    return ReportResult(render_markdown(report, html), html, final, report)
+    return ReportResult(summary, html, final, report)
