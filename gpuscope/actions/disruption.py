@@ -1,133 +1,14 @@
-"""Which pods a PodDisruptionBudget keeps in place now, so the consolidation planner never
-chooses a victim whose eviction the API server would refuse.
-
-The Eviction API (policy/v1) decides from the budget's *status*, which the disruption
-controller keeps: it refuses (429, ``DisruptionBudget`` cause) while
-``status.disruptionsAllowed`` is 0, or while ``status.observedGeneration`` is behind
-``metadata.generation`` (the budget "is still being processed"), and it refuses a pod that
-more than one budget selects. A budget with an empty or absent selector selects nothing.
-Pods that are not Running (Pending, Succeeded, Failed) or are Terminating are evicted
-without asking their budget. This module reads those same fields and rules, without I/O:
-the runner lists the budgets (gpuscope/actions/kube.py) and passes them in.
-"""
+"""Which pods a PodDisruptionBudget keeps in place now: the budgets' records and rules live
+with the inventory that stores them (gpuscope/collector/pdb_records.py), so plans made from
+the database and live plans decide alike; the actions read them from here."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from gpuscope.collector.pdb_records import (
+    Budget,
+    blocked_by_budgets,
+    budget_from_json,
+    stored_budgets,
+)
 
-from gpuscope.collector.inventory_records import PodInfo
-
-
-@dataclass(frozen=True, slots=True)
-class Budget:
-    """One PodDisruptionBudget as the eviction handler sees it."""
-
-    namespace: str
-    name: str
-    match_labels: Mapping[str, str] = field(default_factory=dict)
-    #: ``matchExpressions`` as (key, operator, values).
-    expressions: tuple[tuple[str, str, frozenset[str]], ...] = ()
-    disruptions_allowed: int = 0
-    #: The controller has not caught up with the spec (the API server refuses evictions).
-    stale: bool = False
-    desired_healthy: int = 0
-    current_healthy: int = 0
-
-    @property
-    def key(self) -> str:
-        return f"{self.namespace}/{self.name}"
-
-    @property
-    def empty(self) -> bool:
-        return not self.match_labels and not self.expressions
-
-    def selects(self, labels: Mapping[str, str]) -> bool:
-        """The LabelSelector's answer for a pod's labels; an empty selector selects none."""
-        if self.empty:
-            return False
-        if any(labels.get(k) != v for k, v in self.match_labels.items()):
-            return False
-        for key, op, values in self.expressions:
-            ok = {
-                "In": key in labels and labels[key] in values,
-                "NotIn": labels.get(key) not in values,
-                "Exists": key in labels,
-                "DoesNotExist": key not in labels,
-            }.get(op, False)
-            if not ok:
-                return False
-        return True
-
-    def why_blocked(self) -> str:
-        """Why the budget refuses an eviction now ("" when it allows one)."""
-        if self.stale:
-            return "is still being processed by its controller"
-        if self.disruptions_allowed <= 0:
-            return (
-                f"allows no disruption (needs {self.desired_healthy} healthy pods, "
-                f"has {self.current_healthy})"
-            )
-        return ""
-
-
-def _int(value: Any) -> int:
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        return 0
-
-
-def budget_from_json(obj: Mapping[str, Any]) -> Budget:
-    """A policy/v1 PodDisruptionBudget as the API server returns it."""
-    meta = obj.get("metadata") or {}
-    spec = obj.get("spec") or {}
-    status = obj.get("status") or {}
-    selector = spec.get("selector") or {}
-    expressions = tuple(
-        (str(e.get("key", "")), str(e.get("operator", "")), frozenset(e.get("values") or ()))
-        for e in selector.get("matchExpressions") or ()
-    )
-    generation = _int(meta.get("generation"))
-    observed = _int(status.get("observedGeneration"))
-    return Budget(
-        namespace=str(meta.get("namespace", "")),
-        name=str(meta.get("name", "")),
-        match_labels={str(k): str(v) for k, v in (selector.get("matchLabels") or {}).items()},
-        expressions=expressions,
-        disruptions_allowed=_int(status.get("disruptionsAllowed")),
-        stale=observed < generation,
-        desired_healthy=_int(status.get("desiredHealthy")),
-        current_healthy=_int(status.get("currentHealthy")),
-    )
-
-
-def _needs_budget(pod: PodInfo) -> bool:
-    """Whether an eviction of the pod asks its budgets (the API server skips them for
-    pods not Running and for Terminating pods)."""
-    return pod.phase not in ("Pending", "Succeeded", "Failed") and not pod.terminating
-
-
-def blocked_by_budgets(budgets: Iterable[Budget], pods: Sequence[PodInfo]) -> dict[str, str]:
-    """``namespace/pod`` -> why its eviction would be refused now, naming the budget(s),
-    for every pod a budget keeps in place."""
-    by_ns: dict[str, list[Budget]] = {}
-    for b in budgets:
-        by_ns.setdefault(b.namespace, []).append(b)
-    out: dict[str, str] = {}
-    for pod in pods:
-        if not _needs_budget(pod):
-            continue
-        mine = [b for b in by_ns.get(pod.namespace, ()) if b.selects(pod.labels)]
-        if len(mine) > 1:
-            names = ", ".join(b.key for b in mine)
-            out[f"{pod.namespace}/{pod.name}"] = (
-                f"PodDisruptionBudgets {names} all select it (the Eviction API refuses a pod "
-                "with more than one)"
-            )
-        elif mine and mine[0].why_blocked():
-            out[f"{pod.namespace}/{pod.name}"] = (
-                f"PodDisruptionBudget {mine[0].key} {mine[0].why_blocked()}"
-            )
-    return out
+__all__ = ["Budget", "blocked_by_budgets", "budget_from_json", "stored_budgets"]

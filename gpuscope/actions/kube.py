@@ -253,7 +253,7 @@ class ClusterClient:
 
     def list_pdbs(self) -> list[Obj]:
         """Every PodDisruptionBudget (policy/v1), with the status the Eviction API decides
-        from (gpuscope/actions/disruption.py)."""
+        from (gpuscope/collector/pdb_records.py)."""
         return list(
             self._read(
                 "list poddisruptionbudgets",

@@ -12,7 +12,12 @@ from datetime import UTC, datetime
 from typing import Any
 
 from gpuscope.actions.audit import REFUSED, ActionRecord
-from gpuscope.actions.disruption import Budget, blocked_by_budgets, budget_from_json
+from gpuscope.actions.disruption import (
+    Budget,
+    blocked_by_budgets,
+    budget_from_json,
+    stored_budgets,
+)
 from gpuscope.actions.executor import Executor, Notifier
 from gpuscope.actions.kube import ClusterClient, KubeError
 from gpuscope.actions.plan import consolidation_blocked, plan_consolidation_steps, plan_idle
@@ -136,7 +141,7 @@ def run_policies(
             if why:
                 run.notes.append(f"policy {policy.name}: no new consolidation: {why}")
                 continue
-            budgets = _budgets(client, run.notes)
+            budgets = _budgets(client, run.notes, store)
             steps, left_out = _consolidation_steps(
                 policy, nodes, pods, indices, settings, at, budgets
             )
@@ -185,17 +190,28 @@ def lift_when_bound(
     return list(executor.records)
 
 
-def _budgets(client: ClusterClient | None, notes: list[str]) -> list[Budget]:
-    """The cluster's PodDisruptionBudgets, read now (none without a Kubernetes API). A
-    refused list is a note, and the plan goes on without them: the Eviction API still
-    refuses a protected victim, and that plan is then abandoned and lifted."""
-    if client is None:
-        return []
+def _budgets(client: ClusterClient | None, notes: list[str], store: Store) -> list[Budget]:
+    """The cluster's PodDisruptionBudgets, read now; without a Kubernetes API, or when the
+    list is refused, the ones the collector's inventory stored last (a note says so). With
+    neither, the plan goes on without them: the Eviction API still refuses a protected
+    victim, and that plan is then abandoned and lifted."""
+    if client is not None:
+        try:
+            return [budget_from_json(o) for o in client.list_pdbs()]
+        except KubeError as exc:
+            why = f"PodDisruptionBudgets not read ({exc})"
+    else:
+        why = "no Kubernetes API to read PodDisruptionBudgets from"
+    cur = store.cursor()
     try:
-        return [budget_from_json(o) for o in client.list_pdbs()]
-    except KubeError as exc:
-        notes.append(f"PodDisruptionBudgets not read ({exc}): planned without them")
-        return []
+        stored = stored_budgets(cur)
+    finally:
+        cur.close()
+    if stored:
+        notes.append(f"{why}: planned with the {len(stored)} the inventory stored")
+    elif client is not None:
+        notes.append(f"{why}: planned without them")
+    return stored
 
 
 def hold(p: Placed, why: str) -> Placed:

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from gpuscope.analytics.base import Analysis
+from gpuscope.collector.pdb_records import blocked_by_budgets, stored_budgets
 from gpuscope.collector.store import Store, utc
 from gpuscope.core.errors import UserError
 from gpuscope.core.kube_objects import ObjectSet
@@ -143,6 +144,8 @@ def _consolidation_from_store(cur: Any, at: datetime, settings: Settings) -> Ana
 
     indices = gpu_indices_of(cur)
     nodes, pods = records_from_inventory(cur)
+    # the budgets the inventory stored: a victim whose budget allows no disruption stays
+    blocked = blocked_by_budgets(stored_budgets(cur), pods)
     return analyze_consolidation(
         state_from_records(nodes, pods, indices),
         pods,
@@ -150,6 +153,7 @@ def _consolidation_from_store(cur: Any, at: datetime, settings: Settings) -> Ana
         settings=settings.analytics,
         gpu_indices=indices,
         protected_namespaces=settings.workloads.protected_namespaces,
+        pdb_blocked=frozenset(blocked),
     )
 
 

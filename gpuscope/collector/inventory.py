@@ -44,6 +44,7 @@ from gpuscope.collector.kube_config import (
     kube_configuration,
     load_configuration,
 )
+from gpuscope.collector.pdb_records import Budget, budget_from_json
 from gpuscope.collector.queue_records import (
     quota_from_clusterqueue,
     quota_from_cohort,
@@ -103,6 +104,7 @@ class KubeInventory:
         self._api = client.ApiClient(configuration)
         self._core = client.CoreV1Api(self._api)
         self._custom = client.CustomObjectsApi(self._api)
+        self._policy = client.PolicyV1Api(self._api)
         self._settings = settings or WorkloadSettings()
         self._watch_timeout = max(1, int(watch_timeout_seconds))
         self._timeout = request_timeout_seconds
@@ -111,6 +113,8 @@ class KubeInventory:
         self._objects: dict[str, dict[str, Obj]] = {"nodes": {}, "pods": {}}
         self._rv: dict[str, str | None] = {"nodes": None, "pods": None}
         self._quotas: tuple[QuotaInfo, ...] = ()
+        #: None until read, and while they cannot be (the stored ones are then left alone).
+        self._pdbs: tuple[Budget, ...] | None = None
         self._namespaces: tuple[str, ...] = ()
         self._synced_at: float | None = None
         self._parsed: dict[str, tuple[object, PodInfo]] = {}
@@ -239,6 +243,25 @@ class KubeInventory:
             )
             self._quotas = tuple(sorted(quotas, key=lambda q: (q.source, q.project, q.namespace)))
 
+    def _sync_pdbs(self) -> None:
+        """PodDisruptionBudgets (policy/v1), for plans made from the database. Never fails
+        the sync: unreadable (RBAC without the rule, say) they are unknown this round, and
+        the ones stored before are left as they were."""
+        try:
+            body = self._list_raw(
+                "list poddisruptionbudgets",
+                self._policy.list_pod_disruption_budget_for_all_namespaces,
+            )
+        except InventoryError as err:
+            log.warning("PodDisruptionBudgets not read; plans from the database go without: %s",
+                        err)  # fmt: skip
+            with self._lock:
+                self._pdbs = None
+            return
+        budgets = sorted(map(budget_from_json, body.get("items") or ()), key=lambda b: b.key)
+        with self._lock:
+            self._pdbs = tuple(budgets)
+
     # -- public ---------------------------------------------------------------------------------
     def sync_once(self) -> InventorySnapshot:
         """One list (first time, or after 410 Gone) or one short watch round of nodes and
@@ -251,6 +274,7 @@ class KubeInventory:
                 future.result()
             dra.result()
         self._sync_quotas()
+        self._sync_pdbs()
         with self._lock:
             self._synced_at = self._clock()
         return self.snapshot()
@@ -261,6 +285,7 @@ class KubeInventory:
             raw_nodes = list(self._objects["nodes"].values())
             raw_pods = list(self._objects["pods"].values())
             quotas, namespaces, synced = self._quotas, self._namespaces, self._synced_at
+            pdbs = self._pdbs
             rvs = {k: v for k, v in self._rv.items() if v}
         nodes = {n.name: n for n in map(node_from_json, raw_nodes)}
         pods = []
@@ -287,4 +312,5 @@ class KubeInventory:
             namespaces=namespaces,
             synced_at=synced,
             resource_versions=rvs,
+            pdbs=pdbs,
         )

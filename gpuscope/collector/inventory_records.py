@@ -169,6 +169,9 @@ class InventorySnapshot:
     synced_at: float | None = None
     #: Last seen resourceVersion per watched resource (``nodes``, ``pods``).
     resource_versions: Mapping[str, str] = field(default_factory=dict)
+    #: PodDisruptionBudgets (gpuscope/collector/pdb_records.py ``Budget``); None when they
+    #: could not be read.
+    pdbs: tuple[Any, ...] | None = None
 
 
 # -- pure parsing -------------------------------------------------------------------------

@@ -220,6 +220,16 @@ MIGRATION_6_PACKED_ROLLUPS: tuple[str, ...] = (
     FROM rollup_1h_rows""",
 )
 
+#: PodDisruptionBudgets with the inventory (gpuscope/collector/pdb_records.py): history like
+#: the nodes, pods and quotas, keyed ``namespace/name``, so a plan made from the database
+#: honours the budgets a live plan reads.
+MIGRATION_7_PDBS: tuple[str, ...] = (
+    """CREATE TABLE inventory_pdbs (
+        key VARCHAR NOT NULL, record JSON NOT NULL,
+        valid_from TIMESTAMP NOT NULL, valid_to TIMESTAMP
+    )""",
+)
+
 #: Version -> statements that bring a database at version - 1 to it.
 MIGRATIONS: dict[int, tuple[str, ...]] = {
     1: MIGRATION_1_TABLES,
@@ -228,6 +238,7 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
     4: MIGRATION_4_ACTION_STATE,
     5: MIGRATION_5_ALERTS,
     6: MIGRATION_6_PACKED_ROLLUPS,
+    7: MIGRATION_7_PDBS,
 }
 LATEST_VERSION: int = max(MIGRATIONS)
 

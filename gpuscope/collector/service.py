@@ -35,6 +35,7 @@ from gpuscope.collector.inventory_gauges import InventoryGauges
 from gpuscope.collector.inventory_records import QuotaInfo
 from gpuscope.collector.limits import IngestLimits
 from gpuscope.collector.metrics import CollectorMetrics
+from gpuscope.collector.pdb_records import budget_record
 from gpuscope.collector.query_ingest import QueryIngest, QueryIngestMetrics
 from gpuscope.collector.scrape import Scraper, Target
 from gpuscope.collector.scrape_loop import ScrapeLoop
@@ -187,7 +188,8 @@ class CollectorService:
         configured = {q.project for q in quotas}
         keep = ("kueue-localqueue", "kueue-cohort")
         quotas += [q for q in snap.quotas if q.source in keep or q.project not in configured]
-        self.store.record_inventory(now, nodes=snap.nodes, pods=snap.pods, quotas=quotas)
+        pdbs = None if snap.pdbs is None else [budget_record(b) for b in snap.pdbs]
+        self.store.record_inventory(now, nodes=snap.nodes, pods=snap.pods, quotas=quotas, pdbs=pdbs)
 
     def retention_cycle(self) -> dict[str, int]:
         """Hourly: roll closed buckets up, delete what is past retention, compact closed

@@ -36,13 +36,15 @@ class RecordsMixin(StoreParts):
         nodes: Iterable[Any] | None = None,
         pods: Iterable[Any] | None = None,
         quotas: Iterable[Any] | None = None,
+        pdbs: Iterable[Any] | None = None,
     ) -> None:
-        """Record full snapshots (NodeInfo/PodInfo/QuotaInfo or mappings) as history.
+        """Record full snapshots (NodeInfo/PodInfo/QuotaInfo or mappings; PodDisruptionBudgets
+        as :func:`~gpuscope.collector.pdb_records.budget_record` mappings) as history.
 
         A changed or vanished object's current version ends at ``now``, a new or changed
         one starts there; ``None`` leaves that kind alone.
         """
-        snapshots = dict(zip(INVENTORY, (nodes, pods, quotas), strict=True))
+        snapshots = dict(zip(INVENTORY, (nodes, pods, quotas, pdbs), strict=True))
         with self._transaction() as con:
             for table, records in snapshots.items():
                 if records is None:

@@ -76,6 +76,7 @@ INVENTORY = {
     "inventory_nodes": lambda r: str(r["name"]),
     "inventory_pods": lambda r: f"{r['namespace']}/{r['name']}",
     "quotas": lambda r: f"{r.get('source', '')}/{r.get('namespace', '')}/{r['project']}",
+    "inventory_pdbs": lambda r: f"{r['namespace']}/{r['name']}",
 }
 SCD_SQL = {t: (Q["scd_close"].format(table=t), Q["scd_open"].format(table=t)) for t in INVENTORY}
 

@@ -162,12 +162,24 @@ def pdb_status(store: KubeStore, pdb: Obj) -> Obj:
         desired = _count(spec["minAvailable"], len(members))
     else:
         desired = len(members) - _count(spec.get("maxUnavailable", 0), len(members))
+    generation = int(pdb["metadata"].get("generation") or 1)
+    allowed = max(0, healthy - desired)
+    # the controller's condition, as policy/v1 has it (meta/v1 Condition, every field)
+    condition = {
+        "type": "DisruptionAllowed",
+        "status": "True" if allowed else "False",
+        "observedGeneration": generation,
+        "lastTransitionTime": pdb["metadata"].get("creationTimestamp") or "1970-01-01T00:00:00Z",
+        "reason": "SufficientPods" if allowed else "InsufficientPods",
+        "message": "",
+    }
     return {
-        "observedGeneration": int(pdb["metadata"].get("generation") or 1),
-        "disruptionsAllowed": max(0, healthy - desired),
+        "observedGeneration": generation,
+        "disruptionsAllowed": allowed,
         "currentHealthy": healthy,
         "desiredHealthy": desired,
         "expectedPods": len(members),
+        "conditions": [condition],
     }
 
 

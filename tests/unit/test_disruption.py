@@ -1,4 +1,4 @@
-"""gpuscope/actions/disruption.py against the fake API server's eviction rules
+"""gpuscope/collector/pdb_records.py (re-exported by gpuscope/actions/disruption.py) against the fake API server's eviction rules
 (tests/fakes/kube_rules.py, written from kube-apiserver's eviction handler and sharing no
 code with the product): on random pods and budgets, a pod is held by the planner exactly
 when the fake Eviction API would refuse it."""

@@ -61,7 +61,7 @@ def db(tmp_path: Path) -> Path:
 def test_migrates_an_empty_file_to_the_latest_version(db: Path) -> None:
     """A new file gets every table of every migration, the version recorded in meta."""
     with Store.open(db) as store:
-        assert store.schema_version == schema.LATEST_VERSION == 6
+        assert store.schema_version == schema.LATEST_VERSION == 7
         tables = {r[0] for r in rows(store, "SELECT table_name FROM duckdb_tables()")}
         assert {
             "series",
@@ -72,6 +72,7 @@ def test_migrates_an_empty_file_to_the_latest_version(db: Path) -> None:
             "rollup_5m_rows",
             "rollup_5m_raw",
             "rollup_1h_rows",
+            "inventory_pdbs",
         } <= tables
         views = {r[0] for r in rows(store, "SELECT view_name FROM duckdb_views()")}
         assert {"samples_5m", "samples_1h"} <= views
@@ -90,7 +91,7 @@ def test_upgrades_a_v1_database_keeping_its_data(db: Path) -> None:
     con.execute("UPDATE meta SET value = '1' WHERE key = 'samples_stored'")
     con.close()
     with Store.open(db) as store:
-        assert store.schema_version == schema.LATEST_VERSION == 6
+        assert store.schema_version == schema.LATEST_VERSION == 7
         assert rows(store, "SELECT count(*) FROM samples_5m") == [(0,)]
         assert store.samples_stored() == 1
         assert store.series_id("m", labels(node="n1")) == 0
