@@ -115,6 +115,11 @@ def run_act(args: argparse.Namespace, at: object) -> int:
     policies = load_policies(args.policy)
     if not policies:
         raise UserError(f"policy file {args.policy} has no policies")
+    if not args.collector:  # a running collector holds --db: run inside it (cli/beside.py)
+        from gpuscope.cli.beside import beside
+
+        found = beside(args, settings, args.db)
+        args.collector = found.url if found is not None else None
     if args.collector:
         return _print(through_collector(args, settings), args.json)
     if not args.db.exists():

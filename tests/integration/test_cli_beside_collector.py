@@ -24,9 +24,12 @@ from typing import Any
 import pytest
 import yaml
 
+from gpuscope.collector.service import CollectorService
 from gpuscope.collector.store import Store
+from tests.fakes.kube_api import FakeKubeApi
 from tests.integration import report_week
 from tests.integration.helpers import agent_process
+from tests.integration.test_act_beside_collector import act, running  # noqa: F401 (fixture)
 from tests.integration.test_collector import TOKEN, start_collector, status, wait_for
 from tests.integration.test_collector_ticks import accounted
 from tests.integration.test_idle import MIN, T0, Gpu, Work, fill
@@ -188,3 +191,26 @@ def test_a_held_database_with_no_collector_answering_says_how_to_reach_one(
     assert proc.returncode == 2
     assert proc.stderr.count("\n") == 1, proc.stderr
     assert "in use by another process" in proc.stderr and "--collector URL" in proc.stderr
+
+
+def test_act_on_a_held_database_runs_in_the_collector_that_holds_it(
+    running: tuple[str, FakeKubeApi, CollectorService, Path],  # noqa: F811 (the fixture)
+) -> None:
+    """A cron ``act --execute`` written before ``--collector`` existed: the collector its
+    settings name holds the database, so the run goes there, and the collector keeps it."""
+    url, api, service, tmp = running
+    config = yaml.safe_load((tmp / "config.yaml").read_text())
+    config["collector"]["listen"] = url.removeprefix("http://")
+    (tmp / "config.yaml").write_text(yaml.safe_dump(config))
+    proc = act(tmp, "--execute", "--json")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    out = json.loads(proc.stdout)
+    assert [(a["kind"], a["result"]) for a in out["actions"]] == [
+        ("reserve", "done"),
+        ("tolerate", "done"),
+        ("evict", "done"),
+    ]
+    kinds = service.store._query("SELECT kind FROM actions ORDER BY kind")
+    assert [k for (k,) in kinds] == ["evict", "reserve", "tolerate"]
+    taints = api.store.get(api.store.resource("nodes"), None, "node-c")["spec"]["taints"]
+    assert [t["key"] for t in taints] == ["gpuscope.io/reserved-for"]
