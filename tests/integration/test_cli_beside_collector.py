@@ -214,3 +214,32 @@ def test_act_on_a_held_database_runs_in_the_collector_that_holds_it(
     assert [k for (k,) in kinds] == ["evict", "reserve", "tolerate"]
     taints = api.store.get(api.store.resource("nodes"), None, "node-c")["spec"]["taints"]
     assert [t["key"] for t in taints] == ["gpuscope.io/reserved-for"]
+
+
+def test_a_collector_holding_another_database_is_not_used(
+    running: tuple[str, FakeKubeApi, CollectorService, Path],  # noqa: F811 (the fixture)
+    tmp_path: Path,
+) -> None:
+    """The settings name a collector, but it holds another file than the held --db: its
+    data must not stand in for this database's. One line, exit 2, naming both."""
+    url, _, _, tmp = running
+    other = tmp_path / "other.duckdb"
+    Store.open(other).close()
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import duckdb, sys, time; c = duckdb.connect(sys.argv[1]); "
+         "print('held', flush=True); time.sleep(600)", str(other)],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        config = yaml.safe_load((tmp / "config.yaml").read_text())
+        config["collector"]["listen"] = url.removeprefix("http://")
+        (tmp / "config.yaml").write_text(yaml.safe_dump(config))
+        proc = cli("analyze", "idle", "--db", str(other), config=tmp / "config.yaml")
+    finally:
+        holder.kill()
+        holder.wait()
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert proc.stderr.count("\n") == 1, proc.stderr
+    assert str((tmp / "held.duckdb").resolve()) in proc.stderr
+    assert "--collector URL" in proc.stderr and not proc.stdout
