@@ -159,12 +159,16 @@ def test_analyze_report_and_whatif_run_beside_a_live_collector(tmp_path: Path) -
         finally:
             proc.terminate()
             proc.wait(30)
-    # and the data the collector stored kept flowing into the database it held
+    # and every scrape it counted is in the database it held, with the agent's samples
     with Store.open(held, read_only=True) as store:
+        ((stored, up),) = store._query(
+            "SELECT count(*), count(*) FILTER (up) FROM scrapes WHERE target = ?", [agent]
+        )
         ((n,),) = store._query(
             "SELECT count(*) FROM series WHERE node = ? AND last_seen > ?",
             [AGENT_NODE, datetime(2026, 1, 1)],
         )
+    assert stored >= after["scrapes"] and up >= after["scrapes"] - after["failures"]
     assert n > 0
 
 
