@@ -702,3 +702,20 @@ def test_a_failed_cycle_leaves_nothing_behind(db: Path, monkeypatch: pytest.Monk
         assert rows(store, "SELECT count(*) FROM scrapes") == [(1,)]
         store.append_cycle([(batch(later, (UTIL, GPU1, 0.7), target="t2"), 0.0)])
         assert store.series_id(UTIL, GPU1) == 1
+
+
+def test_a_v6_database_gains_the_budgets_table_and_keeps_its_inventory(db: Path) -> None:
+    """v7 adds inventory_pdbs beside the inventory a v6 database already holds."""
+    con = duckdb.connect(str(db))
+    assert migrate(con, target=6) == 6
+    con.execute("INSERT INTO inventory_nodes VALUES ('n1', '{\"name\": \"n1\"}', ?, NULL)", [T0])
+    con.close()
+    with Store.open(db) as store:
+        assert store.schema_version == 7
+        assert rows(store, "SELECT key FROM inventory_nodes") == [("n1",)]
+        store.record_inventory(
+            T0, pdbs=[{"namespace": "ml", "name": "keep", "disruptions_allowed": 0}]
+        )
+        assert rows(store, "SELECT key FROM inventory_pdbs WHERE valid_to IS NULL") == [
+            ("ml/keep",)
+        ]
