@@ -147,6 +147,18 @@ def test_analyze_report_and_whatif_run_beside_a_live_collector(tmp_path: Path) -
             assert wi["summary"]["week"] == "2025-W10" and wi["summary"]["source"] == "database"
             assert wi["summary"]["seeds"] == 2 and "what_happened" in wi["summary"]
 
+            # act (a dry run: this collector has no Kubernetes API): run in the collector,
+            # its audit rows written there
+            policy = tmp_path / "policies.yaml"
+            policy.write_text(yaml.safe_dump({"policies": [
+                {"name": "idle-notebooks", "type": "idle", "dry_run": True},
+            ]}))  # fmt: skip
+            run = json.loads(ok(cli("act", "--db", str(held), "--policy", str(policy), "--json",
+                                    config=config)))  # fmt: skip
+            scrapes.append(agent_target(base)["scrapes"])
+            assert run["dry_run"] is True and run["refused_or_failed"] == 0
+            assert isinstance(run["actions"], list) and isinstance(run["notes"], list)
+
             # the collector never stopped: same process, every tick since its first scrape
             # a scrape or a skip, and its scrapes went on while the commands ran
             wait_for(lambda: agent_target(base)["scrapes"] > scrapes[-1], timeout=120)
