@@ -60,14 +60,15 @@ def report_files(report: WeeklyReport, html: Path | None) -> tuple[dict[str, byt
 def write_folder(final: Path, files: Mapping[str, bytes]) -> None:
     """Write ``files`` (relative paths) beside ``final`` and swap the folder in whole, so a
     reader never sees half a report and a failure leaves the previous one as it was."""
+    for rel in files:
+        if Path(rel).is_absolute() or ".." in Path(rel).parts:
+            raise UserError(f"refusing to write {rel!r} outside the report's folder")
     staging = final.with_name(f".{final.name}.partial-{os.getpid()}")
     if staging.exists():
         shutil.rmtree(staging)
     staging.mkdir(parents=True)
     for rel, data in files.items():
         path = staging / rel
-        if Path(rel).is_absolute() or ".." in Path(rel).parts:
-            raise UserError(f"refusing to write {rel!r} outside the report's folder")
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(data)
     old = final.with_name(f".{final.name}.old-{os.getpid()}")
