@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from gpuscope.analytics.base import Analysis
-from gpuscope.collector.pdb_records import blocked_by_budgets, stored_budgets
+from gpuscope.collector.pdb_records import blocked_by_budgets, budgets_of, stored_budgets
 from gpuscope.collector.store import Store, utc
 from gpuscope.core.errors import UserError
 from gpuscope.core.kube_objects import ObjectSet
@@ -146,15 +146,25 @@ def _consolidation_from_store(cur: Any, at: datetime, settings: Settings) -> Ana
     nodes, pods = records_from_inventory(cur)
     # the budgets the inventory stored: a victim whose budget allows no disruption stays
     blocked = blocked_by_budgets(stored_budgets(cur), pods)
-    return analyze_consolidation(
-        state_from_records(nodes, pods, indices),
-        pods,
-        at=at,
-        settings=settings.analytics,
-        gpu_indices=indices,
-        protected_namespaces=settings.workloads.protected_namespaces,
-        pdb_blocked=frozenset(blocked),
+    return _with_blocked(
+        analyze_consolidation(
+            state_from_records(nodes, pods, indices),
+            pods,
+            at=at,
+            settings=settings.analytics,
+            gpu_indices=indices,
+            protected_namespaces=settings.workloads.protected_namespaces,
+            pdb_blocked=frozenset(blocked),
+        ),
+        blocked,
     )
+
+
+def _with_blocked(plan: Analysis, blocked: dict[str, str]) -> Analysis:
+    """The plan with ``pdb_blocked`` in its summary: each pod a PodDisruptionBudget keeps in
+    place (``namespace/pod``) and why, naming the budget."""
+    plan.summary["pdb_blocked"] = dict(sorted(blocked.items()))
+    return plan
 
 
 def topology_from_store(
@@ -221,13 +231,18 @@ def run_on_snapshot(
         node_infos, pod_infos, known = kubectl_records(
             docs[0], docs[1], settings.workloads, objects
         )
-        return analyze_consolidation(
-            state_from_records(node_infos, pod_infos, known),
-            pod_infos,
-            at=at,
-            settings=settings.analytics,
-            gpu_indices=known,
-            protected_namespaces=settings.workloads.protected_namespaces,
+        blocked = blocked_by_budgets(budgets_of(objects), pod_infos)  # --objects' budgets
+        return _with_blocked(
+            analyze_consolidation(
+                state_from_records(node_infos, pod_infos, known),
+                pod_infos,
+                at=at,
+                settings=settings.analytics,
+                gpu_indices=known,
+                protected_namespaces=settings.workloads.protected_namespaces,
+                pdb_blocked=frozenset(blocked),
+            ),
+            blocked,
         )
     state = state_from_kubectl(docs[0], docs[1], settings.workloads, objects=objects)
     return analyze_fragmentation(state, at=at, settings=settings.analytics)

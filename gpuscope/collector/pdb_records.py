@@ -25,6 +25,7 @@ from typing import Any
 import duckdb
 
 from gpuscope.collector.inventory_records import PodInfo
+from gpuscope.core.kube_objects import ObjectSet
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,6 +159,13 @@ def budget_from_record(rec: Mapping[str, Any]) -> Budget:
         max_unavailable=_int_or_percent(rec.get("max_unavailable")),
         expected_pods=_int(rec.get("expected_pods")),
     )
+
+
+def budgets_of(objects: ObjectSet) -> list[Budget]:
+    """The PodDisruptionBudgets (policy/v1) among ``--objects`` files: ``kubectl get pdb -A
+    -o json`` as it is. A budget without a status (written by hand) allows no disruption,
+    as the Eviction API treats one its controller has not processed yet."""
+    return [budget_from_json(o) for o in objects.of("PodDisruptionBudget", group="policy")]
 
 
 #: The budgets the inventory holds now (the current version of each).

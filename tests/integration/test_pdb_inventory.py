@@ -132,3 +132,49 @@ def test_analyze_consolidation_from_a_copy_of_the_database_honours_the_budget(
     out = json.loads(proc.stdout)
     assert "ml/small-0" not in evicted(out)
     assert [u["goal"] for u in out["unplaceable"]] == ["ml/wants4-0"]
+    assert out["summary"]["pdb_blocked"] == {
+        "ml/small-0": "PodDisruptionBudget ml/keep-small allows no disruption "
+        "(needs 1 healthy pods, has 1)"
+    }
+
+
+#: KEEP_SMALL as ``kubectl get pdb -A -o json`` shows it: with the controller's status.
+KEEP_SMALL_LISTED: dict[str, Any] = {
+    **KEEP_SMALL,
+    "metadata": {**KEEP_SMALL["metadata"], "generation": 1},
+    "status": {"observedGeneration": 1, "disruptionsAllowed": 0, "currentHealthy": 1,
+               "desiredHealthy": 1, "expectedPods": 1,
+               "conditions": [{"type": "DisruptionAllowed", "status": "False",
+                               "observedGeneration": 1, "reason": "InsufficientPods",
+                               "lastTransitionTime": "2026-11-25T10:00:00Z", "message": ""}]},
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("with_budget", [True, False])
+def test_analyze_consolidation_from_kubectl_files_honours_a_budget_in_objects(
+    tmp_path: Path, with_budget: bool
+) -> None:
+    """``--nodes --pods --objects pdbs.json``: the same budget, from files."""
+    nodes = {"kind": "List", "items": [node_obj("node-c")]}
+    pods = {"kind": "List", "items": [
+        pod_obj("ml", "big-0", "node-c", 4, kind="batch"),
+        pod_obj("ml", "small-0", "node-c", 2, kind="batch", preemptible=True,
+                labels={"app": "small"}),
+        pod_obj("ml", "wants4-0", None, 4, kind="training"),
+    ]}  # fmt: skip
+    budgets = {"kind": "List", "apiVersion": "v1", "items": [KEEP_SMALL_LISTED]}
+    for name, doc in (("nodes", nodes), ("pods", pods), ("pdbs", budgets)):
+        (tmp_path / f"{name}.json").write_text(json.dumps(doc))
+    objects = ["--objects", str(tmp_path / "pdbs.json")] if with_budget else []
+    proc = subprocess.run(
+        [sys.executable, "-m", "gpuscope.cli.main", "analyze", "consolidation", "--nodes",
+         str(tmp_path / "nodes.json"), "--pods", str(tmp_path / "pods.json"), *objects,
+         "--json"],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    if with_budget:
+        assert evicted(out) == [] and list(out["summary"]["pdb_blocked"]) == ["ml/small-0"]
+    else:
+        assert evicted(out) == ["ml/small-0"] and out["summary"]["pdb_blocked"] == {}
