@@ -51,8 +51,8 @@ def open_error(path: Path, exc: Exception, busy: str) -> UserError:
 #: ``--objects`` help text, one for every command that takes it (docs/cli.md).
 OBJECTS_HELP = (
     "kubectl get ... -o json of other kinds the analysis reads (ClusterQueues, LocalQueues, "
-    "Cohorts, ResourceFlavors, KAI Queues, ResourceQuotas, DRA ResourceSlices and "
-    "ResourceClaims, Topologies, ...); repeatable; with --nodes/--pods"
+    "Cohorts, ResourceFlavors, KAI Queues, ResourceQuotas, PodDisruptionBudgets, DRA "
+    "ResourceSlices and ResourceClaims, Topologies, ...); repeatable; with --nodes/--pods"
 )
 
 
