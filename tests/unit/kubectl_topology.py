@@ -47,7 +47,7 @@ def node(name: str, leaf: str, gpus: int = 8) -> dict[str, Any]:
                     "lastHeartbeatTime": CREATED,
                     "lastTransitionTime": CREATED,
                 },
-            ],  # fmt: skip
+            ],
             "nodeInfo": {"kubeletVersion": "v1.31.2", "architecture": "amd64"},
         },
     }
@@ -102,7 +102,7 @@ def pod(
                 "effect": "NoExecute",
                 "tolerationSeconds": 300,
             },
-        ],  # fmt: skip
+        ],
     }
     status: dict[str, Any]
     if node_name:
@@ -112,7 +112,7 @@ def pod(
             "startTime": started,
             "conditions": [
                 {"type": "PodScheduled", "status": "True", "lastTransitionTime": started}
-            ],  # fmt: skip
+            ],
             "hostIP": "10.0.0.1",
             "podIP": "10.1.0.1",
             "qosClass": "Burstable",
@@ -128,7 +128,7 @@ def pod(
                     "lastTransitionTime": started,
                     "message": "0/4 nodes are available",
                 }
-            ],  # fmt: skip
+            ],
             "qosClass": "Burstable",
         }
     return {

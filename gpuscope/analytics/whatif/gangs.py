@@ -79,7 +79,8 @@ def replay_level(groups: Sequence[PodGroup], topology: Topology, asked: str | No
         if not topology.domains.get(asked):
             known = ", ".join(lv.key for lv in topology.levels if topology.domains.get(lv.key))
             raise UserError(
-                f"--topology-level {asked}: no such level on these nodes (levels: {known or 'none'})"
+                f"--topology-level {asked}: no such level on these nodes "
+                f"(levels: {known or 'none'})"
             )
         return asked
     wanted = Counter(
