@@ -84,3 +84,18 @@ def test_whatif_db_gives_the_reports_figures(tmp_path: Path, capsys: Any) -> Non
         got = topo["policies"][r["policy"]]
         assert got["multi_node_in_one_domain"] == r["multi_node_in_one_domain"]
         assert got["multi_node_never_started"] == r["multi_node_never_started"]
+
+
+def test_a_week_over_the_budget_is_said_not_replayed(tmp_path: Path) -> None:
+    from gpuscope.analytics.report.whatif_topology import whatif_topology_over
+    from gpuscope.analytics.whatif.history import read_history
+
+    db = tmp_path / "w.duckdb"
+    store_week(db)
+    with Store.open(db, read_only=True) as store:
+        history = read_history(store.cursor(), W.start, W.end)
+    table, note = whatif_topology_over(history, Settings().analytics, budget=5 * 4 - 1)
+    assert table.height == 0
+    assert note.startswith("5 jobs on 4 nodes: too many to replay") and "whatif --db" in note
+    table, note = whatif_topology_over(history, Settings().analytics, budget=5 * 4)
+    assert table.height == 4 and note == ""

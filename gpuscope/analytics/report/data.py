@@ -105,6 +105,8 @@ class WeeklyReport:
     #: The price is gpuscope's default for the cluster's GPU models (no site price set).
     price_is_estimate: bool = False
     whatif_verdict: str = ""
+    #: Why the topology-aware What-if replayed nothing (a week over its budget), else "".
+    whatif_topology_note: str = ""
 
     def metric(self, name: str, column: str = "this_week") -> Any:
         """A value of the cluster table (``column``: this_week, previous_week, change)."""
@@ -167,7 +169,7 @@ def build_report(
     whatif, whatif_allocation, whatif_note, whatif_verdict = whatif_over(
         con, week, an, history=history
     )
-    whatif_topology = whatif_topology_over(history, an)
+    whatif_topology, whatif_topology_note = whatif_topology_over(history, an)
 
     start = pl.lit(week.start).cast(pl.Datetime("us"))
     hourly = hourly.with_columns(pl.col("hour").cast(pl.Datetime("us")))
@@ -277,6 +279,7 @@ def build_report(
         tables=tables,
         notes=tuple(notes),
         whatif_note=whatif_note,
+        whatif_topology_note=whatif_topology_note,
         price_is_estimate=estimated,
         whatif_verdict=whatif_verdict,
     )

@@ -118,8 +118,8 @@ def render_markdown(report: WeeklyReport, html: Path | None = None) -> str:
     if line:
         lines.append(line)
     topo = whatif_topology_line(report.tables.get("whatif_topology"))
-    if topo:
-        lines.append(f"- What if, topology-aware: {topo}")
+    if topo or report.whatif_topology_note:
+        lines.append(f"- What if, topology-aware: {topo or report.whatif_topology_note}")
     links = []
     if html is not None:
         links.append(f"Report: {html}")

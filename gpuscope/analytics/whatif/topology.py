@@ -103,12 +103,14 @@ class GangResult:
 
 
 def _pick_node(free: Mapping[str, int], names: Sequence[str], k: int, most_room: bool) -> str:
-    ok = [n for n in names if free[n] >= k]
-    if not ok:
-        return ""
-    if most_room:
-        return max(ok, key=lambda n: (free[n], -names.index(n)))
-    return min(ok, key=lambda n: (free[n], names.index(n)))
+    """The node with the most (or fewest) free GPUs that holds ``k``, the first in
+    ``names`` on a tie; "" for none (one pass: a week's replay calls it per pod)."""
+    best, room = "", -1
+    for n in names:
+        f = free[n]
+        if f >= k and (room < 0 or (f > room if most_room else f < room)):
+            best, room = n, f
+    return best
 
 
 def place_blind(
@@ -200,6 +202,7 @@ def replay_gangs(
     for n in nodes:
         domains.setdefault(n.domain, []).append(n.name)
     free = {n.name: n.gpus for n in nodes}
+    total = sum(free.values())
     ends: list[tuple[float, int, list[str], int]] = []  # (end, seq, nodes, gpus per pod)
     waiting: list[GangJob] = []
     order = sorted(jobs, key=lambda j: (j.arrival, j.name))
@@ -211,19 +214,27 @@ def replay_gangs(
                   ends[0][0] if ends else float("inf"))  # fmt: skip
         if math.isinf(now) or (until is not None and now > until):
             break
+        # a job that waited found no room when last tried, and room only shrank since
+        # unless a job ended: without an end only the new arrivals are tried (exact, and
+        # what keeps a week's replay with a long queue fast)
+        tried = 0 if ends and ends[0][0] <= now else len(waiting)
         while ends and ends[0][0] <= now:
             _, _, done, k = heapq.heappop(ends)
             for name in done:
                 free[name] += k
+            total += k * len(done)
         while i < len(order) and order[i].arrival <= now:
             waiting.append(order[i])
             i += 1
-        still: list[GangJob] = []
-        for job in waiting:
-            placed = _place(free, names, domains, job, policy)
+        still: list[GangJob] = waiting[:tried]
+        room = max(free.values(), default=0)  # placements only lower it: a safe filter
+        for job in waiting[tried:]:
+            hopeless = job.gpus > total or job.gpus_per_pod > room
+            placed = None if hopeless else _place(free, names, domains, job, policy)
             if placed is None:
                 still.append(job)
                 continue
+            total -= job.gpus
             for name in placed:
                 free[name] -= job.gpus_per_pod
             seq += 1
