@@ -177,9 +177,8 @@ def gang_figures(trace: GangTrace, policies: Sequence[str] = TOPOLOGY_POLICIES) 
     started inside one domain (None when no policy started one)."""
     results = {p: replay_gangs(trace.nodes, trace.jobs, p, until=trace.until) for p in policies}
     multi = sum(1 for j in trace.jobs if j.pods >= 2)
-    best = max(policies, key=lambda p: (results[p].multi_node_in_one_domain, -policies.index(p)))
-    if not results[best].multi_node_in_one_domain:
-        best = None
+    top = max(policies, key=lambda p: (results[p].multi_node_in_one_domain, -policies.index(p)))
+    best = top if results[top].multi_node_in_one_domain else None
     return {
         "summary": {
             "level": trace.level,
