@@ -97,3 +97,29 @@ def test_consolidation_plan_for_the_pod_group_runs_and_the_group_fits(
         cap = int(node_obj["status"]["allocatable"].get("nvidia.com/gpu", 0))
         assert used.get(name, 0) <= cap, name
     assert all(used[n] == 8 for n in group["nodes"])
+
+
+def test_analyze_consolidation_on_a_database_plans_the_group(tmp_path: Path, capsys: Any) -> None:
+    """`analyze consolidation --db` reads the stored inventory (node labels, pods) and plans
+    the pending group inside one leaf, as from files."""
+    from gpuscope.collector.inventory_records import node_from_json, pod_from_json
+    from gpuscope.collector.store import Store
+
+    cluster = SimulatedCluster(default_scenario())
+    origin = AT.timestamp()
+    nodes = nodes_json(cluster, origin=origin)
+    pods = pods_json(cluster, cluster.scenario.live_offset, origin=origin)
+    infos = {n.name: n for n in map(node_from_json, nodes["items"])}
+    pod_infos = [
+        pod_from_json(p, node=infos.get(p["spec"].get("nodeName", ""))) for p in pods["items"]
+    ]
+    db = tmp_path / "inv.duckdb"
+    with Store.open(db) as store:
+        store.record_inventory(AT, nodes=list(infos.values()), pods=pod_infos)
+    capsys.readouterr()
+    argv = ["analyze", "consolidation", "--db", str(db), "--json", "--at", AT.isoformat()]
+    assert main(argv) == 0
+    out = json.loads(capsys.readouterr().out)
+    (group,) = [g for g in out["summary"]["pod_groups"] if g["pod_group"] == GROUP]
+    leaf_of = {n.name: n.labels[LEAF_LABEL] for n in infos.values()}
+    assert group["planned"] and {leaf_of[n] for n in group["nodes"]} == {group["domain"]}
