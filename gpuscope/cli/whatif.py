@@ -119,6 +119,14 @@ def _render(out: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _topology_row(name: str, p: dict[str, Any]) -> str:
+    return (
+        f"{name:16s} {p['multi_node_started']:7d} {p['multi_node_in_one_domain']:11d} "
+        f"{p['multi_node_spread']:6d} {p['multi_node_waited']:6d} "
+        f"{p['multi_node_never_started']:5d} {p['mean_multi_node_wait_hours']:11.2f}"
+    )
+
+
 def _render_topology(topo: dict[str, Any]) -> list[str]:
     """The topology-aware what-if's table: multi-node jobs per policy."""
     s = topo["summary"]
@@ -134,12 +142,9 @@ def _render_topology(topo: dict[str, Any]) -> list[str]:
         f"{'policy':16s} {'started':>7s} {'in 1 domain':>11s} {'spread':>6s} "
         f"{'waited':>6s} {'never':>5s} {'mean wait h':>11s}",
     ]
-    for name, p in topo["policies"].items():
-        lines.append(
-            f"{name:16s} {p['multi_node_started']:7d} {p['multi_node_in_one_domain']:11d} "
-            f"{p['multi_node_spread']:6d} {p['multi_node_waited']:6d} "
-            f"{p['multi_node_never_started']:5d} {p['mean_multi_node_wait_hours']:11.2f}"
-        )
+    lines += [_topology_row(name, p) for name, p in topo["policies"].items()]
+    if "what_happened" in s:
+        lines.append(_topology_row("what happened", s["what_happened"]))
     lines.append(f"most multi-node jobs inside one domain: {s['most_multi_node_in_one_domain']}")
     return lines
 
@@ -202,9 +207,11 @@ def _from_db(args: argparse.Namespace, policies: list[str], settings: Any) -> di
 
 def _topology_of_history(history: Any, args: argparse.Namespace, settings: Any) -> Any:
     from gpuscope.analytics.whatif.gangs import gang_figures, history_trace
+    from gpuscope.analytics.whatif.gangs_actual import gangs_what_happened
 
-    labels = settings.analytics.topology_labels
-    return gang_figures(history_trace(history, labels=labels, level=args.topology_level))
+    trace = history_trace(history, labels=settings.analytics.topology_labels,
+                          level=args.topology_level)  # fmt: skip
+    return gang_figures(trace, actual=gangs_what_happened(history, trace))
 
 
 def _topology_of_files(workload: Any, args: argparse.Namespace, settings: Any) -> Any:

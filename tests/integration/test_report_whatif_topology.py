@@ -56,7 +56,11 @@ def test_report_says_what_a_topology_aware_policy_would_have_started(tmp_path: P
     with Store.open(db, read_only=True) as store:
         report = build_report(store.cursor(), W, Settings(), now=W.end + timedelta(hours=1))
     rows = {r["policy"]: r for r in report.tables["whatif_topology"].to_dicts()}
-    assert set(rows) == {"leastallocated", "mostallocated", "tas-bestfit", "kai-fullest"}
+    assert set(rows) == {"leastallocated", "mostallocated", "tas-bestfit", "kai-fullest",
+                         "what happened"}  # fmt: skip
+    # the group really waited all week: never started, 167 h queued
+    assert rows["what happened"]["multi_node_never_started"] == 1
+    assert rows["what happened"]["multi_node_started"] == 0
     assert rows["leastallocated"]["multi_node_jobs"] == 1
     assert rows["leastallocated"]["multi_node_never_started"] == 1
     for aware in ("tas-bestfit", "kai-fullest"):
@@ -80,8 +84,9 @@ def test_whatif_db_gives_the_reports_figures(tmp_path: Path, capsys: Any) -> Non
     capsys.readouterr()
     assert main(["whatif", "--db", str(db), "--week", W.label, "--json", "--seeds", "1"]) == 0
     topo = json.loads(capsys.readouterr().out)["topology"]
+    assert topo["summary"]["what_happened"]["multi_node_queued_hours"] == 167.0
     for r in report.tables["whatif_topology"].to_dicts():
-        got = topo["policies"][r["policy"]]
+        got = topo["policies"].get(r["policy"]) or topo["summary"]["what_happened"]
         assert got["multi_node_in_one_domain"] == r["multi_node_in_one_domain"]
         assert got["multi_node_never_started"] == r["multi_node_never_started"]
 
@@ -98,4 +103,29 @@ def test_a_week_over_the_budget_is_said_not_replayed(tmp_path: Path) -> None:
     assert table.height == 0
     assert note.startswith("5 jobs on 4 nodes: too many to replay") and "whatif --db" in note
     table, note = whatif_topology_over(history, Settings().analytics, budget=5 * 4)
-    assert table.height == 4 and note == ""
+    assert table.height == 5 and note == ""
+
+
+def test_what_happened_counts_a_group_started_spread_after_an_hour(tmp_path: Path) -> None:
+    """The group arrives at hour 1 and really starts at hour 2 on a1 and b1, two leaves."""
+    from gpuscope.analytics.whatif.gangs import history_trace
+    from gpuscope.analytics.whatif.gangs_actual import gangs_what_happened
+    from gpuscope.analytics.whatif.history import read_history
+
+    t0 = W.start.timestamp()
+    nodes = [node("a1", "a"), node("a2", "a"), node("b1", "b"), node("b2", "b")]
+    pending = [pod(f"train-{i}", None, 8, t0 + 3600, labels=GROUP, annotations=GROUP_ANN)
+               for i in range(2)]  # fmt: skip
+    running = [pod(f"train-{i}", n, 8, t0 + 7200, labels=GROUP, annotations=GROUP_ANN)
+               for i, n in enumerate(["a1", "b1"])]  # fmt: skip
+    db = tmp_path / "w.duckdb"
+    with Store.open(db) as store:
+        store.record_inventory(W.start + timedelta(hours=1), nodes=nodes, pods=pending)
+        store.record_inventory(W.start + timedelta(hours=2), pods=running)
+    with Store.open(db, read_only=True) as store:
+        history = read_history(store.cursor(), W.start, W.end)
+    got = gangs_what_happened(history, history_trace(history))
+    assert (got["multi_node_started"], got["multi_node_spread"], got["multi_node_waited"]) == (
+        1, 1, 1
+    )  # fmt: skip
+    assert got["mean_multi_node_wait_hours"] == 1.0

@@ -7,7 +7,8 @@ through :func:`gpuscope.analytics.whatif.gangs.history_trace` and
 runs, so the figures are the command's for the same week: per policy (topology-blind
 ``leastallocated`` and ``mostallocated``, Kueue TAS ``tas-bestfit``, KAI ``kai-fullest``)
 the multi-node jobs (pod groups) started, how many inside one domain, how many waited or
-never started, and their mean wait. Domains come from the week's node labels (the store
+never started, and their mean wait, and a last row for what really happened
+(:mod:`gpuscope.analytics.whatif.gangs_actual`). Domains come from the week's node labels (the store
 keeps no Topology objects).
 
 Cost: one gang replay per policy, a waiting job tried again whenever a job ends; the
@@ -22,7 +23,9 @@ from typing import Any
 
 import polars as pl
 
+from gpuscope.analytics.report.whatif import WHAT_HAPPENED
 from gpuscope.analytics.whatif.gangs import gang_figures, history_trace
+from gpuscope.analytics.whatif.gangs_actual import gangs_what_happened
 from gpuscope.analytics.whatif.history import History
 from gpuscope.core.settings import AnalyticsSettings
 
@@ -61,12 +64,12 @@ def whatif_topology_over(
             f"{len(trace.jobs):,} jobs on {len(trace.nodes):,} nodes: too many to replay "
             f"within the report's time; `gpuscope whatif --db PATH --week WEEK` replays them."
         )
-    figures = gang_figures(trace)
+    figures = gang_figures(trace, actual=gangs_what_happened(history, trace))
     s = figures["summary"]
     rows = [
         {"policy": name, "level": s["level"], "multi_node_jobs": s["multi_node_jobs"]}
         | {k: p[k] for k in list(COLUMNS)[3:]}
-        for name, p in figures["policies"].items()
+        for name, p in [*figures["policies"].items(), (WHAT_HAPPENED, s["what_happened"])]
     ]
     return pl.DataFrame(rows, schema=COLUMNS, orient="row"), ""
 
@@ -92,9 +95,16 @@ def whatif_topology_line(table: pl.DataFrame | None) -> str | None:
             f"{r['mean_multi_node_wait_hours']:.1f} h of those started"
         )
 
-    return (
+    line = (
         f"Of {total} multi-node jobs, {best} would have started "
         f"{aware['multi_node_in_one_domain']} inside one {level} domain ({waited(aware)}); "
         f"{BLIND}, topology-blind, {blind['multi_node_in_one_domain']} inside one and "
-        f"{blind['multi_node_spread']} spread over domains ({waited(blind)})."
+        f"{blind['multi_node_spread']} spread over domains ({waited(blind)})"
+    )
+    real = rows.get(WHAT_HAPPENED)
+    if real is None:
+        return line + "."
+    return (
+        f"{line}; what happened: {real['multi_node_in_one_domain']} inside one and "
+        f"{real['multi_node_spread']} spread ({waited(real)})."
     )

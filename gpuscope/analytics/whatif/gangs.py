@@ -62,6 +62,8 @@ class GangTrace:
     domains: int
     until: float | None
     skipped_pods: int
+    #: each multi-node job's pods (``namespace/pod``), by job name
+    members: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,6 +119,7 @@ def build_trace(
     by_key = {(t.pod.namespace, t.pod.name): t for t in live}
     grouped: set[tuple[str, str]] = set()
     jobs: list[GangJob] = []
+    membership: list[tuple[str, tuple[str, ...]]] = []
     last = max((t.arrive for t in live), default=0.0)
     for g in groups:
         members = [by_key[(g.namespace, m)] for m in g.members if (g.namespace, m) in by_key]
@@ -127,6 +130,7 @@ def build_trace(
         jobs.append(
             GangJob(g.key, arrive, duration, g.pods, g.gpus_per_pod, bool(g.required_level))
         )
+        membership.append((g.key, tuple(f"{g.namespace}/{m}" for m in g.members)))
     skipped = 0
     for (ns, name), t in sorted(by_key.items()):
         if (ns, name) in grouped:
@@ -138,8 +142,9 @@ def build_trace(
         duration = math.inf if t.duration is None else t.duration
         jobs.append(GangJob(f"{ns}/{name}", t.arrive, duration, 1, gpus))
     return GangTrace(
-        nodes, tuple(jobs), key, source, len({n.domain for n in nodes}), until, skipped
-    )
+        nodes, tuple(jobs), key, source, len({n.domain for n in nodes}), until, skipped,
+        tuple(membership),
+    )  # fmt: skip
 
 
 def snapshot_trace(
@@ -170,7 +175,11 @@ def history_trace(
     )
 
 
-def gang_figures(trace: GangTrace, policies: Sequence[str] = TOPOLOGY_POLICIES) -> dict[str, Any]:
+def gang_figures(
+    trace: GangTrace,
+    policies: Sequence[str] = TOPOLOGY_POLICIES,
+    actual: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     """``{"summary": {...}, "policies": {name: {...}}}``: per policy, the multi-node jobs
     started (inside one domain or spread), never started, waited, and their waits.
     ``most_multi_node_in_one_domain`` names the first policy with the most multi-node jobs
@@ -190,6 +199,8 @@ def gang_figures(trace: GangTrace, policies: Sequence[str] = TOPOLOGY_POLICIES) 
             "multi_node_jobs": multi,
             "skipped_pods": trace.skipped_pods,
             "most_multi_node_in_one_domain": best,
+            # a stored week's real outcome, the same figures (whatif/gangs_actual.py)
+            **({"what_happened": actual} if actual is not None else {}),
         },
         "policies": {p: results[p].as_dict() for p in policies},
     }
