@@ -14,7 +14,10 @@ LEAF = "topology.gpuscope.io/leaf"
 CREATED = "2026-01-05T08:00:00Z"
 
 
-def node(name: str, leaf: str, gpus: int = 8) -> dict[str, Any]:
+RACK = "topology.kubernetes.io/rack"
+
+
+def node(name: str, leaf: str, gpus: int = 8, rack: str = "") -> dict[str, Any]:
     res = {"cpu": "128", "memory": "2063937200Ki", "ephemeral-storage": "1844284Mi",
            "nvidia.com/gpu": str(gpus), "pods": "110"}  # fmt: skip
     return {
@@ -31,6 +34,7 @@ def node(name: str, leaf: str, gpus: int = 8) -> dict[str, Any]:
                 "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3",
                 "nvidia.com/gpu.count": str(gpus),
                 LEAF: leaf,
+                **({RACK: rack} if rack else {}),
             },
             "annotations": {},
         },
@@ -62,6 +66,7 @@ def pod(
     group: str = "",
     group_count: int = 0,
     required: str = "",
+    preferred: str = "",
     job: str = "",
     kind: str = "training",
     namespace: str = "ml",
@@ -74,6 +79,8 @@ def pod(
         annotations["kueue.x-k8s.io/pod-group-total-count"] = str(group_count)
         if required:
             annotations["kueue.x-k8s.io/podset-required-topology"] = required
+        if preferred:
+            annotations["kueue.x-k8s.io/podset-preferred-topology"] = preferred
     if job:
         labels |= {"batch.kubernetes.io/job-name": job, "job-name": job}
         owners.append({"apiVersion": "batch/v1", "kind": "Job", "name": job,

@@ -120,3 +120,33 @@ def test_two_groups_get_two_leaves(tmp_path: Path, capsys: Any) -> None:
         assert len(g["nodes"]) == 2 and {n[0] for n in g["nodes"]} == {g["domain"][-1]}
     # both etl pods are evicted and nowhere to go: the four nodes hold the two groups
     assert sorted(out["evictions"]) == ["ml/etl", "ml/etl2"]
+
+
+def test_preferred_leaf_none_can_hold_is_planned_over_the_cluster(
+    tmp_path: Path, capsys: Any
+) -> None:
+    """Kueue's preferred mode climbs up to the cluster: no leaf can be cleared (both held
+    by interactive pods), the group goes spread, a1 + b2, with no eviction."""
+    pods = [pod("notebook", 8, node_name="a2", kind="interactive", namespace="users"),
+            pod("nb2", 4, node_name="b1", kind="interactive", namespace="users")]  # fmt: skip
+    pods += [pod(f"train-{i}", 8, group="train", group_count=2, preferred=LEAF) for i in range(2)]
+    out = plan(write(tmp_path, NODES, pods), capsys)
+    (group,) = out["summary"]["pod_groups"]
+    assert (group["mode"], group["domain"], group["nodes"]) == ("preferred", "(cluster)",
+                                                                 ["a1", "b2"])  # fmt: skip
+    # required instead: it waits, and the plan says why
+    pods = pods[:2] + [pod(f"train-{i}", 8, group="train", group_count=2, required=LEAF)
+                       for i in range(2)]  # fmt: skip
+    out = plan(write(tmp_path, NODES, pods), capsys)
+    (group,) = out["summary"]["pod_groups"]
+    assert not group["planned"]
+
+
+def test_required_level_no_node_carries_is_unplaceable(tmp_path: Path, capsys: Any) -> None:
+    pods = [p for p in PODS if not p["metadata"]["name"].startswith("train")]
+    pods += [pod(f"train-{i}", 8, group="train", group_count=2, required="example.com/block")
+             for i in range(2)]  # fmt: skip
+    out = plan(write(tmp_path, NODES, pods), capsys)
+    (group,) = out["summary"]["pod_groups"]
+    assert not group["planned"] and "example.com/block" in group["reason"]
+    assert out["evictions"] == []

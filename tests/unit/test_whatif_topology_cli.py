@@ -7,10 +7,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from gpuscope.cli.main import main
-from tests.unit.kubectl_topology import LEAF, node, pod, write
+from tests.unit.kubectl_topology import LEAF, RACK, node, pod, write
 
 #: Two leaves of two 8-GPU nodes. Four single 4-GPU pods started first, then a pending Kueue
 #: pod group of 2 x 8 GPUs that must stay in one leaf. Spreading (LeastAllocated) leaves 4
@@ -89,7 +87,14 @@ def test_domain_resolution_is_analyze_topologys(tmp_path: Path, capsys: Any) -> 
     assert out["topology"]["summary"]["domains"] == len(levels[LEAF]["domains"])
 
 
-@pytest.mark.parametrize("level", [LEAF])
-def test_topology_level_option(tmp_path: Path, capsys: Any, level: str) -> None:
-    out = run([*write(tmp_path, NODES, PODS), "--topology-level", level], capsys)
-    assert out["topology"]["summary"]["level"] == level
+def test_topology_level_option_picks_another_level(tmp_path: Path, capsys: Any) -> None:
+    """Both leaves in one rack, nodes listed a1, b1, a2, b2: LeastAllocated puts the
+    group's pods on a1 and b1, spread over the leaves but inside the rack."""
+    nodes = [node(name, f"leaf-{name[0]}", rack="r1") for name in ("a1", "b1", "a2", "b2")]
+    pods = [p for p in PODS if p["metadata"]["name"].startswith("train")]
+    default = run(write(tmp_path, nodes, pods), capsys)["topology"]
+    assert default["summary"]["level"] == LEAF  # what the group requires
+    out = run([*write(tmp_path, nodes, pods), "--topology-level", RACK], capsys)["topology"]
+    assert (out["summary"]["level"], out["summary"]["domains"]) == (RACK, 1)
+    assert out["policies"]["leastallocated"]["multi_node_in_one_domain"] == 1
+    assert default["policies"]["leastallocated"]["multi_node_spread"] == 1
