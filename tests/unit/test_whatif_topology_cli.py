@@ -88,9 +88,10 @@ def test_domain_resolution_is_analyze_topologys(tmp_path: Path, capsys: Any) -> 
 
 
 def test_topology_level_option_picks_another_level(tmp_path: Path, capsys: Any) -> None:
-    """Both leaves in one rack, nodes listed a1, b1, a2, b2: LeastAllocated puts the
-    group's pods on a1 and b1, spread over the leaves but inside the rack."""
-    nodes = [node(name, f"leaf-{name[0]}", rack="r1") for name in ("a1", "b1", "a2", "b2")]
+    """Both leaves in one rack, nodes n1 (leaf a), n2 (leaf b), n3 (a), n4 (b): LeastAllocated
+    puts the group's pods on n1 and n2 (the first with the most free GPUs), spread over the
+    leaves but inside the rack."""
+    nodes = [node(f"n{i}", "leaf-a" if i % 2 else "leaf-b", rack="r1") for i in range(1, 5)]
     pods = [p for p in PODS if p["metadata"]["name"].startswith("train")]
     default = run(write(tmp_path, nodes, pods), capsys)["topology"]
     assert default["summary"]["level"] == LEAF  # what the group requires
