@@ -206,12 +206,10 @@ def _from_db(args: argparse.Namespace, policies: list[str], settings: Any) -> di
 
 
 def _topology_of_history(history: Any, args: argparse.Namespace, settings: Any) -> Any:
-    from gpuscope.analytics.whatif.gangs import gang_figures, history_trace
-    from gpuscope.analytics.whatif.gangs_actual import gangs_what_happened
+    from gpuscope.analytics.whatif.gangs_actual import week_figures
 
-    trace = history_trace(history, labels=settings.analytics.topology_labels,
-                          level=args.topology_level)  # fmt: skip
-    return gang_figures(trace, actual=gangs_what_happened(history, trace))
+    labels = settings.analytics.topology_labels
+    return week_figures(history, labels=labels, level=args.topology_level)
 
 
 def _topology_of_files(workload: Any, args: argparse.Namespace, settings: Any) -> Any:

@@ -11,9 +11,10 @@ the week's end.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
-from gpuscope.analytics.whatif.gangs import GangTrace
+from gpuscope.analytics.whatif.gangs import GangTrace, gang_figures, history_trace
 from gpuscope.analytics.whatif.history import History
 
 #: A start this long after the arrival is scheduling latency, not a wait.
@@ -52,3 +53,12 @@ def gangs_what_happened(history: History, trace: GangTrace) -> dict[str, Any]:
         "mean_multi_node_wait_hours": round(sum(waits) / len(waits) / 3600, 4) if waits else 0.0,
         "multi_node_queued_hours": round(queued / 3600, 4),
     }
+
+
+def week_figures(
+    history: History, *, labels: Sequence[str] | None = None, level: str | None = None
+) -> dict[str, Any]:
+    """A stored window's topology-aware what-if with what happened: the ``topology`` key of
+    ``gpuscope whatif --db --json`` and of ``GET /api/v1/whatif``."""
+    trace = history_trace(history, labels=labels, level=level)
+    return gang_figures(trace, actual=gangs_what_happened(history, trace))
