@@ -318,7 +318,8 @@ def render_text(analyses: dict[str, Analysis]) -> str:
         if flat:
             lines.append("")
             lines.append(f"{name}: " + ", ".join(f"{k}={_fmt(v)}" for k, v in flat.items()))
-        for g in a.summary.get("pod_groups") or ():  # consolidation's pending pod groups
+        groups = a.summary.get("pod_groups") if name == "consolidation" else None
+        for g in groups or ():  # consolidation's pending pod groups (topology's is a count)
             where = (
                 f"frees {g['domain']} ({g['level'] or 'no level'}): nodes " + ", ".join(g["nodes"])
                 if g["planned"]

@@ -69,7 +69,7 @@ def test_report_says_what_a_topology_aware_policy_would_have_started(tmp_path: P
     assert rows["tas-bestfit"]["level"] == LEAF
     text = render_markdown(report, None)
     assert (
-        f"- What if, topology-aware: Of 1 multi-node jobs, tas-bestfit would have started 1 "
+        f"- What if, topology-aware: Of 1 multi-node job, tas-bestfit would have started 1 "
         f"inside one {LEAF} domain" in text
     )
     page = render_html(report)

@@ -150,3 +150,24 @@ def test_required_level_no_node_carries_is_unplaceable(tmp_path: Path, capsys: A
     (group,) = out["summary"]["pod_groups"]
     assert not group["planned"] and "example.com/block" in group["reason"]
     assert out["evictions"] == []
+
+
+def test_text_output_of_several_analyses_with_topology_counts() -> None:
+    """The topology summary's `pod_groups` is a count: the text rendering of several
+    analyses (the demo prints consolidation and topology together) must not read it as
+    consolidation's list (seen: TypeError 'int' object is not iterable)."""
+    from gpuscope.analytics.base import Analysis
+    from gpuscope.analytics.runner import render_text
+
+    text = render_text(
+        {
+            "topology": Analysis(kinds=("topology_fragmentation",), findings=[],
+                                 summary={"pod_groups": 2}),
+            "consolidation": Analysis(kinds=("consolidation",), findings=[], summary={
+                "pod_groups": [{"pod_group": "job:ml/x", "pods": 2, "gpus_per_pod": 8,
+                                "mode": "required", "planned": False, "reason": "no room",
+                                "domain": "", "level": LEAF, "nodes": []}]}),
+        }
+    )  # fmt: skip
+    assert "topology: pod_groups=2" in text
+    assert "pod group job:ml/x (2 x 8 GPUs, required) no plan: no room" in text

@@ -96,7 +96,7 @@ def whatif_topology_line(table: pl.DataFrame | None) -> str | None:
         )
 
     line = (
-        f"Of {total} multi-node jobs, {best} would have started "
+        f"Of {total} multi-node job{'s' if total != 1 else ''}, {best} would have started "
         f"{aware['multi_node_in_one_domain']} inside one {level} domain ({waited(aware)}); "
         f"{BLIND}, topology-blind, {blind['multi_node_in_one_domain']} inside one and "
         f"{blind['multi_node_spread']} spread over domains ({waited(blind)})"
