@@ -1,7 +1,8 @@
 """kubectl JSON for the topology tests, field for field as ``kubectl get nodes/pods -o json``
 prints them (core/v1 Node and Pod): nodes labelled with a leaf switch, pods of Kueue plain
 pod groups (``kueue.x-k8s.io/pod-group-name`` label, ``pod-group-total-count`` and
-``podset-required-topology`` annotations, the scheduling gate Kueue sets) and single pods of
+``podset-required-topology`` annotations, the ``kueue.x-k8s.io/admission`` scheduling gate
+and ``kueue.x-k8s.io/managed`` finalizer Kueue sets on a group not admitted) and single pods of
 Jobs (``ownerReferences`` of kind Job)."""
 
 from __future__ import annotations
@@ -75,7 +76,11 @@ def pod(
     annotations: dict[str, str] = {}
     owners: list[dict[str, Any]] = []
     if group:
-        labels |= {"kueue.x-k8s.io/pod-group-name": group, "kueue.x-k8s.io/managed": "true"}
+        labels |= {
+            "kueue.x-k8s.io/pod-group-name": group,
+            "kueue.x-k8s.io/queue-name": "ml-queue",
+            "kueue.x-k8s.io/managed": "true",
+        }
         annotations["kueue.x-k8s.io/pod-group-total-count"] = str(group_count)
         if required:
             annotations["kueue.x-k8s.io/podset-required-topology"] = required
@@ -124,6 +129,21 @@ def pod(
             "podIP": "10.1.0.1",
             "qosClass": "Burstable",
         }
+    elif group:  # Kueue gates a group's pods until it admits the whole group
+        spec["schedulingGates"] = [{"name": "kueue.x-k8s.io/admission"}]
+        status = {
+            "phase": "Pending",
+            "conditions": [
+                {
+                    "type": "PodScheduled",
+                    "status": "False",
+                    "reason": "SchedulingGated",
+                    "lastTransitionTime": started,
+                    "message": "Scheduling is blocked due to non-empty scheduling gates",
+                }
+            ],
+            "qosClass": "Burstable",
+        }
     else:
         status = {
             "phase": "Pending",
@@ -150,6 +170,7 @@ def pod(
             "labels": labels,
             "annotations": annotations,
             "ownerReferences": owners,
+            **({"finalizers": ["kueue.x-k8s.io/managed"]} if group else {}),
         },
         "spec": spec,
         "status": status,
