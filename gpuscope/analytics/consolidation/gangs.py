@@ -144,8 +144,13 @@ def plan_with_gangs(
         movable = [dataclasses.replace(p, tolerations=p.tolerations | all_tols) for p in placed]
         labels = {g.goal.name for g, _ in kept} | {gang.goal.name}
         best: tuple[tuple[Any, ...], str, Plan, list[NodeState]] | None = None
-        reason = f"no domain of {gang.level} can be cleared for it"
-        for domains in _domains_for(gang, nodes):
+        rounds = _domains_for(gang, nodes)
+        reason = (
+            f"no domain of {gang.level} can be cleared for it"
+            if rounds
+            else f"no node is in a domain of {gang.level}"
+        )
+        for domains in rounds:
             for name in candidate_domains(fenced, domains, max_domains):
                 members = domains[name]
                 trial_nodes = fence(fenced, members, taint)
