@@ -145,7 +145,12 @@ def _render_topology(topo: dict[str, Any]) -> list[str]:
     lines += [_topology_row(name, p) for name, p in topo["policies"].items()]
     if "what_happened" in s:
         lines.append(_topology_row("what happened", s["what_happened"]))
-    lines.append(f"most multi-node jobs inside one domain: {s['most_multi_node_in_one_domain']}")
+    best = s["most_multi_node_in_one_domain"]
+    lines.append(
+        f"most multi-node jobs inside one domain: {best}"
+        if best is not None
+        else "no policy started a multi-node job inside one domain in this replay"
+    )
     return lines
 
 

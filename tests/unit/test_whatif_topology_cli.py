@@ -99,3 +99,17 @@ def test_topology_level_option_picks_another_level(tmp_path: Path, capsys: Any) 
     assert (out["summary"]["level"], out["summary"]["domains"]) == (RACK, 1)
     assert out["policies"]["leastallocated"]["multi_node_in_one_domain"] == 1
     assert default["policies"]["leastallocated"]["multi_node_spread"] == 1
+
+
+def test_a_replay_where_no_policy_keeps_a_group_in_one_domain_says_so(
+    tmp_path: Path, capsys: Any
+) -> None:
+    """A group of 3 x 8 GPUs that must stay in one two-node leaf starts under no policy:
+    the text says so in words (it printed 'None' as the best policy)."""
+    pods = [pod(f"big-{i}", 8, group="big", group_count=3, required=LEAF,
+                started="2026-01-05T09:00:00Z") for i in range(3)]  # fmt: skip
+    capsys.readouterr()
+    assert main(["whatif", *write(tmp_path, NODES, pods)]) == 0
+    text = capsys.readouterr().out
+    assert "no policy started a multi-node job inside one domain in this replay" in text
+    assert "None" not in text
