@@ -15,7 +15,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from gpuscope.core.errors import ConfigError
-from gpuscope.core.settings import read_yaml_file
+from gpuscope.core.settings_layers import read_yaml_file
 
 HOUR = 3600.0
 DAY = 24 * HOUR
@@ -376,15 +376,21 @@ def default_scenario(
     )
     if not steady:
         return planted
+    background = steady_background(planted)
+    return planted.model_copy(update={"workloads": (*planted.workloads, *background)})
+
+
+def steady_background(planted: Scenario) -> list[WorkloadSpec]:
+    """The steady-state background :func:`default_scenario` adds to its planted scenario,
+    from ten days before time 0 to half an hour before the live part."""
     from gpuscope.sim.steady import steady_workloads  # it builds on this module's types
 
-    background = steady_workloads(
+    return steady_workloads(
         planted,
         start=-10 * DAY,
         cutoff=planted.live_offset - 1800,
         phase=DEFAULT_WEEK_PHASE,
     )
-    return planted.model_copy(update={"workloads": (*planted.workloads, *background)})
 
 
 def dra_pool() -> tuple[tuple[NodeSpec, ...], list[WorkloadSpec], float]:
