@@ -15,6 +15,7 @@ where it came from, as everywhere else.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -176,27 +177,26 @@ def _seconds(above: float, at_most: float) -> Callable[[Any], float]:
     return check
 
 
+#: Text pydantic's lax mode reads as an int: ASCII digits (``_`` between them), a sign, and
+#: a fraction of zeros at most (``7.0``); not ``1e3``, not other scripts' digits.
+_INT_TEXT = re.compile(r"[+-]?[0-9]+(?:_[0-9]+)*(?:\.0*)?", re.ASCII)
+
+
 def _integer(value: Any) -> int:
     """An int as pydantic's lax mode takes one (``7``, ``"7"``, ``7.0``, ``"7.0"``)."""
     if isinstance(value, bool | int):
         return int(value)
-    if isinstance(value, float | str):
-        if isinstance(value, str):
-            try:
-                return int(value)
-            except ValueError:
-                pass
-        try:
-            number = float(value)
-        except ValueError:
-            raise _Invalid(
-                "Input should be a valid integer, unable to parse string as an integer"
-            ) from None
-        if not math.isfinite(number):
+    if isinstance(value, str):
+        text = value.strip()
+        if not _INT_TEXT.fullmatch(text):
+            raise _Invalid("Input should be a valid integer, unable to parse string as an integer")
+        return int(text.split(".", 1)[0])
+    if isinstance(value, float):
+        if not math.isfinite(value):
             raise _Invalid("Input should be a finite number")
-        if not number.is_integer():
+        if not value.is_integer():
             raise _Invalid("Input should be a valid integer, got a number with a fractional part")
-        return int(number)
+        return int(value)
     raise _Invalid("Input should be a valid integer")
 
 
@@ -286,30 +286,34 @@ def _section(
             "Input should be a valid dictionary"
         )
     out: dict[str, Any] = {}
-    for key, value in data.items():
-        where = origin_of(origin, name, str(key))
-        check = checks.get(key)
-        if check is None:
+    # the keys in the section's order, then any unknown one (the order the full model
+    # reports them in, so both name the same key first)
+    for key, check in checks.items():
+        if key in data:
+            try:
+                out[key] = check(data[key])
+            except _Invalid as exc:
+                where = origin_of(origin, name, key)
+                raise ConfigError(f"invalid setting {name}.{key} (from {where}): {exc}") from None
+    for key in data:
+        if key not in checks:
+            where = origin_of(origin, name, str(key))
             raise ConfigError(f"unknown setting {name}.{key} (from {where})")
-        try:
-            out[key] = check(value)
-        except _Invalid as exc:
-            raise ConfigError(f"invalid setting {name}.{key} (from {where}): {exc}") from None
     return out
 
 
 def agent_config(merged: Mapping[str, Any], origin: Origins | None = None) -> AgentConfig:
     """Check the merged layers; raises :class:`ConfigError` (one line) on the first bad key."""
     origin = origin or {}
+    agent = AgentSettings(**_section("agent", merged.get("agent"), _AGENT_CHECKS, origin))
+    workloads_values = _section("workloads", merged.get("workloads"), _WORKLOAD_CHECKS, origin)
+    workloads = WorkloadSettings(**workloads_values)
+    logging_values = _section("logging", merged.get("logging"), _LOGGING_CHECKS, origin)
     for section in merged:
         if section not in SECTIONS:
             raise ConfigError(
                 f"unknown setting {section} (from {origin_of(origin, str(section), '')})"
             )
-    agent = AgentSettings(**_section("agent", merged.get("agent"), _AGENT_CHECKS, origin))
-    workloads_values = _section("workloads", merged.get("workloads"), _WORKLOAD_CHECKS, origin)
-    workloads = WorkloadSettings(**workloads_values)
-    logging_values = _section("logging", merged.get("logging"), _LOGGING_CHECKS, origin)
     return AgentConfig(agent, workloads, logging_values.get("format", "text"))
 
 
