@@ -54,8 +54,9 @@ def test_a_real_node_agent_loads_no_pydantic_yaml_or_kubernetes(tmp_path: Path) 
     assert res.returncode == 0, res.stdout + res.stderr
 
 
-def test_the_sim_agent_loads_no_settings_model_and_prints_its_page() -> None:
-    """The simulated agent needs the simulator, not the settings model or the CLI."""
+def test_the_sim_agent_loads_no_pydantic_and_prints_its_page() -> None:
+    """The simulated agent needs the simulator (its records are plain dataclasses), not
+    pydantic, the settings model, the steady-state loop or the CLI."""
     code = "\n".join(
         [
             "import io, sys, contextlib",
@@ -63,7 +64,7 @@ def test_the_sim_agent_loads_no_settings_model_and_prints_its_page() -> None:
             "out = io.StringIO()",
             "with contextlib.redirect_stdout(out):",
             "    rc = main(['agent', '--gpu-source', 'sim', '--node', 'gpu-node-30', '--once'])",
-            "heavy = {'yaml', 'kubernetes', 'pythonjsonlogger', 'gpuscope.core.settings',",
+            "heavy = {'pydantic', 'yaml', 'kubernetes', 'pythonjsonlogger', 'gpuscope.core.settings',",
             "         'gpuscope.cli.main', 'gpuscope.sim.steady'}",
             "print(sorted(heavy & set(sys.modules)))",
             "sys.exit(1 if rc or heavy & set(sys.modules) or 'gpu-node-30' not in out.getvalue() "
