@@ -13,11 +13,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Literal
 
-from annotated_types import Ge, Gt, Le
-
 from gpuscope.core.errors import ConfigError
 from gpuscope.core.settings_layers import read_yaml_file
-from gpuscope.sim.spec import Spec
+from gpuscope.sim.spec import Bounds, Spec
 
 HOUR = 3600.0
 DAY = 24 * HOUR
@@ -58,11 +56,11 @@ Kind = Literal["interactive", "training", "batch", "inference"]
 class NodeSpec(Spec):
     name: str
     gpu_model: Literal["H100", "A100"] = "H100"
-    gpus: Annotated[int, Ge(0), Le(16)] = 8
+    gpus: Annotated[int, Bounds(ge=0, le=16)] = 8
     #: MIG profile every GPU of the node is split into ("" for none), e.g. "3g.40gb".
     mig_profile: str = ""
-    ib_ports: Annotated[int, Ge(0), Le(16)] = 8
-    ib_rate_gbps: Annotated[float, Gt(0)] = 400
+    ib_ports: Annotated[int, Bounds(ge=0, le=16)] = 8
+    ib_rate_gbps: Annotated[float, Bounds(gt=0)] = 400
     cpu_milli: int = 128_000
     pool: str = "default"
     rack: str = ""
@@ -77,7 +75,7 @@ class NodeSpec(Spec):
 @dataclass(frozen=True, kw_only=True)
 class ProjectSpec(Spec):
     name: str
-    guaranteed_gpus: Annotated[float, Ge(0)] = 0
+    guaranteed_gpus: Annotated[float, Bounds(ge=0)] = 0
     #: Namespaces of the project; the project's own name when empty.
     namespaces: tuple[str, ...] = ()
 
@@ -91,11 +89,11 @@ class WorkloadSpec(Spec):
     kind: Kind
     project: str = ""
     #: GPUs per pod; with ``gpu_fraction`` < 1 each pod takes that share of one GPU.
-    gpus: Annotated[int, Ge(0), Le(16)] = 1
-    gpu_fraction: Annotated[float, Gt(0), Le(1)] = 1.0
+    gpus: Annotated[int, Bounds(ge=0, le=16)] = 1
+    gpu_fraction: Annotated[float, Bounds(gt=0, le=1)] = 1.0
     #: Takes one MIG instance instead of whole GPUs (only on MIG nodes).
     mig: bool = False
-    replicas: Annotated[int, Ge(1)] = 1
+    replicas: Annotated[int, Bounds(ge=1)] = 1
     cpu_milli: int = 8_000
     #: Nodes to place the pods on, one per replica; empty lets the simulator place them.
     nodes: tuple[str, ...] = ()
@@ -108,12 +106,12 @@ class WorkloadSpec(Spec):
     #: Never scheduled: a pending job that waits for room.
     pending: bool = False
     #: Mean GPU utilization while busy (0..1).
-    utilization: Annotated[float, Ge(0), Le(1)] = 0.85
+    utilization: Annotated[float, Bounds(ge=0, le=1)] = 0.85
     #: Interactive: seconds of use after start before the session goes idle (None: never).
     active_seconds: float | None = None
     #: Share of the InfiniBand link rate each pod drives (multi-node training), 0..1.
-    ib_load: Annotated[float, Ge(0), Le(1)] = 0.0
-    memory_fraction: Annotated[float, Ge(0), Le(1)] = 0.7
+    ib_load: Annotated[float, Bounds(ge=0, le=1)] = 0.0
+    memory_fraction: Annotated[float, Bounds(ge=0, le=1)] = 0.7
     priority: int = 0
     preemptible: bool = False
     labels: dict[str, str] = field(default_factory=dict)

@@ -20,8 +20,6 @@ import typing
 from collections.abc import Mapping
 from typing import Annotated, Any, ClassVar, Self, cast
 
-from annotated_types import Ge, Gt, Le, Lt
-
 #: The fields' shapes: (name, "float" | "tuple" | "", the constraints, the default).
 _Shape = tuple[tuple[str, str, tuple[object, ...], object], ...]
 
@@ -62,17 +60,37 @@ def _read_shape(cls: type) -> _Shape:
     return tuple(out)
 
 
-def _bound_error(bound: object, value: Any) -> str | None:
-    """pydantic's message when ``value`` breaks ``bound``; None when it keeps it."""
-    if isinstance(bound, Ge) and not value >= bound.ge:
-        return f"Input should be greater than or equal to {bound.ge}"
-    if isinstance(bound, Gt) and not value > bound.gt:
-        return f"Input should be greater than {bound.gt}"
-    if isinstance(bound, Le) and not value <= bound.le:
-        return f"Input should be less than or equal to {bound.le}"
-    if isinstance(bound, Lt) and not value < bound.lt:
-        return f"Input should be less than {bound.lt}"
-    return None
+@dataclasses.dataclass(frozen=True, slots=True)
+class Bounds:
+    """A number's bounds, as ``Annotated`` metadata: ``Annotated[int, Bounds(ge=0, le=16)]``.
+
+    Checked by :meth:`Spec.__post_init__` for records made in code, and handed to pydantic
+    (its own ``ge``/``gt``/``le`` constraints) when a record is read from a file, so its
+    errors name the field. Not ``annotated_types`` (what pydantic's ``Field`` uses): that
+    costs the node agent another MiB of imports.
+    """
+
+    ge: float | None = None
+    gt: float | None = None
+    le: float | None = None
+
+    def problem(self, value: Any) -> str | None:
+        """pydantic's message when ``value`` is out of bounds; None when it is within."""
+        if self.ge is not None and not value >= self.ge:
+            return f"Input should be greater than or equal to {self.ge:g}"
+        if self.gt is not None and not value > self.gt:
+            return f"Input should be greater than {self.gt:g}"
+        if self.le is not None and not value <= self.le:
+            return f"Input should be less than or equal to {self.le:g}"
+        return None
+
+    def __get_pydantic_core_schema__(self, source: Any, handler: Any) -> Any:
+        schema = handler(source)
+        for key in ("ge", "gt", "le"):
+            value = getattr(self, key)
+            if value is not None:
+                schema[key] = value
+        return schema
 
 
 _ADAPTERS: dict[type, Any] = {}
@@ -114,7 +132,7 @@ class Spec:
                         choices = " or ".join(repr(b) for b in bound)
                         raise ValueError(f"{type(self).__name__}.{name}: Input should be {choices}")
                     continue
-                problem = _bound_error(bound, value)
+                problem = bound.problem(value) if isinstance(bound, Bounds) else None
                 if problem is not None:
                     raise ValueError(f"{type(self).__name__}.{name}: {problem}")
         self._check()
