@@ -133,3 +133,24 @@ def test_log_format_before_the_command_and_from_the_settings(tmp_path: Path) -> 
     res = run("--log-format", "xml", "agent", "--once")
     assert res.returncode == 2
     assert len(res.stderr.strip().splitlines()) == 1 and "invalid choice: 'xml'" in res.stderr
+
+
+def test_agent_help_loads_no_settings_model() -> None:
+    """Issue 24 saw `gpuscope agent --help` spend ~1.3 s importing the settings' pydantic
+    models; through the entry point it imports the agent's options alone."""
+    code = (
+        "import sys, io, contextlib\n"
+        "from gpuscope.cli.entry import main\n"
+        "out = io.StringIO()\n"
+        "with contextlib.redirect_stdout(out):\n"
+        "    try:\n"
+        "        main(['agent', '--help'])\n"
+        "    except SystemExit as exc:\n"
+        "        assert exc.code == 0\n"
+        "heavy = {'pydantic', 'yaml', 'gpuscope.core.settings', 'gpuscope.cli.main',\n"
+        "         'gpuscope.agent.exposition', 'gpuscope.sim'} & set(sys.modules)\n"
+        "print(sorted(heavy))\n"
+        "sys.exit(1 if heavy or '--gpu-source' not in out.getvalue() else 0)"
+    )
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stdout + res.stderr
