@@ -275,15 +275,18 @@ _LOGGING_CHECKS: dict[str, Callable[[Any], Any]] = {"format": _choice(LOG_FORMAT
 
 
 def _section(
-    name: str, data: Any, checks: Mapping[str, Callable[[Any], Any]], origin: Origins
+    name: str,
+    data: Any,
+    checks: Mapping[str, Callable[[Any], Any]],
+    origin: Origins,
+    model: str,
 ) -> dict[str, Any]:
-    """The checked values of one section, in its fields' order."""
-    if data is None:
-        data = {}
-    if not isinstance(data, Mapping):
+    """The checked values of one section, in its fields' order (``model``: the section's
+    name in the full settings model, which its message names)."""
+    if not isinstance(data, Mapping):  # `agent:` left empty in YAML is None: refused too
         raise ConfigError(
             f"invalid setting {name} (from {origin_of(origin, name, '')}): "
-            "Input should be a valid dictionary"
+            f"Input should be a valid dictionary or instance of {model}"
         )
     out: dict[str, Any] = {}
     # the keys in the section's order, then any unknown one (the order the full model
@@ -305,10 +308,17 @@ def _section(
 def agent_config(merged: Mapping[str, Any], origin: Origins | None = None) -> AgentConfig:
     """Check the merged layers; raises :class:`ConfigError` (one line) on the first bad key."""
     origin = origin or {}
-    agent = AgentSettings(**_section("agent", merged.get("agent"), _AGENT_CHECKS, origin))
-    workloads_values = _section("workloads", merged.get("workloads"), _WORKLOAD_CHECKS, origin)
+    agent_values = _section(
+        "agent", merged.get("agent", {}), _AGENT_CHECKS, origin, "AgentSettings"
+    )
+    workloads_values = _section(
+        "workloads", merged.get("workloads", {}), _WORKLOAD_CHECKS, origin, "WorkloadSettings"
+    )
+    logging_values = _section(
+        "logging", merged.get("logging", {}), _LOGGING_CHECKS, origin, "LoggingSettings"
+    )
+    agent = AgentSettings(**agent_values)
     workloads = WorkloadSettings(**workloads_values)
-    logging_values = _section("logging", merged.get("logging"), _LOGGING_CHECKS, origin)
     for section in merged:
         if section not in SECTIONS:
             raise ConfigError(

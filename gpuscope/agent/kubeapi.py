@@ -77,9 +77,8 @@ class InClusterApi:
 
         if self._context is None:
             self._context = ssl.create_default_context(cafile=str(self._ca_file))
-        host = f"[{self.host}]" if ":" in self.host else self.host  # an IPv6 service address
         conn = http.client.HTTPSConnection(
-            host.strip("[]"), self.port, timeout=timeout, context=self._context
+            self.host, self.port, timeout=timeout, context=self._context
         )
         try:
             conn.request(

@@ -143,6 +143,8 @@ def test_layers_file_env_flags(tmp_path: Path) -> None:
         ("", {"GPUSCOPE_AGENT__SOURCE_TIMEOUT_SECONDS": "soon"}, "invalid setting agent.source_timeout_seconds (from environment): Input should be a valid number"),
         ("workloads:\n  rules: [{match: {a: b}, kind: magic}]\n", {}, "invalid setting workloads.rules (from config file"),
         ("logging:\n  format: xml\n", {}, "invalid setting logging.format"),
+        ("agent:\n", {}, "invalid setting agent (from config file"),
+        ("workloads: 5\n", {}, "invalid setting workloads (from config file"),
     ],
 )  # fmt: skip
 def test_bad_values_give_one_line(
@@ -156,3 +158,7 @@ def test_bad_values_give_one_line(
     assert message in str(err.value)
     assert "\n" not in str(err.value)
     assert err.value.exit_code == 2
+    with pytest.raises(ConfigError) as full:  # the full model refuses it in the same words
+        load_settings(cfg, env=env)
+    if message.startswith(("invalid setting agent", "unknown setting agent.", "is not valid")):
+        assert str(full.value) == str(err.value)
