@@ -187,6 +187,9 @@ class ModuleResult:
     seconds: float = 0.0
     figures: tuple[Figure, ...] = ()
     error: str = ""
+    #: When it ran ("2026-11-25 22:19 UTC"): a run with ``--only`` keeps the other modules'
+    #: earlier figures, so each module's table says when its own were measured.
+    measured: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -195,6 +198,7 @@ class ModuleResult:
             "status": self.status,
             "seconds": round(self.seconds, 2),
             "error": self.error,
+            "measured": self.measured,
             "figures": [f.to_dict() for f in self.figures],
         }
 
@@ -207,4 +211,5 @@ class ModuleResult:
             seconds=float(d.get("seconds", 0.0)),
             figures=tuple(Figure.from_dict(f) for f in d.get("figures", [])),
             error=str(d.get("error", "")),
+            measured=str(d.get("measured", "")),
         )

@@ -83,6 +83,6 @@ def machine_line(m: dict[str, Any]) -> str:
     )
     mem = f", {m['memory_gib']} GiB" if m.get("memory_gib") else ""
     return (
-        f"Measured {m['date']} on {m['cpu']} ({m['cores']} cores{mem}), {m['os']}; "
+        f"Last run {m['date']} on {m['cpu']} ({m['cores']} cores{mem}), {m['os']}; "
         f"Python {m['python']}, DuckDB {m['duckdb']}; references: {refs}."
     )

@@ -79,7 +79,11 @@ def markdown(
             areas.setdefault(m.area, []).append(m)
     for area, members in areas.items():
         figures = [f for m in members for f in m.figures]
-        sources = ", ".join(f"`bench/{m.name}.py`" for m in members if m.status == "ok")
+        sources = ", ".join(
+            f"`bench/{m.name}.py`" + (f" ({m.measured})" if m.measured else "")
+            for m in members
+            if m.status == "ok"
+        )
         lines += ["", f"{heading} {area}", ""]
         if sources:
             lines += [f"From {sources}.", ""]

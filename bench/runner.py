@@ -15,6 +15,7 @@ import time
 import traceback
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 from bench.figure import Figure, ModuleResult
 
@@ -83,8 +84,9 @@ def run_one(bench: Benchmark, quick: bool) -> ModuleResult:
     finally:
         gc.collect()
     return ModuleResult(
-        bench.name, bench.area, "ok", seconds=time.perf_counter() - start, figures=tuple(figures)
-    )
+        bench.name, bench.area, "ok", seconds=time.perf_counter() - start,
+        figures=tuple(figures), measured=datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
+    )  # fmt: skip
 
 
 def select(only: Iterable[str] | None) -> list[Benchmark]:

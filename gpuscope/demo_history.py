@@ -81,8 +81,11 @@ def fill_history(
                 names, labels = layouts[layout]
                 values = array("d")
                 values.frombytes(raw)
-                batch = Batch(url, int(t * 1000), list(names), list(labels), values.tolist(),
-                              types=_TYPES)  # fmt: skip
+                # the layout's own lists, not copies: the store knows a page of the same
+                # lists by identity and skips resolving its series again (as the scrape
+                # path's parser hands back the same lists for a page of the same shape);
+                # a layout is replaced, never changed in place
+                batch = Batch(url, int(t * 1000), names, labels, values.tolist(), types=_TYPES)
                 cycle.append((batch, 0.0))
             stored += sum(store.append_cycle(cycle))
             if progress is not None and i % 48 == 0:

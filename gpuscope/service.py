@@ -220,6 +220,7 @@ def whatif_on_store(store: Store, settings: Settings, clock: Callable[[], float]
     (the same :func:`~gpuscope.analytics.whatif.week.replay_window`), its refusals as
     :class:`~gpuscope.collector.api_whatif.WhatIfRefused` with the HTTP status they deserve."""
     from gpuscope.analytics.report.week import Week
+    from gpuscope.analytics.whatif.gangs_actual import week_figures
     from gpuscope.analytics.whatif.policies import POLICIES
     from gpuscope.analytics.whatif.week import WEEK_SEEDS, replay_window
     from gpuscope.cli.common import FIRST_YEAR, LAST_YEAR
@@ -231,6 +232,7 @@ def whatif_on_store(store: Store, settings: Settings, clock: Callable[[], float]
         policies: list[str] | None,
         seeds: int | None = None,
         drop: bool = False,
+        level: str | None = None,
     ) -> dict[str, Any]:
         now = datetime.fromtimestamp(clock(), UTC)
         try:
@@ -265,6 +267,9 @@ def whatif_on_store(store: Store, settings: Settings, clock: Callable[[], float]
             )
         out = replayed.figures
         out["summary"].update({"source": "database", "week": week.label})
+        # the topology-aware replay of the same week, as `gpuscope whatif --db` prints it
+        labels = settings.analytics.topology_labels
+        out["topology"] = week_figures(replayed.history, labels=labels, level=level)
         log.info("whatif served week=%s policies=%s", week.label, ",".join(names))
         return out
 

@@ -27,8 +27,7 @@ from gpuscope.agent.podmeta import PodMeta, PodMetadataSource
 from gpuscope.agent.podresources import DeviceAllocation
 from gpuscope.core.errors import SourceError
 from gpuscope.core.records import GpuReading, GpuWorkload, WorkloadKind
-from gpuscope.core.settings import WorkloadSettings
-from gpuscope.core.workload import classify
+from gpuscope.core.workload import WorkloadPolicy, classify
 
 log = logging.getLogger(__name__)
 
@@ -107,7 +106,7 @@ class KubeletAttributor:
         procfs_root: Path,
         pod_resources: PodResourcesLike | None,
         metadata: PodMetadataSource,
-        workload_settings: WorkloadSettings,
+        workload_settings: WorkloadPolicy,
     ) -> None:
         self.procfs_root = Path(procfs_root)
         self.pod_resources = pod_resources

@@ -11,10 +11,10 @@ import socket
 import time
 from pathlib import Path
 
+from gpuscope.agent.config import AgentConfig, AgentSettings
 from gpuscope.agent.exposition import AgentCollector
 from gpuscope.agent.sources import GpuSource, IbSource, WorkloadAttributor
 from gpuscope.core.errors import SourceError, UserError
-from gpuscope.core.settings import AgentSettings, Settings
 
 log = logging.getLogger(__name__)
 
@@ -29,21 +29,25 @@ def _sim_parts(
 ) -> tuple[str, GpuSource, IbSource | None, WorkloadAttributor]:
     from gpuscope.agent.infiniband import SysfsIbSource
     from gpuscope.agent.sim import SimAttributor, SimGpuSource, SimIbSource, scenario_clock
-    from gpuscope.sim import SimulatedCluster, default_scenario, load_scenario
+    from gpuscope.sim import SimulatedCluster, load_scenario
+    from gpuscope.sim.one_node import default_node_scenario, one_node
 
-    scenario = (
-        load_scenario(settings.sim_scenario)
-        if settings.sim_scenario is not None
-        else default_scenario(seed=settings.sim_seed)
-    )
-    cluster = SimulatedCluster(scenario)
-    node = settings.node or cluster.node_names[0]
-    if node not in cluster.node_names:
+    # the scenario cut down to this node's workloads: a node agent carries its own pods,
+    # not the cluster's (the same readings, gpuscope/sim/one_node.py)
+    if settings.sim_scenario is not None:
+        scenario = load_scenario(settings.sim_scenario)
+        node = settings.node or scenario.nodes[0].name
+        mine = one_node(scenario, node)
+    else:
+        node, mine = default_node_scenario(settings.node or None, settings.sim_seed)
+    names = [n.name for n in mine.nodes]
+    if node not in names:
         raise UserError(
-            f"--node {node} is not a node of scenario {scenario.name!r} "
-            f"(it has {', '.join(cluster.node_names[:3])}, ...)"
+            f"--node {node} is not a node of scenario {mine.name!r} "
+            f"(it has {', '.join(names[:3])}, ...)"
         )
-    clock = scenario_clock(scenario)
+    cluster = SimulatedCluster(mine)
+    clock = scenario_clock(mine)
     ib: IbSource | None = (
         SysfsIbSource(settings.sysfs_root)
         if settings.sysfs_root is not None
@@ -99,7 +103,7 @@ def _gpu_source(settings: AgentSettings) -> GpuSource:
     )
 
 
-def _real_attributor(settings: Settings, node: str) -> WorkloadAttributor:
+def _real_attributor(settings: AgentConfig, node: str) -> WorkloadAttributor:
     from gpuscope.agent.attribution import KubeletAttributor
     from gpuscope.agent.dra import SliceSource
     from gpuscope.agent.podmeta import ApiServerPodMetadata, NoPodMetadata, PodMetadataSource
@@ -132,7 +136,7 @@ def _real_attributor(settings: Settings, node: str) -> WorkloadAttributor:
     )
 
 
-def build_agent(settings: Settings) -> AgentCollector:
+def build_agent(settings: AgentConfig) -> AgentCollector:
     """Build the collector; raises UserError on bad settings."""
     agent = settings.agent
     _check_root("--sysfs-root", agent.sysfs_root)

@@ -104,9 +104,10 @@ def resolve(
 class SliceSource:
     """This node's ResourceSlices from the API server, cached for ``ttl_seconds``.
 
-    ``api`` is a ``kubernetes.client.ResourceV1Api`` (or anything with the same
-    ``list_resource_slice``); by default one is built from the in-cluster config on first
-    use. Needs ``list`` on ``resourceslices.resource.k8s.io`` (the agent's RBAC).
+    ``api`` is anything with ``list_resource_slice`` as the Kubernetes client's
+    ``ResourceV1Api`` has it; by default the agent's own in-cluster client
+    (:class:`gpuscope.agent.kubeapi.InClusterApi`) is built on first use. Needs ``list``
+    on ``resourceslices.resource.k8s.io`` (the agent's RBAC).
     """
 
     def __init__(
@@ -139,10 +140,9 @@ class SliceSource:
     def _refresh(self) -> None:
         try:
             if self._api is None:
-                from kubernetes import client, config
+                from gpuscope.agent.kubeapi import InClusterApi
 
-                config.load_incluster_config()
-                self._api = client.ResourceV1Api()
+                self._api = InClusterApi()
             resp = self._api.list_resource_slice(
                 field_selector=f"spec.nodeName={self.node}",
                 _preload_content=False,

@@ -274,7 +274,8 @@ class AgentCollector:
     def _error_counts(self) -> list[tuple[str, str, int]]:
         """The exposition's own counts and those of every source that counts what it skips."""
         tallies = [self.errors]
-        for src in (self.gpu_source, self.ib_source, self.attributor):
+        sources: tuple[object, ...] = (self.gpu_source, self.ib_source, self.attributor)
+        for src in sources:
             if isinstance(src, CountsErrors):
                 tallies.append(src.errors)
         total: dict[tuple[str, str], int] = {}

@@ -9,15 +9,16 @@ import threading
 from typing import TextIO
 
 from gpuscope.agent.build import build_agent
+from gpuscope.agent.config import AgentConfig
 from gpuscope.agent.process_metrics import ProcessMetrics
 from gpuscope.agent.server import AgentHttpServer
 from gpuscope.core.errors import UserError
-from gpuscope.core.settings import Settings, parse_listen
+from gpuscope.core.settings_layers import parse_listen
 
 log = logging.getLogger(__name__)
 
 
-def run_agent(settings: Settings, *, once: bool = False, out: TextIO = sys.stdout) -> int:
+def run_agent(settings: AgentConfig, *, once: bool = False, out: TextIO = sys.stdout) -> int:
     collector = build_agent(settings)
     try:
         if once:

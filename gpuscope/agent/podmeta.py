@@ -112,20 +112,21 @@ def pod_meta_from_api(pod: Any) -> PodMeta | None:
 
 
 def _default_api() -> Any:
-    """A ``CoreV1Api`` on the in-cluster service account (loaded only when first needed)."""
-    from kubernetes import client, config
+    """The API server as the pod's service account (made only when first needed), without
+    the Kubernetes client (gpuscope/agent/kubeapi.py)."""
+    from gpuscope.agent.kubeapi import InClusterApi
 
-    config.load_incluster_config()
-    return client.CoreV1Api()
+    return InClusterApi()
 
 
 class ApiServerPodMetadata:
     """Pods of ``node`` from the API server, cached for ``ttl_seconds``.
 
-    ``api`` is a ``kubernetes.client.CoreV1Api`` (or anything with the same
-    ``list_pod_for_all_namespaces``); by default one is built from the in-cluster config on
-    first use. After a failed list the stale cache is served and the next try waits a TTL
-    too, so an API server outage does not slow every scrape by a timeout.
+    ``api`` is anything with ``list_pod_for_all_namespaces`` as the Kubernetes client's
+    ``CoreV1Api`` has it; by default the agent's own in-cluster client
+    (:class:`gpuscope.agent.kubeapi.InClusterApi`) is built on first use. After a failed
+    list the stale cache is served and the next try waits a TTL too, so an API server
+    outage does not slow every scrape by a timeout.
     """
 
     def __init__(

@@ -1,9 +1,14 @@
 """The agent's HTTP endpoint: ``/metrics`` (Prometheus or OpenMetrics) and ``/healthz``.
 
-The standard library's threading server is enough for one scraper or two and keeps the
-agent image free of a web framework. ``gpuscope agent`` serves the collector's own page
-(:meth:`AgentCollector.render`, written without prometheus_client); a server given a
-prometheus_client registry instead serves what that registry collects (tests compare the two).
+A threading server on the standard library's ``socketserver`` is enough for one scraper or
+two and keeps the agent image free of a web framework. It speaks the HTTP/1.1 a scraper
+speaks (GET, keep-alive, ``Connection: close``, HTTP/1.0) and answers anything else with
+one status line: not ``http.server``, whose header parsing pulls in the ``email`` package,
+``http.client`` and OpenSSL, about 3 MiB of the agent's memory (issue 24). Requests are
+bounded (line length, header count, body size) as ``http.server`` bounds them.
+``gpuscope agent`` serves the collector's own page (:meth:`AgentCollector.render`, written
+without prometheus_client); a server given a prometheus_client registry instead serves
+what that registry collects (tests compare the two).
 
 The exposition drops and counts what it cannot encode, so ``/metrics`` should never fail;
 if it does all the same, ``/healthz`` says so (503 with the error) until a page goes out
@@ -15,8 +20,9 @@ from __future__ import annotations
 import gzip
 import json
 import logging
+import socketserver
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+import time
 from typing import TYPE_CHECKING
 
 from gpuscope.agent.exposition import AgentCollector
@@ -27,6 +33,24 @@ if TYPE_CHECKING:
     from prometheus_client.registry import Collector
 
 log = logging.getLogger(__name__)
+
+#: Longest request or header line, most headers and largest request body taken (the bounds
+#: of http.server and http.client: 64 KiB lines, 100 headers); past them the connection closes.
+MAX_LINE = 65536
+MAX_HEADERS = 100
+MAX_BODY = 1 << 20
+REASONS = {
+    200: "OK",
+    400: "Bad Request",
+    404: "Not Found",
+    413: "Content Too Large",
+    431: "Request Header Fields Too Large",
+    500: "Internal Server Error",
+    501: "Not Implemented",
+    503: "Service Unavailable",
+    505: "HTTP Version Not Supported",
+}
+_TEXT = "text/plain; charset=utf-8"
 
 
 def accepts_gzip(header: str) -> bool:
@@ -51,30 +75,89 @@ def accepts_gzip(header: str) -> bool:
     return star
 
 
-class _Handler(BaseHTTPRequestHandler):
+class _Handler(socketserver.StreamRequestHandler):
     server: AgentHttpServer
-    protocol_version = "HTTP/1.1"
-    # Headers and body go out as separate writes on a keep-alive connection; with Nagle's
-    # algorithm a small body then waits for the scraper's delayed ACK (~40 ms a scrape).
+    # Headers and body go out in one write; without Nagle's algorithm a small page never
+    # waits for the scraper's delayed ACK (~40 ms a scrape) either way.
     disable_nagle_algorithm = True
 
-    def do_GET(self) -> None:
-        path = self.path.split("?", 1)[0]
+    def handle(self) -> None:
+        try:
+            while self._one_request():
+                pass
+        except (ConnectionError, TimeoutError):
+            pass  # the scraper went away: nothing to answer
+
+    def _line(self) -> bytes | None:
+        """One line of the request head; None when it is too long (the connection closes)."""
+        line = self.rfile.readline(MAX_LINE + 1)
+        return None if len(line) > MAX_LINE else line
+
+    def _one_request(self) -> bool:
+        """Read and answer one request; whether the connection stays open for another."""
+        line = self._line()
+        if line is None:
+            return self._refuse(400, "request line too long")
+        if not line.strip():
+            return False  # the scraper closed the connection (or sent nothing)
+        parts = line.decode("iso-8859-1").split()
+        if len(parts) != 3 or not parts[2].startswith("HTTP/"):
+            return self._refuse(400, "bad request line")
+        method, target, version = parts
+        if version not in ("HTTP/1.0", "HTTP/1.1"):
+            return self._refuse(505, f"{version} is not served")
+        headers: dict[str, str] = {}
+        for _ in range(MAX_HEADERS + 1):
+            raw = self._line()
+            if raw is None:
+                return self._refuse(431, "header line too long")
+            if raw in (b"\r\n", b"\n", b""):
+                break
+            name, sep, value = raw.decode("iso-8859-1").partition(":")
+            if not sep or not name.strip() or name != name.strip():
+                return self._refuse(400, "bad header line")
+            headers.setdefault(name.lower(), value.strip())  # the first of a repeated one
+        else:
+            return self._refuse(431, "too many headers")
+        if "transfer-encoding" in headers:
+            return self._refuse(501, "request bodies in chunks are not taken")
+        try:
+            length = int(headers.get("content-length", "0"))
+        except ValueError:
+            return self._refuse(400, "bad Content-Length")
+        if not 0 <= length <= MAX_BODY:
+            return self._refuse(413, "request body too large")
+        if length:
+            self.rfile.read(length)  # a GET has no use for a body: read past it
+        connection = headers.get("connection", "").lower()
+        keep = connection != "close" and (version == "HTTP/1.1" or connection == "keep-alive")
+        log.debug("http %s %s %s", self.client_address[0], method, target)
+        if method != "GET":
+            self._send(501, f"unsupported method {method}\n".encode(), _TEXT, close=True)
+            return False
+        self._get(target.split("?", 1)[0], headers, close=not keep)
+        return keep
+
+    def _refuse(self, status: int, why: str) -> bool:
+        self._send(status, f"{why}\n".encode(), _TEXT, close=True)
+        return False
+
+    def _get(self, path: str, headers: dict[str, str], *, close: bool) -> None:
         if path == "/metrics":
             try:
-                body, content_type = self.server.page(self.headers.get("Accept", ""))
+                body, content_type = self.server.page(headers.get("accept", ""))
             except Exception as exc:  # a scrape must answer even if exposition broke
                 log.exception("exposition failed error=%s", exc)
                 self.server.exposition_error = f"{type(exc).__name__}: {exc}"
-                self._send(500, b"exposition failed\n", "text/plain; charset=utf-8")
+                self._send(500, b"exposition failed\n", _TEXT, close=close, vary=True)
                 return
             self.server.exposition_error = ""
-            if accepts_gzip(self.headers.get("Accept-Encoding", "")):
+            if accepts_gzip(headers.get("accept-encoding", "")):
                 # level 1: a 34 kB InfiniBand page shrinks to ~3 kB for ~0.03 ms of CPU
                 body = gzip.compress(body, compresslevel=1, mtime=0)
-                self._send(200, body, content_type, encoding="gzip")
+                self._send(200, body, content_type, encoding="gzip", close=close, vary=True)
             else:
-                self._send(200, body, content_type)
+                self._send(200, body, content_type, close=close, vary=True)
         elif path == "/healthz":
             results = [
                 {"source": r.source, "up": r.ok, "seconds": round(r.seconds, 6), "error": r.error}
@@ -88,27 +171,41 @@ class _Handler(BaseHTTPRequestHandler):
             }
             if failing:
                 health["error"] = failing
-            self._send(503 if failing else 200, json.dumps(health).encode(), "application/json")
+            status = 503 if failing else 200
+            self._send(status, json.dumps(health).encode(), "application/json", close=close)
         else:
-            self._send(404, b"not found; try /metrics or /healthz\n", "text/plain; charset=utf-8")
+            self._send(404, b"not found; try /metrics or /healthz\n", _TEXT, close=close)
 
-    def _send(self, status: int, body: bytes, content_type: str, encoding: str = "") -> None:
-        self.send_response(status)
-        self.send_header("Content-Type", content_type)
+    def _send(
+        self,
+        status: int,
+        body: bytes,
+        content_type: str,
+        *,
+        encoding: str = "",
+        close: bool = False,
+        vary: bool = False,
+    ) -> None:
+        date = time.strftime("%a, %d %b %Y %H:%M:%S GMT", time.gmtime())
+        head = [
+            f"HTTP/1.1 {status} {REASONS.get(status, 'Error')}",
+            "Server: gpuscope-agent",
+            f"Date: {date}",
+            f"Content-Type: {content_type}",
+        ]
         if encoding:
-            self.send_header("Content-Encoding", encoding)
-        if self.path.split("?", 1)[0] == "/metrics":
-            self.send_header("Vary", "Accept-Encoding")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, format: str, *args: object) -> None:
-        log.debug("http %s", format % args)
+            head.append(f"Content-Encoding: {encoding}")
+        if vary:
+            head.append("Vary: Accept-Encoding")
+        head.append(f"Content-Length: {len(body)}")
+        if close:
+            head.append("Connection: close")
+        self.wfile.write(("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + body)
 
 
-class AgentHttpServer(ThreadingHTTPServer):
+class AgentHttpServer(socketserver.ThreadingMixIn, socketserver.TCPServer):
     daemon_threads = True
+    allow_reuse_address = True  # as http.server's: a restarted agent binds its port at once
 
     def __init__(
         self,

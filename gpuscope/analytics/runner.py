@@ -141,6 +141,7 @@ def gpu_indices_of(con: Any) -> dict[str, list[int]]:
 def _consolidation_from_store(cur: Any, at: datetime, settings: Settings) -> Analysis:
     from gpuscope.analytics.allocation import records_from_inventory, state_from_records
     from gpuscope.analytics.consolidation.plan import analyze_consolidation
+    from gpuscope.analytics.topology_gangs import gang_goals
 
     indices = gpu_indices_of(cur)
     nodes, pods = records_from_inventory(cur)
@@ -154,6 +155,7 @@ def _consolidation_from_store(cur: Any, at: datetime, settings: Settings) -> Ana
             settings=settings.analytics,
             gpu_indices=indices,
             protected_namespaces=settings.workloads.protected_namespaces,
+            gangs=gang_goals(nodes, pods, None, settings.analytics.topology_labels),
             pdb_blocked=frozenset(blocked),
         ),
         blocked,
@@ -227,6 +229,7 @@ def run_on_snapshot(
     if what == "consolidation":
         from gpuscope.analytics.allocation import kubectl_records, state_from_records
         from gpuscope.analytics.consolidation.plan import analyze_consolidation
+        from gpuscope.analytics.topology_gangs import gang_goals
 
         node_infos, pod_infos, known = kubectl_records(
             docs[0], docs[1], settings.workloads, objects
@@ -240,6 +243,10 @@ def run_on_snapshot(
                 settings=settings.analytics,
                 gpu_indices=known,
                 protected_namespaces=settings.workloads.protected_namespaces,
+                # pending pod groups are planned whole, inside one domain of their level
+                gangs=gang_goals(
+                    node_infos, pod_infos, objects, settings.analytics.topology_labels
+                ),
                 pdb_blocked=frozenset(blocked),
             ),
             blocked,
@@ -332,6 +339,17 @@ def render_text(analyses: dict[str, Analysis]) -> str:
         if flat:
             lines.append("")
             lines.append(f"{name}: " + ", ".join(f"{k}={_fmt(v)}" for k, v in flat.items()))
+        groups = a.summary.get("pod_groups") if name == "consolidation" else None
+        for g in groups or ():  # consolidation's pending pod groups (topology's is a count)
+            where = (
+                f"frees {g['domain']} ({g['level'] or 'no level'}): nodes " + ", ".join(g["nodes"])
+                if g["planned"]
+                else f"no plan: {g['reason']}"
+            )
+            lines.append(
+                f"  pod group {g['pod_group']} ({g['pods']} x {g['gpus_per_pod']} GPUs, "
+                f"{g['mode']}) {where}"
+            )
         for job in a.summary.get("pending_jobs") or ():  # the queue model's verdicts
             victims = ", ".join(f"{v['namespace']}/{v['job']}" for v in job["victims"])
             lines.append(

@@ -1,5 +1,7 @@
 """``python -m gpuscope.cli``: the same as the ``gpuscope`` command."""
 
-from gpuscope.cli.main import main
+import sys
 
-main()
+from gpuscope.cli.entry import main
+
+sys.exit(main())

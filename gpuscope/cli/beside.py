@@ -230,7 +230,12 @@ def report_through(collector: Collector, week: str, out_dir: Path, as_json: bool
 
 
 def whatif_through(
-    collector: Collector, week: str, policies: list[str], seeds: int | None, drop: bool
+    collector: Collector,
+    week: str,
+    policies: list[str],
+    seeds: int | None,
+    drop: bool,
+    level: str | None = None,
 ) -> dict[str, Any]:
     """``gpuscope whatif --db`` run in the collector (``GET /api/v1/whatif``): the figures
     ``--json`` prints."""
@@ -239,4 +244,6 @@ def whatif_through(
         params.append(("seeds", str(int(seeds))))
     if drop:
         params.append(("drop", "true"))
+    if level:
+        params.append(("topology_level", level))
     return collector.get("/api/v1/whatif", params)

@@ -17,6 +17,9 @@ from pathlib import Path
 from typing import Any, NoReturn, cast
 
 from gpuscope import __version__
+from gpuscope.agent.command import HELP as AGENT_HELP
+from gpuscope.agent.command import add_agent_arguments
+from gpuscope.agent.command import run_command as run_agent_command
 from gpuscope.cli.alerts import add_alerts_parser, cmd_alerts
 from gpuscope.cli.beside import add_collector_argument, analyze_through, beside
 from gpuscope.cli.common import (
@@ -94,40 +97,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_log_format(parser, None)
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
-    agent = sub.add_parser("agent", help="node agent: GPU, workload and IB metrics on /metrics")
-    agent.add_argument("--config", type=Path, help="YAML settings file (also $GPUSCOPE_CONFIG)")
-    agent.add_argument(
-        "--listen", metavar="HOST:PORT", help="where to serve (default 0.0.0.0:9835)"
-    )
-    agent.add_argument(
-        "--node", metavar="NAME", help="node name on every series (default host name)"
-    )
-    agent.add_argument(
-        "--gpu-source",
-        choices=["auto", "nvml", "dcgm", "sim"],
-        help="GPU source (default auto: DCGM, then NVML)",
-    )
-    agent.add_argument(
-        "--sysfs-root", type=Path, metavar="DIR", help="root of sysfs (default /sys)"
-    )
-    agent.add_argument(
-        "--procfs-root", type=Path, metavar="DIR", help="root of procfs (default /proc)"
-    )
-    agent.add_argument(
-        "--pod-resources-socket", type=Path, metavar="PATH", help="kubelet pod-resources socket"
-    )
-    agent.add_argument(
-        "--dcgm-exporter-url",
-        metavar="URL",
-        help="read a local dcgm-exporter instead of DCGM's bindings",
-    )
-    agent.add_argument(
-        "--scenario",
-        type=Path,
-        metavar="FILE",
-        help="scenario file for --gpu-source sim (default: the built-in one)",
-    )
-    agent.add_argument("--once", action="store_true", help="print one exposition and exit")
+    agent = sub.add_parser("agent", help=AGENT_HELP)
+    add_agent_arguments(agent)  # the same options the lean entry parses (gpuscope/cli/entry.py)
     _add_logging(agent)
 
     col = sub.add_parser(
@@ -239,20 +210,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _cmd_agent(args: argparse.Namespace) -> int:
-    from gpuscope.agent.main import run_agent
-
-    flags = {
-        "listen": args.listen,
-        "node": args.node,
-        "gpu_source": args.gpu_source,
-        "sysfs_root": args.sysfs_root,
-        "procfs_root": args.procfs_root,
-        "pod_resources_socket": args.pod_resources_socket,
-        "dcgm_exporter_url": args.dcgm_exporter_url,
-        "sim_scenario": args.scenario,
-    }
-    settings = load_settings(args.config, overrides={"agent": flags})
-    return run_agent(settings, once=args.once)
+    return run_agent_command(args)
 
 
 def _cmd_collector(args: argparse.Namespace) -> int:

@@ -76,6 +76,13 @@ def add_whatif_parser(sub: Any, number: Callable[..., Callable[[str], float]]) -
         action="store_true",
         help="drop pods that fit nowhere, as the FGD simulator does (default: they wait)",
     )
+    wi.add_argument(
+        "--topology-level",
+        metavar="KEY",
+        help="the topology-aware what-if keeps each pod group inside one domain of this "
+        "level (a node label, or topology.volcano.sh/tier-N; default: the level the pod "
+        "groups ask for, else the finest)",
+    )
     wi.add_argument("--json", action="store_true", help="print one JSON object")
     wi.add_argument("--config", type=Path, help="YAML settings file (analytics:, workloads:)")
     add_collector_argument(wi)
@@ -109,7 +116,44 @@ def _render(out: dict[str, Any]) -> str:
         lines.append(f"most jobs started: {s['most_jobs_policy']}")
     if "verdict" in s:
         lines.append(s["verdict"]["text"])
+    if out.get("topology"):
+        lines += ["", *_render_topology(out["topology"])]
     return "\n".join(lines) + "\n"
+
+
+def _topology_row(name: str, p: dict[str, Any]) -> str:
+    return (
+        f"{name:16s} {p['multi_node_started']:7d} {p['multi_node_in_one_domain']:11d} "
+        f"{p['multi_node_spread']:6d} {p['multi_node_waited']:6d} "
+        f"{p['multi_node_never_started']:5d} {p['mean_multi_node_wait_hours']:11.2f}"
+    )
+
+
+def _render_topology(topo: dict[str, Any]) -> list[str]:
+    """The topology-aware what-if's table: multi-node jobs per policy."""
+    s = topo["summary"]
+    head = (
+        f"topology-aware what-if: {s['multi_node_jobs']} multi-node job(s) of {s['jobs']}, "
+        f"each kept inside one domain of {s['level'] or '(no level: each node)'} "
+        f"({s['domains']} domains, from {s['level_source']})"
+    )
+    if not s["multi_node_jobs"]:
+        return [head, "no multi-node pod groups to place"]
+    lines = [
+        head,
+        f"{'policy':16s} {'started':>7s} {'in 1 domain':>11s} {'spread':>6s} "
+        f"{'waited':>6s} {'never':>5s} {'mean wait h':>11s}",
+    ]
+    lines += [_topology_row(name, p) for name, p in topo["policies"].items()]
+    if "what_happened" in s:
+        lines.append(_topology_row("what happened", s["what_happened"]))
+    best = s["most_multi_node_in_one_domain"]
+    lines.append(
+        f"most multi-node jobs inside one domain: {best}"
+        if best is not None
+        else "no policy started a multi-node job inside one domain in this replay"
+    )
+    return lines
 
 
 def _check_inputs(args: argparse.Namespace) -> None:
@@ -145,7 +189,9 @@ def _from_db(args: argparse.Namespace, policies: list[str], settings: Any) -> di
     week.check_over(now)
     collector = beside(args, settings, args.db)
     if collector is not None:  # a running collector holds it: replay there (cli/beside.py)
-        return whatif_through(collector, week.label, policies, args.seeds, args.drop)
+        return whatif_through(
+            collector, week.label, policies, args.seeds, args.drop, args.topology_level
+        )
     if args.db.is_dir():
         raise UserError(f"--db {args.db} is a folder; expected a database file")
     if not args.db.exists():
@@ -168,7 +214,32 @@ def _from_db(args: argparse.Namespace, policies: list[str], settings: Any) -> di
         raise UserError(f"no pods and GPU nodes stored in {week.label}; nothing to replay")
     out = replayed.figures
     out["summary"].update({"source": "database", "week": week.label})
+    out["topology"] = _topology_of_history(replayed.history, args, settings)
     return out
+
+
+def _topology_of_history(history: Any, args: argparse.Namespace, settings: Any) -> Any:
+    from gpuscope.analytics.whatif.gangs_actual import week_figures
+
+    labels = settings.analytics.topology_labels
+    return week_figures(history, labels=labels, level=args.topology_level)
+
+
+def _topology_of_files(workload: Any, args: argparse.Namespace, settings: Any) -> Any:
+    """The topology-aware what-if of a kubectl snapshot; None for the trace's CSVs (they
+    carry no node labels nor pod groups)."""
+    from gpuscope.analytics.whatif.gangs import gang_figures, snapshot_trace
+
+    if not workload.node_infos:
+        return None
+    trace = snapshot_trace(
+        workload.node_infos,
+        workload.pod_infos,
+        workload.objects,
+        labels=settings.analytics.topology_labels,
+        level=args.topology_level,
+    )
+    return gang_figures(trace)
 
 
 def cmd_whatif(args: argparse.Namespace) -> int:
@@ -199,6 +270,7 @@ def cmd_whatif(args: argparse.Namespace) -> int:
                 "dropped_when_unplaceable": bool(args.drop),
             }
         )
+        out["topology"] = _topology_of_files(workload, args, settings)
     if args.json:
         print(json.dumps(out, indent=2))
     else:

@@ -20,7 +20,8 @@ from fastapi import APIRouter, HTTPException, Query
 
 class WhatIf(Protocol):
     """(week "YYYY-Www" or None for the last complete week, policies or None for all,
-    replays per policy or None for the default, drop the unplaceable) -> the figures of
+    replays per policy or None for the default, drop the unplaceable, the topology level
+    or None for each pod group's own) -> the figures of
     ``gpuscope whatif --db --json``. Raises :class:`WhatIfRefused`."""
 
     def __call__(
@@ -30,6 +31,7 @@ class WhatIf(Protocol):
         /,
         seeds: int | None = None,
         drop: bool = False,
+        level: str | None = None,
     ) -> dict[str, Any]: ...
 
 
@@ -72,11 +74,13 @@ def whatif_router(get_whatif: Callable[[], WhatIf | None], reader: list[Any]) ->
         policy: Annotated[list[str] | None, Query()] = None,
         seeds: Annotated[int | None, Query(ge=1, le=MAX_SEEDS)] = None,
         drop: bool = False,
+        topology_level: Annotated[str | None, Query(max_length=317)] = None,
     ) -> dict[str, Any]:
         """The week (default: the last complete one) replayed under each policy (default:
         all), with what happened and ``gpus_recovered`` per policy: the figures of
-        ``gpuscope whatif --db PATH --week WEEK --json`` (``seeds`` and ``drop`` as its
-        ``--seeds`` and ``--drop``; the CLI runs itself through here beside a collector)."""
+        ``gpuscope whatif --db PATH --week WEEK --json`` (``seeds``, ``drop`` and
+        ``topology_level`` as its ``--seeds``, ``--drop`` and ``--topology-level``; the CLI
+        runs itself through here beside a collector)."""
         run = get_whatif()
         if run is None:
             raise HTTPException(
@@ -87,7 +91,7 @@ def whatif_router(get_whatif: Callable[[], WhatIf | None], reader: list[Any]) ->
         if policy is not None and len(policy) > MAX_POLICIES:
             raise HTTPException(400, f"at most {MAX_POLICIES} policies per request")
         try:
-            return run(week, policy, seeds, drop)
+            return run(week, policy, seeds, drop, topology_level)
         except WhatIfRefused as exc:
             raise HTTPException(exc.status, exc.detail) from None
 

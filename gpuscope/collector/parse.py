@@ -362,7 +362,7 @@ def _comment(line: str, types: dict[str, str], helps: dict[str, str]) -> bool:
 
 
 def parse_exposition(
-    text: str | bytes | bytearray,
+    text: str | bytes | bytearray | memoryview,
     *,
     max_series: int | None = None,
     max_label_value_bytes: int = 4096,

@@ -166,11 +166,7 @@ class Scraper:
         except (aiohttp.ClientError, ValueError) as exc:  # ValueError: a URL yarl refuses
             outcome = self._down(target, started, *_describe(exc, target))
         elapsed = time.perf_counter() - t0
-        if outcome.up and elapsed > self.timeout_seconds:
-            # Fetched in time but parsed too late (a starved CPU): a scrape past its timeout
-            # is a failure, as Prometheus counts it, and its page is not stored.
-            error = f"scrape took {elapsed:.3g}s, past its {self.timeout_seconds:g}s timeout"
-            outcome = self._down(target, started, error, "timeout")
+        outcome = past_timeout(outcome, elapsed, self.timeout_seconds)
         if not outcome.up:
             log.debug("target down target=%s error=%s", target.url, outcome.error)
         return ScrapeOutcome(
@@ -210,6 +206,21 @@ class Scraper:
     @staticmethod
     def _down(target: Target, started: float, error: str, reason: str) -> ScrapeOutcome:
         return ScrapeOutcome(target, started, 0.0, False, error, reason=reason)
+
+
+def past_timeout(outcome: ScrapeOutcome, elapsed: float, timeout_seconds: float) -> ScrapeOutcome:
+    """A page fetched in time but parsed too late (a starved CPU) fails its scrape, as
+    Prometheus counts a scrape past its timeout, and is not stored; the CPU its parse took
+    stays on the outcome, so a target whose pages are too costly to parse in time is still
+    held to its CPU budget (gpuscope/collector/cpu_budget.py) instead of being parsed again
+    at every tick."""
+    if not outcome.up or elapsed <= timeout_seconds:
+        return outcome
+    error = f"scrape took {elapsed:.3g}s, past its {timeout_seconds:g}s timeout"
+    return ScrapeOutcome(
+        outcome.target, outcome.started_at, 0.0, False, error,
+        reason="timeout", cpu_seconds=outcome.cpu_seconds,
+    )  # fmt: skip
 
 
 @dataclass

@@ -13,8 +13,6 @@ import logging
 import sys
 from typing import Literal, TextIO
 
-from pythonjsonlogger.json import JsonFormatter
-
 from gpuscope.core.timefmt import rfc3339
 
 LogFormat = Literal["text", "json"]
@@ -23,15 +21,17 @@ TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s %(message)s"
 NOISY = ("httpx", "httpcore", "kubernetes", "urllib3", "apscheduler", "matplotlib")
 
 
-class _Json(JsonFormatter):
-    def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:
-        return rfc3339(record.created)
-
-
 def make_handler(fmt: LogFormat, stream: TextIO | None = None) -> logging.Handler:
     """A handler writing ``fmt`` lines to ``stream`` (stderr by default)."""
     handler = logging.StreamHandler(sys.stderr if stream is None else stream)
     if fmt == "json":
+        # imported for JSON logs only: the node agent logging text never loads it
+        from pythonjsonlogger.json import JsonFormatter
+
+        class _Json(JsonFormatter):
+            def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:
+                return rfc3339(record.created)
+
         renamed = {"asctime": "time", "levelname": "level", "name": "logger"}
         handler.setFormatter(_Json(TEXT_FORMAT, rename_fields=renamed))
     else:

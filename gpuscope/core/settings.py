@@ -12,9 +12,7 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
-from urllib.parse import urlsplit
 
-import yaml
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -28,9 +26,15 @@ from pydantic import (
 from gpuscope.core.errors import ConfigError
 from gpuscope.core.query_settings import QuerySettings
 
-ENV_PREFIX = "GPUSCOPE_"
-#: Environment variable that names the config file when no ``--config`` flag is given.
-CONFIG_ENV = "GPUSCOPE_CONFIG"
+# The layers and the checks the agent's light loader shares (gpuscope.agent.config), named
+# here too for the modules that have always imported them from this one.
+from gpuscope.core.settings_layers import CONFIG_ENV as CONFIG_ENV  # noqa: PLC0414
+from gpuscope.core.settings_layers import ENV_PREFIX as ENV_PREFIX  # noqa: PLC0414
+from gpuscope.core.settings_layers import check_http_url as check_http_url  # noqa: PLC0414
+from gpuscope.core.settings_layers import layered, origin_of
+from gpuscope.core.settings_layers import parse_listen as parse_listen  # noqa: PLC0414
+from gpuscope.core.settings_layers import read_yaml_file as read_yaml_file  # noqa: PLC0414
+
 #: Upper bounds of durations: past them a schedule or a time window overflows the clock (and
 #: no site means them): intervals up to a day, windows up to a week, retention a century.
 DAY_SECONDS = 86_400
@@ -38,31 +42,6 @@ WEEK_MINUTES = 7 * 24 * 60
 MAX_DAYS = 36_500
 #: A DuckDB memory size (``512MB``, ``2GiB``) or a share of RAM (``25%``).
 DB_MEMORY_LIMIT = r"^\s*[0-9]+(\.[0-9]+)?\s*(B|[KMGT]i?B|%)\s*$"
-
-
-def parse_listen(value: str) -> tuple[str, int]:
-    """Split ``HOST:PORT`` (``[::1]:9835`` for IPv6) into host and port."""
-    host, sep, port_text = value.rpartition(":")
-    if not sep or not port_text.isdigit():
-        raise ValueError(f"expected HOST:PORT, got {value!r}")
-    port = int(port_text)
-    if not 0 <= port <= 65535:
-        raise ValueError(f"port {port} is out of range 0..65535")
-    host = host.strip("[]") or "0.0.0.0"  # noqa: S104 - ":9835" means all interfaces
-    return host, port
-
-
-def check_http_url(value: str) -> str:
-    """``value`` when it is an http(s) URL with a host (and a valid port, if given); the
-    error names neither a password nor a token that the URL might carry."""
-    parts = urlsplit(value)
-    try:
-        parts.port  # noqa: B018 - raises ValueError for a port out of range or not a number
-    except ValueError:
-        raise ValueError(f"{parts.scheme}://{parts.hostname}: bad port") from None
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ValueError("expected an http(s) URL such as http://host:9090")
-    return value
 
 
 class _Section(BaseModel):
@@ -452,67 +431,6 @@ class Settings(_Section):
     logging: LoggingSettings = Field(default_factory=LoggingSettings)
 
 
-def read_yaml_file(path: Path, what: str) -> Any:
-    """The YAML document in ``path`` (None when empty); a missing, unreadable or malformed
-    file is one :class:`ConfigError` line naming ``what`` it is ("config file", "policy
-    file", ...). Shared by every YAML file gpuscope reads, so they fail alike."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ConfigError(f"{what} {path} does not exist") from None
-    except UnicodeDecodeError as exc:  # a binary file given by mistake
-        raise ConfigError(
-            f"{what} {path} is not UTF-8 text (byte {exc.start}): not a YAML file"
-        ) from None
-    except OSError as exc:
-        raise ConfigError(f"{what} {path} cannot be read: {exc.strerror}") from None
-    try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark is not None else ""
-        raise ConfigError(f"{what} {path} is not valid YAML{where}") from None
-
-
-def _read_file(path: Path) -> dict[str, Any]:
-    data = read_yaml_file(path, "config file")
-    if data is None:
-        return {}
-    if not isinstance(data, dict):
-        raise ConfigError(f"config file {path} must hold a mapping of sections")
-    return data
-
-
-def _env_overrides(env: Mapping[str, str]) -> dict[str, Any]:
-    """``GPUSCOPE_<SECTION>__<KEY>`` variables as settings; ``__`` also reaches into nested
-    sections (``GPUSCOPE_COLLECTOR__DISCOVERY__ENABLED=true``)."""
-    out: dict[str, Any] = {}
-    for key, value in env.items():
-        if not key.startswith(ENV_PREFIX) or key == CONFIG_ENV or "__" not in key:
-            continue
-        *parents, name = key[len(ENV_PREFIX) :].lower().split("__")
-        node = out
-        for part in parents:
-            child = node.setdefault(part, {})
-            if not isinstance(child, dict):  # GPUSCOPE_A__B and GPUSCOPE_A__B__C both set
-                raise ConfigError(f"environment variable {key}: {part} is not a section")
-            node = child
-        if isinstance(node.get(name), dict):
-            raise ConfigError(f"environment variable {key}: {name} is a section, not a value")
-        node[name] = value
-    return out
-
-
-def _merge(base: dict[str, Any], top: Mapping[str, Any]) -> dict[str, Any]:
-    merged = dict(base)
-    for key, value in top.items():
-        if isinstance(value, Mapping) and isinstance(merged.get(key), Mapping):
-            merged[key] = _merge(dict(merged[key]), value)
-        else:
-            merged[key] = value
-    return merged
-
-
 def load_settings(
     config_file: Path | None = None,
     *,
@@ -524,38 +442,13 @@ def load_settings(
     ``overrides`` holds flag values as ``{"agent": {"listen": ...}}``; a ``None`` value
     means the flag was not given and is skipped.
     """
-    env = os.environ if env is None else env
-    if config_file is None and env.get(CONFIG_ENV):
-        config_file = Path(env[CONFIG_ENV])
-    layers: list[tuple[str, Mapping[str, Any]]] = []
-    if config_file is not None:
-        layers.append((f"config file {config_file}", _read_file(config_file)))
-    layers.append(("environment", _env_overrides(env)))
-    flags = {
-        section: {k: v for k, v in values.items() if v is not None}
-        for section, values in (overrides or {}).items()
-    }
-    layers.append(("flags", flags))
-    merged: dict[str, Any] = {}
-    origin: dict[tuple[str, str], str] = {}
-    for name, layer in layers:
-        merged = _merge(merged, layer)
-        for section, values in layer.items():
-            if isinstance(values, Mapping):
-                for key in values:
-                    origin[(section, key)] = name
-            else:
-                origin[(section, "")] = name
+    merged, origin = layered(config_file, env, overrides)
     try:
         return Settings.model_validate(merged)
     except ValidationError as exc:
         err = exc.errors()[0]
         loc = [str(p) for p in err["loc"]]
-        where = origin.get((loc[0], loc[1] if len(loc) > 1 else ""))
-        if where is None:  # a check across a section's keys: the last layer that set one
-            where = next(
-                (o for (sec, _), o in reversed(origin.items()) if sec == loc[0]), "defaults"
-            )
+        where = origin_of(origin, loc[0], loc[1] if len(loc) > 1 else "")
         dotted = ".".join(loc)
         if err["type"] == "extra_forbidden":
             raise ConfigError(f"unknown setting {dotted} (from {where})") from None

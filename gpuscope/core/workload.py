@@ -9,9 +9,37 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from gpuscope.core.records import WorkloadKind
-from gpuscope.core.settings import WorkloadRule
+
+
+class WorkloadRule(Protocol):
+    """A site rule (``workloads.rules``): pods whose labels match ``match`` are of ``kind``.
+
+    A protocol, so that the full settings model's rules and the agent's own
+    (gpuscope.agent.config, no pydantic) both serve, and this module imports neither.
+    """
+
+    @property
+    def match(self) -> Mapping[str, str]: ...
+
+    @property
+    def kind(self) -> str: ...
+
+
+class WorkloadPolicy(Protocol):
+    """The ``workloads`` settings classification reads."""
+
+    @property
+    def rules(self) -> Sequence[WorkloadRule]: ...
+
+    @property
+    def preemptible_priority_below(self) -> int: ...
+
+    @property
+    def protected_namespaces(self) -> Sequence[str]: ...
+
 
 TYPE_LABEL = "gpuscope.io/workload-type"
 PROJECT_LABEL = "gpuscope.io/project"

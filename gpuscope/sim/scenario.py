@@ -9,22 +9,21 @@ time. Tests and benchmarks write small scenarios that plant exactly what they ne
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
-
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from typing import Annotated, Literal
 
 from gpuscope.core.errors import ConfigError
-from gpuscope.core.settings import read_yaml_file
+from gpuscope.core.settings_layers import read_yaml_file
+from gpuscope.sim.spec import Bounds, Spec
 
 HOUR = 3600.0
 DAY = 24 * HOUR
 
 
-class GpuModel(BaseModel):
+@dataclass(frozen=True, kw_only=True)
+class GpuModel(Spec):
     """Static properties of a GPU model, as NVML reports them."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     name: str
     memory_bytes: int
@@ -53,18 +52,15 @@ GPU_MODELS: dict[str, GpuModel] = {
 Kind = Literal["interactive", "training", "batch", "inference"]
 
 
-class _Spec(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class NodeSpec(_Spec):
+@dataclass(frozen=True, kw_only=True)
+class NodeSpec(Spec):
     name: str
     gpu_model: Literal["H100", "A100"] = "H100"
-    gpus: int = Field(default=8, ge=0, le=16)
+    gpus: Annotated[int, Bounds(ge=0, le=16)] = 8
     #: MIG profile every GPU of the node is split into ("" for none), e.g. "3g.40gb".
     mig_profile: str = ""
-    ib_ports: int = Field(default=8, ge=0, le=16)
-    ib_rate_gbps: float = Field(default=400, gt=0)
+    ib_ports: Annotated[int, Bounds(ge=0, le=16)] = 8
+    ib_rate_gbps: Annotated[float, Bounds(gt=0)] = 400
     cpu_milli: int = 128_000
     pool: str = "default"
     rack: str = ""
@@ -76,14 +72,16 @@ class NodeSpec(_Spec):
     dra: bool = False
 
 
-class ProjectSpec(_Spec):
+@dataclass(frozen=True, kw_only=True)
+class ProjectSpec(Spec):
     name: str
-    guaranteed_gpus: float = Field(default=0, ge=0)
+    guaranteed_gpus: Annotated[float, Bounds(ge=0)] = 0
     #: Namespaces of the project; the project's own name when empty.
     namespaces: tuple[str, ...] = ()
 
 
-class WorkloadSpec(_Spec):
+@dataclass(frozen=True, kw_only=True)
+class WorkloadSpec(Spec):
     """One workload: a notebook, a training job (``replicas`` pods), an inference server."""
 
     name: str
@@ -91,11 +89,11 @@ class WorkloadSpec(_Spec):
     kind: Kind
     project: str = ""
     #: GPUs per pod; with ``gpu_fraction`` < 1 each pod takes that share of one GPU.
-    gpus: int = Field(default=1, ge=0, le=16)
-    gpu_fraction: float = Field(default=1.0, gt=0, le=1)
+    gpus: Annotated[int, Bounds(ge=0, le=16)] = 1
+    gpu_fraction: Annotated[float, Bounds(gt=0, le=1)] = 1.0
     #: Takes one MIG instance instead of whole GPUs (only on MIG nodes).
     mig: bool = False
-    replicas: int = Field(default=1, ge=1)
+    replicas: Annotated[int, Bounds(ge=1)] = 1
     cpu_milli: int = 8_000
     #: Nodes to place the pods on, one per replica; empty lets the simulator place them.
     nodes: tuple[str, ...] = ()
@@ -108,31 +106,30 @@ class WorkloadSpec(_Spec):
     #: Never scheduled: a pending job that waits for room.
     pending: bool = False
     #: Mean GPU utilization while busy (0..1).
-    utilization: float = Field(default=0.85, ge=0, le=1)
+    utilization: Annotated[float, Bounds(ge=0, le=1)] = 0.85
     #: Interactive: seconds of use after start before the session goes idle (None: never).
     active_seconds: float | None = None
     #: Share of the InfiniBand link rate each pod drives (multi-node training), 0..1.
-    ib_load: float = Field(default=0.0, ge=0, le=1)
-    memory_fraction: float = Field(default=0.7, ge=0, le=1)
+    ib_load: Annotated[float, Bounds(ge=0, le=1)] = 0.0
+    memory_fraction: Annotated[float, Bounds(ge=0, le=1)] = 0.7
     priority: int = 0
     preemptible: bool = False
-    labels: dict[str, str] = Field(default_factory=dict)
-    annotations: dict[str, str] = Field(default_factory=dict)
+    labels: dict[str, str] = field(default_factory=dict)
+    annotations: dict[str, str] = field(default_factory=dict)
 
-    @model_validator(mode="after")
-    def _check(self) -> WorkloadSpec:
+    def _check(self) -> None:
         if self.gpu_fraction < 1 and self.gpus != 1:
             raise ValueError("a fractional workload asks for gpus: 1")
         if self.nodes and len(self.nodes) != self.replicas:
             raise ValueError("nodes must name one node per replica")
-        return self
 
     @property
     def project_name(self) -> str:
         return self.project or self.namespace
 
 
-class Fault(_Spec):
+@dataclass(frozen=True, kw_only=True)
+class Fault(Spec):
     """A planted fault: an erroring IB port or a GPU that falls off the bus."""
 
     kind: Literal["ib_errors", "gpu_lost"]
@@ -144,7 +141,8 @@ class Fault(_Spec):
     at: float = 0.0
 
 
-class Scenario(_Spec):
+@dataclass(frozen=True, kw_only=True)
+class Scenario(Spec):
     name: str = "scenario"
     seed: int = 42
     #: Unix time of the scenario's origin; None lets the runner choose (e.g. now - live_offset).
@@ -156,8 +154,7 @@ class Scenario(_Spec):
     workloads: tuple[WorkloadSpec, ...] = ()
     faults: tuple[Fault, ...] = ()
 
-    @model_validator(mode="after")
-    def _check_names(self) -> Scenario:
+    def _check(self) -> None:
         names = [n.name for n in self.nodes]
         if len(set(names)) != len(names):
             raise ValueError("node names must be unique")
@@ -166,7 +163,6 @@ class Scenario(_Spec):
             for n in w.nodes:
                 if n not in known:
                     raise ValueError(f"workload {w.name} names unknown node {n}")
-        return self
 
     def node(self, name: str) -> NodeSpec:
         for n in self.nodes:
@@ -181,6 +177,8 @@ def load_scenario(path: Path) -> Scenario:
     data = read_yaml_file(path, "scenario file")
     if not isinstance(data, dict):
         raise ConfigError(f"scenario file {path} must hold a mapping (nodes:, workloads: ...)")
+    from pydantic import ValidationError  # a file is read through pydantic (gpuscope/sim/spec.py)
+
     try:
         return Scenario.model_validate(data)
     except ValidationError as exc:
@@ -376,15 +374,21 @@ def default_scenario(
     )
     if not steady:
         return planted
+    background = steady_background(planted)
+    return planted.model_copy(update={"workloads": (*planted.workloads, *background)})
+
+
+def steady_background(planted: Scenario) -> list[WorkloadSpec]:
+    """The steady-state background :func:`default_scenario` adds to its planted scenario,
+    from ten days before time 0 to half an hour before the live part."""
     from gpuscope.sim.steady import steady_workloads  # it builds on this module's types
 
-    background = steady_workloads(
+    return steady_workloads(
         planted,
         start=-10 * DAY,
         cutoff=planted.live_offset - 1800,
         phase=DEFAULT_WEEK_PHASE,
     )
-    return planted.model_copy(update={"workloads": (*planted.workloads, *background)})
 
 
 def dra_pool() -> tuple[tuple[NodeSpec, ...], list[WorkloadSpec], float]:

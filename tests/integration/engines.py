@@ -5,54 +5,35 @@ absent, scripts/install-test-servers installs them)."""
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
-import pytest
 import yaml
 
 from tests.conftest import free_port
-from tests.integration.helpers import wait_http
+from tests.integration.helpers import installed, served
 
 VM_BINARY = "/usr/bin/victoria-metrics"
-
-
-def _binary(name: str, fallback: str = "") -> str:
-    found = shutil.which(name) or (fallback if fallback and Path(fallback).exists() else None)
-    if found is None:
-        pytest.skip(f"{name} is not installed (scripts/install-test-servers installs it)")
-    return found
 
 
 @contextmanager
 def victoria_metrics(tmp: Path, *flags: str) -> Iterator[str]:
     """A real single-node VictoriaMetrics with its data in ``tmp``; yields its base URL.
     Its defaults stand unless ``flags`` change them (``-search.latencyOffset`` 30 s ...)."""
-    binary = _binary("victoria-metrics", VM_BINARY)
+    binary = installed("victoria-metrics", VM_BINARY)
     port = free_port()
-    proc = subprocess.Popen(
-        [
-            binary,
-            f"-storageDataPath={tmp / 'vm-data'}",
-            f"-httpListenAddr=127.0.0.1:{port}",
-            "-loggerLevel=ERROR",
-            *flags,
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    base = f"http://127.0.0.1:{port}"
-    try:
-        wait_http(base + "/health", proc)
+    argv = [
+        binary,
+        f"-storageDataPath={tmp / 'vm-data'}",
+        f"-httpListenAddr=127.0.0.1:{port}",
+        "-loggerLevel=ERROR",
+        *flags,
+    ]
+    with served(argv, port, "/health") as base:
         yield base
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
 
 
 def vm_flush(base: str) -> None:
@@ -64,8 +45,8 @@ def vm_flush(base: str) -> None:
 def prometheus_on_blocks(tmp: Path, openmetrics: Path, *flags: str) -> Iterator[str]:
     """A real Prometheus serving the samples of ``openmetrics`` (written as blocks into its
     data folder by promtool), scraping nothing; yields its base URL."""
-    binary = _binary("prometheus")
-    promtool = _binary("promtool")
+    binary = installed("prometheus")
+    promtool = installed("promtool")
     data = tmp / "prom-data"
     data.mkdir()
     done = subprocess.run(
@@ -78,23 +59,13 @@ def prometheus_on_blocks(tmp: Path, openmetrics: Path, *flags: str) -> Iterator[
     cfg = tmp / "prometheus.yml"
     cfg.write_text(yaml.safe_dump({"global": {"scrape_interval": "15s"}, "scrape_configs": []}))
     port = free_port()
-    proc = subprocess.Popen(
-        [
-            binary,
-            f"--config.file={cfg}",
-            f"--storage.tsdb.path={data}",
-            f"--web.listen-address=127.0.0.1:{port}",
-            "--storage.tsdb.retention.time=30d",
-            *flags,
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    base = f"http://127.0.0.1:{port}"
-    try:
-        wait_http(base + "/-/ready", proc)
+    argv = [
+        binary,
+        f"--config.file={cfg}",
+        f"--storage.tsdb.path={data}",
+        f"--web.listen-address=127.0.0.1:{port}",
+        "--storage.tsdb.retention.time=30d",
+        *flags,
+    ]
+    with served(argv, port, "/-/ready") as base:
         yield base
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)

@@ -35,6 +35,36 @@ def wait_http(url: str, proc: subprocess.Popen[str] | None = None, timeout: floa
             time.sleep(0.1)
 
 
+def installed(name: str, fallback: str = "") -> str:
+    """The path of a server binary, or the test skipped when it is not installed (the Debian
+    packages scripts/install-test-servers installs; ``fallback`` where the package puts it
+    outside PATH)."""
+    import shutil
+    from pathlib import Path
+
+    found = shutil.which(name) or (fallback if fallback and Path(fallback).exists() else None)
+    if found is None:
+        import pytest
+
+        pytest.skip(f"{name} is not installed (scripts/install-test-servers installs it)")
+    return found
+
+
+@contextmanager
+def served(argv: list[str], port: int, ready_path: str, stop_timeout: float = 30) -> Iterator[str]:
+    """A server process listening on loopback ``port``: yields its base URL once
+    ``ready_path`` answers (a process that exits first fails at once with its stderr), and
+    stops it after."""
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        wait_http(base + ready_path, proc)
+        yield base
+    finally:
+        proc.terminate()
+        proc.wait(timeout=stop_timeout)
+
+
 @contextmanager
 def agent_process(
     node: str, *extra: str, host: str = "127.0.0.1", port: int | None = None
@@ -117,15 +147,11 @@ def prometheus_with(
     """A real Prometheus (Debian package) with these scrape configurations (and recording
     or alerting rule files), evaluating and scraping every second; yields its base URL once
     it is ready."""
-    import shutil
     from pathlib import Path
 
-    import pytest
     import yaml
 
-    binary = shutil.which("prometheus")
-    if binary is None:
-        pytest.skip("prometheus is not installed (scripts/install-test-servers installs it)")
+    binary = installed("prometheus")
     root = Path(tmp)
     cfg = root / "prometheus.yml"
     settings = {
@@ -135,21 +161,11 @@ def prometheus_with(
     }
     cfg.write_text(yaml.safe_dump(settings))
     port = free_port()
-    proc = subprocess.Popen(
-        [
-            binary,
-            f"--config.file={cfg}",
-            f"--storage.tsdb.path={root / 'data'}",
-            f"--web.listen-address=127.0.0.1:{port}",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    base = f"http://127.0.0.1:{port}"
-    try:
-        wait_http(base + "/-/ready", proc)
+    argv = [
+        binary,
+        f"--config.file={cfg}",
+        f"--storage.tsdb.path={root / 'data'}",
+        f"--web.listen-address=127.0.0.1:{port}",
+    ]
+    with served(argv, port, "/-/ready", stop_timeout=20) as base:
         yield base
-    finally:
-        proc.terminate()
-        proc.wait(timeout=20)

@@ -5,7 +5,6 @@ every metric the dashboards name is one the agents or the collector export."""
 from __future__ import annotations
 
 import re
-import shutil
 import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -25,6 +24,7 @@ from dashboards.promql import (
 )
 from dashboards.stack import CLUSTER, Stack, simulated_stack
 from tests.conftest import free_port
+from tests.integration.helpers import installed
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 DASHBOARDS = [load(p) for p in dashboard_files()]
@@ -33,8 +33,7 @@ VARIABLES = [v for v in DASHBOARDS[0]["templating"]["list"] if v["type"] == "que
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    if shutil.which("prometheus") is None:
-        pytest.skip("prometheus is not installed (scripts/install-test-servers installs it)")
+    installed("prometheus")
     with simulated_stack(tmp_path_factory.mktemp("dash"), port=free_port()) as s:
         # every target scraped at least once (not a fixed sleep: a loaded machine is late)
         wait_for(s.prometheus, f"count(up == 1) >= {len(s.agents) + 1}")

@@ -29,6 +29,7 @@ from tests.integration.fleet_cluster import (
     scrape_directly,
     sim_run,
 )
+from tests.integration.helpers import installed
 
 pytestmark = pytest.mark.integration
 
@@ -185,7 +186,6 @@ def test_fleet_mode_reads_the_shipped_recording_rules(
 
 def test_the_shipped_recording_rules_are_valid_and_complete() -> None:
     """promtool accepts them, and they record exactly the series fleet mode reads."""
-    import shutil
     import subprocess
 
     from gpuscope.collector.fleet import RULE_NAMES
@@ -193,9 +193,7 @@ def test_the_shipped_recording_rules_are_valid_and_complete() -> None:
     rules = Path(__file__).resolve().parents[2] / "dashboards/rules/gpuscope-fleet-rules.yaml"
     records = {r["record"] for g in yaml.safe_load(rules.read_text())["groups"] for r in g["rules"]}
     assert records == set(RULE_NAMES)
-    promtool = shutil.which("promtool")
-    if promtool is None:
-        pytest.skip("promtool is not installed")
+    promtool = installed("promtool")
     done = subprocess.run([promtool, "check", "rules", str(rules)], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
 

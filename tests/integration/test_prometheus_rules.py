@@ -1,7 +1,6 @@
 """The shipped Prometheus alerting rules: valid for `promtool check rules`, and they fire on
 the series they are meant for (`promtool test rules`)."""
 
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -9,16 +8,14 @@ import pytest
 import yaml
 
 from gpuscope.alerts.config import AlertsConfig
+from tests.integration.helpers import installed
 
 pytestmark = pytest.mark.integration
 RULES = Path(__file__).resolve().parents[2] / "dashboards" / "rules" / "gpuscope-rules.yaml"
 
 
 def _promtool() -> str:
-    binary = shutil.which("promtool")
-    if binary is None:
-        pytest.skip("promtool is not installed (Debian package prometheus)")
-    return binary
+    return installed("promtool")
 
 
 def test_promtool_checks_the_rules() -> None:

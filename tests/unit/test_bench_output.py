@@ -69,7 +69,7 @@ MODULES = [AGENT, STORE, BROKEN, ABSENT]
 
 def test_markdown_has_one_table_per_area_with_references_and_aims() -> None:
     md = markdown(MACHINE, MODULES, quick=False)
-    assert md.startswith("Measured 2026-01-05 10:00 UTC on Test CPU 9000 (2 cores, 8.0 GiB)")
+    assert md.startswith("Last run 2026-01-05 10:00 UTC on Test CPU 9000 (2 cores, 8.0 GiB)")
     assert "node_exporter not installed, promtool 2.42.0" in md.splitlines()[0]
     assert md.count("| what | measured | reference (same run) | aim |") == 2
     assert "### Agent" in md and "### Collector" in md
@@ -258,3 +258,15 @@ def test_a_copy_of_the_generated_tables_outside_the_markers_is_refused() -> None
     heading_only = README.replace("## Layout", "### Agent\n\n## Layout")
     with pytest.raises(ValueError, match="### Agent"):
         replace_generated(heading_only, generated)
+
+
+def test_each_module_says_when_it_was_measured() -> None:
+    """`--only` re-runs some modules and keeps the others' earlier figures: each table's
+    source line carries its own module's date, and the date survives the JSON."""
+    dated = ModuleResult("agent_scrape", "Agent", "ok", 1.0, AGENT.figures,
+                         measured="2026-01-06 09:30 UTC")  # fmt: skip
+    md = markdown(MACHINE, [dated, STORE], quick=False)
+    assert "From `bench/agent_scrape.py` (2026-01-06 09:30 UTC)." in md
+    assert "From `bench/store.py`." in md  # an older result without a date: none invented
+    _, modules, _ = read_results(results_json(MACHINE, [dated], quick=False))
+    assert modules[0].measured == "2026-01-06 09:30 UTC"

@@ -384,3 +384,23 @@ def test_every_goal_met_where_the_order_matters() -> None:
     plan = plan_consolidation(nodes, placed, goals)
     assert plan.goals_met == 3 and len(plan.evictions) == 2
     check_valid(nodes, placed, plan)
+
+
+def test_a_cloned_pod_carries_every_field_and_moves_alone() -> None:
+    """World.copy clones pods field by field (cheaper than dataclasses.replace): a field
+    added to Pod and left out of the clone would make a search's branches lose it."""
+    import dataclasses
+
+    from gpuscope.analytics.allocation import Task
+    from gpuscope.analytics.consolidation.world import Pod
+
+    pod = Pod(
+        idx=3, node="n1", gpus=(0, 2), share=0.5, movable=True, gph=1.5, res=(4000, 2**30, 0),
+        tolerations=frozenset({"gpu"}), mig=(("1g.10gb", 2),), task=Task(cpu_milli=4000),
+    )  # fmt: skip
+    clone = pod.clone()
+    assert clone is not pod
+    for f in dataclasses.fields(Pod):
+        assert getattr(clone, f.name) == getattr(pod, f.name), f.name
+    clone.node, clone.movable = "n2", False
+    assert (pod.node, pod.movable) == ("n1", True)

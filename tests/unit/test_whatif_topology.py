@@ -64,3 +64,24 @@ def test_topology_aware_policies_start_more_multi_node_jobs_inside_one_leaf() ->
 def test_unknown_policy_is_refused() -> None:
     with pytest.raises(ValueError, match="unknown policy"):
         replay_gangs([], [], "fifo")
+
+
+def test_a_preferred_gang_starts_spread_when_no_domain_holds_it() -> None:
+    """Not required: the aware policies keep it in one domain where one holds it, else start
+    it spread (as Kueue's preferred mode climbs up to the whole cluster); a required one
+    waits."""
+    nodes = [TopoNode("a1", 8, "a"), TopoNode("b1", 8, "b")]
+    for policy in ("tas-bestfit", "kai-fullest"):
+        preferred = replay_gangs(nodes, [GangJob("pair", 0, 10, 2, 8, required=False)], policy)
+        assert (preferred.multi_node_started, preferred.multi_node_spread) == (1, 1)
+        required = replay_gangs(nodes, [GangJob("pair", 0, 10, 2, 8)], policy)
+        assert required.multi_node_started == 0
+
+
+def test_until_ends_the_replay_and_counts_the_wait_of_those_never_started() -> None:
+    nodes = [TopoNode("a1", 8, "a"), TopoNode("a2", 8, "a")]
+    jobs = [GangJob("long", 0, float("inf"), 1, 8), GangJob("pair", 3600, 60, 2, 8)]
+    r = replay_gangs(nodes, jobs, "tas-bestfit", until=7200)
+    assert (r.multi_node_started, r.as_dict()["multi_node_never_started"]) == (0, 1)
+    assert r.multi_node_queued_hours == 1.0
+    assert r.started == 1

@@ -71,6 +71,31 @@ class DomainPlan:
         }
 
 
+def fence(nodes: Sequence[NodeState], members: frozenset[str], taint: str) -> list[NodeState]:
+    """The nodes, those outside ``members`` carrying ``taint`` (the domain's fence)."""
+    return [
+        n if n.name in members else dataclasses.replace(n, taints=n.taints | {taint}) for n in nodes
+    ]
+
+
+def candidate_domains(
+    nodes: Sequence[NodeState], domains: Mapping[str, frozenset[str]], max_domains: int
+) -> list[str]:
+    """The ``max_domains`` domains with the most whole GPUs free already (the nearly-free
+    ones: a plan costs about a planner run per domain), by name."""
+    by_name = {n.name: n for n in nodes}
+
+    def free_of(name: str) -> int:
+        return sum(by_name[m].whole_free_gpus for m in domains[name] if m in by_name)
+
+    return sorted(sorted(domains, key=lambda d: (-free_of(d), d))[:max_domains])
+
+
+def whole_free(nodes: Sequence[NodeState], members: frozenset[str]) -> int:
+    """Whole free GPUs on the domain's nodes."""
+    return sum(n.whole_free_gpus for n in nodes if n.name in members)
+
+
 def domain_problem(
     nodes: Sequence[NodeState],
     placed: Sequence[Placed],
@@ -79,10 +104,7 @@ def domain_problem(
 ) -> tuple[list[NodeState], list[Placed], list[Goal]]:
     """The planner's inputs for placing ``goal`` inside the nodes ``members`` (module
     docstring): the same nodes and pods, the outside tainted, every pod tolerating it."""
-    fenced = [
-        n if n.name in members else dataclasses.replace(n, taints=n.taints | {OUTSIDE_TAINT})
-        for n in nodes
-    ]
+    fenced = fence(nodes, members, OUTSIDE_TAINT)
     free_to_go = [
         dataclasses.replace(p, tolerations=p.tolerations | {OUTSIDE_TOLERATION}) for p in placed
     ]
@@ -109,19 +131,13 @@ def plan_domain(
     Only the ``max_domains`` domains with the most whole GPUs free already are planned for
     (the nearly-free ones: a plan costs about a planner run per domain)."""
     best: tuple[tuple[int, float, int, str], DomainPlan] | None = None
-    by_name = {n.name: n for n in nodes}
-
-    def free_of(name: str) -> int:
-        return sum(by_name[m].whole_free_gpus for m in domains[name] if m in by_name)
-
-    candidates = sorted(domains, key=lambda d: (-free_of(d), d))[:max_domains]
-    for name in sorted(candidates):
+    for name in candidate_domains(nodes, domains, max_domains):
         members = domains[name]
         fenced, movable, goals = domain_problem(nodes, placed, members, goal)
         plan = plan_consolidation(fenced, movable, goals, max_evictions=max_evictions)
         if plan.unplaceable or plan.goals_met < 1:
             continue
-        free = free_of(name)
+        free = whole_free(nodes, members)
         rank = (len(plan.evictions), round(plan.gpu_hours_lost, 9), -free, name)
         if best is None or rank < best[0]:
             best = (rank, DomainPlan(goal, name, plan, free))

@@ -44,7 +44,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpuscope.analytics.allocation import ClusterState, GpuIndices, NodeState
 from gpuscope.analytics.base import Analysis
@@ -95,6 +95,9 @@ __all__ = [
 ]
 
 KINDS = ("consolidation",)
+
+if TYPE_CHECKING:  # gangs.py plans with this module's planner
+    from gpuscope.analytics.consolidation.gangs import GangGoal, GangOutcome
 
 
 def plan_greedy(
@@ -183,8 +186,11 @@ def analyze_consolidation(
     protected_namespaces: Iterable[str] | None = None,
     pdb_blocked: frozenset[str] | set[str] = frozenset(),
     max_evictions: int | None = None,
+    gangs: Sequence[GangGoal] = (),
 ) -> Analysis:
-    """The plan for the goals (the pending pods when not given), as findings and summary."""
+    """The plan for the goals (the pending pods when not given), as findings and summary;
+    pending pod groups (``gangs``) are planned whole, each inside one domain of its level
+    (:mod:`gpuscope.analytics.consolidation.gangs`), their pods no goals of their own."""
     del settings  # no thresholds yet; kept for the shape every analysis has
     if protected_namespaces is None:
         protected_namespaces = WorkloadSettings().protected_namespaces
@@ -197,11 +203,24 @@ def analyze_consolidation(
         pdb_blocked=pdb_blocked,
     )
     goal_list = list(goals) if goals is not None else goals_from_pending(pods)
-    plan = plan_consolidation(state.nodes, placed, goal_list, max_evictions=max_evictions)
+    outcomes: list[GangOutcome] = []
+    if gangs:
+        from gpuscope.analytics.consolidation.gangs import plan_with_gangs
+
+        grouped = {m for g in gangs for m in g.members}
+        goal_list = [g for g in goal_list if g.label not in grouped]
+        plan, outcomes = plan_with_gangs(
+            state.nodes, placed, goal_list, gangs, max_evictions=max_evictions
+        )
+        goal_list += [o.gang.goal for o in outcomes if o.domain]
+    else:
+        plan = plan_consolidation(state.nodes, placed, goal_list, max_evictions=max_evictions)
     failed = {label for label, _ in plan.unplaceable}
     by_goal: dict[str, list[str]] = {}
     for label, node in plan.targets:
         by_goal.setdefault(label, []).append(node)
+    # a pod group's finding says which domain of which level its plan frees
+    placed_in = {o.gang.goal.name: {"level": o.gang.level, "domain": o.domain} for o in outcomes}
     findings = []
     for goal in goal_list:
         if goal.name in failed:
@@ -215,6 +234,7 @@ def analyze_consolidation(
             "count": goal.count,
             "nodes": sorted(set(by_goal.get(goal.name, []))),
         }
+        target |= placed_in.get(goal.name, {})
         findings.append(
             Finding(
                 id=finding_id("consolidation", subject),
@@ -234,13 +254,16 @@ def analyze_consolidation(
     summary: dict[str, Any] = {
         "moves": [m.as_dict() for m in plan.moves],
         "evictions": list(plan.evictions),
-        "unplaceable": [{"goal": g, "reason": r} for g, r in plan.unplaceable],
+        "unplaceable": [{"goal": g, "reason": r} for g, r in plan.unplaceable]
+        + [{"goal": o.gang.goal.name, "reason": o.reason} for o in outcomes if not o.domain],
         "evictions_count": len(plan.evictions),
         "moves_count": sum(1 for m in plan.moves if m.to_node),
         "gpu_hours_lost": round(plan.gpu_hours_lost, 6),
-        "goals": len(goal_list),
+        "goals": len(goal_list) + sum(1 for o in outcomes if not o.domain),
         "goals_met": plan.goals_met,
         "strategy": plan.strategy,
+        # pending pod groups, each planned whole inside one domain (consolidation/gangs.py)
+        "pod_groups": [o.as_dict() for o in outcomes],
         "movable_pods": sum(1 for p in placed if p.movable),
         # DRA: pods whose shared standalone claims keep their devices; evicting frees none
         "held_by_standalone_claims": [

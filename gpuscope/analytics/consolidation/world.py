@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from gpuscope.analytics.allocation import EPS, NodeState, Task, admits
@@ -48,6 +48,14 @@ class Pod:
     mig: tuple[tuple[str, int], ...] = ()
     #: The task it is, for the admission test where it is re-placed.
     task: Task = field(default_factory=Task)
+
+    def clone(self) -> Pod:
+        """A copy to move independently (a search branches worlds by the thousand; the
+        positional constructor is several times cheaper than ``dataclasses.replace``)."""
+        return Pod(
+            self.idx, self.node, self.gpus, self.share, self.movable, self.gph,
+            self.res, self.tolerations, self.mig, self.task,
+        )  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -195,7 +203,7 @@ class World:
         new.res = {name: list(res) for name, res in self.res.items()}
         new.mig = {name: dict(mig) for name, mig in self.mig.items()}
         new.counted = self.counted
-        new.pods = [replace(p) for p in self.pods]
+        new.pods = [p.clone() for p in self.pods]
         new.on = {name: [new.pods[p.idx] for p in pods] for name, pods in self.on.items()}
         new.evicted = [new.pods[p.idx] for p in self.evicted]
         new.log, new.version, new.indexes = [], dict(self.version), {}

@@ -55,6 +55,8 @@ from gpuscope.analytics.report.tables import (
 from gpuscope.analytics.report.topology import topology_over
 from gpuscope.analytics.report.week import Week
 from gpuscope.analytics.report.whatif import whatif_over
+from gpuscope.analytics.report.whatif_topology import whatif_topology_over
+from gpuscope.analytics.whatif.history import read_history
 from gpuscope.collector.schema import GET_META
 from gpuscope.collector.store import utc
 from gpuscope.core.gpu_prices import estimated_price
@@ -76,6 +78,7 @@ TABLES = (
     "topology_domains",
     "whatif",
     "whatif_allocation",
+    "whatif_topology",
     "ib_hotspots",
     "actions_summary",
     "actions",
@@ -102,6 +105,8 @@ class WeeklyReport:
     #: The price is gpuscope's default for the cluster's GPU models (no site price set).
     price_is_estimate: bool = False
     whatif_verdict: str = ""
+    #: Why the topology-aware What-if replayed nothing (a week over its budget), else "".
+    whatif_topology_note: str = ""
 
     def metric(self, name: str, column: str = "this_week") -> Any:
         """A value of the cluster table (``column``: this_week, previous_week, change)."""
@@ -160,7 +165,11 @@ def build_report(
     actions = frame(con, Q["actions"], **params)
     fragmentation = fragmentation_over(con, week, an)
     topology_slots, topology_domains = topology_over(con, week, an, rs.top_n)
-    whatif, whatif_allocation, whatif_note, whatif_verdict = whatif_over(con, week, an)
+    history = read_history(con, week.start, week.end)
+    whatif, whatif_allocation, whatif_note, whatif_verdict = whatif_over(
+        con, week, an, history=history
+    )
+    whatif_topology, whatif_topology_note = whatif_topology_over(history, an)
 
     start = pl.lit(week.start).cast(pl.Datetime("us"))
     hourly = hourly.with_columns(pl.col("hour").cast(pl.Datetime("us")))
@@ -251,6 +260,7 @@ def build_report(
         "topology_domains": topology_domains,
         "whatif": whatif,
         "whatif_allocation": whatif_allocation,
+        "whatif_topology": whatif_topology,
         "ib_hotspots": ib.head(rs.top_n),
         "actions_summary": actions_summary(actions),
         "actions": actions,
@@ -269,6 +279,7 @@ def build_report(
         tables=tables,
         notes=tuple(notes),
         whatif_note=whatif_note,
+        whatif_topology_note=whatif_topology_note,
         price_is_estimate=estimated,
         whatif_verdict=whatif_verdict,
     )

@@ -16,6 +16,7 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 from gpuscope.analytics.report.charts import render_charts
 from gpuscope.analytics.report.data import WeeklyReport
 from gpuscope.analytics.report.fragmentation import weighted_mean
+from gpuscope.analytics.report.whatif_topology import whatif_topology_line
 
 _RATIOS = ("efficiency", "idle_share", "ratio", "use_of_guarantee", "data_coverage")
 _COUNTS = (
@@ -66,6 +67,13 @@ SECTIONS: dict[str, tuple[str, str]] = {
         "when it beats the others by more than the spread of those replays. Rank 1 would "
         "have started the most jobs; GPUs recovered are its GPUs allocated when arrivals "
         "stopped less what the real scheduler had allocated then.",
+    ),
+    "whatif_topology": (
+        "What if: topology-aware placement",
+        "The week's multi-node jobs (pod groups) replayed whole on the same nodes, each kept "
+        "inside one domain of the level they ask for (else the finest), under Kueue TAS "
+        "BestFit and KAI's fullest domain beside the topology-blind LeastAllocated and "
+        "MostAllocated; other GPU pods as one-pod jobs. Same trace for every policy.",
     ),
     "ib_hotspots": (
         "InfiniBand hot spots",
@@ -165,6 +173,7 @@ def render_html(report: WeeklyReport) -> str:
     return env.get_template("report.html.j2").render(
         report=report,
         topo_slots=slots_64(report.tables.get("topology_slots")),
+        topo_whatif=whatif_topology_line(report.tables.get("whatif_topology")),
         week_end=report.week.end,
         cluster=_cluster_rows(report),
         tables=tables,

@@ -15,6 +15,7 @@ from gpuscope.analytics.report.data import WeeklyReport
 from gpuscope.analytics.report.fragmentation import weighted_mean
 from gpuscope.analytics.report.html import format_cell, slots_64
 from gpuscope.analytics.report.tables import EPS
+from gpuscope.analytics.report.whatif_topology import whatif_topology_line
 
 #: Items listed per line at most.
 TOP = 3
@@ -116,6 +117,9 @@ def render_markdown(report: WeeklyReport, html: Path | None = None) -> str:
     line = whatif_line(report)
     if line:
         lines.append(line)
+    topo = whatif_topology_line(report.tables.get("whatif_topology"))
+    if topo or report.whatif_topology_note:
+        lines.append(f"- What if, topology-aware: {topo or report.whatif_topology_note}")
     links = []
     if html is not None:
         links.append(f"Report: {html}")

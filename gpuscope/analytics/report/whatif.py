@@ -163,6 +163,7 @@ def whatif_over(
     week: Week,
     settings: AnalyticsSettings,
     budget: int = REPLAY_BUDGET_PODS,
+    history: History | None = None,
 ) -> tuple[pl.DataFrame, pl.DataFrame, str, str]:
     """The section's two tables, its note (empty, or why not every policy ran, or why
     nothing could be replayed) and its verdict (whatif/verdict.py: the policy that beats
@@ -171,7 +172,8 @@ def whatif_over(
         pl.DataFrame(schema=COLUMNS),
         pl.DataFrame(schema=ALLOCATION_COLUMNS),
     )
-    history = read_history(con, week.start, week.end)
+    if history is None:  # the report reads it once for this and the topology what-if
+        history = read_history(con, week.start, week.end)
     policies, note = policies_for(len(history.events), budget, WEEK_SEEDS)
     if not policies:
         return *empty, note, ""

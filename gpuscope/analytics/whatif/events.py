@@ -75,16 +75,7 @@ def empty_nodes(nodes: Iterable[NodeInfo]) -> tuple[NodeState, ...]:
 
 def request_of(pod: PodInfo) -> Request:
     """The request of an inventory pod (MIG pods: their instances, no GPU share)."""
-    task = task_of(pod)
-    if task is None:  # a MIG pod: its CPU, memory and instances
-        task = Task(
-            cpu_milli=pod.cpu_milli,
-            name=f"{pod.namespace}/{pod.name}",
-            memory_mib=pod.memory_mib,
-            ephemeral_mib=pod.ephemeral_mib,
-            tolerations=frozenset(pod.tolerations),
-        )
-    return Request(task=task, mig=tuple(sorted(pod.mig.items())))
+    return Request(task=task_of(pod), mig=tuple(sorted(pod.mig.items())))
 
 
 def inflate(tasks: Sequence[Task], capacity_gpus: float, share: float, seed: int) -> list[Task]:

@@ -73,6 +73,8 @@ class History:
     events: tuple[PodEvent, ...]
     start: float
     end: float
+    #: the node records (labels included: the topology-aware what-if's domains)
+    node_infos: tuple[NodeInfo, ...] = ()
 
 
 def _pod(data: dict[str, Any]) -> PodInfo:
@@ -145,7 +147,7 @@ def read_history(con: duckdb.DuckDBPyConnection, start: datetime, end: datetime)
             duration = max(0.0, h.ended - h.started)
         events.append(PodEvent(h.key, request_of(h.pod), h.arrive, duration))
     inventory = Inventory(empty_nodes(nodes.values()))
-    return History(inventory, tuple(pods), tuple(events), t0, t1)
+    return History(inventory, tuple(pods), tuple(events), t0, t1, tuple(nodes.values()))
 
 
 def what_happened(history: History, at: float) -> dict[str, float]:

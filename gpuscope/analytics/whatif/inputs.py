@@ -37,6 +37,7 @@ from gpuscope.analytics.whatif.events import (
 )
 from gpuscope.analytics.whatif.history import History
 from gpuscope.analytics.whatif.results import PolicyResult
+from gpuscope.collector.inventory_records import NodeInfo, PodInfo
 from gpuscope.core.errors import UserError
 from gpuscope.core.kube_objects import ObjectSet
 from gpuscope.core.settings import Settings
@@ -65,6 +66,10 @@ class Workload:
     #: The ``--objects`` files' Kubernetes objects (queues, DRA, topology...), for the
     #: readers of those kinds; empty when none were given.
     objects: ObjectSet = field(default_factory=ObjectSet)
+    #: A kubectl snapshot's records (empty for the trace's CSVs), for the topology-aware
+    #: what-if (:mod:`gpuscope.analytics.whatif.gangs`), which needs labels and pod groups.
+    node_infos: tuple[NodeInfo, ...] = ()
+    pod_infos: tuple[PodInfo, ...] = ()
 
 
 def _kubectl(path: Path) -> dict[str, object]:
@@ -88,6 +93,8 @@ def read_workload(
         if not path.is_file():
             raise UserError(f"{flag} {path} does not exist")
     coverage = settings.analytics.fgd_task_coverage
+    node_infos: list[NodeInfo] = []
+    pod_infos: list[PodInfo] = []
     if nodes.suffix.lower() == ".csv" or pods.suffix.lower() == ".csv":
         inventory = Inventory(read_nodes(nodes))
         tasks = tuple(read_tasks(pods))
@@ -108,7 +115,10 @@ def read_workload(
     if not any(t.gpus > 0 for t in tasks):
         raise UserError(f"{pods}: no pod asks for a GPU; nothing to replay")
     mix = learn_task_mix(tasks, coverage)
-    return Workload(inventory, tasks, mix, source, events, objects or ObjectSet())
+    return Workload(
+        inventory, tasks, mix, source, events, objects or ObjectSet(),
+        tuple(node_infos), tuple(pod_infos),
+    )  # fmt: skip
 
 
 def jittered(

@@ -22,6 +22,10 @@ Policies:
 - ``kai-fullest`` (KAI-Scheduler): the feasible domain with the fewest free GPUs relative
   to the request (KAI's bin-packing of domains); inside it nodes with the most room first.
 
+A job not ``required`` to stay in one domain (a preferred level, or none) is placed by the
+topology-aware policies in one domain when one holds it, else spread as ``mostallocated``
+places it (Kueue's preferred mode climbs to coarser levels up to the whole cluster).
+
 Single-pod jobs are placed the same way by every policy's node rule: blind policies as
 above, topology-aware ones packing (``mostallocated``: Kueue TAS places unconstrained pods
 LeastFreeCapacity, KAI bin-packs by default). The trace used by the tests and the docs is
@@ -31,6 +35,7 @@ LeastFreeCapacity, KAI bin-packs by default). The trace used by the tests and th
 from __future__ import annotations
 
 import heapq
+import math
 import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -45,6 +50,11 @@ class GangJob:
     duration: float
     pods: int
     gpus_per_pod: int
+    #: True: the job waits for one domain to hold it (a required level); False: a
+    #: topology-aware policy keeps it in one domain where one holds it, else starts it
+    #: spread, packed (a preferred level, or none asked: Kueue climbs to coarser levels,
+    #: KAI places it best-effort)
+    required: bool = True
 
     @property
     def gpus(self) -> int:
@@ -70,6 +80,11 @@ class GangResult:
     multi_node_spread: int
     mean_multi_node_wait_hours: float
     waits: dict[str, float] = field(default_factory=dict)
+    #: multi-node jobs that started only after waiting (wait > 0)
+    multi_node_waited: int = 0
+    #: hours every multi-node job waited: to its start, or to ``until`` for one that never
+    #: started (0 for those when the replay has no end)
+    multi_node_queued_hours: float = 0.0
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -80,17 +95,22 @@ class GangResult:
             "multi_node_started": self.multi_node_started,
             "multi_node_in_one_domain": self.multi_node_in_one_domain,
             "multi_node_spread": self.multi_node_spread,
+            "multi_node_never_started": self.multi_node_jobs - self.multi_node_started,
+            "multi_node_waited": self.multi_node_waited,
             "mean_multi_node_wait_hours": round(self.mean_multi_node_wait_hours, 4),
+            "multi_node_queued_hours": round(self.multi_node_queued_hours, 4),
         }
 
 
 def _pick_node(free: Mapping[str, int], names: Sequence[str], k: int, most_room: bool) -> str:
-    ok = [n for n in names if free[n] >= k]
-    if not ok:
-        return ""
-    if most_room:
-        return max(ok, key=lambda n: (free[n], -names.index(n)))
-    return min(ok, key=lambda n: (free[n], names.index(n)))
+    """The node with the most (or fewest) free GPUs that holds ``k``, the first in
+    ``names`` on a tie; "" for none (one pass: a week's replay calls it per pod)."""
+    best, room = "", -1
+    for n in names:
+        f = free[n]
+        if f >= k and (room < 0 or (f > room if most_room else f < room)):
+            best, room = n, f
+    return best
 
 
 def place_blind(
@@ -163,8 +183,17 @@ def place_aware(
     return nodes or None
 
 
-def replay_gangs(nodes: Sequence[TopoNode], jobs: Sequence[GangJob], policy: str) -> GangResult:
-    """Replay the jobs under the policy (module docstring); deterministic."""
+def replay_gangs(
+    nodes: Sequence[TopoNode],
+    jobs: Sequence[GangJob],
+    policy: str,
+    *,
+    until: float | None = None,
+) -> GangResult:
+    """Replay the jobs under the policy (module docstring); deterministic. ``until``: the
+    end of the window replayed (a stored week's end): nothing starts after it, and a job
+    still waiting then waited until it. A job of infinite ``duration`` never ends (a
+    snapshot's pods)."""
     if policy not in TOPOLOGY_POLICIES:
         raise ValueError(f"unknown policy {policy!r}; expected one of {TOPOLOGY_POLICIES}")
     names = [n.name for n in nodes]
@@ -173,6 +202,7 @@ def replay_gangs(nodes: Sequence[TopoNode], jobs: Sequence[GangJob], policy: str
     for n in nodes:
         domains.setdefault(n.domain, []).append(n.name)
     free = {n.name: n.gpus for n in nodes}
+    total = sum(free.values())
     ends: list[tuple[float, int, list[str], int]] = []  # (end, seq, nodes, gpus per pod)
     waiting: list[GangJob] = []
     order = sorted(jobs, key=lambda j: (j.arrival, j.name))
@@ -182,19 +212,29 @@ def replay_gangs(nodes: Sequence[TopoNode], jobs: Sequence[GangJob], policy: str
     while i < len(order) or ends:
         now = min(order[i].arrival if i < len(order) else float("inf"),
                   ends[0][0] if ends else float("inf"))  # fmt: skip
+        if math.isinf(now) or (until is not None and now > until):
+            break
+        # a job that waited found no room when last tried, and room only shrank since
+        # unless a job ended: without an end only the new arrivals are tried (exact, and
+        # what keeps a week's replay with a long queue fast)
+        tried = 0 if ends and ends[0][0] <= now else len(waiting)
         while ends and ends[0][0] <= now:
             _, _, done, k = heapq.heappop(ends)
             for name in done:
                 free[name] += k
+            total += k * len(done)
         while i < len(order) and order[i].arrival <= now:
             waiting.append(order[i])
             i += 1
-        still: list[GangJob] = []
-        for job in waiting:
-            placed = _place(free, names, domains, job, policy)
+        still: list[GangJob] = waiting[:tried]
+        room = max(free.values(), default=0)  # placements only lower it: a safe filter
+        for job in waiting[tried:]:
+            hopeless = job.gpus > total or job.gpus_per_pod > room
+            placed = None if hopeless else _place(free, names, domains, job, policy)
             if placed is None:
                 still.append(job)
                 continue
+            total -= job.gpus
             for name in placed:
                 free[name] -= job.gpus_per_pod
             seq += 1
@@ -209,6 +249,9 @@ def replay_gangs(nodes: Sequence[TopoNode], jobs: Sequence[GangJob], policy: str
         waiting = still
     multi = [j for j in jobs if j.pods >= 2]
     multi_waits = [waits[j.name] for j in multi if j.name in waits]
+    queued = sum(multi_waits) + sum(
+        max(0.0, until - j.arrival) for j in multi if j.name not in waits and until is not None
+    )
     return GangResult(
         policy=policy,
         jobs=len(jobs),
@@ -221,6 +264,8 @@ def replay_gangs(nodes: Sequence[TopoNode], jobs: Sequence[GangJob], policy: str
         if multi_waits
         else 0.0,
         waits=waits,
+        multi_node_waited=sum(1 for w in multi_waits if w > 0),
+        multi_node_queued_hours=queued / 3600,
     )
 
 
@@ -235,7 +280,10 @@ def _place(
         return place_blind(free, names, job, most_room=True)
     if policy == "mostallocated" or job.pods < 2:
         return place_blind(free, names, job, most_room=False)
-    return place_aware(free, domains, job, policy)
+    placed = place_aware(free, domains, job, policy)
+    if placed is None and not job.required:
+        return place_blind(free, names, job, most_room=False)
+    return placed
 
 
 def synthetic_trace(
