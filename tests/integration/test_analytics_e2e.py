@@ -226,8 +226,13 @@ def test_consolidation_plans_room_for_the_blocked_job(finished: dict[str, object
     assert res.returncode == 0, res.stderr
     out = json.loads(res.stdout)
     assert out["unplaceable"] == []
-    # the 4-GPU job and the topology story's two 8-GPU pods (one goal each)
-    assert out["summary"]["goals_met"] == out["summary"]["goals"] == 3
+    # the 4-GPU job, and the topology story's pod group of two 8-GPU pods as one goal
+    # inside one leaf (it was two goals, one a pod, before pod groups were planned whole)
+    assert out["summary"]["goals_met"] == out["summary"]["goals"] == 2, out["summary"]
+    (group,) = out["summary"]["pod_groups"]
+    assert group["pod_group"] == "kueue-pod-group:nlp/gpt-16" and group["planned"], group
+    assert (group["pods"], group["gpus_per_pod"], len(group["nodes"])) == (2, 8, 2)
+    assert group["domain"].startswith("leaf-")
     moved = out["moves"] + [m for m in out["evictions"] if isinstance(m, dict)]
     assert moved
     for m in out["moves"]:
