@@ -105,7 +105,7 @@ def record_simulated_inventory(
     t = at - origin
     listed = memo.listed(t)
     state = tuple((pod.key, pod.node is not None and t >= pod.start) for pod in listed)
-    if pods_only and state == memo.last:
+    if pods_only and state == memo.last.get(id(service.store)):
         return
     pods: list[dict[str, Any]] = []
     dra: list[SimPod] = []
@@ -127,7 +127,7 @@ def record_simulated_inventory(
         pods=pods,
         quotas=quotas,
     )
-    memo.last = state
+    memo.last[id(service.store)] = state
 
 
 class _Listing:
@@ -146,8 +146,8 @@ class _Listing:
         ]  # fmt: skip
         self.records: dict[tuple[str, bool], dict[str, Any]] = {}
         self.dra_states: dict[tuple[Any, ...], tuple[list[Any], list[dict[str, Any]]]] = {}
-        #: the pods (key, running) of the last listing recorded
-        self.last: tuple[tuple[int, bool], ...] | None = None
+        #: the pods (key, running) of the last listing recorded, per store (by id)
+        self.last: dict[int, tuple[tuple[int, bool], ...]] = {}
 
     def listed(self, t: float) -> list[SimPod]:
         is_listed = self.cluster.is_listed  # an action's removal, on the few in their span
