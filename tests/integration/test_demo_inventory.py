@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 
-from gpuscope.collector.dra_apply import apply_object_set
-from gpuscope.collector.inventory_records import node_from_json, pod_from_json
-from gpuscope.collector.queue_records import quota_from_clusterqueue
+from gpuscope.collector.cluster.dra_apply import apply_object_set
+from gpuscope.collector.cluster.inventory_records import node_from_json, pod_from_json
+from gpuscope.collector.cluster.queue_records import quota_from_clusterqueue
 from gpuscope.collector.service import CollectorService
 from gpuscope.core.kube_objects import objects_from_documents
 from gpuscope.demo import _settings

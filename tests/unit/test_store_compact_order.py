@@ -5,7 +5,7 @@ first appearance, interleave a node's metrics."""
 from datetime import datetime, timedelta
 from pathlib import Path
 
-from gpuscope.collector.store import Store
+from gpuscope.collector.storage.store import Store
 from tests.unit.test_store import ENERGY, GPU0, GPU1, UTIL, batch, rows
 
 

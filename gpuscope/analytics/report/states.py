@@ -21,7 +21,7 @@ from gpuscope.analytics.allocation import ClusterState, state_from_records
 from gpuscope.analytics.report.fragmentation import change_points
 from gpuscope.analytics.report.topology import inventory_at
 from gpuscope.analytics.report.week import Week
-from gpuscope.collector.inventory_records import NodeInfo, PodInfo
+from gpuscope.collector.cluster.inventory_records import NodeInfo, PodInfo
 
 
 @dataclass(frozen=True, slots=True)
