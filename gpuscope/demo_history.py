@@ -59,6 +59,7 @@ def fill_history(
     urls = [targets[n] for n in nodes]
     steps = max(1, int((end - start) // step_seconds))
     times = [start + i * step_seconds for i in range(steps)]
+    #: each node's current layout (names, labels), by its place in ``nodes``
     layouts: dict[int, tuple[list[str], list[Labels]]] = {}
     stored = 0
     helper = subprocess.Popen(
@@ -76,10 +77,10 @@ def fill_history(
             if before is not None:
                 before(t)
             cycle = []
-            for url, (layout, new, raw) in zip(urls, frame[1], strict=True):
-                if new is not None:
-                    layouts[layout] = new
-                names, labels = layouts[layout]
+            for k, (url, (_, new, raw)) in enumerate(zip(urls, frame[1], strict=True)):
+                if new is not None:  # the node's new layout replaces its last one
+                    layouts[k] = new
+                names, labels = layouts[k]
                 values = array("d")
                 values.frombytes(raw)
                 # the layout's own lists, not copies: the store knows a page of the same

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import threading
+import weakref
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -32,6 +34,7 @@ from gpuscope.collector.cluster.queue_records import quota_from_clusterqueue
 from gpuscope.collector.service import CollectorService
 from gpuscope.core.kube_objects import objects_from_documents
 from gpuscope.sim import SimulatedCluster
+from gpuscope.sim.cluster import SimPod
 from gpuscope.sim.dra import dra_json, is_dra_pod
 from gpuscope.sim.kube import nodes_json, pod_json, quotas_json
 
@@ -89,48 +92,32 @@ def record_simulated_inventory(
     parsed as the real one is; ``origin`` is the scenario's origin in Unix time.
     ``pods_only`` leaves the nodes and quotas as last recorded (they do not change).
 
-    A pod's parsed record is computed once per state (Pending, Running) and kept: the
-    demo's history lists a steady-state cluster every 15 minutes of a week. The DRA pool's
-    nodes and pods (gpuscope/sim/dra.py) are folded in through its ResourceSlices and
-    claims, as the collector's inventory does (gpuscope/collector/cluster/dra_apply.py)."""
-    cache = _PARSED.setdefault(id(cluster), {})
-    nodes = cache.get("nodes")
-    if nodes is None:
-        node_objs = nodes_json(cluster, origin=origin)["items"]
-        nodes = cache["nodes"] = {n["metadata"]["name"]: node_from_json(n) for n in node_objs}
+    The demo's history lists a steady-state cluster every 30 minutes of a week, so what
+    does not change between listings is computed once (:class:`_Listing`): a pod's parsed
+    record per state (Pending, Running), the DRA pool's nodes and pods per state of its
+    pods, and a listing the same as the last recorded one is not sent again (recording it
+    would change nothing: the store keeps versions). The DRA pool's nodes and pods
+    (gpuscope/sim/dra.py) are folded in through its ResourceSlices and claims, as the
+    collector's inventory does (gpuscope/collector/cluster/dra_apply.py)."""
+    memo = _LISTINGS.get(cluster)
+    if memo is None:
+        memo = _LISTINGS[cluster] = _Listing(cluster, origin, service.settings.workloads)
     t = at - origin
-    objects = objects_from_documents([("sim", dra_json(cluster, t))])
+    listed = memo.listed(t)
+    state = tuple((pod.key, pod.node is not None and t >= pod.start) for pod in listed)
+    if pods_only and state == memo.last.get(id(service.store)):
+        return
     pods: list[dict[str, Any]] = []
-    dra_pods: list[Any] = []
-    dra_objs: list[dict[str, Any]] = []
-    for pod in cluster.pods:
-        if not cluster.is_listed(pod, t):
-            continue
-        if objects and is_dra_pod(cluster, pod):  # its GPUs come through its claim
-            obj = pod_json(cluster, pod, origin=origin, t=t)
-            dra_objs.append(obj)
-            dra_pods.append(
-                pod_from_json(
-                    obj, node=nodes.get(obj["spec"].get("nodeName", "")),
-                    settings=service.settings.workloads,
-                )
-            )  # fmt: skip
-            continue
-        key = (pod.uid, pod.node is not None and t >= pod.start)
-        record = cache.get(key)
-        if record is None:
-            obj = pod_json(cluster, pod, origin=origin, t=t)
-            info = pod_from_json(
-                obj, node=nodes.get(obj["spec"].get("nodeName", "")),
-                settings=service.settings.workloads,
-            )  # fmt: skip
-            record = cache[key] = dataclasses.asdict(info)
-        pods.append(record)
-    node_list = list(nodes.values())
-    if objects:
-        applied = apply_object_set(node_list, dra_pods, dra_objs, objects)
-        node_list = list(applied.nodes)
-        pods += [dataclasses.asdict(p) for p in applied.pods]
+    dra: list[SimPod] = []
+    for pod, (_, running) in zip(listed, state, strict=True):
+        if memo.dra_enabled and is_dra_pod(cluster, pod):  # its GPUs come through its claim
+            dra.append(pod)
+        else:
+            pods.append(memo.record(pod, running, t))
+    node_list = list(memo.nodes.values())
+    if memo.dra_enabled:
+        node_list, dra_records = memo.dra(dra, t)
+        pods += dra_records
     quotas = None
     if not pods_only:
         quotas = [quota_from_clusterqueue(q) for q in quotas_json(cluster)["items"]]
@@ -140,10 +127,63 @@ def record_simulated_inventory(
         pods=pods,
         quotas=quotas,
     )
+    memo.last[id(service.store)] = state
 
 
-#: Parsed inventory records per simulated cluster (by id), for record_simulated_inventory.
-_PARSED: dict[int, dict[Any, Any]] = {}
+class _Listing:
+    """One simulated cluster's inventory as parsed records, kept between listings."""
+
+    def __init__(self, cluster: SimulatedCluster, origin: float, settings: Any) -> None:
+        self.cluster, self.origin, self.settings = cluster, origin, settings
+        node_objs = nodes_json(cluster, origin=origin)["items"]
+        self.nodes = {n["metadata"]["name"]: node_from_json(n) for n in node_objs}
+        self.dra_enabled = any(n.dra for n in cluster.scenario.nodes)
+        # when each pod is listed, [arrival, end), in placement order (the API's order)
+        self.spans = [
+            (p.start if p.workload.arrival is None else p.workload.arrival,
+             math.inf if p.end is None else p.end, p)
+            for p in cluster.pods
+        ]  # fmt: skip
+        self.records: dict[tuple[str, bool], dict[str, Any]] = {}
+        self.dra_states: dict[tuple[Any, ...], tuple[list[Any], list[dict[str, Any]]]] = {}
+        #: the pods (key, running) of the last listing recorded, per store (by id)
+        self.last: dict[int, tuple[tuple[int, bool], ...]] = {}
+
+    def listed(self, t: float) -> list[SimPod]:
+        is_listed = self.cluster.is_listed  # an action's removal, on the few in their span
+        return [p for s, e, p in self.spans if s <= t < e and is_listed(p, t)]
+
+    def _parse(self, pod: SimPod, t: float) -> tuple[dict[str, Any], Any]:
+        obj = pod_json(self.cluster, pod, origin=self.origin, t=t)
+        node = self.nodes.get(obj["spec"].get("nodeName", ""))
+        return obj, pod_from_json(obj, node=node, settings=self.settings)
+
+    def record(self, pod: SimPod, running: bool, t: float) -> dict[str, Any]:
+        """The pod's parsed record in this state (the same at any time in it)."""
+        key = (pod.uid, running)
+        got = self.records.get(key)
+        if got is None:
+            got = self.records[key] = dataclasses.asdict(self._parse(pod, t)[1])
+        return got
+
+    def dra(self, pods: list[SimPod], t: float) -> tuple[list[Any], list[dict[str, Any]]]:
+        """The nodes and the DRA pods' records with the pool's claims folded in, for this
+        state of the DRA pods (their claims change only when they start or end)."""
+        key = tuple((p.uid, self.cluster.is_alive(p, t)) for p in pods)
+        got = self.dra_states.get(key)
+        if got is None:
+            objects = objects_from_documents([("sim", dra_json(self.cluster, t))])
+            parsed = [self._parse(p, t) for p in pods]
+            applied = apply_object_set(
+                list(self.nodes.values()), [r for _, r in parsed], [o for o, _ in parsed], objects
+            )
+            got = (list(applied.nodes), [dataclasses.asdict(p) for p in applied.pods])
+            self.dra_states[key] = got
+        return got
+
+
+#: Per simulated cluster, its listings' memo (record_simulated_inventory).
+_LISTINGS: weakref.WeakKeyDictionary[SimulatedCluster, _Listing] = weakref.WeakKeyDictionary()
 
 
 class AlertSink:

@@ -20,6 +20,7 @@ import pickle
 import sys
 from array import array
 from collections.abc import Iterator, Sequence
+from operator import is_
 from typing import Any, BinaryIO
 
 from gpuscope.core.catalogue import AGENT_METRICS
@@ -43,7 +44,8 @@ KEPT = frozenset({
 _SPECS = {m.name: m for m in AGENT_METRICS}
 
 #: A node's series at one time: (layout id, (names, labels) when the layout is new, else
-#: None, values as float64 bytes).
+#: None, values as float64 bytes). A node whose layout changes gets a new id: only each
+#: node's current layout is kept, here and in the parent.
 NodeFrame = tuple[int, tuple[list[str], list[tuple[tuple[str, str], ...]]] | None, bytes]
 
 
@@ -60,7 +62,11 @@ def frames(
 ) -> Iterator[list[NodeFrame]]:
     """Each time's frame: one :data:`NodeFrame` per node, in ``nodes`` order."""
     labels_cache: dict[tuple[str, tuple[str, ...]], tuple[str, tuple[tuple[str, str], ...]]] = {}
-    layouts: dict[tuple[int, ...], int] = {}
+    # each node's current layout: its (name, labels) objects and id; a node's layout that
+    # changes gets a new id (a week's pods come and go: keeping every past layout of every
+    # node cost tens of MB here and in the parent, for a node seldom back to an old one)
+    current: dict[str, tuple[list[tuple[str, tuple[tuple[str, str], ...]]], int]] = {}
+    made = 0
     kept = KEPT
     for st in times:
         frame: list[NodeFrame] = []
@@ -81,12 +87,15 @@ def frames(
                     hit = labels_cache[key] = (spec.sample_name, pairs)
                 hits.append(hit)
                 values.append(value)
-            # the cached (name, labels) objects live as long as the cache: their ids name them
-            shape = tuple(map(id, hits))
-            layout = layouts.get(shape)
+            # the cached (name, labels) objects live as long as the cache: the same objects
+            # in the same order are the same layout
+            last = current.get(node)
             new = None
-            if layout is None:
-                layout = layouts[shape] = len(layouts)
+            if last is not None and len(last[0]) == len(hits) and all(map(is_, last[0], hits)):
+                layout = last[1]
+            else:
+                layout, made = made, made + 1
+                current[node] = (hits, layout)
                 new = ([h[0] for h in hits], [h[1] for h in hits])
             frame.append((layout, new, values.tobytes()))
         yield frame

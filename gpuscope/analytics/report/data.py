@@ -37,6 +37,7 @@ import polars as pl
 from gpuscope.analytics.quota import over_quota_hours
 from gpuscope.analytics.report.fragmentation import fragmentation_over
 from gpuscope.analytics.report.sql import Q, frame, run
+from gpuscope.analytics.report.states import week_states
 from gpuscope.analytics.report.tables import (
     EPS,
     SUMS,
@@ -163,8 +164,10 @@ def build_report(
     guarantees = frame(con, Q["guarantees"], **params)
     ib = frame(con, Q["ib_hot_ports"], **params)
     actions = frame(con, Q["actions"], **params)
-    fragmentation = fragmentation_over(con, week, an)
-    topology_slots, topology_domains = topology_over(con, week, an, rs.top_n)
+    states = list(week_states(con, week))  # read once for both sections
+    fragmentation = fragmentation_over(con, week, an, states)
+    topology_slots, topology_domains = topology_over(con, week, an, rs.top_n, states)
+    del states
     history = read_history(con, week.start, week.end)
     whatif, whatif_allocation, whatif_note, whatif_verdict = whatif_over(
         con, week, an, history=history

@@ -20,9 +20,10 @@ from __future__ import annotations
 
 import functools
 import json
+from collections.abc import Iterable
 from dataclasses import fields
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import duckdb
 import polars as pl
@@ -35,6 +36,9 @@ from gpuscope.analytics.report.week import Week
 from gpuscope.collector.cluster.inventory_records import NodeInfo, PodInfo
 from gpuscope.core.records import WorkloadKind
 from gpuscope.core.settings import AnalyticsSettings
+
+if TYPE_CHECKING:
+    from gpuscope.analytics.report.states import WeekState
 
 #: Columns of the fragmentation table, in order.
 COLUMNS: dict[str, type[pl.DataType]] = {
@@ -102,17 +106,25 @@ def change_points(con: duckdb.DuckDBPyConnection, start: datetime, end: datetime
 
 
 def fragmentation_over(
-    con: duckdb.DuckDBPyConnection, week: Week, settings: AnalyticsSettings
+    con: duckdb.DuckDBPyConnection,
+    week: Week,
+    settings: AnalyticsSettings,
+    states: Iterable[WeekState] | None = None,
 ) -> pl.DataFrame:
     """One row per inventory state of the week that has nodes: its start (``at``), how
-    long it lasted inside the week (``hours``) and its fragmentation summary."""
-    instants = change_points(con, week.start, week.end)
+    long it lasted inside the week (``hours``) and its fragmentation summary. ``states``:
+    the week's states already read (:func:`~gpuscope.analytics.report.states.week_states`,
+    shared with the topology section); else they are read here."""
+    if states is None:
+        from gpuscope.analytics.report.states import week_states  # it builds on this module
+
+        states = week_states(con, week)
     rows = []
-    for at, until in zip(instants, [*instants[1:], week.end], strict=True):
-        row = fragmentation_at(con, at, settings)
-        if row is not None:
-            row["hours"] = (until - at).total_seconds() / 3600
-            rows.append(row)
+    for s in states:
+        summary = analyze_fragmentation(s.state, at=s.at, settings=settings).summary
+        row = {"at": s.at} | {k: summary[k] for k in COLUMNS if k not in ("at", "hours")}
+        row["hours"] = s.hours
+        rows.append(row)
     return pl.DataFrame(rows, schema=COLUMNS, orient="row")
 
 

@@ -19,14 +19,15 @@ Two tables:
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import duckdb
 import polars as pl
 
-from gpuscope.analytics.allocation import state_from_records
-from gpuscope.analytics.report.fragmentation import _node, _pod, change_points
+from gpuscope.analytics.allocation import ClusterState, state_from_records
+from gpuscope.analytics.report.fragmentation import _node, _pod
 from gpuscope.analytics.report.sql import Q, run
 from gpuscope.analytics.report.week import Week
 from gpuscope.analytics.topology import analyze_topology
@@ -34,6 +35,9 @@ from gpuscope.analytics.topology_groups import pod_groups
 from gpuscope.analytics.topology_levels import topology_of
 from gpuscope.collector.cluster.inventory_records import NodeInfo, PodInfo
 from gpuscope.core.settings import AnalyticsSettings
+
+if TYPE_CHECKING:
+    from gpuscope.analytics.report.states import WeekState
 
 SLOT_SIZES = (16, 64)
 SLOTS_COLUMNS: dict[str, type[pl.DataType]] = {
@@ -71,26 +75,42 @@ def topology_at(
     nodes, pods, indices = inventory_at(con, at)
     if not nodes:
         return None
+    return _summary(nodes, pods, state_from_records(nodes, pods, indices), at, settings)
+
+
+def _summary(
+    nodes: list[NodeInfo],
+    pods: list[PodInfo],
+    state: ClusterState,
+    at: datetime,
+    settings: AnalyticsSettings,
+) -> dict[str, Any]:
     groups = pod_groups(pods)
     asked = sorted({lv for g in groups for lv in (g.required_level, g.preferred_level) if lv})
     topo = topology_of(nodes, None, settings.topology_labels, asked)
-    state = state_from_records(nodes, pods, indices)
     return analyze_topology(state, topo, groups, at=at).summary
 
 
 def topology_over(
-    con: duckdb.DuckDBPyConnection, week: Week, settings: AnalyticsSettings, top_n: int
+    con: duckdb.DuckDBPyConnection,
+    week: Week,
+    settings: AnalyticsSettings,
+    top_n: int,
+    states: Iterable[WeekState] | None = None,
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """The two tables of the module docstring."""
-    instants = change_points(con, week.start, week.end)
+    """The two tables of the module docstring. ``states``: the week's states already read
+    (:func:`~gpuscope.analytics.report.states.week_states`, shared with the fragmentation
+    section); else they are read here."""
+    if states is None:
+        from gpuscope.analytics.report.states import week_states  # it builds on this module
+
+        states = week_states(con, week)
     slot_rows: list[dict[str, Any]] = []
     domains: dict[tuple[str, str], list[float]] = {}  # stranded GPU-h, free GPU-h, hours
     total_hours = 0.0
-    for at, until in zip(instants, [*instants[1:], week.end], strict=True):
-        summary = topology_at(con, at, settings)
-        if summary is None:
-            continue
-        hours = (until - at).total_seconds() / 3600
+    for st in states:
+        at, hours = st.at, st.hours
+        summary = _summary(st.nodes, st.pods, st.state, at, settings)
         total_hours += hours
         pod_gpus = str(summary["pod_gpus"])
         for level, data in summary["levels"].items():

@@ -159,14 +159,21 @@ SELECT coalesce(max(day) + 1, (SELECT CAST(min(ts) AS DATE) FROM samples)) FROM 
 SELECT coalesce(max(rowid), -1) FROM samples;
 
 -- name: compact_copy
--- Append a day's rows again, sorted by series then time: per-series runs compress
--- (constant gauges to nothing, timestamps to their deltas) where scrape order does not.
--- Odd series run backwards in time, so that where one series' run ends and the next
--- begins the timestamp steps by one interval instead of jumping back a day: a jump costs
--- its whole group of 2,048 timestamps 17 bits each (docs/storage.md).
+-- Append a day's rows again, sorted by metric, then series, then time: per-series runs
+-- compress (constant gauges to nothing, timestamps to their deltas) where scrape order does
+-- not, and a row group holds series of one metric, whose values compress alike (ALP for a
+-- ratio), where series ids in order of first appearance mix a node's metrics and left
+-- most of the values to RLE (docs/storage.md). Every other series in that order runs
+-- backwards in time, so that where one series' run ends and the next begins the
+-- timestamp steps by one interval instead of jumping back a day: a jump costs its whole
+-- group of 2,048 timestamps 17 bits each.
 INSERT INTO samples
-SELECT series_id, ts, value FROM samples WHERE ts >= $lo AND ts < $hi
-ORDER BY series_id, CASE WHEN series_id % 2 = 0 THEN ts END, ts DESC;
+SELECT s.series_id, s.ts, s.value
+FROM samples AS s
+JOIN (SELECT series_id, row_number() OVER (ORDER BY metric, series_id) - 1 AS k FROM series)
+    AS r USING (series_id)
+WHERE s.ts >= $lo AND s.ts < $hi
+ORDER BY r.k, CASE WHEN r.k % 2 = 0 THEN s.ts END, s.ts DESC;
 
 -- name: compact_delete
 -- The day's rows as they were; the sorted copy, local to this transaction, has higher rowids.
