@@ -98,8 +98,8 @@ SELECT count(*) FROM rollup_coarse;
 
 -- name: rollup_5m
 -- max NULL where it equals the mean (the view samples_5m coalesces it back);
--- rows in series order (time forwards, backwards for odd series: see compact_copy), so
--- that each column compresses per series.
+-- rows in series-id order (time forwards, backwards for odd series), so that each column
+-- compresses per series; compact_copy orders raw days by metric first, roll-ups not yet.
 INSERT INTO rollup_5m_rows
 SELECT series_id, bucket, s, n, nullif(mx, s / n)
 FROM (
@@ -108,7 +108,7 @@ FROM (
     FROM samples WHERE ts >= $lo AND ts < $hi AND isfinite(value)  -- a NaN gauge: no mean of NaN
       AND series_id NOT IN (SELECT series_id FROM rollup_coarse)
     GROUP BY ALL)
-ORDER BY series_id, CASE WHEN series_id % 2 = 0 THEN bucket END, bucket DESC;  -- as compact_copy
+ORDER BY series_id, CASE WHEN series_id % 2 = 0 THEN bucket END, bucket DESC;
 
 -- name: rollup_5m_extend
 -- A coarse series whose stand-in range ends where this window starts: one range grows.
