@@ -78,7 +78,8 @@ class ScrapeLoop:
         self.cpu_share = cpu_share
         #: Ticks skipped per target for going over its CPU budget, since the start.
         self.skipped: dict[str, int] = {}
-        self._queue: queue.Queue[ScrapeOutcome] = queue.Queue()
+        #: Outcomes for the writer; None is a wake-up: the last scrape in flight has ended.
+        self._queue: queue.Queue[ScrapeOutcome | None] = queue.Queue()
         self._pending = 0
         #: Scrapes started and not yet handed over: a group is complete when none is left.
         self._in_flight = 0
@@ -155,6 +156,9 @@ class ScrapeLoop:
             finally:
                 with self._pending_lock:
                     self._in_flight -= 1
+                    last = self._in_flight == 0
+                if last:  # the writer closes its group now, without polling for it
+                    self._queue.put(None)
             if skip:  # over its CPU budget: its next ticks go to the other targets
                 self.skipped[target.url] = self.skipped.get(target.url, 0) + skip
                 log.info(
@@ -191,6 +195,8 @@ class ScrapeLoop:
                 if self._stopping.is_set() and not self._threads[0].is_alive():
                     return
                 continue
+            if first is None:
+                continue
             group = [first]
             samples = first.samples
             deadline = time.monotonic() + self.group_seconds
@@ -198,8 +204,10 @@ class ScrapeLoop:
                 if self._queue.empty() and self._in_flight == 0:
                     break  # every scrape of the tick is in: waiting longer only delays it
                 try:
-                    got = self._queue.get(timeout=min(left, 0.005))
+                    got = self._queue.get(timeout=left)
                 except queue.Empty:
+                    continue
+                if got is None:  # a wake-up: look again whether every scrape is in
                     continue
                 group.append(got)
                 samples += got.samples
