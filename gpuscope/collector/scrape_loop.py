@@ -85,6 +85,8 @@ class ScrapeLoop:
         self._in_flight = 0
         self._pending_lock = threading.Lock()
         self._stopping = threading.Event()
+        #: Set when the scraping thread's loop has ended: no outcome comes after it.
+        self._loop_ended = threading.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop_event: asyncio.Event | None = None
         self._threads: list[threading.Thread] = []
@@ -117,6 +119,8 @@ class ScrapeLoop:
             loop.run_until_complete(self._main(ready))
         finally:
             loop.close()
+            self._loop_ended.set()
+            self._queue.put(None)  # wakes the writer to store what is queued and end
 
     async def _main(self, ready: threading.Event) -> None:
         self._stop_event = stop = asyncio.Event()
@@ -189,13 +193,14 @@ class ScrapeLoop:
     # -- the writing side (writer thread) --------------------------------------------------
     def _run_writer(self) -> None:
         while True:
-            try:
-                first = self._queue.get(timeout=0.2)
+            try:  # woken by an outcome, or by None (a tick's last scrape, or the end)
+                first = self._queue.get(timeout=1.0)
             except queue.Empty:
-                if self._stopping.is_set() and not self._threads[0].is_alive():
-                    return
-                continue
+                first = None
             if first is None:
+                ended = self._loop_ended.is_set() or not self._threads[0].is_alive()
+                if self._stopping.is_set() and ended and self._queue.empty():
+                    return
                 continue
             group = [first]
             samples = first.samples
