@@ -30,11 +30,11 @@ import polars as pl
 from fastapi.testclient import TestClient
 
 from bench.figure import Figure, format_value, print_figures
-from gpuscope.collector.api import ApiState, create_app
-from gpuscope.collector.batch import Batch
-from gpuscope.collector.metrics import CollectorMetrics
-from gpuscope.collector.store import Store
-from gpuscope.collector.targets import TargetRegistry
+from gpuscope.collector.gauges.metrics import CollectorMetrics
+from gpuscope.collector.http_api.api import ApiState, create_app
+from gpuscope.collector.scraping.batch import Batch
+from gpuscope.collector.scraping.targets import TargetRegistry
+from gpuscope.collector.storage.store import Store
 
 STEP_S = 15
 DAY = 86_400

@@ -50,7 +50,7 @@ from gpuscope.analytics.consolidation.plan import (
     plan_high_node_utilization,
 )
 from gpuscope.analytics.trace import read_trace
-from gpuscope.collector.inventory_records import node_from_json, pod_from_json
+from gpuscope.collector.cluster.inventory_records import node_from_json, pod_from_json
 from gpuscope.core.settings import WorkloadSettings
 from gpuscope.sim import SimulatedCluster, default_scenario
 from gpuscope.sim.kube import nodes_json, pods_json

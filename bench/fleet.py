@@ -54,9 +54,9 @@ def _free_port() -> int:
 def cycle_main(url: str, db: str, bucket: float, now: float, shards: int, mode: str) -> None:
     """The child: one fleet cycle for ``bucket`` (or, in pull mode, one 15 s step at its
     start: what the pull path asks every 15 s), figures as one JSON line on stdout."""
-    from gpuscope.collector.query_ingest import QueryIngest
+    from gpuscope.collector.querying.query_ingest import QueryIngest
     from gpuscope.collector.service import limit_malloc_arenas
-    from gpuscope.collector.store import Store
+    from gpuscope.collector.storage.store import Store
     from gpuscope.core.query_settings import QuerySettings
 
     limit_malloc_arenas()  # as `gpuscope collector` does at start

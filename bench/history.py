@@ -9,12 +9,14 @@ builder makes it as a collector does:
   (15 s, the collector's default interval; the IB counters are read on the same scrape, as
   the agent's InfiniBand source is), and mapped to series by ``gpuscope.core.series.node_series``,
   the mapping the agent's exposition uses: the same names, labels and target per node;
-- each instant's pages go into :meth:`gpuscope.collector.store.Store.append_cycle` as
-  :class:`~gpuscope.collector.batch.Batch` objects, one transaction per cycle, as the collector's
+- each instant's pages go into :meth:`gpuscope.collector.storage.store.Store.append_cycle` as
+  :class:`~gpuscope.collector.scraping.batch.Batch` objects, one transaction per cycle, as the
+  collector's
   writer stores a scrape cycle (rendering and parsing the text are measured by
   bench/parse.py, bench/ingest.py and bench/agent_scrape.py, not here);
 - the inventory (nodes, pods, quotas) is recorded every 6 hours, as the API server lists it;
-- the product's own maintenance, :meth:`~gpuscope.collector.store.Store.apply_retention` (roll-ups,
+- the product's own maintenance, :meth:`~gpuscope.collector.storage.store.Store.apply_retention`
+(roll-ups,
   retention, daily compaction), runs every simulated hour as the service's retention job
   does, and once more at the end; its time is summed apart from the ingest's and reported
   as a row of its own. No roll-up table is ever written here.
@@ -49,13 +51,13 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from gpuscope.collector.batch import Batch, Labels
-from gpuscope.collector.inventory_records import (
+from gpuscope.collector.cluster.inventory_records import (
     node_from_json,
     pod_from_json,
 )
-from gpuscope.collector.queue_records import quota_from_clusterqueue
-from gpuscope.collector.store import Store
+from gpuscope.collector.cluster.queue_records import quota_from_clusterqueue
+from gpuscope.collector.scraping.batch import Batch, Labels
+from gpuscope.collector.storage.store import Store
 from gpuscope.core.catalogue import AGENT_METRICS
 from gpuscope.core.series import node_series
 from gpuscope.core.settings import WorkloadSettings
@@ -77,10 +79,10 @@ _TYPES: dict[str, str] = {m.name: m.type for m in AGENT_METRICS}
 #: the code that decides what a history holds: a change to any of it rebuilds the cache
 _SOURCES = (
     "bench/history.py",
-    "gpuscope/collector/store.py",
-    "gpuscope/collector/store_sql.py",
-    "gpuscope/collector/store_maintenance.py",
-    "gpuscope/collector/schema.py",
+    "gpuscope/collector/storage/store.py",
+    "gpuscope/collector/storage/store_sql.py",
+    "gpuscope/collector/storage/store_maintenance.py",
+    "gpuscope/collector/storage/schema.py",
     "gpuscope/core/series.py",
     "gpuscope/demo_history.py",
 )

@@ -42,7 +42,7 @@ from bench.history import (
 from bench.history import history as get_history
 from bench.timing import Spread, time_alternating, time_once
 from gpuscope.analytics.idle import HISTORY, LATE_DELAY, LOOKBACK, RAW_HORIZON, run_idle
-from gpuscope.collector.store import Store
+from gpuscope.collector.storage.store import Store
 from gpuscope.core.settings import AnalyticsSettings, WorkloadSettings
 
 #: the series the detector reads (gpuscope/analytics/sql/idle.sql: busy_candidates, workload series)

@@ -5,7 +5,8 @@ agent's own exposition: the simulated source's 8 GPUs and their workloads, and 8
 InfiniBand ports read from a generated mlx5 sysfs tree (bench/sysfs_tree.py), ~67 series
 per GPU. Values move from one scrape to the next (a few rendered variants per node, served
 in turn). The collector side is the product's own parts, assembled as the service does:
-the per-target scrape loops (gpuscope/collector/scrape_loop.py) fetch every page over HTTP, parse
+the per-target scrape loops (gpuscope/collector/scraping/scrape_loop.py) fetch every page over HTTP,
+parse
 and check it, and the writer thread stores the groups through ``IngestWriter`` into a
 DuckDB file.
 
@@ -49,14 +50,14 @@ from gpuscope.agent.exposition import AgentCollector
 from gpuscope.agent.infiniband import SysfsIbSource
 from gpuscope.agent.sim import SimAttributor, SimGpuSource
 from gpuscope.agent.textformat import generate_text
-from gpuscope.collector.batch import Batch
-from gpuscope.collector.ingest import IngestWriter
-from gpuscope.collector.limits import IngestLimits
-from gpuscope.collector.metrics import CollectorMetrics
-from gpuscope.collector.scrape import ScrapeOutcome, Scraper, Target
-from gpuscope.collector.scrape_loop import ScrapeLoop
-from gpuscope.collector.store import Store
-from gpuscope.collector.targets import TargetRegistry
+from gpuscope.collector.gauges.metrics import CollectorMetrics
+from gpuscope.collector.scraping.batch import Batch
+from gpuscope.collector.scraping.ingest import IngestWriter
+from gpuscope.collector.scraping.limits import IngestLimits
+from gpuscope.collector.scraping.scrape import ScrapeOutcome, Scraper, Target
+from gpuscope.collector.scraping.scrape_loop import ScrapeLoop
+from gpuscope.collector.scraping.targets import TargetRegistry
+from gpuscope.collector.storage.store import Store
 from gpuscope.sim import SimulatedCluster, default_scenario
 
 VARIANTS = 3  # pages per node, served in turn, so values change from scrape to scrape

@@ -1,10 +1,10 @@
-"""Benchmark: parsing a Prometheus text exposition, gpuscope.collector.parse against
+"""Benchmark: parsing a Prometheus text exposition, gpuscope.collector.scraping.parse against
 prometheus_client.
 
 Builds one exposition of N GPUs' worth (8 GPUs per node; ~60 series per GPU with gpuscope's
 labels node/gpu/uuid/mig_instance, some with an extra label such as ECC type or NVLink link;
 8 InfiniBand ports per node) and reports series/second, best of --runs, for
-`gpuscope.collector.parse.parse_exposition` and for prometheus_client's
+`gpuscope.collector.scraping.parse.parse_exposition` and for prometheus_client's
 `text_string_to_metric_families` (all samples consumed).
 Run: .venv/bin/python bench/parse.py [--quick]  (or `python -m bench --only parse`)
 """
@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from prometheus_client.parser import text_string_to_metric_families
 
 from bench.figure import Figure, Reference, print_figures
-from gpuscope.collector.parse import parse_exposition
+from gpuscope.collector.scraping.parse import parse_exposition
 
 GPUS_PER_NODE = 8
 IB_PORTS_PER_NODE = 8
@@ -118,7 +118,7 @@ def run(quick: bool = False) -> list[Figure]:
         mine = best_rate(ours, text, series, runs)
         figures.append(
             Figure(
-                f"text-format parsing, {gpus:,} GPUs' pages, gpuscope.collector.parse",
+                f"text-format parsing, {gpus:,} GPUs' pages, gpuscope.collector.scraping.parse",
                 mine,
                 "series/s",
                 aim="several times prometheus_client" if gpus == sizes[0] else None,

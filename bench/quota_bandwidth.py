@@ -38,7 +38,7 @@ from bench.history import history as get_history
 from bench.timing import time_alternating
 from gpuscope.analytics.bandwidth import bandwidth_history, run_bandwidth
 from gpuscope.analytics.quota import run_quota
-from gpuscope.collector.store import Store
+from gpuscope.collector.storage.store import Store
 from gpuscope.core.settings import AnalyticsSettings
 
 IB = (

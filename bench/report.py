@@ -39,7 +39,7 @@ from gpuscope.analytics.report.data import build_report
 from gpuscope.analytics.report.week import Week
 from gpuscope.cli.main import build_parser
 from gpuscope.cli.report import cmd_report
-from gpuscope.collector.store import Store
+from gpuscope.collector.storage.store import Store
 from gpuscope.core.settings import Settings
 
 WEEK = Week(2025, 10)

@@ -39,9 +39,9 @@ import duckdb
 
 from bench.figure import Figure, Reference, print_figures
 from bench.machine import tool_version
-from gpuscope.collector.batch import Batch
-from gpuscope.collector.scrape import Target, TargetCache, page_to_outcome
-from gpuscope.collector.store import Store
+from gpuscope.collector.scraping.batch import Batch
+from gpuscope.collector.scraping.scrape import Target, TargetCache, page_to_outcome
+from gpuscope.collector.storage.store import Store
 
 INTERVAL_MS = 15_000
 GIB = 1 << 30

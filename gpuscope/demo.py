@@ -309,7 +309,7 @@ def _serve(service: CollectorService, sock: socket.socket, listen: str) -> None:
     until Ctrl-C."""
     import uvicorn
 
-    from gpuscope.collector.api import create_app
+    from gpuscope.collector.http_api.api import create_app
 
     add_analytics(service)
     service.start_jobs()

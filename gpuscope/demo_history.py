@@ -1,5 +1,6 @@
 """The demo's week of history: the simulated cluster's past, stored through the collector's
-ingest path (one :meth:`~gpuscope.collector.store.Store.append_cycle` transaction per cycle, as a
+ingest path (one :meth:`~gpuscope.collector.storage.store.Store.append_cycle` transaction per cycle,
+as a
 scrape cycle is), so the weekly report, the dashboards' week views and the detectors' long
 windows have a week to read.
 
@@ -22,8 +23,8 @@ from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import IO, Any
 
-from gpuscope.collector.batch import Batch, Labels
-from gpuscope.collector.store import Store
+from gpuscope.collector.scraping.batch import Batch, Labels
+from gpuscope.collector.storage.store import Store
 from gpuscope.core.catalogue import AGENT_METRICS
 from gpuscope.demo_readings import KEPT, request
 from gpuscope.sim import SimulatedCluster

@@ -23,12 +23,12 @@ import yaml
 from gpuscope.agent.exposition import AgentCollector
 from gpuscope.agent.server import AgentHttpServer
 from gpuscope.agent.sim import SimAttributor, SimGpuSource, SimIbSource
-from gpuscope.collector.dra_apply import apply_object_set
-from gpuscope.collector.inventory_records import (
+from gpuscope.collector.cluster.dra_apply import apply_object_set
+from gpuscope.collector.cluster.inventory_records import (
     node_from_json,
     pod_from_json,
 )
-from gpuscope.collector.queue_records import quota_from_clusterqueue
+from gpuscope.collector.cluster.queue_records import quota_from_clusterqueue
 from gpuscope.collector.service import CollectorService
 from gpuscope.core.kube_objects import objects_from_documents
 from gpuscope.sim import SimulatedCluster
@@ -92,7 +92,7 @@ def record_simulated_inventory(
     A pod's parsed record is computed once per state (Pending, Running) and kept: the
     demo's history lists a steady-state cluster every 15 minutes of a week. The DRA pool's
     nodes and pods (gpuscope/sim/dra.py) are folded in through its ResourceSlices and
-    claims, as the collector's inventory does (gpuscope/collector/dra_apply.py)."""
+    claims, as the collector's inventory does (gpuscope/collector/cluster/dra_apply.py)."""
     cache = _PARSED.setdefault(id(cluster), {})
     nodes = cache.get("nodes")
     if nodes is None:

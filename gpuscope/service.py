@@ -22,10 +22,10 @@ from gpuscope.analytics.api import analytics_router
 from gpuscope.analytics.base import Analysis
 from gpuscope.analytics.report.weekly import ReportResult, weekly_report
 from gpuscope.analytics.runner import DETECTORS, run_on_store
-from gpuscope.collector.api_topology import topology_router
-from gpuscope.collector.api_whatif import WhatIf
+from gpuscope.collector.http_api.api_topology import topology_router
+from gpuscope.collector.http_api.api_whatif import WhatIf
 from gpuscope.collector.service import CollectorService, run_collector
-from gpuscope.collector.store import Store
+from gpuscope.collector.storage.store import Store
 from gpuscope.core.settings import Settings
 
 if TYPE_CHECKING:
@@ -218,13 +218,14 @@ def add_actions(service: CollectorService, notices: AlertsNotices | None = None)
 def whatif_on_store(store: Store, settings: Settings, clock: Callable[[], float]) -> WhatIf:
     """The replay behind ``GET /api/v1/whatif``: ``gpuscope whatif --db`` on the live store
     (the same :func:`~gpuscope.analytics.whatif.week.replay_window`), its refusals as
-    :class:`~gpuscope.collector.api_whatif.WhatIfRefused` with the HTTP status they deserve."""
+    :class:`~gpuscope.collector.http_api.api_whatif.WhatIfRefused` with the HTTP status they
+    deserve."""
     from gpuscope.analytics.report.week import Week
     from gpuscope.analytics.whatif.gangs_actual import week_figures
     from gpuscope.analytics.whatif.policies import POLICIES
     from gpuscope.analytics.whatif.week import WEEK_SEEDS, replay_window
     from gpuscope.cli.common import FIRST_YEAR, LAST_YEAR
-    from gpuscope.collector.api_whatif import WhatIfRefused
+    from gpuscope.collector.http_api.api_whatif import WhatIfRefused
     from gpuscope.core.errors import UserError
 
     def run(

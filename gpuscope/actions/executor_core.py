@@ -30,7 +30,7 @@ from gpuscope.actions.kube import (
 )
 from gpuscope.actions.plan import Step
 from gpuscope.actions.policy import Policy
-from gpuscope.collector.store import Store
+from gpuscope.collector.storage.store import Store
 from gpuscope.core.settings import ActionsSettings
 
 log = logging.getLogger("gpuscope.actions.executor")

@@ -38,8 +38,8 @@ import urllib3
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from gpuscope.collector.inventory import InventoryError, kube_configuration
-from gpuscope.collector.kube_api import (
+from gpuscope.collector.cluster.inventory import InventoryError, kube_configuration
+from gpuscope.collector.cluster.kube_api import (
     CONNECTION_ERRORS,
     RetryPolicy,
     call_with_retry,
@@ -253,7 +253,7 @@ class ClusterClient:
 
     def list_pdbs(self) -> list[Obj]:
         """Every PodDisruptionBudget (policy/v1), with the status the Eviction API decides
-        from (gpuscope/collector/pdb_records.py)."""
+        from (gpuscope/collector/cluster/pdb_records.py)."""
         return list(
             self._read(
                 "list poddisruptionbudgets",

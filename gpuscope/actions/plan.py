@@ -30,7 +30,7 @@ from typing import Any
 
 from gpuscope.actions.policy import Policy
 from gpuscope.analytics.consolidation.plan import Plan
-from gpuscope.collector.inventory_records import PodInfo
+from gpuscope.collector.cluster.inventory_records import PodInfo
 from gpuscope.core.records import Finding, WorkloadKind
 
 #: Finding kinds each idle-type policy acts on.

@@ -32,8 +32,8 @@ from gpuscope.analytics.consolidation.plan import (
 )
 from gpuscope.analytics.idle import run_idle
 from gpuscope.analytics.runner import gpu_indices_of
-from gpuscope.collector.inventory_records import PodInfo
-from gpuscope.collector.store import Store
+from gpuscope.collector.cluster.inventory_records import PodInfo
+from gpuscope.collector.storage.store import Store
 from gpuscope.core.records import Finding
 from gpuscope.core.settings import Settings
 

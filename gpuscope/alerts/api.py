@@ -18,8 +18,8 @@ from pydantic import BaseModel, Field
 from gpuscope.alerts.config import parse_duration
 from gpuscope.alerts.engine import AlertsEngine, engine_status
 from gpuscope.alerts.matchers import MAX_MATCHER_LENGTH, parse_matchers
-from gpuscope.collector.api import Limit, Offset
-from gpuscope.collector.store import Store
+from gpuscope.collector.http_api.api import Limit, Offset
+from gpuscope.collector.storage.store import Store
 
 #: The longest a silence may last: a forgotten silence must not hide alerts for ever.
 MAX_SILENCE = timedelta(days=90)

@@ -14,7 +14,7 @@ from typing import Any
 from gpuscope.alerts.config import MetricRule, TargetDownRule
 from gpuscope.alerts.model import Candidate
 from gpuscope.alerts.rules import SeriesWindow, metric_candidates, target_candidates
-from gpuscope.collector.store_sql import LABEL_COLUMNS, utc
+from gpuscope.collector.storage.store_sql import LABEL_COLUMNS, utc
 
 #: Every series of the metric seen since $lookback, with its samples in ($lo, $now].
 SERIES_WINDOW = """

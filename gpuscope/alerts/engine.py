@@ -27,7 +27,7 @@ from gpuscope.alerts.model import Alert, Attempt, Candidate, Notification, Outco
 from gpuscope.alerts.notifiers import Notifier, build_notifier
 from gpuscope.alerts.routing import GroupState, inhibited, plan, silenced_by
 from gpuscope.alerts.rules import finding_candidates
-from gpuscope.collector.store import Store
+from gpuscope.collector.storage.store import Store
 
 log = logging.getLogger(__name__)
 

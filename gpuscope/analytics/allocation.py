@@ -4,8 +4,9 @@ The records are frozen snapshots: a node's GPUs as the free share of each (1.0 f
 fully taken), free MIG instances by profile, free CPU, memory and ephemeral storage, its
 hard taints and whether it takes pods at all; the tasks that run (the observed workload)
 and the tasks that wait (the demand), each with what it asks for. They are built from the
-collector's inventory records (:class:`~gpuscope.collector.inventory_records.NodeInfo` /
-:class:`~gpuscope.collector.inventory_records.PodInfo`), whether those come from ``kubectl get -o
+collector's inventory records (:class:`~gpuscope.collector.cluster.inventory_records.NodeInfo` /
+:class:`~gpuscope.collector.cluster.inventory_records.PodInfo`), whether those come from ``kubectl
+get -o
 json`` files or from the store's inventory rows, through one function, so both paths give
 the same state.
 
@@ -23,7 +24,7 @@ Which GPU of its node a pod holds is read from the scheduler's GPU groups and re
 pods (:mod:`gpuscope.analytics.allocation_sharing`), else reconstructed by
 :mod:`gpuscope.analytics.allocation_gpus` where the agents do not report it (its docstring
 explains the model). Node selectors and required node affinity on any label are matched by
-:mod:`gpuscope.collector.node_selection`; MIG pods ask instances by profile (``Task.mig``).
+:mod:`gpuscope.collector.cluster.node_selection`; MIG pods ask instances by profile (``Task.mig``).
 """
 
 from __future__ import annotations
@@ -38,16 +39,16 @@ import duckdb
 
 from gpuscope.analytics.allocation_gpus import EPS
 from gpuscope.analytics.allocation_sharing import Demand, is_reservation, place_node
-from gpuscope.collector.dra_apply import apply_object_set
-from gpuscope.collector.inventory_records import (
+from gpuscope.collector.cluster.dra_apply import apply_object_set
+from gpuscope.collector.cluster.inventory_records import (
     DEFAULT_POOL,
     NodeInfo,
     PodInfo,
     node_from_json,
     pod_from_json,
 )
-from gpuscope.collector.node_selection import matches
-from gpuscope.collector.scheduling_rules import tolerates
+from gpuscope.collector.cluster.node_selection import matches
+from gpuscope.collector.cluster.scheduling_rules import tolerates
 from gpuscope.core.records import WorkloadKind
 from gpuscope.core.settings import WorkloadSettings
 
@@ -96,7 +97,7 @@ class Task:
     #: MIG instances asked for, by profile (``(("1g.10gb", 1),)``); such a task asks no
     #: GPU share (``gpu_count`` 0) and fits only a node offering the profile.
     mig: tuple[tuple[str, int], ...] = ()
-    #: Hard node constraints on labels (:mod:`gpuscope.collector.node_selection`).
+    #: Hard node constraints on labels (:mod:`gpuscope.collector.cluster.node_selection`).
     node_terms: tuple[str, ...] = ()
 
     @property
@@ -358,7 +359,7 @@ def records_from_kubectl(
 ) -> tuple[list[NodeInfo], list[PodInfo]]:
     """Node and pod records from ``kubectl get nodes/pods -o json`` output; with
     ``objects`` (an ``--objects`` ObjectSet), DRA devices and claims counted in
-    (:mod:`gpuscope.collector.dra_apply`)."""
+    (:mod:`gpuscope.collector.cluster.dra_apply`)."""
     node_infos, pod_infos, _ = kubectl_records(nodes, pods, workloads, objects)
     return node_infos, pod_infos
 

@@ -28,7 +28,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from gpuscope.analytics.allocation_gpus import EPS, Holder, assign_gpus
-from gpuscope.collector.inventory_records import PodInfo
+from gpuscope.collector.cluster.inventory_records import PodInfo
 
 #: Namespaces of the schedulers' GPU reservation pods (KAI, Run:ai / KAI before v0.6).
 RESERVATION_NAMESPACES = frozenset({"kai-resource-reservation", "runai-reservation"})

@@ -8,7 +8,8 @@ instead (gpuscope/cli/beside.py), which runs the same code on its own store thro
 cursor (nothing is written: ``persist=False``, as the CLI's own run), beside its scrapes.
 The answers carry what the CLI needs to print exactly what a local run prints: each
 analysis's findings and summary, and the report's files (the CLI writes them into its own
-``--out`` folder, swapped in whole). ``GET /api/v1/whatif`` (gpuscope/collector/api_whatif.py)
+``--out`` folder, swapped in whole). ``GET /api/v1/whatif``
+(gpuscope/collector/http_api/api_whatif.py)
 does the same for ``gpuscope whatif --db``.
 """
 
@@ -24,8 +25,8 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, HTTPException, Query
 
 from gpuscope.analytics.runner import DETECTORS, analysis_time, as_json, newest_data, run_on_store
-from gpuscope.collector.api_whatif import check_week
-from gpuscope.collector.store import Store
+from gpuscope.collector.http_api.api_whatif import check_week
+from gpuscope.collector.storage.store import Store
 from gpuscope.core.errors import UserError
 from gpuscope.core.settings import Settings
 from gpuscope.core.timefmt import rfc3339

@@ -60,7 +60,7 @@ from typing import Any, NamedTuple
 import duckdb
 
 from gpuscope.analytics.base import Analysis
-from gpuscope.collector.store import utc
+from gpuscope.collector.storage.store import utc
 from gpuscope.core.records import Finding, Severity, finding_id
 from gpuscope.core.settings import AnalyticsSettings
 

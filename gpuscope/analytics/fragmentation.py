@@ -61,7 +61,7 @@ from gpuscope.analytics.allocation import (
 )
 from gpuscope.analytics.base import Analysis
 from gpuscope.analytics.blockers import blocker
-from gpuscope.collector.inventory_records import NodeInfo, PodInfo
+from gpuscope.collector.cluster.inventory_records import NodeInfo, PodInfo
 from gpuscope.core.records import Finding, Severity, finding_id
 from gpuscope.core.settings import AnalyticsSettings
 

@@ -32,8 +32,8 @@ import pyarrow.compute  # type: ignore[import-untyped]
 
 from gpuscope.analytics.base import Analysis
 from gpuscope.analytics.idle_gaps import gap_note, with_rule
-from gpuscope.collector.schema import GET_META, SET_META, begin
-from gpuscope.collector.store import Store, utc
+from gpuscope.collector.storage.schema import GET_META, SET_META, begin
+from gpuscope.collector.storage.store import Store, utc
 from gpuscope.core.owners import pod_owner
 from gpuscope.core.records import Finding, Severity, finding_id
 from gpuscope.core.settings import AnalyticsSettings, WorkloadSettings

@@ -38,7 +38,7 @@ import duckdb
 
 from gpuscope.analytics.base import Analysis
 from gpuscope.analytics.queues import Charger, Project, QueueState, QueueVerdict, judge
-from gpuscope.collector.store import utc
+from gpuscope.collector.storage.store import utc
 from gpuscope.core.records import Finding, finding_id
 from gpuscope.core.settings import AnalyticsSettings
 

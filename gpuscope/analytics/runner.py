@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any, cast
 
 from gpuscope.analytics.base import Analysis
-from gpuscope.collector.pdb_records import blocked_by_budgets, budgets_of, stored_budgets
-from gpuscope.collector.store import Store, utc
+from gpuscope.collector.cluster.pdb_records import blocked_by_budgets, budgets_of, stored_budgets
+from gpuscope.collector.storage.store import Store, utc
 from gpuscope.core.errors import UserError
 from gpuscope.core.kube_objects import ObjectSet
 from gpuscope.core.settings import Settings
@@ -269,7 +269,7 @@ def _quota_from_files(
     from gpuscope.analytics.fragmentation import analyze_fragmentation
     from gpuscope.analytics.queues import judge
     from gpuscope.analytics.quota import quota_analysis
-    from gpuscope.collector.queue_records import quotas_from_objects
+    from gpuscope.collector.cluster.queue_records import quotas_from_objects
 
     # DRA claims in ``objects`` count as device-plugin GPUs in quota usage too
     node_infos, pod_infos, known = kubectl_records(nodes_doc, pods_doc, settings.workloads, objects)

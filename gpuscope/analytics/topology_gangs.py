@@ -21,7 +21,7 @@ from gpuscope.analytics.consolidation.gangs import GangGoal
 from gpuscope.analytics.consolidation.model import Goal, goals_from_pending
 from gpuscope.analytics.topology_groups import pod_groups
 from gpuscope.analytics.topology_levels import topology_of
-from gpuscope.collector.inventory_records import NodeInfo, PodInfo
+from gpuscope.collector.cluster.inventory_records import NodeInfo, PodInfo
 from gpuscope.core.kube_objects import ObjectSet
 
 

@@ -32,8 +32,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpuscope.analytics.topology_levels import VOLCANO_TIER_PREFIX
-from gpuscope.collector.inventory_records import PodInfo
-from gpuscope.collector.scheduling_rules import toleration
+from gpuscope.collector.cluster.inventory_records import PodInfo
+from gpuscope.collector.cluster.scheduling_rules import toleration
 from gpuscope.core.kube_objects import ObjectSet
 
 KUEUE_GROUP_LABEL = "kueue.x-k8s.io/pod-group-name"

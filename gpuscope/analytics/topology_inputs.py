@@ -18,7 +18,7 @@ from gpuscope.analytics.consolidation.model import placement_from_state
 from gpuscope.analytics.topology import analyze_topology
 from gpuscope.analytics.topology_groups import pod_groups
 from gpuscope.analytics.topology_levels import topology_of
-from gpuscope.collector.inventory_records import NodeInfo, PodInfo
+from gpuscope.collector.cluster.inventory_records import NodeInfo, PodInfo
 from gpuscope.core.errors import UserError
 from gpuscope.core.kube_objects import ObjectSet
 from gpuscope.core.settings import Settings

@@ -31,7 +31,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from gpuscope.collector.inventory_records import NodeInfo
+from gpuscope.collector.cluster.inventory_records import NodeInfo
 from gpuscope.core.kube_objects import ObjectSet
 
 log = logging.getLogger(__name__)

@@ -23,7 +23,7 @@ from gpuscope.core.errors import UserError
 from gpuscope.core.settings import Settings, load_settings
 
 if TYPE_CHECKING:
-    from gpuscope.collector.store import Store
+    from gpuscope.collector.storage.store import Store
 
 #: ``gpuscope act``'s exit code when a step was refused or failed.
 EXIT_REFUSED = 3

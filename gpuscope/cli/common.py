@@ -27,7 +27,7 @@ def open_store(
     it (``busy`` says what to do instead) or it cannot be opened."""
     import duckdb
 
-    from gpuscope.collector.store import Store
+    from gpuscope.collector.storage.store import Store
 
     try:
         return Store.open(path, read_only=read_only)

@@ -2,7 +2,8 @@
 
 The collector's maintenance rolls up, deletes and compacts inside the file; DuckDB reuses the
 freed blocks but never shrinks the file. This command rewrites it into a fresh file and
-swaps it in (gpuscope/collector/store_reclaim.py); it needs the database to itself, so it runs while
+swaps it in (gpuscope/collector/storage/store_reclaim.py); it needs the database to itself, so it
+runs while
 no collector holds it (DuckDB's lock refuses it otherwise, in one line).
 """
 
@@ -45,7 +46,7 @@ def _mb(n: int) -> str:
 
 def cmd_db(args: argparse.Namespace) -> int:
     """Print the file's size and free space; rewrite it unless ``--dry-run``."""
-    from gpuscope.collector.store import Store
+    from gpuscope.collector.storage.store import Store
 
     if not 0 <= args.min_free <= 1:
         raise UserError(f"--min-free {args.min_free:g}: expected a share between 0 and 1")

@@ -231,7 +231,7 @@ def _cmd_collector(args: argparse.Namespace) -> int:
     if args.check:
         import json
 
-        from gpuscope.collector.query_check import check_query_source
+        from gpuscope.collector.querying.query_check import check_query_source
 
         cs = settings.collector
         found = check_query_source(cs) if cs.prometheus_url else {"url": None, "mode": "scrape"}
@@ -244,7 +244,7 @@ def check_service_inputs(settings: Settings) -> None:
     """Read every file the service will need, before the service creates its database:
     a bad token file, alerts config, policy file, Kubernetes credential or damaged database
     is one line, and nothing is created or changed on disk."""
-    from gpuscope.collector.inventory import InventoryError, kube_configuration
+    from gpuscope.collector.cluster.inventory import InventoryError, kube_configuration
 
     cs = settings.collector
     cs.resolve_api_token()
@@ -279,8 +279,8 @@ def check_database(path: Path) -> None:
     foreign, newer or locked file is refused here with one line, untouched."""
     import duckdb
 
-    from gpuscope.collector import schema
-    from gpuscope.collector.store_sql import is_duckdb_file
+    from gpuscope.collector.storage import schema
+    from gpuscope.collector.storage.store_sql import is_duckdb_file
 
     if not is_duckdb_file(path):
         raise UserError(f"{path} is not a DuckDB database; refusing to open or overwrite it")

@@ -1,7 +1,9 @@
 """The collector as a running service: scheduled jobs around one store, and the HTTP API.
 
-Each target is scraped on its own schedule (gpuscope/collector/scrape_loop.py) and stored through
-one writer (gpuscope/collector/ingest.py); APScheduler runs query-API ingest (instead of scraping),
+Each target is scraped on its own schedule (gpuscope/collector/scraping/scrape_loop.py) and stored
+through
+one writer (gpuscope/collector/scraping/ingest.py); APScheduler runs query-API ingest (instead of
+scraping),
 the Kubernetes inventory sync with target discovery, and retention with Parquet export;
 each job never overlaps itself and a failing run is logged and counted, never fatal. The
 one fatal thing is a database that refuses every write past a bounded retry: the service
@@ -27,20 +29,20 @@ from typing import Any
 import duckdb
 from apscheduler.schedulers.background import BackgroundScheduler
 
-from gpuscope.collector.api import ApiState, create_app
-from gpuscope.collector.api_whatif import WhatIf
-from gpuscope.collector.ingest import IngestWriter, StoreFailed, first_line
-from gpuscope.collector.inventory import InventoryError, KubeInventory, kube_configuration
-from gpuscope.collector.inventory_gauges import InventoryGauges
-from gpuscope.collector.inventory_records import QuotaInfo
-from gpuscope.collector.limits import IngestLimits
-from gpuscope.collector.metrics import CollectorMetrics
-from gpuscope.collector.pdb_records import budget_record
-from gpuscope.collector.query_ingest import QueryIngest, QueryIngestMetrics
-from gpuscope.collector.scrape import Scraper, Target
-from gpuscope.collector.scrape_loop import ScrapeLoop
-from gpuscope.collector.store import Retention, Store
-from gpuscope.collector.targets import TargetRegistry, discover_targets
+from gpuscope.collector.cluster.inventory import InventoryError, KubeInventory, kube_configuration
+from gpuscope.collector.cluster.inventory_records import QuotaInfo
+from gpuscope.collector.cluster.pdb_records import budget_record
+from gpuscope.collector.gauges.inventory_gauges import InventoryGauges
+from gpuscope.collector.gauges.metrics import CollectorMetrics
+from gpuscope.collector.http_api.api import ApiState, create_app
+from gpuscope.collector.http_api.api_whatif import WhatIf
+from gpuscope.collector.querying.query_ingest import QueryIngest, QueryIngestMetrics
+from gpuscope.collector.scraping.ingest import IngestWriter, StoreFailed, first_line
+from gpuscope.collector.scraping.limits import IngestLimits
+from gpuscope.collector.scraping.scrape import Scraper, Target
+from gpuscope.collector.scraping.scrape_loop import ScrapeLoop
+from gpuscope.collector.scraping.targets import TargetRegistry, discover_targets
+from gpuscope.collector.storage.store import Retention, Store
 from gpuscope.core.errors import SourceError, UserError
 from gpuscope.core.settings import Settings, parse_listen
 
@@ -349,8 +351,8 @@ def run_collector(
     """
     import uvicorn
 
-    from gpuscope.collector.api_http import OneWriteH11Protocol
-    from gpuscope.collector.api_server import QuietServer
+    from gpuscope.collector.http_api.api_http import OneWriteH11Protocol
+    from gpuscope.collector.http_api.api_server import QuietServer
 
     host, port = parse_listen(settings.collector.listen)
     sock = bind_listen(host, port, settings.collector.listen)  # before anything starts

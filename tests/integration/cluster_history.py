@@ -18,9 +18,9 @@ from datetime import UTC, datetime, timedelta
 
 from hypothesis import strategies as st
 
-from gpuscope.collector.batch import Batch
-from gpuscope.collector.inventory_records import NodeInfo, PodInfo, QuotaInfo
-from gpuscope.collector.store import Store
+from gpuscope.collector.cluster.inventory_records import NodeInfo, PodInfo, QuotaInfo
+from gpuscope.collector.scraping.batch import Batch
+from gpuscope.collector.storage.store import Store
 
 T0 = datetime(2025, 3, 4, 10, 0)  # a Tuesday: well inside an ISO week
 EPOCH = datetime(1970, 1, 1)

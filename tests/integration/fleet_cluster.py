@@ -12,9 +12,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from bench.fleet_sim import FleetPages
-from gpuscope.collector.inventory_records import node_from_json, pod_from_json
-from gpuscope.collector.scrape import Target, page_to_outcome
-from gpuscope.collector.store import Store
+from gpuscope.collector.cluster.inventory_records import node_from_json, pod_from_json
+from gpuscope.collector.scraping.scrape import Target, page_to_outcome
+from gpuscope.collector.storage.store import Store
 from gpuscope.core.settings import Settings, WorkloadSettings
 from gpuscope.sim import SimulatedCluster
 from gpuscope.sim.kube import nodes_json, pods_json

@@ -33,9 +33,9 @@ from typing import Any
 
 import pyarrow as pa  # type: ignore[import-untyped]
 
-from gpuscope.collector.batch import Batch
-from gpuscope.collector.inventory_records import NodeInfo, PodInfo, QuotaInfo
-from gpuscope.collector.store import Store
+from gpuscope.collector.cluster.inventory_records import NodeInfo, PodInfo, QuotaInfo
+from gpuscope.collector.scraping.batch import Batch
+from gpuscope.collector.storage.store import Store
 
 W09 = datetime(2025, 2, 24)
 W10 = datetime(2025, 3, 3)

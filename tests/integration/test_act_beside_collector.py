@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 import yaml
 
-from gpuscope.collector.api import create_app
+from gpuscope.collector.http_api.api import create_app
 from gpuscope.collector.service import CollectorService
 from gpuscope.core.settings import load_settings
 from gpuscope.service import add_actions

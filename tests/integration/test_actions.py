@@ -28,8 +28,8 @@ import yaml
 from gpuscope.actions.kube import ClusterClient
 from gpuscope.actions.policy import Policy, parse_policies
 from gpuscope.actions.runner import ActRun, run_policies
-from gpuscope.collector.inventory_records import node_from_json, pod_from_json
-from gpuscope.collector.store import Store
+from gpuscope.collector.cluster.inventory_records import node_from_json, pod_from_json
+from gpuscope.collector.storage.store import Store
 from gpuscope.core.settings import Settings
 from tests.fakes.kube_api import FakeKubeApi
 from tests.integration.test_idle import END, T0, Gpu, Work, fill
@@ -735,9 +735,9 @@ def test_arbiter_says_whose_gpu_is_idle_and_for_how_long(cluster: Cluster) -> No
     from fastapi.testclient import TestClient
 
     from gpuscope.analytics.idle import run_idle
-    from gpuscope.collector.api import ApiState, create_app
-    from gpuscope.collector.metrics import CollectorMetrics
-    from gpuscope.collector.targets import TargetRegistry
+    from gpuscope.collector.gauges.metrics import CollectorMetrics
+    from gpuscope.collector.http_api.api import ApiState, create_app
+    from gpuscope.collector.scraping.targets import TargetRegistry
 
     settings = Settings()
     idle = run_idle(

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from gpuscope.collector.inventory_records import pod_from_json
+from gpuscope.collector.cluster.inventory_records import pod_from_json
 from tests.integration.test_actions import (  # noqa: F401  (fixtures)
     AT,
     STEP,
@@ -155,7 +155,7 @@ def test_terminating_pods_are_never_candidates() -> None:
     from gpuscope.actions.policy import parse_policies
     from gpuscope.analytics.allocation import state_from_records
     from gpuscope.analytics.consolidation.plan import goals_from_pending, placement_from_state
-    from gpuscope.collector.inventory_records import node_from_json
+    from gpuscope.collector.cluster.inventory_records import node_from_json
     from gpuscope.core.records import Finding
     from tests.integration.test_actions import node_obj, pod_obj
 

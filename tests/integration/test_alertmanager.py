@@ -10,7 +10,7 @@ import pytest
 
 from gpuscope.alerts.config import AlertsConfig
 from gpuscope.alerts.engine import AlertsEngine
-from gpuscope.collector.store import Store
+from gpuscope.collector.storage.store import Store
 from gpuscope.core.records import Finding, finding_id
 from tests.integration.alert_receivers import (
     FakeTime,

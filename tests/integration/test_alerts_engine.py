@@ -20,14 +20,14 @@ from gpuscope.alerts.api import alerts_router
 from gpuscope.alerts.config import AlertsConfig
 from gpuscope.alerts.engine import AlertsEngine
 from gpuscope.cli.main import main
-from gpuscope.collector.api import ApiState, create_app
-from gpuscope.collector.batch import Batch
-from gpuscope.collector.ingest import IngestWriter
-from gpuscope.collector.limits import IngestLimits
-from gpuscope.collector.metrics import CollectorMetrics
-from gpuscope.collector.scrape import Scraper, Target
-from gpuscope.collector.store import Store
-from gpuscope.collector.targets import TargetRegistry
+from gpuscope.collector.gauges.metrics import CollectorMetrics
+from gpuscope.collector.http_api.api import ApiState, create_app
+from gpuscope.collector.scraping.batch import Batch
+from gpuscope.collector.scraping.ingest import IngestWriter
+from gpuscope.collector.scraping.limits import IngestLimits
+from gpuscope.collector.scraping.scrape import Scraper, Target
+from gpuscope.collector.scraping.targets import TargetRegistry
+from gpuscope.collector.storage.store import Store
 from gpuscope.core.records import Finding, finding_id
 from tests.conftest import free_port
 from tests.integration.alert_receivers import FakeTime, Reply, receiver

@@ -20,7 +20,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from gpuscope.agent.sim import scenario_clock
-from gpuscope.collector.api import create_app
+from gpuscope.collector.http_api.api import create_app
 from gpuscope.collector.service import CollectorService
 from gpuscope.core.settings import load_settings
 from gpuscope.demo_parts import start_agents

@@ -18,10 +18,10 @@ import pytest
 
 from gpuscope.alerts.api import alerts_router
 from gpuscope.alerts.engine import AlertsEngine
-from gpuscope.collector.api import ApiState, create_app
-from gpuscope.collector.metrics import CollectorMetrics
-from gpuscope.collector.store import Store
-from gpuscope.collector.targets import TargetRegistry
+from gpuscope.collector.gauges.metrics import CollectorMetrics
+from gpuscope.collector.http_api.api import ApiState, create_app
+from gpuscope.collector.scraping.targets import TargetRegistry
+from gpuscope.collector.storage.store import Store
 from gpuscope.core.records import Finding, finding_id
 from tests.conftest import free_port
 from tests.integration.alert_receivers import FakeTime, receiver

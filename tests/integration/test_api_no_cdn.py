@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from gpuscope.collector.api import ApiState, create_app
-from gpuscope.collector.metrics import CollectorMetrics
-from gpuscope.collector.store import Store
-from gpuscope.collector.targets import TargetRegistry
+from gpuscope.collector.gauges.metrics import CollectorMetrics
+from gpuscope.collector.http_api.api import ApiState, create_app
+from gpuscope.collector.scraping.targets import TargetRegistry
+from gpuscope.collector.storage.store import Store
 
 pytestmark = pytest.mark.integration
 

@@ -22,10 +22,10 @@ from gpuscope.alerts.api import alerts_router
 from gpuscope.alerts.config import AlertsConfig
 from gpuscope.alerts.engine import AlertsEngine
 from gpuscope.analytics.api import analytics_router
-from gpuscope.collector.api import ApiState, create_app
-from gpuscope.collector.metrics import CollectorMetrics
-from gpuscope.collector.store import Store
-from gpuscope.collector.targets import TargetRegistry
+from gpuscope.collector.gauges.metrics import CollectorMetrics
+from gpuscope.collector.http_api.api import ApiState, create_app
+from gpuscope.collector.scraping.targets import TargetRegistry
+from gpuscope.collector.storage.store import Store
 from gpuscope.core.settings import Settings
 from gpuscope.service import whatif_on_store
 

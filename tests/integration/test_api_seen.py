@@ -68,11 +68,11 @@ def test_each_answer_goes_out_in_one_write(tmp_path: Path) -> None:
 
     import uvicorn
 
-    from gpuscope.collector.api import ApiState, create_app
-    from gpuscope.collector.api_http import OneWriteH11Protocol
-    from gpuscope.collector.metrics import CollectorMetrics
-    from gpuscope.collector.store import Store
-    from gpuscope.collector.targets import TargetRegistry
+    from gpuscope.collector.gauges.metrics import CollectorMetrics
+    from gpuscope.collector.http_api.api import ApiState, create_app
+    from gpuscope.collector.http_api.api_http import OneWriteH11Protocol
+    from gpuscope.collector.scraping.targets import TargetRegistry
+    from gpuscope.collector.storage.store import Store
 
     writes: list[bytes] = []
 

@@ -20,7 +20,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from dashboards.stack import collector_service, start_agents
-from gpuscope.collector.api import create_app
+from gpuscope.collector.http_api.api import create_app
 from gpuscope.core.timefmt import TIME_KEYS
 from gpuscope.service import add_alerts, alerts_job, analytics_job
 from gpuscope.sim import SimulatedCluster, default_scenario

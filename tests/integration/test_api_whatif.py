@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from gpuscope.collector.api import ApiState, create_app
-from gpuscope.collector.metrics import CollectorMetrics
-from gpuscope.collector.store import Store
-from gpuscope.collector.targets import TargetRegistry
+from gpuscope.collector.gauges.metrics import CollectorMetrics
+from gpuscope.collector.http_api.api import ApiState, create_app
+from gpuscope.collector.scraping.targets import TargetRegistry
+from gpuscope.collector.storage.store import Store
 from gpuscope.core.settings import Settings
 from gpuscope.service import whatif_on_store
 from tests.integration.helpers import ENV

@@ -17,8 +17,8 @@ from hypothesis import strategies as st
 
 from gpuscope.analytics.bandwidth import HotPort, bandwidth_history, run_bandwidth
 from gpuscope.analytics.base import Analysis
-from gpuscope.collector.batch import Batch
-from gpuscope.collector.store import Store
+from gpuscope.collector.scraping.batch import Batch
+from gpuscope.collector.storage.store import Store
 from gpuscope.core.settings import AnalyticsSettings
 
 T0 = datetime(2025, 3, 3, 10, 0, 0)

@@ -25,7 +25,7 @@ import pytest
 import yaml
 
 from gpuscope.collector.service import CollectorService
-from gpuscope.collector.store import Store
+from gpuscope.collector.storage.store import Store
 from tests.fakes.kube_api import FakeKubeApi
 from tests.integration import report_week
 from tests.integration.helpers import agent_process

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gpuscope.collector.store import Store
+from gpuscope.collector.storage.store import Store
 
 pytestmark = pytest.mark.integration
 

@@ -18,9 +18,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from gpuscope.collector.metrics import CollectorMetrics
+from gpuscope.collector.gauges.metrics import CollectorMetrics
 from gpuscope.collector.service import CollectorService
-from gpuscope.collector.store import Store
+from gpuscope.collector.storage.store import Store
 from gpuscope.core.errors import SourceError
 from tests.integration.test_idle import END, Gpu, Work, fill
 

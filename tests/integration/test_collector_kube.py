@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from gpuscope.collector.api import create_app
+from gpuscope.collector.http_api.api import create_app
 from gpuscope.collector.service import CollectorService
 from gpuscope.core.settings import load_settings
 from gpuscope.sim import SimulatedCluster, default_scenario

@@ -34,8 +34,8 @@ from gpuscope.analytics.report.data import build_report, pod_usage
 from gpuscope.analytics.report.fragmentation import COLUMNS, change_points, fragmentation_at
 from gpuscope.analytics.report.week import Week
 from gpuscope.analytics.runner import run_on_store
-from gpuscope.collector.analytics_gauges import AnalyticsGauges
-from gpuscope.collector.store import Store
+from gpuscope.collector.gauges.analytics_gauges import AnalyticsGauges
+from gpuscope.collector.storage.store import Store
 from gpuscope.core.settings import Settings
 from tests.integration import cluster_history as ch
 from tests.integration.helpers import ENV

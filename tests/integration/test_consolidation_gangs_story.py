@@ -102,8 +102,8 @@ def test_consolidation_plan_for_the_pod_group_runs_and_the_group_fits(
 def test_analyze_consolidation_on_a_database_plans_the_group(tmp_path: Path, capsys: Any) -> None:
     """`analyze consolidation --db` reads the stored inventory (node labels, pods) and plans
     the pending group inside one leaf, as from files."""
-    from gpuscope.collector.inventory_records import node_from_json, pod_from_json
-    from gpuscope.collector.store import Store
+    from gpuscope.collector.cluster.inventory_records import node_from_json, pod_from_json
+    from gpuscope.collector.storage.store import Store
 
     cluster = SimulatedCluster(default_scenario())
     origin = AT.timestamp()

@@ -7,7 +7,7 @@ ticks its target's first and last scrape span), not timed.
 Seen: such a target cut healthy agents to 0.24-0.29 scrapes/s against 0.89 for a control
 collector; every page is parsed in one interpreter, and the churning one's parse took the
 core. Now a target's page that costs more than its share of the interval in CPU is
-followed by skipped ticks (gpuscope/collector/cpu_budget.py).
+followed by skipped ticks (gpuscope/collector/scraping/cpu_budget.py).
 
 The pages are served by a separate process (on the other core where there is one), so the
 serving's CPU is not the collector's.
@@ -33,9 +33,15 @@ from pathlib import Path
 
 import pytest
 
-from gpuscope.collector.cpu_budget import ticks_to_skip
-from gpuscope.collector.scrape import ScrapeOutcome, Scraper, Target, TargetCache, page_to_outcome
-from gpuscope.collector.scrape_loop import ScrapeLoop
+from gpuscope.collector.scraping.cpu_budget import ticks_to_skip
+from gpuscope.collector.scraping.scrape import (
+    ScrapeOutcome,
+    Scraper,
+    Target,
+    TargetCache,
+    page_to_outcome,
+)
+from gpuscope.collector.scraping.scrape_loop import ScrapeLoop
 from tests.conftest import free_port
 from tests.integration.helpers import ENV
 

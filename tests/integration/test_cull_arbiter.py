@@ -31,10 +31,10 @@ import pytest
 from jupyterhub_idle_culler import IdleCuller, cull_idle  # type: ignore[import-untyped]
 
 from gpuscope.analytics.idle import run_idle
-from gpuscope.collector.api import ApiState, create_app
-from gpuscope.collector.metrics import CollectorMetrics
-from gpuscope.collector.store import Store
-from gpuscope.collector.targets import TargetRegistry
+from gpuscope.collector.gauges.metrics import CollectorMetrics
+from gpuscope.collector.http_api.api import ApiState, create_app
+from gpuscope.collector.scraping.targets import TargetRegistry
+from gpuscope.collector.storage.store import Store
 from gpuscope.core.settings import AnalyticsSettings, WorkloadSettings
 from tests.conftest import free_port
 from tests.fakes.jupyterhub_api import CULLER_SCOPES, FakeHub, HubServer

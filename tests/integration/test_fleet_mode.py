@@ -16,9 +16,9 @@ import yaml
 
 from bench.fleet_sim import push_to_victoriametrics, write_openmetrics
 from gpuscope.analytics.runner import DETECTORS, run_on_store
-from gpuscope.collector.query_client import QueryClient
-from gpuscope.collector.query_ingest import QueryIngest
-from gpuscope.collector.store import Store
+from gpuscope.collector.querying.query_client import QueryClient
+from gpuscope.collector.querying.query_ingest import QueryIngest
+from gpuscope.collector.storage.store import Store
 from gpuscope.core.query_settings import QuerySettings
 from gpuscope.core.settings import Settings
 from tests.integration.engines import prometheus_on_blocks, victoria_metrics, vm_flush
@@ -188,7 +188,7 @@ def test_the_shipped_recording_rules_are_valid_and_complete() -> None:
     """promtool accepts them, and they record exactly the series fleet mode reads."""
     import subprocess
 
-    from gpuscope.collector.fleet import RULE_NAMES
+    from gpuscope.collector.querying.fleet import RULE_NAMES
 
     rules = Path(__file__).resolve().parents[2] / "dashboards/rules/gpuscope-fleet-rules.yaml"
     records = {r["record"] for g in yaml.safe_load(rules.read_text())["groups"] for r in g["rules"]}

@@ -10,8 +10,8 @@ import pytest
 
 from gpuscope.analytics.allocation import state_from_inventory, state_from_kubectl
 from gpuscope.analytics.fragmentation import analyze_fragmentation
-from gpuscope.collector.inventory_records import node_from_json, pod_from_json
-from gpuscope.collector.store import Store
+from gpuscope.collector.cluster.inventory_records import node_from_json, pod_from_json
+from gpuscope.collector.storage.store import Store
 from gpuscope.core.settings import AnalyticsSettings
 from gpuscope.sim import SimulatedCluster, default_scenario
 from gpuscope.sim.kube import nodes_json, pods_json

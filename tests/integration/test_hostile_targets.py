@@ -22,8 +22,8 @@ import httpx
 import pytest
 
 from bench.hostile_targets import responder, serve
-from gpuscope.collector.scrape import ScrapeOutcome, Scraper, Target
-from gpuscope.collector.scrape_loop import ScrapeLoop
+from gpuscope.collector.scraping.scrape import ScrapeOutcome, Scraper, Target
+from gpuscope.collector.scraping.scrape_loop import ScrapeLoop
 from tests.conftest import free_port
 from tests.integration.helpers import ENV, agent_process, send, wait_http
 

@@ -19,8 +19,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gpuscope.analytics.idle import KINDS, activity_state, run_idle
-from gpuscope.collector.batch import Batch
-from gpuscope.collector.store import Store
+from gpuscope.collector.scraping.batch import Batch
+from gpuscope.collector.storage.store import Store
 from gpuscope.core.records import Finding
 from gpuscope.core.settings import AnalyticsSettings, WorkloadSettings
 

@@ -18,9 +18,9 @@ import pytest
 from gpuscope.analytics.idle_gaps import bridged
 from gpuscope.analytics.report.data import pod_usage
 from gpuscope.analytics.runner import run_on_store
-from gpuscope.collector.batch import Batch
-from gpuscope.collector.inventory_records import NodeInfo, PodInfo
-from gpuscope.collector.store import Store
+from gpuscope.collector.cluster.inventory_records import NodeInfo, PodInfo
+from gpuscope.collector.scraping.batch import Batch
+from gpuscope.collector.storage.store import Store
 from gpuscope.core.settings import Settings
 
 pytestmark = pytest.mark.integration

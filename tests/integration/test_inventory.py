@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from kubernetes import client
 
-from gpuscope.collector.inventory import InventoryError, KubeInventory
-from gpuscope.collector.kube_api import RetryPolicy
+from gpuscope.collector.cluster.inventory import InventoryError, KubeInventory
+from gpuscope.collector.cluster.kube_api import RetryPolicy
 from gpuscope.core.records import WorkloadKind
 from gpuscope.sim import SimulatedCluster, default_scenario
 from gpuscope.sim.kube import namespaces_json, nodes_json, pods_json, quotas_json

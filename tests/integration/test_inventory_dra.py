@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from gpuscope.collector.inventory import KubeInventory
-from gpuscope.collector.kube_api import RetryPolicy
+from gpuscope.collector.cluster.inventory import KubeInventory
+from gpuscope.collector.cluster.kube_api import RetryPolicy
 from tests.fakes import dra_objects as d
 from tests.fakes.kube_api import FakeKubeApi
 from tests.fakes.kube_store import DEFAULT_INSTALLED
@@ -100,7 +100,7 @@ def test_cluster_without_dra_v1_is_told_apart_in_one_line(
     api = _serve(frozenset(installed))
     inv = _inventory(api)
     try:
-        with caplog.at_level(logging.INFO, logger="gpuscope.collector.inventory_dra"):
+        with caplog.at_level(logging.INFO, logger="gpuscope.collector.cluster.inventory_dra"):
             snap = inv.sync_once()
             inv.sync_once()
     finally:
@@ -125,7 +125,7 @@ def test_dra_refused_keeps_the_rest_working(
         first = inv.sync_once()
         api.deny("list", "resourceslices")
         api.deny("watch", "resourceslices")
-        with caplog.at_level(logging.WARNING, logger="gpuscope.collector.inventory_dra"):
+        with caplog.at_level(logging.WARNING, logger="gpuscope.collector.cluster.inventory_dra"):
             second = inv.sync_once()
             third = inv.sync_once()
     finally:

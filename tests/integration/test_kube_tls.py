@@ -19,8 +19,8 @@ import pytest
 import trustme
 
 from gpuscope.actions.kube import ClusterClient, Forbidden
-from gpuscope.collector.inventory import InventoryError, KubeInventory, kube_configuration
-from gpuscope.collector.kube_api import RetryPolicy
+from gpuscope.collector.cluster.inventory import InventoryError, KubeInventory, kube_configuration
+from gpuscope.collector.cluster.kube_api import RetryPolicy
 from gpuscope.core.errors import ConfigError
 from gpuscope.core.settings import CollectorSettings, load_settings
 from tests.conftest import free_port

@@ -12,8 +12,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from gpuscope.collector.promql import PrometheusQuerySource
-from gpuscope.collector.store import Store
+from gpuscope.collector.querying.promql import PrometheusQuerySource
+from gpuscope.collector.storage.store import Store
 from gpuscope.core.errors import SourceError
 from tests.integration.helpers import agent_process, http_server, prometheus_server, send
 

@@ -20,9 +20,9 @@ from typing import Any
 import pytest
 
 from bench.fleet_sim import push_to_victoriametrics, write_openmetrics
-from gpuscope.collector.query_client import QueryCancelled, QueryClient, QueryRefused
-from gpuscope.collector.query_ingest import QueryIngest
-from gpuscope.collector.store import Store
+from gpuscope.collector.querying.query_client import QueryCancelled, QueryClient, QueryRefused
+from gpuscope.collector.querying.query_ingest import QueryIngest
+from gpuscope.collector.storage.store import Store
 from gpuscope.core.errors import SourceError
 from gpuscope.core.query_settings import QuerySettings
 from tests.integration.engines import prometheus_on_blocks, victoria_metrics, vm_flush

@@ -19,7 +19,7 @@ import yaml
 from fastapi.testclient import TestClient
 
 from bench.fleet_sim import push_to_victoriametrics
-from gpuscope.collector.api import create_app
+from gpuscope.collector.http_api.api import create_app
 from gpuscope.collector.service import CollectorService
 from gpuscope.core.settings import Settings
 from tests.conftest import free_port

@@ -18,9 +18,9 @@ import pytest
 from gpuscope.analytics.quota import run_quota
 from gpuscope.analytics.runner import as_json
 from gpuscope.cli.main import main
-from gpuscope.collector.inventory import KubeInventory
-from gpuscope.collector.kube_api import RetryPolicy
-from gpuscope.collector.store import Store
+from gpuscope.collector.cluster.inventory import KubeInventory
+from gpuscope.collector.cluster.kube_api import RetryPolicy
+from gpuscope.collector.storage.store import Store
 from gpuscope.core.settings import AnalyticsSettings
 from tests.fakes.kube_api import FakeKubeApi
 from tests.kueue_objects import documented_setup, kubectl_list
@@ -158,9 +158,9 @@ def test_the_weekly_report_files_gpu_hours_under_the_clusterqueue(tmp_path: Path
 
     from gpuscope.analytics.report.data import build_report
     from gpuscope.analytics.report.week import Week
-    from gpuscope.collector.batch import Batch
-    from gpuscope.collector.inventory_records import node_from_json, pod_from_json
-    from gpuscope.collector.queue_records import quotas_from_objects
+    from gpuscope.collector.cluster.inventory_records import node_from_json, pod_from_json
+    from gpuscope.collector.cluster.queue_records import quotas_from_objects
+    from gpuscope.collector.scraping.batch import Batch
     from gpuscope.core.kube_objects import objects_from_documents
     from gpuscope.core.settings import Settings
     from tests.integration import report_week as rw

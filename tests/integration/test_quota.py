@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 
 from gpuscope.analytics.quota import run_quota
-from gpuscope.collector.batch import Batch
-from gpuscope.collector.inventory_records import PodInfo, QuotaInfo
-from gpuscope.collector.store import Store
+from gpuscope.collector.cluster.inventory_records import PodInfo, QuotaInfo
+from gpuscope.collector.scraping.batch import Batch
+from gpuscope.collector.storage.store import Store
 from gpuscope.core.settings import AnalyticsSettings
 
 T0 = datetime(2025, 3, 3, 10, 0, 0)
@@ -198,7 +198,7 @@ def test_open_intervals_count_up_to_the_time_analysed(store: Store) -> None:
 
 
 def _nodes(*free_after: int) -> list[Any]:
-    from gpuscope.collector.inventory_records import NodeInfo
+    from gpuscope.collector.cluster.inventory_records import NodeInfo
 
     return [NodeInfo(name=f"n{i + 1}", gpu_model="H100", allocatable_gpus=8, cpu_milli=64000)
             for i in range(len(free_after))]  # fmt: skip

@@ -17,7 +17,7 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from dashboards.stack import collector_service
-from gpuscope.collector.inventory import quota_from_clusterqueue
+from gpuscope.collector.cluster.inventory import quota_from_clusterqueue
 from gpuscope.collector.service import CollectorService
 from gpuscope.service import analytics_job
 from gpuscope.sim import SimulatedCluster, default_scenario

@@ -23,9 +23,9 @@ import pytest
 from gpuscope.analytics.report.data import TABLES, WeeklyReport, build_report
 from gpuscope.analytics.report.week import Week
 from gpuscope.analytics.report.weekly import weekly_report
-from gpuscope.collector.batch import Batch
+from gpuscope.collector.scraping.batch import Batch
 from gpuscope.collector.service import CollectorService
-from gpuscope.collector.store import Store
+from gpuscope.collector.storage.store import Store
 from gpuscope.core.settings import Settings, load_settings
 from gpuscope.service import report_job
 from tests.integration import report_week as rw
@@ -438,7 +438,7 @@ def test_no_over_quota_before_the_first_quota_row(tmp_path: Path) -> None:
     guarantees at the start of the hour (00:00), before the first quota row (00:10). The
     pods and quotas appear together at 00:10; research holds 1 GPU of its 16 all week:
     never over, by the quota detector's own definition integrated over the week."""
-    from gpuscope.collector.inventory_records import PodInfo, QuotaInfo
+    from gpuscope.collector.cluster.inventory_records import PodInfo, QuotaInfo
 
     start = rw.W10 + timedelta(minutes=10)
     nb = PodInfo(namespace="research", name="nb", uid="nb", node="n1", phase="Running",
@@ -464,7 +464,7 @@ def test_no_quota_configured_no_over_guarantee_line(tmp_path: Path) -> None:
     all week. Nothing promised it anything, so it is over no guarantee, and the summary
     has no such line (a summary line appears only when its subject exists)."""
     from gpuscope.analytics.report.markdown import render_markdown
-    from gpuscope.collector.inventory_records import PodInfo
+    from gpuscope.collector.cluster.inventory_records import PodInfo
 
     start = rw.W10 + timedelta(minutes=10)
     nb = PodInfo(namespace="research", name="nb", uid="nb", node="n1", phase="Running",

@@ -14,8 +14,8 @@ from gpuscope.analytics.report.html import render_html
 from gpuscope.analytics.report.markdown import render_markdown
 from gpuscope.analytics.report.topology import topology_over
 from gpuscope.analytics.report.week import Week
-from gpuscope.collector.inventory_records import NodeInfo, PodInfo
-from gpuscope.collector.store import Store
+from gpuscope.collector.cluster.inventory_records import NodeInfo, PodInfo
+from gpuscope.collector.storage.store import Store
 from gpuscope.core.settings import Settings
 
 LEAF = "network.topology.nvidia.com/leaf"

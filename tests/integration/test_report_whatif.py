@@ -43,7 +43,7 @@ from gpuscope.analytics.report.whatif import WHAT_HAPPENED, whatif_over
 from gpuscope.analytics.whatif.history import read_history
 from gpuscope.analytics.whatif.policies import POLICIES
 from gpuscope.analytics.whatif.week import replay_history
-from gpuscope.collector.store import Store
+from gpuscope.collector.storage.store import Store
 from gpuscope.core.settings import Settings
 from tests.unit.test_placement_regressions import k8s_node, k8s_pod
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuscope.collector.scrape import Scraper, Target
+from gpuscope.collector.scraping.scrape import Scraper, Target
 from tests.integration.helpers import agent_process, http_server, send
 
 pytestmark = pytest.mark.integration
@@ -147,7 +147,7 @@ def test_a_scrape_whose_parse_ends_past_the_timeout_is_a_failure(
     """The page arrived in time but its parse (a starved CPU, here a parse made to take
     0.6 s) ended past the 0.3 s timeout: a failure with reason timeout, nothing stored.
     Before, such a scrape counted as a success however long it took."""
-    import gpuscope.collector.scrape as scrape_module
+    import gpuscope.collector.scraping.scrape as scrape_module
 
     body = b"# TYPE m_ratio gauge\nm_ratio 0.5\n"
     real = scrape_module.page_to_outcome

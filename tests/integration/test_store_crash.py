@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuscope.collector.store import Store
+from gpuscope.collector.storage.store import Store
 
 pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parents[2]
@@ -21,8 +21,8 @@ BATCH = 2_000
 # kills land in commits, in checkpoints and between them.
 CHILD = """
 import sys
-from gpuscope.collector.batch import Batch
-from gpuscope.collector.store import Store
+from gpuscope.collector.scraping.batch import Batch
+from gpuscope.collector.storage.store import Store
 
 path, size = sys.argv[1], int(sys.argv[2])
 store = Store.open(path)

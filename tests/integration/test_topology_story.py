@@ -111,8 +111,8 @@ def test_planted_job_is_found_and_fits_after_the_plan_runs_in_the_fake_api() -> 
 def test_analyze_topology_on_a_database_reads_its_inventory(tmp_path: Any, capsys: Any) -> None:
     """`gpuscope analyze topology --db` reads the stored inventory's node labels and pods."""
     from gpuscope.cli.main import main
-    from gpuscope.collector.inventory_records import node_from_json, pod_from_json
-    from gpuscope.collector.store import Store
+    from gpuscope.collector.cluster.inventory_records import node_from_json, pod_from_json
+    from gpuscope.collector.storage.store import Store
 
     cluster = SimulatedCluster(default_scenario())
     origin = AT.timestamp()

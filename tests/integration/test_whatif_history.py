@@ -15,7 +15,7 @@ import pytest
 
 from gpuscope.analytics.allocation import records_from_kubectl
 from gpuscope.analytics.whatif.history import read_history, what_happened
-from gpuscope.collector.store import Store
+from gpuscope.collector.storage.store import Store
 from tests.unit.test_placement_regressions import k8s_node, k8s_pod
 from tests.unit.test_whatif import check_replay
 

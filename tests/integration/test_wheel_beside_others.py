@@ -85,7 +85,7 @@ def _gpuscope_works(env: Path, tmp: Path) -> None:
     db = tmp / "empty.duckdb"
     if not db.exists():
         _ok(env / "bin" / "python", "-c",
-            f"from gpuscope.collector.store import Store; Store.open({str(db)!r}).close()")  # fmt: skip
+            f"from gpuscope.collector.storage.store import Store; Store.open({str(db)!r}).close()")  # fmt: skip
     out = _ok(gpuscope, "analyze", "idle", "--db", db, "--at", "2026-11-16T09:00:00Z", "--json")
     assert '"idle_sessions": 0' in out  # the idle detector ran: its SQL read from the package
     exported = tmp / "export"

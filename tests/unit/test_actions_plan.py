@@ -8,7 +8,7 @@ import pytest
 
 from gpuscope.actions.plan import idle_key, plan_idle
 from gpuscope.actions.policy import parse_policies
-from gpuscope.collector.inventory_records import PodInfo
+from gpuscope.collector.cluster.inventory_records import PodInfo
 from gpuscope.core.errors import ConfigError
 from gpuscope.core.records import Finding, WorkloadKind
 

@@ -6,7 +6,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from gpuscope.analytics.base import Analysis
-from gpuscope.collector.analytics_gauges import AnalyticsGauges
+from gpuscope.collector.gauges.analytics_gauges import AnalyticsGauges
 from gpuscope.core.records import Finding, finding_id
 
 NOW = datetime(2026, 11, 16, tzinfo=UTC)

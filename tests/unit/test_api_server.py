@@ -13,8 +13,8 @@ import threading
 import pytest
 import uvicorn
 
-from gpuscope.collector import api_server
-from gpuscope.collector.api_server import QuietServer
+from gpuscope.collector.http_api import api_server
+from gpuscope.collector.http_api.api_server import QuietServer
 
 
 async def _app(scope: object, receive: object, send: object) -> None:  # never called

@@ -14,8 +14,8 @@ from gpuscope.analytics.base import Analysis
 from gpuscope.analytics.topology import analyze_topology
 from gpuscope.analytics.topology_groups import pod_groups
 from gpuscope.analytics.topology_levels import topology_of
-from gpuscope.collector.api_topology import topology_router
-from gpuscope.collector.inventory_records import NodeInfo, PodInfo
+from gpuscope.collector.cluster.inventory_records import NodeInfo, PodInfo
+from gpuscope.collector.http_api.api_topology import topology_router
 
 LEAF = "network.topology.nvidia.com/leaf"
 

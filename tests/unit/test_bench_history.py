@@ -16,7 +16,7 @@ from bench.history import (
     history,
     rows_between,
 )
-from gpuscope.collector.store import Store
+from gpuscope.collector.storage.store import Store
 
 
 def test_sizes_default_quick_and_opt_in(monkeypatch: pytest.MonkeyPatch) -> None:

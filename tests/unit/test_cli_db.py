@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from gpuscope.cli.main import main
-from gpuscope.collector.store import Store
+from gpuscope.collector.storage.store import Store
 from tests.unit.test_store_rollups import filled
 
 
@@ -53,7 +53,7 @@ def test_the_docs_give_the_compaction_thresholds_the_code_has() -> None:
     import re
 
     from gpuscope.cli.db import add_db_parser
-    from gpuscope.collector.store_reclaim import DEFAULT_MIN_FREE_RATIO
+    from gpuscope.collector.storage.store_reclaim import DEFAULT_MIN_FREE_RATIO
 
     parser = argparse.ArgumentParser()
     add_db_parser(parser.add_subparsers(dest="cmd"), lambda p: None)

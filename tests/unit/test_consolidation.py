@@ -24,7 +24,7 @@ from gpuscope.analytics.consolidation.plan import (
     plan_greedy,
     plan_high_node_utilization,
 )
-from gpuscope.collector.inventory_records import PodInfo
+from gpuscope.collector.cluster.inventory_records import PodInfo
 from gpuscope.core.records import WorkloadKind
 from gpuscope.core.settings import AnalyticsSettings
 

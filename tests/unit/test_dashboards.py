@@ -22,9 +22,9 @@ from dashboards.promql import (
     variable_query,
 )
 from gpuscope.analytics.runner import DETECTORS
-from gpuscope.collector.analytics_gauges import FINDING_GAUGES
-from gpuscope.collector.inventory_gauges import InventoryGauges
-from gpuscope.collector.metrics import CollectorMetrics
+from gpuscope.collector.gauges.analytics_gauges import FINDING_GAUGES
+from gpuscope.collector.gauges.inventory_gauges import InventoryGauges
+from gpuscope.collector.gauges.metrics import CollectorMetrics
 from gpuscope.core.catalogue import agent_sample_names
 
 REPO = Path(__file__).resolve().parents[2]

@@ -1,4 +1,4 @@
-"""gpuscope/collector/pdb_records.py (re-exported by gpuscope/actions/disruption.py) against the fake API server's eviction rules
+"""gpuscope/collector/cluster/pdb_records.py (re-exported by gpuscope/actions/disruption.py) against the fake API server's eviction rules
 (tests/fakes/kube_rules.py, written from kube-apiserver's eviction handler and sharing no
 code with the product): on random pods and budgets, a pod is held by the planner exactly
 when the fake Eviction API would refuse it."""
@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpuscope.actions.disruption import blocked_by_budgets, budget_from_json
-from gpuscope.collector.inventory_records import pod_from_json
+from gpuscope.collector.cluster.inventory_records import pod_from_json
 from tests.fakes import kube_rules
 from tests.fakes.kube_store import KubeStore
 

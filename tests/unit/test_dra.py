@@ -20,9 +20,9 @@ from gpuscope.analytics.allocation import (
 )
 from gpuscope.analytics.consolidation.plan import analyze_consolidation
 from gpuscope.analytics.fragmentation import analyze_fragmentation
-from gpuscope.collector.dra_apply import apply_dra
-from gpuscope.collector.dra_cel import evaluate, not_understood
-from gpuscope.collector.dra_records import DraDevice, devices_from_slices, dra_objects
+from gpuscope.collector.cluster.dra_apply import apply_dra
+from gpuscope.collector.cluster.dra_cel import evaluate, not_understood
+from gpuscope.collector.cluster.dra_records import DraDevice, devices_from_slices, dra_objects
 from gpuscope.core.kube_objects import objects_from_documents
 from gpuscope.core.settings import AnalyticsSettings
 from tests.fakes import dra_objects as d
@@ -320,7 +320,7 @@ def test_selector_not_understood_is_said_plainly() -> None:
                                         selectors=["device.attributes['x'].y.matches('z')"])]),
     )  # fmt: skip
     from gpuscope.analytics.allocation import records_from_kubectl as rk
-    from gpuscope.collector.dra_records import dra_from_object_set
+    from gpuscope.collector.cluster.dra_records import dra_from_object_set
 
     nodes, pods = rk(d.kube_list([n]), d.kube_list([wait]))
     applied = apply_dra(nodes, pods, [wait], dra_from_object_set(objects))

@@ -34,8 +34,8 @@ from gpuscope.analytics.consolidation.plan import analyze_consolidation
 from gpuscope.analytics.fragmentation import analyze_fragmentation
 from gpuscope.analytics.quota import run_quota
 from gpuscope.analytics.whatif.inputs import read_workload, run_policies
-from gpuscope.collector.inventory_records import QuotaInfo
-from gpuscope.collector.store import Store
+from gpuscope.collector.cluster.inventory_records import QuotaInfo
+from gpuscope.collector.storage.store import Store
 from gpuscope.core.kube_objects import objects_from_documents
 from gpuscope.core.settings import AnalyticsSettings, Settings
 from tests.fakes import dra_objects as d

@@ -18,7 +18,7 @@ from gpuscope.analytics.fragmentation import (
     pack_free,
     task_fragment,
 )
-from gpuscope.collector.inventory_records import NodeInfo, PodInfo
+from gpuscope.collector.cluster.inventory_records import NodeInfo, PodInfo
 from gpuscope.core.settings import AnalyticsSettings
 
 AT = datetime(2025, 1, 1, tzinfo=UTC)

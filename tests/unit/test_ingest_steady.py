@@ -2,7 +2,7 @@
 
 A target's page of the same shape as its last parses to the very same name/label lists,
 and relabelling, page checks, churn admission and the store's series ids are reused for
-them (gpuscope/collector/parse.py, scrape.py, limits.py, store.py). Each test feeds the same pages
+them (gpuscope/collector/scraping/parse.py, scrape.py, limits.py, store.py). Each test feeds the same pages
 through the product's path twice, with the per-target caches and without any, and compares
 what the two databases hold.
 """
@@ -11,12 +11,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from gpuscope.collector.ingest import IngestWriter
-from gpuscope.collector.limits import IngestLimits
-from gpuscope.collector.metrics import CollectorMetrics
-from gpuscope.collector.scrape import ScrapeOutcome, Target, TargetCache, page_to_outcome
-from gpuscope.collector.store import Store
-from gpuscope.collector.targets import TargetRegistry
+from gpuscope.collector.gauges.metrics import CollectorMetrics
+from gpuscope.collector.scraping.ingest import IngestWriter
+from gpuscope.collector.scraping.limits import IngestLimits
+from gpuscope.collector.scraping.scrape import ScrapeOutcome, Target, TargetCache, page_to_outcome
+from gpuscope.collector.scraping.targets import TargetRegistry
+from gpuscope.collector.storage.store import Store
 
 T0 = datetime(2025, 3, 3, 10, 0, 0, tzinfo=UTC).timestamp()
 WORKLOAD = (

@@ -10,14 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from gpuscope.collector.batch import Batch, Labels
-from gpuscope.collector.fetch import redact_url
-from gpuscope.collector.ingest import IngestWriter
-from gpuscope.collector.limits import ChurnGuard, IngestLimits, LimitExceeded, check_page
-from gpuscope.collector.metrics import CollectorMetrics
-from gpuscope.collector.scrape import ScrapeOutcome, Target, page_to_outcome
-from gpuscope.collector.store import BadBatch, Store
-from gpuscope.collector.targets import TargetRegistry
+from gpuscope.collector.gauges.metrics import CollectorMetrics
+from gpuscope.collector.scraping.batch import Batch, Labels
+from gpuscope.collector.scraping.fetch import redact_url
+from gpuscope.collector.scraping.ingest import IngestWriter
+from gpuscope.collector.scraping.limits import ChurnGuard, IngestLimits, LimitExceeded, check_page
+from gpuscope.collector.scraping.scrape import ScrapeOutcome, Target, page_to_outcome
+from gpuscope.collector.scraping.targets import TargetRegistry
+from gpuscope.collector.storage.store import BadBatch, Store
 
 T0 = datetime(2025, 3, 3, 10, 0, 0)
 UTIL = "gpuscope_gpu_utilization_ratio"

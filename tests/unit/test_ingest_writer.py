@@ -8,13 +8,13 @@ from typing import Any
 import duckdb
 import pytest
 
-from gpuscope.collector.batch import Batch
-from gpuscope.collector.ingest import IngestWriter, StoreFailed
-from gpuscope.collector.limits import IngestLimits
-from gpuscope.collector.metrics import CollectorMetrics
-from gpuscope.collector.scrape import ScrapeOutcome, Target
-from gpuscope.collector.store import Store
-from gpuscope.collector.targets import TargetRegistry
+from gpuscope.collector.gauges.metrics import CollectorMetrics
+from gpuscope.collector.scraping.batch import Batch
+from gpuscope.collector.scraping.ingest import IngestWriter, StoreFailed
+from gpuscope.collector.scraping.limits import IngestLimits
+from gpuscope.collector.scraping.scrape import ScrapeOutcome, Target
+from gpuscope.collector.scraping.targets import TargetRegistry
+from gpuscope.collector.storage.store import Store
 
 UTIL = "gpuscope_gpu_utilization_ratio"
 T = 1_741_000_000.0

@@ -6,9 +6,9 @@ from pathlib import Path
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from gpuscope.collector.inventory_gauges import InventoryGauges
-from gpuscope.collector.inventory_records import NodeInfo
-from gpuscope.collector.store import Store
+from gpuscope.collector.cluster.inventory_records import NodeInfo
+from gpuscope.collector.gauges.inventory_gauges import InventoryGauges
+from gpuscope.collector.storage.store import Store
 
 T0 = datetime(2026, 11, 16, tzinfo=UTC)
 

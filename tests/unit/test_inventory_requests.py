@@ -7,8 +7,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from gpuscope.analytics.allocation import NodeState, Task, fits
-from gpuscope.collector.inventory_records import node_from_json, pod_from_json
-from gpuscope.collector.scheduling_rules import tolerates
+from gpuscope.collector.cluster.inventory_records import node_from_json, pod_from_json
+from gpuscope.collector.cluster.scheduling_rules import tolerates
 
 
 def test_pod_requests_as_the_scheduler_counts_them() -> None:

@@ -11,7 +11,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpuscope.collector.node_selection import matches, node_selector_terms
+from gpuscope.collector.cluster.node_selection import matches, node_selector_terms
 
 KEYS = ["pool", "zone", "nvidia.com/gpu.product", "gpus"]
 VALUES = ["a", "b", "1", "8"]

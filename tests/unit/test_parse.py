@@ -1,4 +1,4 @@
-"""gpuscope.collector.parse: the Prometheus text parser, exact against prometheus_client and the spec."""
+"""gpuscope.collector.scraping.parse: the Prometheus text parser, exact against prometheus_client and the spec."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from prometheus_client.metrics_core import (
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector, CollectorRegistry
 
-from gpuscope.collector.parse import MAX_ERRORS, ParseResult, parse_exposition
+from gpuscope.collector.scraping.parse import MAX_ERRORS, ParseResult, parse_exposition
 from tests.paths import FIXTURES
 
 DCGM_PAGE = FIXTURES / "dcgm-exporter-sample" / "dcgm-exporter-metrics.txt"
@@ -507,7 +507,7 @@ def _same(a: ParseResult, b: ParseResult) -> bool:
 def test_series_cache_never_changes_the_result() -> None:
     """With a per-target cache, each page parses exactly as it would without one: new
     series, values, a timestamp, an escape, changed HELP, a bad line, a tab and a cut."""
-    from gpuscope.collector.parse import SeriesCache
+    from gpuscope.collector.scraping.parse import SeriesCache
 
     base = (
         "# HELP m_ratio a ratio\n# TYPE m_ratio gauge\n"
@@ -537,8 +537,8 @@ def test_series_cache_never_changes_the_result() -> None:
 
 def test_series_cache_makes_an_unchanged_page_a_lookup() -> None:
     """The second scrape of an unchanged page goes through the lookup path only."""
-    from gpuscope.collector import parse as parse_module
-    from gpuscope.collector.parse import SeriesCache
+    from gpuscope.collector.scraping import parse as parse_module
+    from gpuscope.collector.scraping.parse import SeriesCache
 
     page = "# TYPE m_ratio gauge\n" + "".join(f'm_ratio{{i="{i}"}} 0.{i}\n' for i in range(100))
     cache = SeriesCache()
@@ -608,7 +608,7 @@ def test_a_page_of_another_shape_or_odd_values_parses_as_without_the_cache(page:
     """The per-target page shape (values swapped into a known page) never changes a
     result: each variant, after a primed cache and before the original again, parses
     exactly as the full parser without a cache reads it."""
-    from gpuscope.collector.parse import SeriesCache
+    from gpuscope.collector.scraping.parse import SeriesCache
 
     cache = SeriesCache()
     for _ in range(2):
@@ -622,7 +622,7 @@ def test_a_page_of_another_shape_or_odd_values_parses_as_without_the_cache(page:
 def test_a_steady_page_hands_back_the_same_series_columns() -> None:
     """Later stages recognise a target's unchanged series by the identity of the columns:
     the same label set gives the same lists, a changed one new lists."""
-    from gpuscope.collector.parse import SeriesCache
+    from gpuscope.collector.scraping.parse import SeriesCache
 
     cache = SeriesCache()
     first = parse_exposition(_page(), cache=cache)
@@ -642,7 +642,7 @@ def test_an_openmetrics_page_keeps_its_shape_across_scrapes() -> None:
     per-sample work) and still parse exactly as without a cache. It did not: the shape was
     dropped for every page with `# EOF`, so each scrape of every agent went through the
     full grammar (issue 27: most of the collector's CPU per stored sample)."""
-    from gpuscope.collector.parse import SeriesCache
+    from gpuscope.collector.scraping.parse import SeriesCache
 
     def om(values: tuple[str, ...] = ("0.5", "1", "10")) -> str:
         return _page(values) + "# EOF\n"

@@ -1,4 +1,4 @@
-"""PodDisruptionBudgets as the inventory stores them (gpuscope/collector/pdb_records.py).
+"""PodDisruptionBudgets as the inventory stores them (gpuscope/collector/cluster/pdb_records.py).
 
 The fixture is a policy/v1 PodDisruptionBudget with every field of the type (kubernetes/api
 policy/v1: spec minAvailable, selector, maxUnavailable, unhealthyPodEvictionPolicy; status
@@ -16,7 +16,7 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gpuscope.collector.pdb_records import (
+from gpuscope.collector.cluster.pdb_records import (
     Budget,
     budget_from_json,
     budget_from_record,

@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 from gpuscope.analytics.allocation import state_from_records
 from gpuscope.analytics.fragmentation import analyze_fragmentation, summarize
 from gpuscope.analytics.runner import run_on_snapshot
-from gpuscope.collector.inventory_records import NodeInfo, PodInfo
+from gpuscope.collector.cluster.inventory_records import NodeInfo, PodInfo
 from gpuscope.core.settings import AnalyticsSettings, Settings
 from tests.paths import FIXTURES
 

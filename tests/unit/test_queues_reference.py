@@ -29,8 +29,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gpuscope.analytics.queues import judge
-from gpuscope.collector.inventory_records import pod_from_json
-from gpuscope.collector.queue_records import quotas_from_objects
+from gpuscope.collector.cluster.inventory_records import pod_from_json
+from gpuscope.collector.cluster.queue_records import quotas_from_objects
 from gpuscope.core.kube_objects import objects_from_documents
 from tests.kueue_objects import cluster_queue, kubectl_list, local_queue, pod
 

@@ -8,8 +8,8 @@ from collections.abc import AsyncIterator, Sequence
 
 import pytest
 
-from gpuscope.collector.scrape import ScrapeOutcome, Target
-from gpuscope.collector.scrape_loop import ScrapeLoop
+from gpuscope.collector.scraping.scrape import ScrapeOutcome, Target
+from gpuscope.collector.scraping.scrape_loop import ScrapeLoop
 
 TARGETS = [Target(f"http://10.0.0.{i}:9835/metrics") for i in range(5)]
 
@@ -70,7 +70,7 @@ def test_a_tick_is_written_when_its_last_scrape_is_in_not_after_the_group_time()
 
 
 def test_next_tick_counts_the_ticks_a_late_scrape_ran_past() -> None:
-    from gpuscope.collector.scrape_loop import next_tick
+    from gpuscope.collector.scraping.scrape_loop import next_tick
 
     assert next_tick(100.0, 100.3, 1.0) == (101.0, 0)  # on time: no tick skipped
     assert next_tick(100.0, 101.0, 1.0) == (102.0, 1)  # ended on the next tick: it is gone
@@ -133,7 +133,7 @@ class BatchScraper(InstantScraper):
     """Every target answers at once with a page of 10 samples."""
 
     async def scrape_one(self, client: None, target: Target) -> ScrapeOutcome:
-        from gpuscope.collector.batch import Batch
+        from gpuscope.collector.scraping.batch import Batch
 
         await super().scrape_one(client, target)
         batch = Batch(

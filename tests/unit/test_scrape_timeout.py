@@ -2,11 +2,11 @@
 
 Seen in CI: on a loaded machine a churning target's 20,000-line page was fetched in time
 and parsed too late; the late outcome was rebuilt with ``cpu_seconds=0``, so the CPU budget
-(gpuscope/collector/cpu_budget.py) never held that target and it was parsed at every tick.
+(gpuscope/collector/scraping/cpu_budget.py) never held that target and it was parsed at every tick.
 """
 
-from gpuscope.collector.batch import Batch
-from gpuscope.collector.scrape import ScrapeOutcome, Target, past_timeout
+from gpuscope.collector.scraping.batch import Batch
+from gpuscope.collector.scraping.scrape import ScrapeOutcome, Target, past_timeout
 
 TARGET = Target("http://10.0.0.1:9835/metrics")
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import kubernetes_validate
 import pytest
 
-from gpuscope.collector.inventory import (
+from gpuscope.collector.cluster.inventory import (
     node_from_json,
     pod_from_json,
     quota_from_clusterqueue,
@@ -185,7 +185,7 @@ def test_kai_queue_negative_values_mean_unset() -> None:
 
 def test_quantities_parse_like_kubernetes() -> None:
     """Binary and decimal suffixes, millis and exponents; junk is zero, not an exception."""
-    from gpuscope.collector.inventory_records import parse_quantity
+    from gpuscope.collector.cluster.inventory_records import parse_quantity
 
     assert parse_quantity("1500m") == 1.5
     assert parse_quantity("2Ki") == 2048 and parse_quantity("3G") == 3e9

@@ -1,4 +1,4 @@
-"""The query window (gpuscope/collector/step_window.py) against a reference written apart:
+"""The query window (gpuscope/collector/querying/step_window.py) against a reference written apart:
 whatever the cycle times (jitter, late cycles, pauses), every step the engine has is asked
 exactly once, none inside the latency offset, none beyond the lag bound; a refused size is
 never asked again."""
@@ -10,7 +10,7 @@ import math
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpuscope.collector.step_window import StepWindow
+from gpuscope.collector.querying.step_window import StepWindow
 
 
 def run_cycles(

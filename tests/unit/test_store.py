@@ -10,10 +10,10 @@ import duckdb
 import polars as pl
 import pytest
 
-from gpuscope.collector import schema
-from gpuscope.collector.batch import Batch
-from gpuscope.collector.schema import migrate
-from gpuscope.collector.store import Q, Retention, Store, series_kind
+from gpuscope.collector.scraping.batch import Batch
+from gpuscope.collector.storage import schema
+from gpuscope.collector.storage.schema import migrate
+from gpuscope.collector.storage.store import Q, Retention, Store, series_kind
 from gpuscope.core.errors import UserError
 
 T0 = datetime(2025, 3, 3, 10, 0, 0)  # a Monday, 10:00 UTC
@@ -607,7 +607,7 @@ def test_actions_and_alert_state(db: Path) -> None:
 
 
 def test_named_queries_load_from_package_data() -> None:
-    """gpuscope/collector/sql/queries.sql ships with the package and every query the store uses is in it."""
+    """gpuscope/collector/storage/sql/queries.sql ships with the package and every query the store uses is in it."""
     assert {"append_samples", "update_series", "rollup_5m", "export_day", "scd_close"} <= Q.keys()
     assert all(q.strip() for q in Q.values())
 

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuscope.collector.store import Store
+from gpuscope.collector.storage.store import Store
 from gpuscope.core.errors import ConfigError
 from gpuscope.core.settings import load_settings
 

@@ -16,10 +16,10 @@ from typing import Any
 import duckdb
 import pytest
 
-from gpuscope.collector import api_queries
-from gpuscope.collector.batch import Batch
-from gpuscope.collector.schema import migrate
-from gpuscope.collector.store import Retention, Store
+from gpuscope.collector.http_api import api_queries
+from gpuscope.collector.scraping.batch import Batch
+from gpuscope.collector.storage.schema import migrate
+from gpuscope.collector.storage.store import Retention, Store
 
 UTIL = "gpuscope_gpu_utilization_ratio"
 DAY = datetime(2025, 3, 3)

@@ -15,7 +15,7 @@ from gpuscope.analytics.topology import analyze_topology, job_shape, job_sizes
 from gpuscope.analytics.topology_groups import pod_groups
 from gpuscope.analytics.topology_levels import topology_of
 from gpuscope.cli.main import main
-from gpuscope.collector.inventory_records import NodeInfo, PodInfo
+from gpuscope.collector.cluster.inventory_records import NodeInfo, PodInfo
 from gpuscope.core.kube_objects import objects_from_documents
 
 AT = datetime(2026, 1, 1, tzinfo=UTC)

@@ -9,8 +9,8 @@ from datetime import UTC, datetime
 from gpuscope.analytics.allocation import state_from_records
 from gpuscope.analytics.topology import analyze_topology
 from gpuscope.analytics.topology_levels import topology_of
-from gpuscope.collector.analytics_gauges import AnalyticsGauges
-from gpuscope.collector.inventory_records import NodeInfo, PodInfo
+from gpuscope.collector.cluster.inventory_records import NodeInfo, PodInfo
+from gpuscope.collector.gauges.analytics_gauges import AnalyticsGauges
 
 AT = datetime(2026, 1, 1, tzinfo=UTC)
 

@@ -33,8 +33,8 @@ from gpuscope.analytics.allocation import (
     task_of,
 )
 from gpuscope.analytics.allocation_sharing import is_reservation
-from gpuscope.collector.dra_apply import STANDALONE_CLAIMS_ANNOTATION
-from gpuscope.collector.inventory_records import PodInfo
+from gpuscope.collector.cluster.dra_apply import STANDALONE_CLAIMS_ANNOTATION
+from gpuscope.collector.cluster.inventory_records import PodInfo
 from gpuscope.core.records import WorkloadKind
 
 log = logging.getLogger(__name__)
@@ -94,7 +94,7 @@ class Goal:
     ephemeral_mib: int = 0
     tolerations: frozenset[str] = frozenset()
     #: Node selector and required node affinity of a pending job
-    #: (:mod:`gpuscope.collector.node_selection`).
+    #: (:mod:`gpuscope.collector.cluster.node_selection`).
     node_terms: tuple[str, ...] = ()
     #: MIG instances each unit asks for, by profile (a MIG job: ``gpus`` 0).
     mig: tuple[tuple[str, int], ...] = ()

@@ -70,7 +70,7 @@ from gpuscope.analytics.consolidation.search import (
     plan_rank,
     plan_with,
 )
-from gpuscope.collector.inventory_records import PodInfo
+from gpuscope.collector.cluster.inventory_records import PodInfo
 from gpuscope.core.records import Finding, finding_id
 from gpuscope.core.settings import AnalyticsSettings, WorkloadSettings
 

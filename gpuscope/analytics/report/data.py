@@ -57,8 +57,8 @@ from gpuscope.analytics.report.week import Week
 from gpuscope.analytics.report.whatif import whatif_over
 from gpuscope.analytics.report.whatif_topology import whatif_topology_over
 from gpuscope.analytics.whatif.history import read_history
-from gpuscope.collector.schema import GET_META
-from gpuscope.collector.store import utc
+from gpuscope.collector.storage.schema import GET_META
+from gpuscope.collector.storage.store import utc
 from gpuscope.core.gpu_prices import estimated_price
 from gpuscope.core.owners import pod_owner
 from gpuscope.core.settings import Settings

@@ -32,7 +32,7 @@ from gpuscope.analytics.base import Analysis
 from gpuscope.analytics.fragmentation import analyze_fragmentation
 from gpuscope.analytics.report.sql import Q, run
 from gpuscope.analytics.report.week import Week
-from gpuscope.collector.inventory_records import NodeInfo, PodInfo
+from gpuscope.collector.cluster.inventory_records import NodeInfo, PodInfo
 from gpuscope.core.records import WorkloadKind
 from gpuscope.core.settings import AnalyticsSettings
 

@@ -32,7 +32,7 @@ from gpuscope.analytics.report.week import Week
 from gpuscope.analytics.topology import analyze_topology
 from gpuscope.analytics.topology_groups import pod_groups
 from gpuscope.analytics.topology_levels import topology_of
-from gpuscope.collector.inventory_records import NodeInfo, PodInfo
+from gpuscope.collector.cluster.inventory_records import NodeInfo, PodInfo
 from gpuscope.core.settings import AnalyticsSettings
 
 SLOT_SIZES = (16, 64)

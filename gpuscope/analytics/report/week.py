@@ -10,7 +10,7 @@ import re
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 
-from gpuscope.collector.store import utc
+from gpuscope.collector.storage.store import utc
 from gpuscope.core.errors import UserError
 
 _WEEK = re.compile(r"^(\d{4})-?W(\d{2})$")

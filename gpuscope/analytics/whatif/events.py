@@ -19,7 +19,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from gpuscope.analytics.allocation import NodeState, Task, task_of
-from gpuscope.collector.inventory_records import NodeInfo, PodInfo
+from gpuscope.collector.cluster.inventory_records import NodeInfo, PodInfo
 
 #: Milli-GPU per GPU: shares are replayed in integer milli-GPU, as the FGD simulator does,
 #: so fractions never drift (0.3 + 0.3 + 0.4 is exactly one GPU).

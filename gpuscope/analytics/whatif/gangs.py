@@ -44,7 +44,7 @@ from gpuscope.analytics.whatif.topology import (
     TopoNode,
     replay_gangs,
 )
-from gpuscope.collector.inventory_records import NodeInfo, PodInfo
+from gpuscope.collector.cluster.inventory_records import NodeInfo, PodInfo
 from gpuscope.core.errors import UserError
 from gpuscope.core.kube_objects import ObjectSet
 

@@ -35,7 +35,7 @@ import duckdb
 
 from gpuscope.analytics.allocation import _record
 from gpuscope.analytics.whatif.events import Inventory, PodEvent, empty_nodes, request_of
-from gpuscope.collector.inventory_records import NodeInfo, PodInfo
+from gpuscope.collector.cluster.inventory_records import NodeInfo, PodInfo
 from gpuscope.core.records import WorkloadKind
 
 #: Versions of nodes / pods that overlap the window [start, end).

@@ -37,7 +37,7 @@ from gpuscope.analytics.whatif.events import (
 )
 from gpuscope.analytics.whatif.history import History
 from gpuscope.analytics.whatif.results import PolicyResult
-from gpuscope.collector.inventory_records import NodeInfo, PodInfo
+from gpuscope.collector.cluster.inventory_records import NodeInfo, PodInfo
 from gpuscope.core.errors import UserError
 from gpuscope.core.kube_objects import ObjectSet
 from gpuscope.core.settings import Settings

@@ -1,0 +1,145 @@
+"""Queue and quota objects as records: Kueue ClusterQueues, LocalQueues and Cohorts, KAI
+Queues, ResourceQuotas.
+
+Pure functions from the objects as the API server (or ``kubectl get -o json``) gives them
+to :class:`~gpuscope.collector.cluster.inventory_records.QuotaInfo`; the inventory lists the
+objects, ``--objects FILE`` reads them from files, and both end here, so a live cluster
+and a snapshot of it give one queue model (gpuscope/analytics/queues.py). Only GPUs are
+read (``nvidia.com/gpu``); each rule's source is in docs/analytics.md ("Queues").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from gpuscope.collector.cluster.inventory_records import QuotaInfo, parse_quantity
+from gpuscope.core.kube_objects import ObjectSet
+from gpuscope.sim import kube as names
+
+KUEUE_GROUP = "kueue.x-k8s.io"
+KAI_GROUP = "scheduling.run.ai"
+
+
+def _opt_num(value: Any) -> float | None:
+    return None if value is None or str(value).strip() == "" else parse_quantity(value)
+
+
+def _gpu_quotas(spec: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any]]]:
+    """(flavor, quota) for each flavor's ``nvidia.com/gpu`` entry in ``resourceGroups``."""
+    out = []
+    for group in spec.get("resourceGroups") or ():
+        for flavor in group.get("flavors") or ():
+            for res in flavor.get("resources") or ():
+                if res.get("name") == names.GPU_RESOURCE:
+                    out.append((str(flavor.get("name") or ""), res))
+    return out
+
+
+def _limit_sum(values: list[float | None]) -> float | None:
+    """A limit over flavors: their sum, or None (no limit) when any flavor has none."""
+    return None if not values or None in values else sum(v or 0.0 for v in values)
+
+
+def _quotas(spec: Mapping[str, Any]) -> dict[str, Any]:
+    gpu = _gpu_quotas(spec)
+    weight = (spec.get("fairSharing") or {}).get("weight")
+    return {
+        "guaranteed_gpus": sum(parse_quantity(r.get("nominalQuota", 0)) for _, r in gpu),
+        "borrowing_limit": _limit_sum([_opt_num(r.get("borrowingLimit")) for _, r in gpu]),
+        "lending_limit": _limit_sum([_opt_num(r.get("lendingLimit")) for _, r in gpu]),
+        "over_quota_weight": _opt_num(weight),
+        "flavors": tuple(f for f, _ in gpu),
+    }
+
+
+def quota_from_clusterqueue(obj: Mapping[str, Any]) -> QuotaInfo:
+    """A Kueue ClusterQueue: nominal quota, borrowing and lending limits summed over its GPU
+    flavors, its cohort (``spec.cohort`` in v1beta1, ``spec.cohortName`` in v1beta2) and
+    its preemption policies ("" where unset: Kueue's default, Never)."""
+    spec = obj.get("spec") or {}
+    pre = spec.get("preemption") or {}
+    borrow = pre.get("borrowWithinCohort") or {}
+    threshold = borrow.get("maxPriorityThreshold")
+    return QuotaInfo(
+        project=str((obj.get("metadata") or {}).get("name", "")),
+        source="kueue",
+        cohort=str(spec.get("cohortName") or spec.get("cohort") or ""),
+        reclaim_within_cohort=str(pre.get("reclaimWithinCohort") or ""),
+        within_cluster_queue=str(pre.get("withinClusterQueue") or ""),
+        borrow_within_cohort=str(borrow.get("policy") or ""),
+        borrow_max_priority=int(threshold) if isinstance(threshold, int | float) else None,
+        **_quotas(spec),
+    )
+
+
+def quota_from_localqueue(obj: Mapping[str, Any]) -> QuotaInfo:
+    """A Kueue LocalQueue: no quota of its own, the name a pod's
+    ``kueue.x-k8s.io/queue-name`` gives in its namespace, and the ClusterQueue it feeds."""
+    meta = obj.get("metadata") or {}
+    return QuotaInfo(
+        project=str(meta.get("name", "")),
+        guaranteed_gpus=0.0,
+        source="kueue-localqueue",
+        namespace=str(meta.get("namespace") or ""),
+        cluster_queue=str((obj.get("spec") or {}).get("clusterQueue") or ""),
+    )
+
+
+def quota_from_cohort(obj: Mapping[str, Any]) -> QuotaInfo:
+    """A Kueue Cohort object: its own quota (shared by its subtree), its parent
+    (``spec.parent`` in v1beta1, ``spec.parentName`` in v1beta2) and the limits towards it."""
+    spec = obj.get("spec") or {}
+    return QuotaInfo(
+        project=str((obj.get("metadata") or {}).get("name", "")),
+        source="kueue-cohort",
+        cohort=str(spec.get("parentName") or spec.get("parent") or ""),
+        **_quotas(spec),
+    )
+
+
+def quota_from_kai_queue(obj: Mapping[str, Any]) -> QuotaInfo:
+    """A KAI Scheduler Queue: ``spec.resources.gpu`` quota, overQuotaWeight and limit
+    (negative values mean "not set" there) and ``spec.parentQueue``."""
+    spec = obj.get("spec") or {}
+    gpu = (spec.get("resources") or {}).get("gpu") or {}
+
+    def nonneg(key: str) -> float | None:
+        value = _opt_num(gpu.get(key))
+        return None if value is None or value < 0 else value
+
+    return QuotaInfo(
+        project=str((obj.get("metadata") or {}).get("name", "")),
+        guaranteed_gpus=nonneg("quota") or 0.0,
+        over_quota_weight=nonneg("overQuotaWeight"),
+        limit=nonneg("limit"),
+        source="kai",
+        cohort=str(spec.get("parentQueue") or ""),
+    )
+
+
+def quota_from_resourcequota(obj: Mapping[str, Any]) -> QuotaInfo | None:
+    """A ResourceQuota with ``requests.nvidia.com/gpu``: a hard cap on the namespace,
+    which is its project's guarantee and limit alike; None for quotas without GPUs."""
+    hard = (obj.get("spec") or {}).get("hard") or {}
+    value = hard.get(f"requests.{names.GPU_RESOURCE}")
+    if value is None:
+        return None
+    namespace = str((obj.get("metadata") or {}).get("namespace", ""))
+    gpus = parse_quantity(value)
+    return QuotaInfo(namespace, gpus, 0.0, None, gpus, "resourcequota", namespace)
+
+
+def quotas_from_objects(objects: ObjectSet) -> list[QuotaInfo]:
+    """Every queue and quota object of an ``--objects`` set, as the inventory records them."""
+    quotas: list[QuotaInfo] = []
+    quotas += [q for q in map(quota_from_resourcequota, objects.of("ResourceQuota")) if q]
+    quotas += map(quota_from_clusterqueue, objects.of("ClusterQueue", group=KUEUE_GROUP))
+    quotas += map(quota_from_localqueue, objects.of("LocalQueue", group=KUEUE_GROUP))
+    quotas += map(quota_from_cohort, objects.of("Cohort", group=KUEUE_GROUP))
+    quotas += map(quota_from_kai_queue, objects.of("Queue", group=KAI_GROUP))
+    return sorted(quotas, key=lambda q: (q.source, q.namespace, q.project))
+
+
+def by_source(quotas: Iterable[QuotaInfo], *sources: str) -> list[QuotaInfo]:
+    return [q for q in quotas if q.source in sources]

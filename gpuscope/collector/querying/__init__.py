@@ -1,0 +1,2 @@
+"""Ingest from a Prometheus-compatible query API instead of scraping: pull and fleet
+modes, their client, step windows and check."""

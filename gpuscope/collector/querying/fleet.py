@@ -1,0 +1,243 @@
+"""Fleet mode: ask the metrics engine for 5-minute summaries instead of copying raw series.
+
+With ``collector.prometheus_url`` set (and ``collector.query.mode: fleet``, the default),
+every cycle asks the engine, for each closed 5-minute bucket, the questions the detectors
+need, as PromQL that Prometheus, Thanos, Mimir and VictoriaMetrics all answer:
+
+- per node, the agents present (``count by (node)``): the shards are built from it;
+- per GPU (and per workload on it) the busy signals' peak (``max_over_time``): a bucket is
+  busy for the idle detector exactly when any of its samples was;
+- per GPU and workload the memory used, power and clocks' mean (``avg_over_time``);
+- the counters (InfiniBand bytes, waits and errors per port and direction, NVLink/PCIe
+  bytes, energy, ECC) and the inventory gauges (``gpuscope_gpu_info``, the workload info,
+  port line rate) as their value at the bucket's end: the store turns counters into
+  increases, so a bucket holds its 5-minute increase and the rate over line rate is the
+  bandwidth detector's own arithmetic.
+
+Each answer is stored as one sample per series per bucket, at the bucket's last second
+(``start + 299``, where the engine evaluated it), under the agent's own metric names and
+labels. That time is what the store's conventions need: a counter's stored increase is
+then the traffic of the bucket, ending at its time; a peak is dated no earlier than it could
+have happened (idle is never called early); and the sample falls in its own bucket, so the
+store's coarse-series rule makes those samples the 5-minute roll-up itself
+(docs/storage.md). Idle, bandwidth, quota, the report, alerts, actions and the what-if read
+them unchanged, at 5-minute resolution (docs/scale.md says what that changes).
+
+Queries are sharded by a hash of the node name (``shards`` shards, each a ``node=~``
+regex), so none returns the whole fleet; each shard has its own
+:class:`~gpuscope.collector.querying.step_window.StepWindow` on the 5-minute grid (a shard that
+failed is asked again alone, nothing is stored twice) and its own timeouts and retries
+(:class:`~gpuscope.collector.querying.query_client.QueryClient`). With ``recording_rules`` the
+engine's precomputed ``gpuscope:*`` series (dashboards/rules/gpuscope-fleet-rules.yaml)
+are read instead of the ``*_over_time`` questions.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import zlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from gpuscope.collector.querying.promql import LabelCache, batches_from_matrix, matrix_result
+from gpuscope.collector.querying.query_client import QueryClient, QueryRefused
+from gpuscope.collector.querying.step_window import StepWindow
+from gpuscope.collector.scraping.batch import Batch
+from gpuscope.core.errors import SourceError
+
+log = logging.getLogger(__name__)
+
+BUCKET_S = 300
+#: What is asked is what the detectors, the report, the API and the alerts read (a series
+#: nothing reads would cost the collector ~1 KB of memory each and the engine a query);
+#: the engine keeps the rest for dashboards.
+#: The busy signals: stored as each bucket's peak.
+PEAK = (
+    "gpuscope_gpu_utilization_ratio", "gpuscope_gpu_memory_utilization_ratio",
+    "gpuscope_gpu_sm_active_ratio", "gpuscope_gpu_workload_utilization_ratio",
+)  # fmt: skip
+#: Levels: stored as each bucket's mean.
+MEAN = ("gpuscope_gpu_memory_used_bytes", "gpuscope_gpu_workload_memory_used_bytes")
+#: Inventory gauges and counters: stored as their value at the bucket's end.
+LAST = (
+    "gpuscope_gpu_info", "gpuscope_gpu_up", "gpuscope_gpu_workload_info",
+    "gpuscope_gpu_ecc_errors_total", "gpuscope_gpu_nvlink_bytes_total",
+    "gpuscope_gpu_pcie_bytes_total", "gpuscope_ib_transmit_bytes_total",
+    "gpuscope_ib_receive_bytes_total", "gpuscope_ib_transmit_wait_total",
+    "gpuscope_ib_errors_total", "gpuscope_ib_port_rate_bytes_per_second",
+    "gpuscope_agent_info", "gpuscope_agent_source_up",
+)  # fmt: skip
+#: The node list each cycle's shards are built from.
+NODES_QUERY = "count by (node) (last_over_time(gpuscope_agent_info[{w}s]))"
+
+
+def rule_name(metric: str, how: str) -> str:
+    """The recording rule's series for a metric's bucket summary (``gpuscope:*``)."""
+    return f"gpuscope:{metric.removeprefix('gpuscope_')}:{how}5m"
+
+
+RULE_NAMES = {rule_name(m, "max"): m for m in PEAK} | {rule_name(m, "avg"): m for m in MEAN}
+
+
+def shard_of(node: str, shards: int) -> int:
+    """A node's shard: a stable hash of its name (the same in every process and run)."""
+    return zlib.crc32(node.encode()) % shards
+
+
+def node_regex(nodes: Sequence[str]) -> str:
+    """A PromQL string literal's content matching exactly these nodes (regex escaped, then
+    backslashes doubled for the string literal)."""
+    return "|".join(re.escape(n) for n in sorted(nodes)).replace("\\", "\\\\")
+
+
+@dataclass
+class FleetSource:
+    client: QueryClient
+    shards: int = 8
+    recording_rules: bool = False
+    latency_offset: float = 30.0
+    max_buckets_per_query: int = 12
+    max_lag_buckets: int = 288
+    windows: dict[int, StepWindow] = field(default_factory=dict)
+    labels: LabelCache = field(default_factory=LabelCache)
+
+    def __post_init__(self) -> None:
+        for s in range(self.shards):
+            self.windows.setdefault(s, self._window())
+
+    def _window(self) -> StepWindow:
+        return StepWindow(
+            BUCKET_S,
+            latency_offset=self.latency_offset,
+            max_steps_per_query=self.max_buckets_per_query,
+            max_lag_steps=self.max_lag_buckets,
+            final_after=2 * BUCKET_S,
+        )
+
+    @property
+    def shown_url(self) -> str:
+        return self.client.shown_url
+
+    def newest_bucket(self, now: float) -> float:
+        """The start of the newest bucket closed (and past the latency offset) at ``now``."""
+        return self.windows[0].newest(now - BUCKET_S)
+
+    def cycle(self, now: float, store: Callable[[Batch], object]) -> FleetCycle:
+        """Ask every shard for its buckets not yet stored, hand each bucket's batch to
+        ``store`` as its shard's answer arrives; a failing shard is left for the next cycle
+        (its error in the result), the others go on."""
+        out = FleetCycle()
+        # bucket starts: the window's grid is of starts; evaluation is at start + 299 s
+        plans = {s: w.next(now - BUCKET_S) for s, w in self.windows.items()}
+        asked = [p for p in plans.values() if p is not None]
+        if not asked:
+            return out
+        lo, hi = min(p[0] for p in asked), max(p[1] for p in asked)
+        nodes = self._nodes(lo, hi)
+        by_shard: dict[int, list[str]] = {}
+        for node in nodes:
+            by_shard.setdefault(shard_of(node, self.shards), []).append(node)
+        for s, plan in plans.items():
+            if plan is None:
+                continue
+            window = self.windows[s]
+            start, end = plan
+            members = by_shard.get(s, [])
+            try:
+                batches = self._ask(members, start, end, self.target(s)) if members else []
+            except QueryRefused as exc:
+                window.refused(round((end - start) / BUCKET_S) + 1)
+                out.errors.append(str(exc))
+                continue
+            except SourceError as exc:
+                out.errors.append(str(exc))
+                continue
+            for b in batches:
+                store(b)
+                out.samples += len(b)
+            steps = {b.ts_ms / 1000 - (BUCKET_S - 1) for b in batches}
+            if not members:  # nothing to ask there: the steps are done, not missing
+                steps = {start + k * BUCKET_S for k in range(round((end - start) / BUCKET_S) + 1)}
+            before = window.cursor
+            window.answered(start, end, steps, now - BUCKET_S)
+            if window.cursor is not None and before is not None:
+                out.buckets += round((window.cursor - before) / BUCKET_S)
+        return out
+
+    def _nodes(self, lo: float, hi: float) -> list[str]:
+        data = self.client.query("/api/v1/query_range", self._range(
+            NODES_QUERY.format(w=BUCKET_S), lo, hi))  # fmt: skip
+        nodes: set[str] = set()
+        for r in matrix_result(data, self.shown_url):
+            metric = r.get("metric")
+            if isinstance(metric, dict) and "node" in metric:
+                nodes.add(str(metric["node"]))
+        return sorted(nodes)
+
+    @staticmethod
+    def _range(query: str, start: float, end: float) -> dict[str, str]:
+        """A range query whose points fall on each bucket's last second: ``[300s]`` there
+        covers the bucket's samples (whole-second times ``start .. start + 299``)."""
+        return {
+            "query": query,
+            "start": f"{start + BUCKET_S - 1:.0f}",
+            "end": f"{end + BUCKET_S - 1:.0f}",
+            "step": f"{BUCKET_S}",
+        }
+
+    def questions(self, nodes: Sequence[str]) -> list[tuple[str, str | None]]:
+        """``(PromQL, stored name or None when the answer keeps its own names)`` for one
+        shard of nodes."""
+        sel = f'node=~"{node_regex(nodes)}"'
+        last = "|".join(LAST)
+        out: list[tuple[str, str | None]] = [(f'{{__name__=~"{last}",{sel}}}', None)]
+        if self.recording_rules:
+            names = "|".join(re.escape(n) for n in RULE_NAMES).replace("\\", "\\\\")
+            out.append((f'{{__name__=~"{names}",{sel}}}', None))
+            return out
+        out += [(f"max_over_time({m}{{{sel}}}[{BUCKET_S}s])", m) for m in PEAK]
+        out += [(f"avg_over_time({m}{{{sel}}}[{BUCKET_S}s])", m) for m in MEAN]
+        return out
+
+    def target(self, shard: int) -> str:
+        """The target a shard's batches are stored under: the store keeps workload
+        intervals per target, so each shard must be its own (or one shard's bucket would
+        close the others' workloads)."""
+        return f"{self.shown_url}#shard={shard}/{self.shards}"
+
+    def _ask(self, nodes: Sequence[str], start: float, end: float, target: str) -> list[Batch]:
+        """Every question for one shard over buckets ``start..end``: one batch a bucket."""
+        merged: dict[int, Batch] = {}
+        for query, name in self.questions(nodes):
+            data = self.client.query("/api/v1/query_range", self._range(query, start, end))
+            result = matrix_result(data, self.shown_url)
+            if name is not None:
+                for r in result:
+                    if isinstance(r.get("metric"), dict):
+                        r["metric"]["__name__"] = name  # type: ignore[index]
+            name_of = None if name is not None else {**RULE_NAMES, **{m: m for m in LAST}}
+            for b in batches_from_matrix(result, target, name_of=name_of, cache=self.labels):
+                into = merged.setdefault(b.ts_ms, Batch(b.target, b.ts_ms, types=b.types))
+                into.names.extend(b.names)
+                into.labels.extend(b.labels)
+                into.values.extend(b.values)
+        return [merged[ts] for ts in sorted(merged)]
+
+    def status(self, now: float) -> dict[str, object]:
+        cursors = [w.cursor for w in self.windows.values() if w.cursor is not None]
+        lag = max(0.0, now - min(cursors)) if cursors else None
+        return {
+            "shards": self.shards,
+            "next_bucket": min(cursors) if cursors else None,
+            "lag_seconds": lag,
+            "buckets_skipped": sum(w.skipped for w in self.windows.values()),
+            "buckets_empty": sum(w.empty for w in self.windows.values()),
+        }
+
+
+@dataclass
+class FleetCycle:
+    samples: int = 0
+    buckets: int = 0
+    errors: list[str] = field(default_factory=list)

@@ -1,0 +1,2 @@
+"""Scraping: targets, fetching, parsing and checking pages, the per-target schedule,
+and handing scrape outcomes to the store."""

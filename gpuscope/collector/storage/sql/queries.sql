@@ -1,0 +1,280 @@
+-- Named queries of collector/storage/store.py. Each query follows its own name line.
+-- Parameters are bound ($name or ?); arrow tables registered by the store are named in
+-- the comments. {table} is filled in from a fixed list when the module loads.
+
+-- name: load_series
+SELECT series_id, metric, node, gpu, uuid, mig_instance, device, port,
+       namespace, pod, container, labels
+FROM series;
+
+-- name: insert_series
+-- new_series: series_id, metric, kind, node..container, labels (map)
+INSERT INTO series
+SELECT series_id, metric, kind, node, gpu, uuid, mig_instance, device, port,
+       namespace, pod, container, labels, $ts, $ts, NULL
+FROM new_series;
+
+-- name: append_samples
+-- batch: series_id, ts, value (one row per series). A counter sample becomes its
+-- increase since the previous sample of its series: a decrease is a reset, so the increase
+-- is the new value; the first sample of a series is its baseline (increase 0). A gauge keeps
+-- NaN and infinities as given (as Prometheus does); a counter's NaN or infinite value is not
+-- stored and does not become its last value, so it can neither poison sums nor make the
+-- next sample one increase of the whole total.
+INSERT INTO samples
+SELECT b.series_id, b.ts,
+       CASE WHEN s.kind <> 'counter' THEN b.value
+            WHEN s.last_raw IS NULL THEN 0
+            WHEN b.value >= s.last_raw THEN b.value - s.last_raw
+            ELSE b.value END
+FROM batch AS b JOIN series AS s ON s.series_id = b.series_id
+WHERE s.kind <> 'counter' OR isfinite(b.value)
+ORDER BY b.series_id;
+
+-- name: update_series
+UPDATE series SET last_seen = b.ts,
+       last_raw = CASE WHEN series.kind = 'counter' AND NOT isfinite(b.value)
+                       THEN series.last_raw ELSE b.value END
+FROM batch AS b WHERE series.series_id = b.series_id;
+
+-- name: add_samples_stored
+UPDATE meta SET value = CAST(CAST(value AS HUGEINT) + $n AS VARCHAR)
+WHERE key = 'samples_stored';
+
+-- name: probe_write
+-- A write that changes nothing but must reach the WAL on commit (store health).
+UPDATE meta SET value = value WHERE key = 'samples_stored';
+
+-- name: insert_scrape
+-- target, ts, up, duration_s, samples, error
+INSERT INTO scrapes VALUES (?, ?, ?, ?, ?, ?);
+
+-- name: load_open_intervals
+SELECT target, namespace, pod, container, node, gpu_uuid
+FROM workload_intervals WHERE end_ts IS NULL;
+
+-- name: close_intervals
+-- gone: record (JSON: namespace, pod, container, node, uuid)
+UPDATE workload_intervals AS w SET end_ts = $ts
+FROM (SELECT CAST(record AS JSON) AS r FROM gone) AS g
+WHERE w.target = $target AND w.end_ts IS NULL
+  AND w.namespace = g.r->>'namespace' AND w.pod = g.r->>'pod'
+  AND w.container = g.r->>'container' AND w.node = g.r->>'node'
+  AND w.gpu_uuid = g.r->>'uuid';
+
+-- name: insert_scrapes
+-- cycle_scrapes: target, ts, up, duration_s, samples, error (one row per target)
+INSERT INTO scrapes SELECT target, ts, up, duration_s, samples, error FROM cycle_scrapes;
+
+-- name: touch_intervals_many
+-- cycle_touch: target, ts (targets whose open intervals are still open)
+UPDATE workload_intervals AS w SET last_seen = t.ts
+FROM cycle_touch AS t WHERE w.target = t.target AND w.end_ts IS NULL;
+
+-- name: touch_intervals
+UPDATE workload_intervals SET last_seen = $ts WHERE target = $target AND end_ts IS NULL;
+
+-- name: open_intervals
+-- opened: record (JSON: the labels of a gpuscope_gpu_workload_info sample)
+INSERT INTO workload_intervals
+SELECT coalesce(r->>'namespace', ''), coalesce(r->>'pod', ''), coalesce(r->>'container', ''),
+       coalesce(r->>'node', ''), coalesce(r->>'gpu', ''), coalesce(r->>'uuid', ''),
+       r->>'workload_kind', r->>'project', TRY_CAST(r->>'interactive' AS BOOLEAN),
+       $target, $ts, $ts, NULL
+FROM (SELECT CAST(record AS JSON) AS r FROM opened);
+
+-- name: rollup_5m_coarse
+-- The series whose every 5-minute bucket in [$lo, $hi) holds one (finite) raw sample: their
+-- raw samples stand in for their roll-up (docs/storage.md, "Roll-ups").
+CREATE OR REPLACE TEMP TABLE rollup_coarse AS
+SELECT series_id FROM (
+    SELECT series_id, time_bucket(INTERVAL 5 MINUTE, ts) AS bucket, count(*) AS n
+    FROM samples WHERE ts >= $lo AND ts < $hi AND isfinite(value)
+    GROUP BY ALL)
+GROUP BY series_id HAVING max(n) = 1;
+
+-- name: rollup_5m_coarse_count
+SELECT count(*) FROM rollup_coarse;
+
+-- name: rollup_5m
+-- max NULL where it equals the mean (the view samples_5m coalesces it back);
+-- rows in series order (time forwards, backwards for odd series: see compact_copy), so
+-- that each column compresses per series.
+INSERT INTO rollup_5m_rows
+SELECT series_id, bucket, s, n, nullif(mx, s / n)
+FROM (
+    SELECT series_id, time_bucket(INTERVAL 5 MINUTE, ts) AS bucket,
+           max(value) AS mx, sum(value) AS s, count(*) AS n
+    FROM samples WHERE ts >= $lo AND ts < $hi AND isfinite(value)  -- a NaN gauge: no mean of NaN
+      AND series_id NOT IN (SELECT series_id FROM rollup_coarse)
+    GROUP BY ALL)
+ORDER BY series_id, CASE WHEN series_id % 2 = 0 THEN bucket END, bucket DESC;  -- as compact_copy
+
+-- name: rollup_5m_extend
+-- A coarse series whose stand-in range ends where this window starts: one range grows.
+UPDATE rollup_5m_raw SET hi = $hi
+WHERE hi = $lo AND series_id IN (SELECT series_id FROM rollup_coarse);
+
+-- name: rollup_5m_stand_in
+INSERT INTO rollup_5m_raw
+SELECT series_id, $lo, $hi FROM rollup_coarse
+WHERE series_id NOT IN (SELECT series_id FROM rollup_5m_raw WHERE hi = $hi);
+
+-- name: rollup_5m_done
+DROP TABLE rollup_coarse;
+
+-- name: rollup_1h
+INSERT INTO rollup_1h_rows
+SELECT series_id, hour, s, n, nullif(mx, s / n)
+FROM (
+    SELECT series_id, time_bucket(INTERVAL 1 HOUR, bucket) AS hour,
+           max(max) AS mx, sum(sum) AS s, sum(count) AS n
+    FROM samples_5m WHERE bucket >= $lo AND bucket < $hi
+    GROUP BY ALL)
+ORDER BY series_id, CASE WHEN series_id % 2 = 0 THEN hour END, hour DESC;
+
+-- name: delete_samples
+-- Past raw retention, except the samples that stand in for the 5-minute roll-up: those go
+-- at the 5-minute retention ($cut_5m).
+DELETE FROM samples WHERE ts < $cut AND (ts < $cut_5m OR NOT EXISTS (
+    SELECT 1 FROM rollup_5m_raw AS c
+    WHERE c.series_id = samples.series_id AND samples.ts >= c.lo AND samples.ts < c.hi));
+
+-- name: delete_scrapes
+DELETE FROM scrapes WHERE ts < $cut;
+
+-- name: delete_5m
+DELETE FROM rollup_5m_rows WHERE bucket < $cut;
+
+-- name: delete_5m_raw
+DELETE FROM rollup_5m_raw WHERE hi <= $cut;
+
+-- name: delete_1h
+DELETE FROM rollup_1h_rows WHERE bucket < $cut;
+
+-- name: first_uncompacted_day
+SELECT coalesce(max(day) + 1, (SELECT CAST(min(ts) AS DATE) FROM samples)) FROM compactions;
+
+-- name: max_rowid
+SELECT coalesce(max(rowid), -1) FROM samples;
+
+-- name: compact_copy
+-- Append a day's rows again, sorted by series then time: per-series runs compress
+-- (constant gauges to nothing, timestamps to their deltas) where scrape order does not.
+-- Odd series run backwards in time, so that where one series' run ends and the next
+-- begins the timestamp steps by one interval instead of jumping back a day: a jump costs
+-- its whole group of 2,048 timestamps 17 bits each (docs/storage.md).
+INSERT INTO samples
+SELECT series_id, ts, value FROM samples WHERE ts >= $lo AND ts < $hi
+ORDER BY series_id, CASE WHEN series_id % 2 = 0 THEN ts END, ts DESC;
+
+-- name: compact_delete
+-- The day's rows as they were; the sorted copy, local to this transaction, has higher rowids.
+DELETE FROM samples WHERE ts >= $lo AND ts < $hi AND rowid <= $max_rowid;
+
+-- name: compact_done
+INSERT INTO compactions VALUES ($day, $now, $rows);
+
+-- name: export_day
+-- One day of raw samples with their series' labels, for day=YYYY-MM-DD/samples.parquet.
+SELECT s.ts, r.metric, r.kind, r.node, r.gpu, r.uuid, r.mig_instance, r.device, r.port,
+       r.namespace, r.pod, r.container, r.labels, s.value
+FROM samples AS s JOIN series AS r ON r.series_id = s.series_id
+WHERE s.ts >= $lo AND s.ts < $hi
+ORDER BY s.series_id, s.ts;
+
+-- name: scd_close
+-- snap: key, record (canonical JSON text). Close the current version of every object
+-- that is gone or changed.
+UPDATE {table} SET valid_to = $now
+WHERE valid_to IS NULL AND NOT EXISTS (
+    SELECT 1 FROM snap
+    WHERE snap.key = {table}.key AND snap.record = CAST({table}.record AS VARCHAR));
+
+-- name: scd_open
+INSERT INTO {table}
+SELECT key, record, $now, NULL FROM snap
+WHERE NOT EXISTS (
+    SELECT 1 FROM {table} AS t WHERE t.valid_to IS NULL AND t.key = snap.key);
+
+-- name: update_findings
+-- incoming: record (JSON, the docs/design.md finding shape, times as naive UTC ISO text)
+UPDATE findings AS f
+SET severity = n.r->>'severity', subject = n.r->'subject',
+    since = coalesce(CAST(n.r->>'since' AS TIMESTAMP), f.since),
+    observed_at = coalesce(CAST(n.r->>'observed_at' AS TIMESTAMP), $now),
+    evidence = n.r->'evidence', recommendation = n.r->'recommendation'
+FROM (SELECT CAST(record AS JSON) AS r FROM incoming) AS n
+WHERE f.id = n.r->>'id' AND f.resolved_at IS NULL;
+
+-- name: insert_findings
+INSERT INTO findings
+SELECT r->>'id', r->>'kind', r->>'severity', coalesce(r->'subject', '{}'),
+       coalesce(CAST(r->>'since' AS TIMESTAMP), CAST(r->>'observed_at' AS TIMESTAMP), $now),
+       coalesce(CAST(r->>'observed_at' AS TIMESTAMP), $now),
+       r->'evidence', r->'recommendation', NULL
+FROM (SELECT CAST(record AS JSON) AS r FROM incoming) AS n
+WHERE NOT EXISTS (
+    SELECT 1 FROM findings AS f WHERE f.id = n.r->>'id' AND f.resolved_at IS NULL);
+
+-- name: resolve_findings
+UPDATE findings SET resolved_at = $now
+WHERE resolved_at IS NULL AND list_contains($kinds, kind)
+  AND id NOT IN (SELECT CAST(record AS JSON)->>'id' FROM incoming);
+
+-- name: select_findings
+SELECT CAST(json_object('id', id, 'kind', kind, 'severity', severity, 'subject', subject,
+                        'evidence', evidence, 'recommendation', recommendation) AS VARCHAR),
+       since, observed_at, resolved_at
+FROM findings
+WHERE resolved_at IS NULL OR NOT ?
+ORDER BY observed_at, id;
+
+-- name: insert_actions
+-- incoming: record (JSON: id, kind, at, finding_id, dry_run, result, ...)
+INSERT INTO actions
+SELECT r->>'id', coalesce(CAST(r->>'at' AS TIMESTAMP), $now), r->>'kind', r->>'finding_id',
+       coalesce(TRY_CAST(r->>'dry_run' AS BOOLEAN), true), r->>'result', r
+FROM (SELECT CAST(record AS JSON) AS r FROM incoming);
+
+-- name: upsert_action_state
+-- incoming: record (JSON: key, dry_run, kind, created_at, due_at, ...): the whole row is
+-- replaced, except created_at, which stays the first one.
+INSERT INTO action_state
+SELECT r->>'key', CAST(r->>'dry_run' AS BOOLEAN), r->>'kind',
+       coalesce(CAST(r->>'created_at' AS TIMESTAMP), $now), CAST(r->>'due_at' AS TIMESTAMP), r
+FROM (SELECT CAST(record AS JSON) AS r FROM incoming)
+ON CONFLICT (key, dry_run) DO UPDATE SET
+    kind = EXCLUDED.kind, due_at = EXCLUDED.due_at, record = EXCLUDED.record;
+
+-- name: delete_action_state
+DELETE FROM action_state WHERE dry_run = $dry_run AND list_contains($keys, key);
+
+-- name: select_action_state
+SELECT key, kind, created_at, due_at, CAST(record AS VARCHAR) FROM action_state
+WHERE dry_run = $dry_run ORDER BY key;
+
+-- name: count_actions_since
+-- Acts on workloads (warnings, cordons and notes left out) of one mode since a time: the
+-- rate limit's count.
+SELECT count(*) FROM actions
+WHERE ts >= $since AND dry_run = $dry_run
+  AND kind IN ('delete', 'evict', 'stop-notebook', 'annotate')
+  AND result IN ('done', 'would-do');
+
+-- name: upsert_alert_state
+-- incoming: record (JSON: alert_id, state, since, last_notified_at, ...). A state that
+-- does not change keeps its since unless one is given; last_notified_at is kept if absent.
+INSERT INTO alert_state
+SELECT r->>'alert_id', r->>'state', coalesce(CAST(r->>'since' AS TIMESTAMP), $now), $now,
+       CAST(r->>'last_notified_at' AS TIMESTAMP), r
+FROM (SELECT CAST(record AS JSON) AS r FROM incoming)
+ON CONFLICT (alert_id) DO UPDATE SET
+    since = CASE WHEN EXCLUDED.record->>'since' IS NULL AND alert_state.state = EXCLUDED.state
+                 THEN alert_state.since ELSE EXCLUDED.since END,
+    state = EXCLUDED.state, updated_at = EXCLUDED.updated_at,
+    last_notified_at = coalesce(EXCLUDED.last_notified_at, alert_state.last_notified_at),
+    record = EXCLUDED.record;
+
+-- name: select_alert_state
+SELECT alert_id, CAST(record AS VARCHAR), updated_at FROM alert_state ORDER BY alert_id;

@@ -1,0 +1,493 @@
+"""The collector's DuckDB store: one writer, batched Arrow appends, roll-ups, Parquet export.
+
+docs/storage.md describes the schema and why it is shaped so. One process (the collector)
+writes through one :class:`Store`; readers in other threads use :meth:`Store.cursor`, other
+processes open the file with ``read_only=True`` while no writer holds it. Every write is one
+transaction, so a batch is stored whole or not at all, crash included. Times are injected
+(``ts_ms``/``now``) and stored in UTC, sample times in whole seconds. SQL text is in
+gpuscope/collector/storage/schema.py and gpuscope/collector/storage/sql/queries.sql and takes bound
+parameters only.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import datetime
+from itertools import compress
+from pathlib import Path
+from typing import Any, cast
+
+import duckdb
+import pyarrow as pa  # type: ignore[import-untyped]
+
+from gpuscope.collector.scraping.batch import Batch
+from gpuscope.collector.storage import schema
+from gpuscope.collector.storage.schema import begin, migrate
+from gpuscope.collector.storage.store_alerts import AlertsMixin
+from gpuscope.collector.storage.store_maintenance import MaintenanceMixin
+from gpuscope.collector.storage.store_reclaim import ReclaimMixin
+from gpuscope.collector.storage.store_records import RecordsMixin
+from gpuscope.collector.storage.store_sql import (  # re-exported: the store's public names stay here
+    INTERVAL_LABELS,
+    LABEL_COLUMNS,
+    WORKLOAD_INFO,
+    BadBatch,
+    IntervalKey,
+    Labels,
+    Q,
+    Retention,
+    SeriesKey,
+    check_time,
+    inserted_rows,
+    is_duckdb_file,
+    json_records,
+    run_with,
+    series_kind,
+    utc,
+)
+from gpuscope.core.errors import UserError
+
+__all__ = ["BadBatch", "Retention", "Store", "series_kind", "utc"]
+
+
+@dataclass(frozen=True, eq=False, slots=True)
+class _Resolved:
+    """A batch's columns with the ids of its series (all known): held, so that the lists'
+    identity stands for their content as long as the entry lives."""
+
+    names: list[str]
+    labels: list[Labels]
+    sids: list[int]
+    distinct: int
+    workload_rows: tuple[int, ...]
+    #: The last page's workload intervals present, by which of its info rows were non-zero
+    #: (one entry, replaced): a steady page rebuilds no label dict per info row.
+    present: dict[tuple[bool, ...], dict[IntervalKey, dict[str, str]]] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, batch: Batch, sids: list[int]) -> _Resolved:
+        rows = tuple(i for i, name in enumerate(batch.names) if name == WORKLOAD_INFO)
+        return cls(batch.names, batch.labels, sids, len(set(sids)), rows)
+
+    def present_in(self, values: Sequence[float]) -> dict[IntervalKey, dict[str, str]]:
+        """The workload intervals a page of these columns with ``values`` shows."""
+        flags = tuple(bool(values[i]) for i in self.workload_rows)
+        hit = self.present.get(flags)
+        if hit is None:
+            rows = compress(self.workload_rows, flags)
+            labs = (dict(self.labels[i]) for i in rows)
+            hit = {_interval_key(lab): lab for lab in labs if lab}
+            self.present.clear()
+            self.present[flags] = hit
+        return hit
+
+
+def _interval_key(labels: Mapping[str, str]) -> IntervalKey:
+    return tuple(labels.get(k, "") for k in INTERVAL_LABELS)
+
+
+class Store(MaintenanceMixin, ReclaimMixin, RecordsMixin, AlertsMixin):
+    """The collector's database. Open with :meth:`open`; close it (or use ``with``)."""
+
+    def __init__(
+        self,
+        con: duckdb.DuckDBPyConnection,
+        path: Path,
+        read_only: bool,
+        retention: Retention,
+        config: dict[str, str | bool | int | float | list[str]] | None = None,
+    ) -> None:
+        self.path, self.read_only, self.retention = path, read_only, retention
+        self._con = con
+        #: DuckDB's settings ``con`` was opened with, for a reconnect (reclaim_space)
+        self._config = dict(config or {})
+        self._lock = threading.RLock()  # the writer connection
+        self._maintenance = threading.RLock()  # roll-ups, deletes and compaction: one at a time
+        self._ids: dict[SeriesKey, int] = {}
+        self._next_id = 0
+        self._open: dict[str, set[IntervalKey]] = {}
+        #: Per target, its last batch's columns once all its series had ids: a steady page
+        #: (the parser hands back the same lists) resolves without hashing a label set.
+        self._resolved: dict[str, _Resolved] = {}
+        if not read_only:
+            for sid, metric, *cols, extra in con.execute(Q["load_series"]).fetchall():
+                pairs = [(k, v) for k, v in zip(LABEL_COLUMNS, cols, strict=True) if v is not None]
+                self._ids[(metric, tuple(sorted(pairs + list(extra.items()))))] = sid
+                self._next_id = max(self._next_id, sid + 1)
+            for target, *key in con.execute(Q["load_open_intervals"]).fetchall():
+                self._open.setdefault(target, set()).add(tuple(key))
+
+    @classmethod
+    def open(
+        cls,
+        path: str | Path,
+        *,
+        read_only: bool = False,
+        retention: Retention | None = None,
+        memory_limit: str | None = None,
+    ) -> Store:
+        """Open (creating it if absent, unless read-only) and migrate the database at ``path``.
+
+        Raises :class:`UserError` with one line for a file that is not a DuckDB database
+        (left untouched), a database of a newer gpuscope, or a read-only open of a missing
+        or not yet upgraded database. ``memory_limit`` is DuckDB's (``collector.db_memory_limit``;
+        None keeps DuckDB's default, 80 % of RAM).
+        """
+        path = Path(path)
+        if path.exists() and (path.is_dir() or not is_duckdb_file(path)):
+            raise UserError(f"{path} is not a DuckDB database; refusing to open or overwrite it")
+        if read_only and not path.exists():
+            raise UserError(f"database {path} does not exist")
+        try:
+            # a new file gets the store's block size (an existing one keeps its own)
+            config: dict[str, str | bool | int | float | list[str]] = {
+                "default_block_size": schema.BLOCK_SIZE
+            }
+            if memory_limit is not None:
+                config["memory_limit"] = memory_limit
+            con = duckdb.connect(str(path), read_only=read_only, config=config)
+        except duckdb.Error as exc:
+            raise UserError(f"cannot open database {path}: {str(exc).splitlines()[0]}") from None
+        try:
+            version = schema.schema_version(con)
+            if version > schema.LATEST_VERSION:
+                raise UserError(
+                    f"database {path} has schema version {version}, newer than this gpuscope "
+                    f"supports ({schema.LATEST_VERSION}); upgrade gpuscope to open it"
+                )
+            if read_only and version != schema.LATEST_VERSION:
+                raise UserError(
+                    f"database {path} has schema version {version}; "
+                    "open it read-write once (the collector upgrades it)"
+                )
+            if version < schema.LATEST_VERSION:
+                migrate(con)
+        except duckdb.Error as exc:  # a damaged file: a header DuckDB accepts, pages it cannot
+            con.close()
+            first = (str(exc).splitlines() or [type(exc).__name__])[0]
+            raise UserError(
+                f"cannot read database {path} (damaged or truncated?): {first}"
+            ) from None
+        except BaseException:
+            con.close()
+            raise
+        return cls(con, path, read_only, retention or Retention(), config)
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        with self._lock:
+            self._con.close()
+
+    def cursor(self) -> duckdb.DuckDBPyConnection:
+        """A new cursor on this connection, for a reader in another thread."""
+        return self._con.cursor()
+
+    def checkpoint(self) -> None:
+        with self._lock:
+            self._con.execute("CHECKPOINT")
+
+    def _query(self, sql: str, params: Any = None) -> list[tuple[Any, ...]]:
+        cur = self.cursor()
+        try:
+            return cur.execute(sql, params).fetchall()
+        finally:
+            cur.close()
+
+    @property
+    def schema_version(self) -> int:
+        return int(self._query(schema.READ_VERSION)[0][0])
+
+    def samples_stored(self) -> int:
+        """Raw sample rows acknowledged (committed) over the life of the database."""
+        return int(self._query(schema.GET_META, ["samples_stored"])[0][0])
+
+    def series_id(self, metric: str, labels: Labels) -> int | None:
+        """The id of a series this writer knows (None for an unknown one)."""
+        return self._ids.get((metric, labels))
+
+    def is_new_series(self, metric: str, labels: Labels) -> bool:
+        return (metric, labels) not in self._ids
+
+    @property
+    def series_known(self) -> int:
+        """Series this writer holds in memory (every series of the database)."""
+        return len(self._ids)
+
+    def probe_write(self) -> None:
+        """One tiny committed write: raises when the database cannot write at all (a full
+        disk, an I/O error, a database DuckDB has invalidated)."""
+        with self._transaction() as con:
+            con.execute(Q["probe_write"])
+
+    @contextmanager
+    def _transaction(self, **tables: pa.Table) -> Iterator[duckdb.DuckDBPyConnection]:
+        """One transaction on the writer connection, with Arrow tables registered by name."""
+        if self.read_only:
+            raise UserError(f"database {self.path} is open read-only")
+        with self._lock:
+            for name, table in tables.items():
+                self._con.register(name, table)
+            try:
+                with begin(self._con) as con:
+                    yield con
+            finally:
+                for name in tables:
+                    self._con.unregister(name)
+
+    # -- samples ----------------------------------------------------------------------------
+
+    def append_scrape(self, batch: Batch, *, duration_s: float = 0.0) -> int:
+        """Store one scrape in one transaction; returns the sample rows stored.
+
+        ``batch.labels[i]`` are sorted by name; ``batch.types`` maps a family (a counter's
+        name without ``_total``) to its type. Series resolve through the in-memory cache, so
+        a steady-state batch inserts no series. A series twice in a batch keeps its last
+        (the scrape path has already dropped and counted such duplicates). A NaN or infinite
+        counter value is not stored and leaves the counter's last value as it was, so the
+        next sample is the increase since the last real value. Raises :class:`BadBatch`,
+        before any write, for a sample time outside 1970..2200.
+        Thread-safe: batches are resolved and written one at a time.
+        """
+        with self._lock:
+            return self._append(batch, duration_s)
+
+    def _append(self, batch: Batch, duration_s: float) -> int:
+        ids, new, next_id = self._ids, dict[SeriesKey, int](), self._next_id
+        sids: list[int] = []
+        for key in zip(batch.names, batch.labels, strict=True):
+            sid = ids.get(key)
+            if sid is None:
+                sid = new.setdefault(key, next_id + len(new))
+            sids.append(sid)
+        last = dict(zip(sids, range(len(sids)), strict=True))  # series id -> its last sample
+        keep = None if len(last) == len(sids) else list(last.values())
+        values = list(batch.values) if keep is None else [batch.values[i] for i in keep]
+        check_time(batch, batch.ts_ms)
+        secs: Any = pa.repeat(pa.scalar(batch.ts_ms // 1000, pa.timestamp("s")), len(last))
+        if (times := batch.timestamps_ms) is not None:
+            times = times if keep is None else [times[i] for i in keep]
+            secs = [(batch.ts_ms if t is None else t) // 1000 for t in times]
+            check_time(batch, *(s * 1000 for s in (min(secs), max(secs)) if secs))
+        columns = [pa.array(list(last), pa.uint32()), pa.array(secs, pa.timestamp("s"))]
+        columns.append(pa.array(values, pa.float64()))
+        table = pa.table(columns, names=["series_id", "ts", "value"])
+        workloads = {
+            tuple(lab.get(k, "") for k in INTERVAL_LABELS): lab
+            for name, labels, value in zip(batch.names, batch.labels, batch.values, strict=True)
+            if name == WORKLOAD_INFO and value and (lab := dict(labels))
+        }
+        ts = utc(batch.ts_ms / 1000)
+        kinds = {key: series_kind(key[0], batch.types) for key in new}
+        tables = {"batch": table} | ({"new_series": self._series_table(new, kinds)} if new else {})
+        with self._transaction(**tables) as c:
+            if new:
+                c.execute(Q["insert_series"], {"ts": ts})
+            stored = inserted_rows(c.execute(Q["append_samples"]))
+            c.execute(Q["update_series"])
+            c.execute(Q["add_samples_stored"], {"n": stored})
+            c.execute(Q["insert_scrape"], [batch.target, ts, True, duration_s, stored, None])
+            still_open = self._update_intervals(c, batch.target, ts, workloads)
+        ids.update(new)
+        self._next_id += len(new)
+        self._open[batch.target] = still_open
+        return stored
+
+    def append_cycle(
+        self,
+        batches: Sequence[tuple[Batch, float]],
+        down: Sequence[tuple[str, float, float, str]] = (),
+    ) -> list[int]:
+        """Store a whole scrape cycle in one transaction; returns rows stored per batch.
+
+        ``batches`` are the targets that answered, each with its scrape duration; ``down``
+        the ones that did not, as (target, Unix time, duration, error). A transaction costs
+        a few milliseconds whatever its size, so a cycle of a thousand targets in one is
+        what keeps a 15 s interval affordable; the cycle is then also the unit of crash
+        safety (committed whole, or not at all).
+        """
+        with self._lock:
+            return self._append_many(batches, down)
+
+    def _append_many(
+        self,
+        batches: Sequence[tuple[Batch, float]],
+        down: Sequence[tuple[str, float, float, str]],
+    ) -> list[int]:
+        ids, new, next_id = self._ids, dict[SeriesKey, int](), self._next_id
+        all_sids: list[int] = []
+        all_secs: list[int] = []
+        all_values: list[float] = []
+        counts: list[int] = []
+        #: each new series' kind from the types of the page it came in (TYPE per target)
+        kinds: dict[SeriesKey, str] = {}
+        get = ids.get
+        resolved: list[_Resolved | None] = []
+        for batch, _ in batches:
+            check_time(batch, batch.ts_ms)
+            memo = self._resolved.get(batch.target)
+            sids: list[int | None] | list[int]
+            if memo is not None and memo.names is batch.names and memo.labels is batch.labels:
+                sids = memo.sids
+            else:
+                memo = None
+                keys = list(zip(batch.names, batch.labels, strict=True))
+                found = [get(k) for k in keys]
+                if None in found:  # new series: ids in order of first appearance
+                    for i, sid in enumerate(found):
+                        if sid is None:
+                            found[i] = new.setdefault(keys[i], next_id + len(new))
+                            kinds.setdefault(keys[i], series_kind(keys[i][0], batch.types))
+                    sids = found
+                else:
+                    sids = cast(list[int], found)
+                    memo = _Resolved.of(batch, sids)
+            resolved.append(memo)
+            secs = batch.ts_ms // 1000
+            times = batch.timestamps_ms
+            if times is not None and times.count(None) != len(times):  # a C pass, no generator
+                given = [t for t in times if t is not None]
+                check_time(batch, min(given), max(given))
+                all_secs += [secs if t is None else t // 1000 for t in times]
+            else:
+                all_secs += [secs] * len(sids)
+            all_sids += sids  # type: ignore[arg-type]
+            all_values += batch.values
+            counts.append(len(set(sids)) if memo is None else memo.distinct)
+        if len(set(all_sids)) != len(all_sids):  # a series twice: its last sample wins
+            last = {sid: i for i, sid in enumerate(all_sids)}
+            keep = sorted(last.values())
+            all_sids = [all_sids[i] for i in keep]
+            all_secs = [all_secs[i] for i in keep]
+            all_values = [all_values[i] for i in keep]
+        rows = all_sids
+        sample_table = pa.table(
+            [pa.array(all_sids, pa.uint32()), pa.array(all_secs, pa.timestamp("s")),
+             pa.array(all_values, pa.float64())],
+            names=["series_id", "ts", "value"],
+        )  # fmt: skip
+        scrape_rows: list[tuple[str, datetime, bool, float, int, str | None]] = []
+        touch: dict[str, list[Any]] = {"target": [], "ts": []}
+        interval_work = []
+        for (batch, duration), n, memo in zip(batches, counts, resolved, strict=True):
+            ts = utc(batch.ts_ms / 1000)
+            scrape_rows.append((batch.target, ts, True, duration, n, None))
+            present = (
+                {
+                    _interval_key(lab): lab
+                    for i in range(len(batch))
+                    if batch.names[i] == WORKLOAD_INFO
+                    and batch.values[i]
+                    and (lab := dict(batch.labels[i]))
+                }
+                if memo is None
+                else memo.present_in(batch.values)
+            )
+            was_open = self._open.get(batch.target, set())
+            if was_open & present.keys():
+                touch["target"].append(batch.target)
+                touch["ts"].append(ts)
+            if present.keys() != was_open:
+                interval_work.append((batch.target, ts, present))
+            else:
+                self._open[batch.target] = set(present)
+        scrape_rows += [(t, utc(when), False, d, 0, err) for t, when, d, err in down]
+        cols: list[tuple[Any, ...]] = list(zip(*scrape_rows, strict=True)) or [()] * 6
+        tables = {
+            "batch": sample_table,
+            "cycle_scrapes": pa.table({
+                "target": pa.array(cols[0], pa.string()),
+                "ts": pa.array(cols[1], pa.timestamp("us")),
+                "up": pa.array(cols[2], pa.bool_()),
+                "duration_s": pa.array(cols[3], pa.float64()),
+                "samples": pa.array(cols[4], pa.uint32()),
+                "error": pa.array(cols[5], pa.string()),
+            }),
+            "cycle_touch": pa.table({"target": pa.array(touch["target"], pa.string()),
+                                     "ts": pa.array(touch["ts"], pa.timestamp("us"))}),
+        }  # fmt: skip
+        if new:
+            tables["new_series"] = self._series_table(new, kinds)
+        first_ts = utc(batches[0][0].ts_ms / 1000) if batches else utc(0)
+        with self._transaction(**tables) as c:
+            if new:
+                c.execute(Q["insert_series"], {"ts": first_ts})
+            if rows:
+                stored = inserted_rows(c.execute(Q["append_samples"]))
+                c.execute(Q["update_series"])
+                c.execute(Q["add_samples_stored"], {"n": stored})
+            c.execute(Q["insert_scrapes"])
+            if touch["target"]:
+                c.execute(Q["touch_intervals_many"])
+            still_open = {
+                target: self._update_intervals(c, target, when, present, touch=False)
+                for target, when, present in interval_work
+            }
+        ids.update(new)
+        self._next_id += len(new)
+        self._open.update(still_open)
+        for (batch, _), memo in zip(batches, resolved, strict=True):
+            if memo is not None:
+                self._resolved[batch.target] = memo
+        return counts
+
+    @staticmethod
+    def _series_table(new: Mapping[SeriesKey, int], kinds: Mapping[SeriesKey, str]) -> pa.Table:
+        cols: dict[str, list[Any]] = {c: [] for c in ("series_id", "metric", "kind")}
+        cols.update({c: [] for c in (*LABEL_COLUMNS, "labels")})
+        for (metric, labels), sid in new.items():
+            rest = dict(labels)
+            cols["series_id"].append(sid)
+            cols["metric"].append(metric)
+            cols["kind"].append(kinds[(metric, labels)])
+            for column in LABEL_COLUMNS:
+                cols[column].append(rest.pop(column, None))
+            cols["labels"].append(list(rest.items()))
+        types_ = {"series_id": pa.uint32(), "labels": pa.map_(pa.string(), pa.string())}
+        return pa.table({k: pa.array(v, types_.get(k, pa.string())) for k, v in cols.items()})
+
+    def _update_intervals(
+        self,
+        con: duckdb.DuckDBPyConnection,
+        target: str,
+        ts: datetime,
+        present: Mapping[IntervalKey, Mapping[str, str]],
+        *,
+        touch: bool = True,
+    ) -> set[IntervalKey]:
+        """Close ``target``'s intervals that left, open those that came; returns the open.
+
+        ``touch=False`` leaves the still-open intervals' ``last_seen`` to the caller (a cycle
+        touches all its targets in one statement).
+        """
+        was_open, params = self._open.get(target, set()), {"ts": ts, "target": target}
+        gone = was_open - present.keys()
+        if gone:
+            rows = [dict(zip(INTERVAL_LABELS, k, strict=True)) for k in gone]
+            run_with(con, "gone", json_records(rows, ()), Q["close_intervals"], params)
+        if touch and was_open - gone:
+            con.execute(Q["touch_intervals"], params)
+        opened = [lab for k, lab in present.items() if k not in was_open]
+        if opened:
+            run_with(con, "opened", json_records(opened, ()), Q["open_intervals"], params)
+        return set(present)
+
+    def record_scrape(
+        self,
+        target: str,
+        ts: datetime | float,
+        *,
+        up: bool,
+        duration_s: float = 0.0,
+        error: str | None = None,
+    ) -> None:
+        """Record a scrape that stored no samples (``up=False``, with its error)."""
+        with self._transaction() as con:
+            con.execute(Q["insert_scrape"], [target, utc(ts), up, duration_s, 0, error])

@@ -1,0 +1,192 @@
+"""Plumbing shared by the store's modules: named SQL, time helpers, retention settings.
+
+The store is one class (gpuscope/collector/storage/store.py) with its maintenance
+(store_maintenance.py) and
+its record writers (store_records.py) as mixins; this module is what they all use.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import re
+import threading
+from collections.abc import Iterable, Mapping, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from importlib.resources import files
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pyarrow as pa  # type: ignore[import-untyped]
+
+from gpuscope.collector.scraping.batch import Batch
+
+Labels = tuple[tuple[str, str], ...]
+SeriesKey = tuple[str, Labels]
+#: namespace, pod, container, node, gpu uuid
+IntervalKey = tuple[str, ...]
+
+#: Labels that get their own column in ``series``; every other label goes in its map.
+LABEL_COLUMNS: tuple[str, ...] = ("node", "gpu", "uuid", "mig_instance", "device", "port")
+LABEL_COLUMNS += ("namespace", "pod", "container")
+INTERVAL_LABELS = ("namespace", "pod", "container", "node", "uuid")
+WORKLOAD_INFO = "gpuscope_gpu_workload_info"
+EPOCH = datetime(1970, 1, 1)
+
+
+#: Sample times the store accepts, Unix ms: 1970 up to the year 2200 (DuckDB's timestamps
+#: end in the year 294247; a target's 2^62 ms would fail the whole transaction).
+MAX_TS_MS = 7_258_118_400_000
+
+
+class BadBatch(ValueError):
+    """A batch the store refuses before its transaction; ``target`` names whose it is."""
+
+    def __init__(self, target: str, message: str) -> None:
+        super().__init__(message)
+        self.target = target
+
+
+def check_time(batch: Batch, *times_ms: int) -> None:
+    """Raise :class:`BadBatch` for a sample time outside what the store keeps."""
+    for t in times_ms:
+        if not 0 <= t <= MAX_TS_MS:
+            raise BadBatch(batch.target, f"sample timestamp {t} ms is out of range")
+
+
+def inserted_rows(result: duckdb.DuckDBPyConnection) -> int:
+    """The row count an INSERT reports."""
+    row = result.fetchone()
+    return int(row[0]) if row else 0
+
+
+def _load_queries() -> dict[str, str]:
+    text = (
+        files("gpuscope.collector.storage")
+        .joinpath("sql", "queries.sql")
+        .read_text(encoding="utf-8")
+    )
+    parts = re.split(r"^-- name: (\w+)\n", text, flags=re.MULTILINE)
+    return {name: body.strip() for name, body in zip(parts[1::2], parts[2::2], strict=True)}
+
+
+#: Named queries from gpuscope/collector/storage/sql/queries.sql.
+Q = _load_queries()
+#: Inventory table -> the key of a record (one current version per key).
+INVENTORY = {
+    "inventory_nodes": lambda r: str(r["name"]),
+    "inventory_pods": lambda r: f"{r['namespace']}/{r['name']}",
+    "quotas": lambda r: f"{r.get('source', '')}/{r.get('namespace', '')}/{r['project']}",
+    "inventory_pdbs": lambda r: f"{r['namespace']}/{r['name']}",
+}
+SCD_SQL = {t: (Q["scd_close"].format(table=t), Q["scd_open"].format(table=t)) for t in INVENTORY}
+
+
+@dataclass(frozen=True, slots=True)
+class Retention:
+    """How long each resolution is kept; roll-ups wait ``rollup_delay`` for late batches."""
+
+    raw_days: float = 8.0
+    rollup_5m_days: float = 90.0
+    rollup_1h_days: float = 730.0
+    rollup_delay: timedelta = timedelta(minutes=1)
+
+
+def utc(ts: datetime | float | str) -> datetime:
+    """A naive UTC datetime from an aware or naive (UTC) datetime, Unix seconds or ISO text."""
+    if isinstance(ts, str):
+        ts = datetime.fromisoformat(ts)
+    if isinstance(ts, datetime):
+        return ts.astimezone(UTC).replace(tzinfo=None) if ts.tzinfo else ts
+    return EPOCH + timedelta(seconds=ts)
+
+
+def floor_to(ts: datetime, seconds: int) -> datetime:
+    return EPOCH + timedelta(seconds=int((ts - EPOCH).total_seconds()) // seconds * seconds)
+
+
+def series_kind(name: str, types: Mapping[str, str]) -> str:
+    """``counter`` for samples that only grow between resets, else ``gauge``."""
+    family = types.get(name)
+    for suffix in ("_total", "_bucket", "_count", "_sum"):
+        if family is None and name.endswith(suffix):
+            family = types.get(name.removesuffix(suffix))
+    if family == "counter" or (family is None and name.endswith("_total")):
+        return "counter"
+    cumulative = name.endswith(("_bucket", "_count", "_sum"))
+    return "counter" if family in ("histogram", "summary") and cumulative else "gauge"
+
+
+def as_dict(row: Any) -> dict[str, Any]:
+    if dataclasses.is_dataclass(row) and not isinstance(row, type):
+        return dataclasses.asdict(row)
+    return dict(row)
+
+
+def json_records(rows: Iterable[Any], times: Sequence[str]) -> pa.Table:
+    """Mappings or dataclasses as one ``record`` column of canonical JSON, times naive UTC.
+
+    JSON has no NaN or infinity: such a value (a detector's mean over NaN gauges) is stored
+    as null, so the record stays valid for DuckDB's JSON functions and the API."""
+    texts = []
+    for rec in map(as_dict, rows):
+        for key in times:
+            if rec.get(key) is not None:
+                rec[key] = utc(rec[key]).isoformat()
+        try:
+            text = json.dumps(rec, sort_keys=True, separators=(",", ":"), default=str,
+                              allow_nan=False)  # fmt: skip
+        except ValueError:  # a NaN or infinity: null, as valid JSON must have it
+            text = json.dumps(_finite(rec), sort_keys=True, separators=(",", ":"), default=str)
+        texts.append(text)
+    return pa.table({"record": pa.array(texts, pa.string())})
+
+
+def _finite(value: Any) -> Any:
+    """``value`` with every NaN or infinite float replaced by None, at any depth."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, Mapping):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    return value
+
+
+def run_with(
+    con: duckdb.DuckDBPyConnection, name: str, table: pa.Table, sql: str, params: Any
+) -> None:
+    """Run ``sql`` with ``table`` registered as ``name`` for it."""
+    con.register(name, table)
+    try:
+        con.execute(sql, params)
+    finally:
+        con.unregister(name)
+
+
+def is_duckdb_file(path: Path) -> bool:
+    with path.open("rb") as f:
+        return f.read(12)[8:12] == b"DUCK"
+
+
+class StoreParts:
+    """What the store's mixins use of :class:`gpuscope.collector.storage.store.Store` (which defines
+    it)."""
+
+    path: Path
+    read_only: bool
+    retention: Retention
+    _maintenance: threading.RLock
+
+    def cursor(self) -> duckdb.DuckDBPyConnection:
+        raise NotImplementedError
+
+    def _query(self, sql: str, params: Any = None) -> list[tuple[Any, ...]]:
+        raise NotImplementedError
+
+    def _transaction(self, **tables: pa.Table) -> AbstractContextManager[duckdb.DuckDBPyConnection]:
+        raise NotImplementedError
