@@ -352,6 +352,7 @@ def run_collector(
     import uvicorn
 
     from gpuscope.collector.http_api.api_http import OneWriteH11Protocol
+    from gpuscope.collector.http_api.api_server import QuietServer
 
     host, port = parse_listen(settings.collector.listen)
     sock = bind_listen(host, port, settings.collector.listen)  # before anything starts
@@ -361,7 +362,7 @@ def run_collector(
         extend(service)
     try:
         app = create_app(service.api_state())
-        server = uvicorn.Server(
+        server = QuietServer(
             uvicorn.Config(
                 app,
                 host=host,
@@ -381,7 +382,7 @@ def run_collector(
 
         def fatal(message: str) -> None:  # from the writer thread: stop serving, then exit
             service.fatal = message
-            server.should_exit = True
+            server.stop()
 
         service.on_fatal = fatal
         service.start_jobs()

@@ -73,8 +73,11 @@ QUERIES = (
 )
 
 
-def ingest(db: Path, cached: bool) -> list[list[tuple[bool, str, dict[str, int]]]]:
-    """Every page through parse, checks, admission and the store; what each scrape gave."""
+def ingest(
+    db: Path, cached: bool, eof: bool = False
+) -> list[list[tuple[bool, str, dict[str, int]]]]:
+    """Every page through parse, checks, admission and the store; what each scrape gave.
+    ``eof``: each page ends in OpenMetrics' `# EOF`, as the agents answer the collector."""
     targets = [Target("http://10.0.0.1:9835/metrics"), Target("http://10.0.0.2:9835/metrics")]
     caches = {t.url: TargetCache() if cached else None for t in targets}
     limits = IngestLimits()
@@ -84,6 +87,8 @@ def ingest(db: Path, cached: bool) -> list[list[tuple[bool, str, dict[str, int]]
             store, TargetRegistry(targets), CollectorMetrics(), limits, clock=lambda: T0
         )
         for i, bodies in enumerate(zip(PAGES, OTHER, strict=True)):
+            if eof:
+                bodies = tuple(b + b"# EOF\n" for b in bodies)  # noqa: PLW2901
             started = T0 + 15 * i
             outcomes: list[ScrapeOutcome] = [
                 page_to_outcome(t, body, started, limits=limits, cache=caches[t.url])
@@ -105,6 +110,21 @@ def test_cached_ingest_stores_exactly_what_uncached_ingest_stores(tmp_path: Path
     assert ingest(fast, cached=True) == ingest(plain, cached=False)
     for sql in QUERIES:  # as text: a stored NaN equals itself there
         assert list(map(repr, rows(fast, sql))) == list(map(repr, rows(plain, sql))), sql
+
+
+def test_cached_ingest_of_openmetrics_pages_stores_what_uncached_ingest_stores(
+    tmp_path: Path,
+) -> None:
+    """The same with `# EOF` on every page: since issue 27 such pages take the page-shape
+    path too (before, they never did), so the shortcuts downstream run on them."""
+    fast, plain = tmp_path / "fast.duckdb", tmp_path / "plain.duckdb"
+    assert ingest(fast, cached=True, eof=True) == ingest(plain, cached=False, eof=True)
+    for sql in QUERIES:
+        assert list(map(repr, rows(fast, sql))) == list(map(repr, rows(plain, sql))), sql
+    text = tmp_path / "text.duckdb"
+    ingest(text, cached=True)
+    for sql in QUERIES:  # and what a text-format page stores
+        assert list(map(repr, rows(fast, sql))) == list(map(repr, rows(text, sql))), sql
 
 
 def test_the_steady_pages_store_increases_resets_nans_and_intervals(tmp_path: Path) -> None:

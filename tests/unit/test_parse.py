@@ -634,3 +634,35 @@ def test_a_steady_page_hands_back_the_same_series_columns() -> None:
     assert dict(other.labels[1])["a"] == "9"
     capped = parse_exposition(_page(), cache=cache, max_series=2)
     assert capped.truncated and len(capped.names) == 2
+
+
+def test_an_openmetrics_page_keeps_its_shape_across_scrapes() -> None:
+    """An agent answers the collector in OpenMetrics (ending in `# EOF`): its steady page
+    must take the shape path (same columns handed back, so the later stages skip their
+    per-sample work) and still parse exactly as without a cache. It did not: the shape was
+    dropped for every page with `# EOF`, so each scrape of every agent went through the
+    full grammar (issue 27: most of the collector's CPU per stored sample)."""
+    from gpuscope.collector.scraping.parse import SeriesCache
+
+    def om(values: tuple[str, ...] = ("0.5", "1", "10")) -> str:
+        return _page(values) + "# EOF\n"
+
+    cache = SeriesCache()
+    first = parse_exposition(om(), cache=cache)
+    assert cache.page is not None
+    second = parse_exposition(om(("0.25", "2", "11")), cache=cache)
+    assert second.names is first.names and second.labels is first.labels
+    assert second.values == [0.25, 2.0, 11.0]
+    variants = [
+        om(("0.25", "2", "11")),
+        om() + "c_total 1\n",  # content after `# EOF`: an error, as without the cache
+        om() + "\n",  # a blank line more after it
+        om().replace("# EOF\n", "# EOF"),  # no newline after it
+        om().replace("# EOF", "#  EOF "),
+        _page(),  # the same page in the text format, no `# EOF`
+        om(("1_000", "2", "3")),
+        om(),
+    ]
+    for page in variants:
+        assert _same(parse_exposition(page, cache=cache), parse_exposition(page)), page
+        assert _same(parse_exposition(page, cache=cache), parse_exposition(page)), page

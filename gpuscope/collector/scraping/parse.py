@@ -529,6 +529,7 @@ def parse_exposition(
         timestamps[i] = ts
     samples = Samples(names, labels_col, values, timestamps)
     result = ParseResult(samples, types, helps, errors, truncated, problems.count)
-    if cache is not None:
-        cache.page = None if problems.count or eof else _shape_of(lines, result, cache)
+    if cache is not None:  # an OpenMetrics page's `# EOF` (blank lines only after it, else a
+        # problem) is one of the shape's comment lines, compared whole like the others
+        cache.page = None if problems.count else _shape_of(lines, result, cache)
     return result

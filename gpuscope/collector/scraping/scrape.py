@@ -4,11 +4,11 @@ One ingest path for two kinds of page: a gpuscope agent's (already in catalogue 
 dcgm-exporter's (translated). Every scrape gives an outcome with ``up``; a target that fails
 gives no samples at all, so its last values are never repeated as if fresh (staleness is
 visible as a gap plus ``up = 0``). A page is fetched with its size capped while it inflates
-(gpuscope/collector/scraping/fetch.py), parsed one page at a time in a worker thread (so a huge page
-neither
-blocks the other targets' I/O nor doubles the memory peak), and checked against the limits
-(gpuscope/collector/scraping/limits.py) before it becomes a batch: bad input never reaches the store
-half-way.
+(gpuscope/collector/scraping/fetch.py), parsed one page at a time (a big page in a worker
+thread, so that it neither blocks the other targets' I/O nor doubles the memory peak; a
+small one in the event loop, where a hand-off to a thread would cost more than its parse),
+and checked against the limits (gpuscope/collector/scraping/limits.py) before it becomes a
+batch: bad input never reaches the store half-way.
 """
 
 from __future__ import annotations
@@ -99,6 +99,10 @@ class ScrapeOutcome:
 #: One page is parsed at a time in the whole process: what a parse holds in memory
 #: (the page's text, its lines and samples) is then bounded by one page, not by targets.
 _PARSE_LOCK = threading.Lock()
+#: A page up to this size (inflated) is parsed in the event loop when no other parse runs:
+#: even a first, full-grammar parse of it takes a few milliseconds, and an agent's steady
+#: page (~45 KB) a tenth of one, against the thread hand-off's own cost per page.
+INLINE_PARSE_BYTES = 128 * 1024
 
 
 class Scraper:
@@ -162,7 +166,13 @@ class Scraper:
         try:
             async with asyncio.timeout(self.timeout_seconds):
                 body = await fetch_page(client, target.fetch_url, self.limits.body_size_limit)
-            outcome = await asyncio.to_thread(self._ingest, target, body, started)
+            if len(body) <= INLINE_PARSE_BYTES and _PARSE_LOCK.acquire(blocking=False):
+                try:  # never waits for a big page's parse in the event loop
+                    outcome = self._ingest_locked(target, body, started)
+                finally:
+                    _PARSE_LOCK.release()
+            else:
+                outcome = await asyncio.to_thread(self._ingest, target, body, started)
         except TimeoutError:
             error = f"timeout after {self.timeout_seconds:g}s"
             outcome = self._down(target, started, error, "timeout")
@@ -192,15 +202,19 @@ class Scraper:
         )
 
     def _ingest(self, target: Target, body: bytes, started: float) -> ScrapeOutcome:
+        with _PARSE_LOCK:
+            return self._ingest_locked(target, body, started)
+
+    def _ingest_locked(self, target: Target, body: bytes, started: float) -> ScrapeOutcome:
+        """Parse and check a page; the caller holds ``_PARSE_LOCK``."""
         with self._caches_lock:
             cache = self._caches.setdefault(target.url, TargetCache())
-        with _PARSE_LOCK:
-            cpu = time.thread_time()
-            try:
-                outcome = page_to_outcome(target, body, started, limits=self.limits, cache=cache)
-            finally:  # a page refused by a limit cost CPU up to the refusal too
-                self.cpu_spent[target.url] = time.thread_time() - cpu
-            return dataclasses.replace(outcome, cpu_seconds=self.cpu_spent[target.url])
+        cpu = time.thread_time()
+        try:
+            outcome = page_to_outcome(target, body, started, limits=self.limits, cache=cache)
+        finally:  # a page refused by a limit cost CPU up to the refusal too
+            self.cpu_spent[target.url] = time.thread_time() - cpu
+        return dataclasses.replace(outcome, cpu_seconds=self.cpu_spent[target.url])
 
     def forget(self, keep: Sequence[Target]) -> None:
         """Drop the caches of targets not in ``keep`` (targets come and go by discovery)."""

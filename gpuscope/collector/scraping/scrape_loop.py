@@ -79,12 +79,15 @@ class ScrapeLoop:
         self.cpu_share = cpu_share
         #: Ticks skipped per target for going over its CPU budget, since the start.
         self.skipped: dict[str, int] = {}
-        self._queue: queue.Queue[ScrapeOutcome] = queue.Queue()
+        #: Outcomes for the writer; None is a wake-up: the last scrape in flight has ended.
+        self._queue: queue.Queue[ScrapeOutcome | None] = queue.Queue()
         self._pending = 0
         #: Scrapes started and not yet handed over: a group is complete when none is left.
         self._in_flight = 0
         self._pending_lock = threading.Lock()
         self._stopping = threading.Event()
+        #: Set when the scraping thread's loop has ended: no outcome comes after it.
+        self._loop_ended = threading.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop_event: asyncio.Event | None = None
         self._threads: list[threading.Thread] = []
@@ -117,6 +120,8 @@ class ScrapeLoop:
             loop.run_until_complete(self._main(ready))
         finally:
             loop.close()
+            self._loop_ended.set()
+            self._queue.put(None)  # wakes the writer to store what is queued and end
 
     async def _main(self, ready: threading.Event) -> None:
         self._stop_event = stop = asyncio.Event()
@@ -156,6 +161,9 @@ class ScrapeLoop:
             finally:
                 with self._pending_lock:
                     self._in_flight -= 1
+                    last = self._in_flight == 0
+                if last:  # the writer closes its group now, without polling for it
+                    self._queue.put(None)
             if skip:  # over its CPU budget: its next ticks go to the other targets
                 self.skipped[target.url] = self.skipped.get(target.url, 0) + skip
                 log.info(
@@ -186,10 +194,13 @@ class ScrapeLoop:
     # -- the writing side (writer thread) --------------------------------------------------
     def _run_writer(self) -> None:
         while True:
-            try:
-                first = self._queue.get(timeout=0.2)
+            try:  # woken by an outcome, or by None (a tick's last scrape, or the end)
+                first = self._queue.get(timeout=1.0)
             except queue.Empty:
-                if self._stopping.is_set() and not self._threads[0].is_alive():
+                first = None
+            if first is None:
+                ended = self._loop_ended.is_set() or not self._threads[0].is_alive()
+                if self._stopping.is_set() and ended and self._queue.empty():
                     return
                 continue
             group = [first]
@@ -199,8 +210,10 @@ class ScrapeLoop:
                 if self._queue.empty() and self._in_flight == 0:
                     break  # every scrape of the tick is in: waiting longer only delays it
                 try:
-                    got = self._queue.get(timeout=min(left, 0.005))
+                    got = self._queue.get(timeout=left)
                 except queue.Empty:
+                    continue
+                if got is None:  # a wake-up: look again whether every scrape is in
                     continue
                 group.append(got)
                 samples += got.samples

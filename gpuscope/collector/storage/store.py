@@ -14,8 +14,9 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
+from itertools import compress
 from pathlib import Path
 from typing import Any, cast
 
@@ -64,11 +65,30 @@ class _Resolved:
     sids: list[int]
     distinct: int
     workload_rows: tuple[int, ...]
+    #: The last page's workload intervals present, by which of its info rows were non-zero
+    #: (one entry, replaced): a steady page rebuilds no label dict per info row.
+    present: dict[tuple[bool, ...], dict[IntervalKey, dict[str, str]]] = field(default_factory=dict)
 
     @classmethod
     def of(cls, batch: Batch, sids: list[int]) -> _Resolved:
         rows = tuple(i for i, name in enumerate(batch.names) if name == WORKLOAD_INFO)
         return cls(batch.names, batch.labels, sids, len(set(sids)), rows)
+
+    def present_in(self, values: Sequence[float]) -> dict[IntervalKey, dict[str, str]]:
+        """The workload intervals a page of these columns with ``values`` shows."""
+        flags = tuple(bool(values[i]) for i in self.workload_rows)
+        hit = self.present.get(flags)
+        if hit is None:
+            rows = compress(self.workload_rows, flags)
+            labs = (dict(self.labels[i]) for i in rows)
+            hit = {_interval_key(lab): lab for lab in labs if lab}
+            self.present.clear()
+            self.present[flags] = hit
+        return hit
+
+
+def _interval_key(labels: Mapping[str, str]) -> IntervalKey:
+    return tuple(labels.get(k, "") for k in INTERVAL_LABELS)
 
 
 class Store(MaintenanceMixin, ReclaimMixin, RecordsMixin, AlertsMixin):
@@ -361,14 +381,17 @@ class Store(MaintenanceMixin, ReclaimMixin, RecordsMixin, AlertsMixin):
         for (batch, duration), n, memo in zip(batches, counts, resolved, strict=True):
             ts = utc(batch.ts_ms / 1000)
             scrape_rows.append((batch.target, ts, True, duration, n, None))
-            info_rows = range(len(batch)) if memo is None else memo.workload_rows
-            present = {
-                tuple(lab.get(k, "") for k in INTERVAL_LABELS): lab
-                for i in info_rows
-                if batch.names[i] == WORKLOAD_INFO
-                and batch.values[i]
-                and (lab := dict(batch.labels[i]))
-            }
+            present = (
+                {
+                    _interval_key(lab): lab
+                    for i in range(len(batch))
+                    if batch.names[i] == WORKLOAD_INFO
+                    and batch.values[i]
+                    and (lab := dict(batch.labels[i]))
+                }
+                if memo is None
+                else memo.present_in(batch.values)
+            )
             was_open = self._open.get(batch.target, set())
             if was_open & present.keys():
                 touch["target"].append(batch.target)
