@@ -117,10 +117,12 @@ def test_healthy_targets_keep_their_scrapes_beside_a_churning_one(tmp_path: Path
     (tmp_path / "agent.prom").write_bytes(page)
     healthy_cpu = parse_cpu([page] * 5)
     churning_cpu = min(parse_cpu([churning_page(n)]) for n in range(3))
-    # a budget 6 times below a churning page and far above a healthy one (~1,000 times
-    # apart), so churning pages are held to it and healthy ones never are
-    budget = churning_cpu / 6
-    assert healthy_cpu < budget / 5, (healthy_cpu, churning_cpu)
+    # a budget 4 times below a churning page and above a healthy one, so churning pages
+    # are held to it and healthy ones never are: a steady healthy page parses in ~0.1 ms,
+    # its first (uncached) parse in ~1.5-2 ms on a loaded machine, a churning one ~50-100
+    # ms (the healthy cost is the most of 5 parses, the first included)
+    budget = churning_cpu / 4
+    assert healthy_cpu < budget / 2, (healthy_cpu, churning_cpu)
     ports = [free_port() for _ in range(HEALTHY + CHURNING)]
     cores = sorted(os.sched_getaffinity(0))
     mine, theirs = {cores[0]}, set(cores[1:]) or {cores[0]}
