@@ -11,8 +11,7 @@ builder makes it as a collector does:
   the mapping the agent's exposition uses: the same names, labels and target per node;
 - each instant's pages go into :meth:`gpuscope.collector.storage.store.Store.append_cycle` as
   :class:`~gpuscope.collector.scraping.batch.Batch` objects, one transaction per cycle, as the
-  collector's
-  writer stores a scrape cycle (rendering and parsing the text are measured by
+  collector's writer stores a scrape cycle (rendering and parsing the text are measured by
   bench/parse.py, bench/ingest.py and bench/agent_scrape.py, not here);
 - the inventory (nodes, pods, quotas) is recorded every 6 hours, as the API server lists it;
 - the product's own maintenance, :meth:`~gpuscope.collector.storage.store.Store.apply_retention`

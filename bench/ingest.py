@@ -6,9 +6,8 @@ InfiniBand ports read from a generated mlx5 sysfs tree (bench/sysfs_tree.py), ~6
 per GPU. Values move from one scrape to the next (a few rendered variants per node, served
 in turn). The collector side is the product's own parts, assembled as the service does:
 the per-target scrape loops (gpuscope/collector/scraping/scrape_loop.py) fetch every page over HTTP,
-parse
-and check it, and the writer thread stores the groups through ``IngestWriter`` into a
-DuckDB file.
+parse and check it, and the writer thread stores the groups through ``IngestWriter`` into a DuckDB
+file.
 
 A cycle is measured from its tick (every target's scrape starts on it) to the commit of its
 last sample; samples committed over that wall time is the cycle's throughput. Reported:

@@ -1,7 +1,6 @@
 """The demo's week of history: the simulated cluster's past, stored through the collector's
 ingest path (one :meth:`~gpuscope.collector.storage.store.Store.append_cycle` transaction per cycle,
-as a
-scrape cycle is), so the weekly report, the dashboards' week views and the detectors' long
+as a scrape cycle is), so the weekly report, the dashboards' week views and the detectors' long
 windows have a week to read.
 
 The series are exactly those the agent exposes for each node at each instant (the same

@@ -6,9 +6,8 @@ hard taints and whether it takes pods at all; the tasks that run (the observed w
 and the tasks that wait (the demand), each with what it asks for. They are built from the
 collector's inventory records (:class:`~gpuscope.collector.cluster.inventory_records.NodeInfo` /
 :class:`~gpuscope.collector.cluster.inventory_records.PodInfo`), whether those come from ``kubectl
-get -o
-json`` files or from the store's inventory rows, through one function, so both paths give
-the same state.
+get -o json`` files or from the store's inventory rows, through one function, so both paths give the
+same state.
 
 What the scheduler counts, the model counts: a node's free CPU, memory and ephemeral
 storage are its allocatable less the requests of every pod placed on it that is not

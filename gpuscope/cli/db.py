@@ -3,8 +3,7 @@
 The collector's maintenance rolls up, deletes and compacts inside the file; DuckDB reuses the
 freed blocks but never shrinks the file. This command rewrites it into a fresh file and
 swaps it in (gpuscope/collector/storage/store_reclaim.py); it needs the database to itself, so it
-runs while
-no collector holds it (DuckDB's lock refuses it otherwise, in one line).
+runs while no collector holds it (DuckDB's lock refuses it otherwise, in one line).
 """
 
 from __future__ import annotations

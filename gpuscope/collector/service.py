@@ -1,14 +1,12 @@
 """The collector as a running service: scheduled jobs around one store, and the HTTP API.
 
 Each target is scraped on its own schedule (gpuscope/collector/scraping/scrape_loop.py) and stored
-through
-one writer (gpuscope/collector/scraping/ingest.py); APScheduler runs query-API ingest (instead of
-scraping),
-the Kubernetes inventory sync with target discovery, and retention with Parquet export;
-each job never overlaps itself and a failing run is logged and counted, never fatal. The
-one fatal thing is a database that refuses every write past a bounded retry: the service
-then stops with one line, so that Kubernetes restarts it. SIGTERM stops the API, lets the running
-jobs finish and closes the database cleanly.
+through one writer (gpuscope/collector/scraping/ingest.py); APScheduler runs query-API ingest
+(instead of scraping), the Kubernetes inventory sync with target discovery, and retention with
+Parquet export; each job never overlaps itself and a failing run is logged and counted, never fatal.
+The one fatal thing is a database that refuses every write past a bounded retry: the service then
+stops with one line, so that Kubernetes restarts it. SIGTERM stops the API, lets the running jobs
+finish and closes the database cleanly.
 """
 
 from __future__ import annotations

@@ -2,8 +2,7 @@
 
 Frozen records, and the pure functions that build them from Kubernetes objects as the API
 server or ``kubectl get -o json`` gives them (:mod:`gpuscope.collector.cluster.inventory` re-exports
-them;
-``--nodes FILE --pods FILE`` reads files with them). Pods are classified with
+them; ``--nodes FILE --pods FILE`` reads files with them). Pods are classified with
 :mod:`gpuscope.core.workload`, so the collector and the agent always agree on what a pod is.
 """
 

@@ -2,8 +2,8 @@
 taints and tolerations (the TaintToleration and NodeUnschedulable plugins' matching), and a
 pod's pinning to GPU models by ``nodeSelector`` or required node affinity on the GPU
 product label. Pure functions of plain JSON; :mod:`gpuscope.collector.cluster.inventory_records`
-stores
-what they return, :mod:`gpuscope.analytics.allocation` decides placement with :func:`tolerates`.
+stores what they return, :mod:`gpuscope.analytics.allocation` decides placement with
+:func:`tolerates`.
 """
 
 from __future__ import annotations

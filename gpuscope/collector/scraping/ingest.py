@@ -4,9 +4,7 @@ Several targets' pages are committed in one transaction (a transaction costs mil
 whatever its size), but no target can fail another's: pages are checked before they are
 staged (gpuscope/collector/scraping/limits.py), the store refuses a bad batch before its transaction
 (:class:`~gpuscope.collector.storage.store.BadBatch`), and if the database still refuses the group,
-a
-one-row
-probe tells a store that cannot write from a batch it will not take; the batches are then
+a one-row probe tells a store that cannot write from a batch it will not take; the batches are then
 written one by one and only the target whose batch fails is marked down, with the reason.
 
 A store that cannot write (a full disk, an invalidated database) turns ``/readyz`` to 503

@@ -3,8 +3,8 @@
 Discovery asks the Kubernetes API for the agent pods: the EndpointSlices of the agent's
 Service, or pods by label. Health is kept per target URL (its password redacted, see
 gpuscope/collector/scraping/fetch.py) for ``/api/v1/status``: a target that stops answering, or
-whose page
-is over a limit, shows ``up: false`` with its last error and reason while the others go on.
+whose page is over a limit, shows ``up: false`` with its last error and reason while the others go
+on.
 """
 
 from __future__ import annotations

@@ -1,9 +1,7 @@
 """The store's maintenance: roll-ups, retention, daily compaction, Parquet export.
 
 A mixin of :class:`gpuscope.collector.storage.store.Store` (the one writer of a database), kept
-apart so
-each
-module stays small; docs/storage.md says what each step does and why.
+apart so each module stays small; docs/storage.md says what each step does and why.
 """
 
 from __future__ import annotations

@@ -1,8 +1,7 @@
 """The store's record writers: inventory history, findings, the action log, alert state.
 
 A mixin of :class:`gpuscope.collector.storage.store.Store`; records arrive as dataclasses or
-mappings and
-are kept as JSON beside the columns the queries need.
+mappings and are kept as JSON beside the columns the queries need.
 """
 
 from __future__ import annotations
