@@ -32,6 +32,7 @@ from gpuscope.analytics.consolidation.plan import (
 )
 from gpuscope.analytics.idle import run_idle
 from gpuscope.analytics.runner import gpu_indices_of
+from gpuscope.analytics.topology_gangs import gang_goals
 from gpuscope.collector.cluster.inventory_records import PodInfo
 from gpuscope.collector.storage.store import Store
 from gpuscope.core.records import Finding
@@ -258,7 +259,13 @@ def _consolidation_steps(
     if allow:  # allowlist mode: only pods of listed namespaces may move
         outside = "namespace not in the allowlist"
         placed = [p if p.namespace in allow or not p.movable else hold(p, outside) for p in placed]
-    goals = goals_from_pending(pods)
+    # a pending pod group starts whole, inside one domain of its level, or not at all: its
+    # pods planned one by one would reserve nodes across domains and free room it cannot
+    # use. `analyze consolidation` plans it whole; the executor does not carry out such
+    # plans yet, so its pods are no goals here and a note says so.
+    gangs = gang_goals(nodes, pods, None, settings.analytics.topology_labels)
+    members = {m for g in gangs for m in g.members}
+    goals = [g for g in goals_from_pending(pods) if g.label not in members]
     plan = plan_consolidation(
         state.nodes, placed, goals, max_evictions=policy.max_evictions_per_run
     )
@@ -273,4 +280,10 @@ def _consolidation_steps(
     steps, left_out = plan_consolidation_steps(policy, plan, by_key, at)
     left_out[:0] = pdb_notes
     left_out.extend(f"{goal}: {reason}" for goal, reason in plan.unplaceable)
+    left_out.extend(
+        f"pod group {g.goal.name} ({len(g.members)} pods): a group is planned whole inside "
+        "one domain (gpuscope analyze consolidation); act does not carry out pod-group "
+        "plans yet"
+        for g in gangs
+    )
     return steps, left_out
