@@ -193,8 +193,7 @@ def _print(out: dict[str, Any], as_json: bool) -> int:
 
 def through_collector(args: argparse.Namespace, settings: Settings) -> dict[str, Any]:
     """Hand the run to the collector that holds the database (gpuscope/actions/api.py)."""
-    import urllib.error
-    import urllib.request
+    from gpuscope.cli.beside import Collector
 
     token = settings.collector.resolve_api_token()
     if not token:
@@ -202,30 +201,10 @@ def through_collector(args: argparse.Namespace, settings: Settings) -> dict[str,
             "--collector needs the collector's API token (collector.api_token_file or "
             "collector.api_token_env in --config)"
         )
-    body = {"policies": args.policy.read_text(encoding="utf-8"), "execute": args.execute}
+    body: dict[str, Any] = {
+        "policies": args.policy.read_text(encoding="utf-8"),
+        "execute": args.execute,
+    }
     if args.at is not None:
         body["at"] = args.at
-    if not args.collector.startswith(("http://", "https://")):
-        raise UserError(f"--collector {args.collector}: expected an http:// or https:// URL")
-    url = args.collector.rstrip("/") + "/api/v1/act"
-    request = urllib.request.Request(  # noqa: S310 (http or https, checked above)
-        url,
-        data=json.dumps(body).encode(),
-        headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
-        method="POST",
-    )
-    try:
-        with urllib.request.urlopen(request, timeout=600) as resp:  # noqa: S310 (a URL given)
-            out = json.loads(resp.read())
-    except urllib.error.HTTPError as exc:
-        try:
-            detail = json.loads(exc.read()).get("detail")
-        except (ValueError, AttributeError):
-            detail = exc.reason
-        raise UserError(f"the collector at {args.collector} refused: {exc.code} {detail}") from None
-    except (urllib.error.URLError, OSError, ValueError) as exc:
-        why = getattr(exc, "reason", exc)
-        raise UserError(f"cannot reach the collector at {args.collector}: {why}") from None
-    if not isinstance(out, dict):
-        raise UserError(f"the collector at {args.collector} answered something else than a run")
-    return out
+    return Collector(args.collector, token).post("/api/v1/act", body)

@@ -86,8 +86,20 @@ class Collector:
     def get(self, path: str, params: list[tuple[str, str]] | None = None) -> dict[str, Any]:
         """GET ``path`` with ``params``; the JSON object answered, or one line."""
         query = f"?{urllib.parse.urlencode(params)}" if params else ""
-        headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
-        request = urllib.request.Request(self.url + path + query, headers=headers)  # noqa: S310
+        return self._send(urllib.request.Request(self.url + path + query, headers=self._auth()))  # noqa: S310
+
+    def post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        """POST ``body`` as JSON to ``path``; the JSON object answered, or one line."""
+        headers = {**self._auth(), "Content-Type": "application/json"}
+        data = json.dumps(body).encode()
+        request = urllib.request.Request(self.url + path, data=data, headers=headers, method="POST")  # noqa: S310
+        return self._send(request)
+
+    def _auth(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.token}"} if self.token else {}
+
+    def _send(self, request: urllib.request.Request) -> dict[str, Any]:
+        """One request, its HTTP and connection errors each one line (UserError)."""
         try:
             with urllib.request.urlopen(request, timeout=TIMEOUT_S) as resp:  # noqa: S310
                 out = json.loads(resp.read())
