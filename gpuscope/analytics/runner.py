@@ -139,14 +139,30 @@ def gpu_indices_of(con: Any) -> dict[str, list[int]]:
 
 
 def _consolidation_from_store(cur: Any, at: datetime, settings: Settings) -> Analysis:
-    from gpuscope.analytics.allocation import records_from_inventory, state_from_records
+    from gpuscope.analytics.allocation import records_from_inventory
+
+    nodes, pods = records_from_inventory(cur)
+    # the budgets the inventory stored: a victim whose budget allows no disruption stays
+    return _consolidation(nodes, pods, gpu_indices_of(cur), None, stored_budgets(cur), at, settings)
+
+
+def _consolidation(
+    nodes: Sequence[Any],
+    pods: Sequence[Any],
+    indices: Any,
+    objects: ObjectSet | None,
+    budgets: Sequence[Any],
+    at: datetime,
+    settings: Settings,
+) -> Analysis:
+    """The consolidation plan from records, from the store or from files alike: pending pod
+    groups planned whole inside one domain of their level, pods the budgets keep in place
+    held, and ``pdb_blocked`` in the summary."""
+    from gpuscope.analytics.allocation import state_from_records
     from gpuscope.analytics.consolidation.plan import analyze_consolidation
     from gpuscope.analytics.topology_gangs import gang_goals
 
-    indices = gpu_indices_of(cur)
-    nodes, pods = records_from_inventory(cur)
-    # the budgets the inventory stored: a victim whose budget allows no disruption stays
-    blocked = blocked_by_budgets(stored_budgets(cur), pods)
+    blocked = blocked_by_budgets(budgets, pods)
     return _with_blocked(
         analyze_consolidation(
             state_from_records(nodes, pods, indices),
@@ -155,7 +171,7 @@ def _consolidation_from_store(cur: Any, at: datetime, settings: Settings) -> Ana
             settings=settings.analytics,
             gpu_indices=indices,
             protected_namespaces=settings.workloads.protected_namespaces,
-            gangs=gang_goals(nodes, pods, None, settings.analytics.topology_labels),
+            gangs=gang_goals(nodes, pods, objects, settings.analytics.topology_labels),
             pdb_blocked=frozenset(blocked),
         ),
         blocked,
@@ -227,29 +243,14 @@ def run_on_snapshot(
     if what == "quota":
         return _quota_from_files(docs[0], docs[1], at, settings, objects)
     if what == "consolidation":
-        from gpuscope.analytics.allocation import kubectl_records, state_from_records
-        from gpuscope.analytics.consolidation.plan import analyze_consolidation
-        from gpuscope.analytics.topology_gangs import gang_goals
+        from gpuscope.analytics.allocation import kubectl_records
 
         node_infos, pod_infos, known = kubectl_records(
             docs[0], docs[1], settings.workloads, objects
         )
-        blocked = blocked_by_budgets(budgets_of(objects), pod_infos)  # --objects' budgets
-        return _with_blocked(
-            analyze_consolidation(
-                state_from_records(node_infos, pod_infos, known),
-                pod_infos,
-                at=at,
-                settings=settings.analytics,
-                gpu_indices=known,
-                protected_namespaces=settings.workloads.protected_namespaces,
-                # pending pod groups are planned whole, inside one domain of their level
-                gangs=gang_goals(
-                    node_infos, pod_infos, objects, settings.analytics.topology_labels
-                ),
-                pdb_blocked=frozenset(blocked),
-            ),
-            blocked,
+        # --objects' budgets, and its Topology objects for the pod groups' domains
+        return _consolidation(
+            node_infos, pod_infos, known, objects, budgets_of(objects), at, settings
         )
     state = state_from_kubectl(docs[0], docs[1], settings.workloads, objects=objects)
     return analyze_fragmentation(state, at=at, settings=settings.analytics)
