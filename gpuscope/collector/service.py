@@ -59,6 +59,7 @@ class CollectorService:
                 raw_days=cs.raw_retention_days,
                 rollup_5m_days=cs.rollup_5m_retention_days,
                 rollup_1h_days=cs.rollup_1h_retention_days,
+                compact_segment_s=cs.compact_segment_seconds,
             ),
             memory_limit=cs.db_memory_limit,
         )
@@ -193,8 +194,18 @@ class CollectorService:
 
     def retention_cycle(self) -> dict[str, int]:
         """Hourly: roll closed buckets up, delete what is past retention, compact closed
-        days (each once)."""
-        return self.store.apply_retention(datetime.fromtimestamp(self.clock(), UTC))
+        days and the closed segments of the day being written (each once), then give the
+        file's free blocks back when they are ``db_reclaim_free_ratio`` of it or more
+        (writes and readers wait for the swap; docs/storage.md, "Giving space back")."""
+        cs = self.settings.collector
+        done = self.store.apply_retention(datetime.fromtimestamp(self.clock(), UTC))
+        if cs.db_reclaim_free_ratio is not None:
+            report = self.store.reclaim_space(
+                min_free_ratio=cs.db_reclaim_free_ratio,
+                reader_wait_s=cs.db_reclaim_reader_wait_seconds,
+            )
+            done["reclaimed_bytes"] = report.reclaimed_bytes
+        return done
 
     def daily_cycle(self) -> None:
         """Once a day: export yesterday to day-partitioned Parquet, when a folder is set."""
@@ -253,8 +264,14 @@ class CollectorService:
             id="inventory",
             next_run_time=first,
         )
+        every = cs.maintenance_interval_seconds
+        trigger: dict[str, Any] = (
+            {"trigger": "cron", "minute": 7}
+            if every == 3600
+            else {"trigger": "interval", "seconds": every}
+        )
         self.scheduler.add_job(
-            self._guarded("retention", self.retention_cycle), "cron", minute=7, id="retention"
+            self._guarded("retention", self.retention_cycle), id="retention", **trigger
         )
         self.scheduler.start()
 
@@ -282,10 +299,20 @@ class CollectorService:
 
     def ingest_status(self) -> dict[str, Any]:
         limits = {f.name: getattr(self.limits, f.name) for f in dataclasses.fields(self.limits)}
-        out = {**self.writer.status(), "limits": limits}
+        out = {**self.writer.status(), "limits": limits, "database": self._db_status()}
         if self.query_source is not None:
             out["query_source"] = self.query_source.status(self.clock())
         return out
+
+    def _db_status(self) -> dict[str, Any]:
+        """The running rewrites of the file (docs/storage.md, "Giving space back")."""
+        store = self.store
+        return {
+            "rewrites": store.rewrites,
+            "last_rewrite_seconds": round(store.last_rewrite_s, 3),
+            "writes_waited_for_rewrite": store.writes_waited,
+            "readers_waited_for_rewrite": store.readers_waited,
+        }
 
     def stop(self) -> None:
         if self.query_source is not None:  # an in-flight pull must not hold SIGTERM up

@@ -206,6 +206,18 @@ class CollectorSettings(_Section):
     #: such as ``25%``): its buffer pool, which beyond this spills to ``<db>.tmp``. DuckDB's
     #: own default is 80 % of RAM, which a roll-up of a week takes (1.3 GB for the demo's).
     db_memory_limit: str = Field(default="1GB", pattern=DB_MEMORY_LIMIT)
+    #: The database's maintenance (roll-ups, retention, compaction, giving space back) runs
+    #: this often: hourly at minute 7 by default; another value runs it every so many
+    #: seconds from the start (a test or a benchmark's short window).
+    maintenance_interval_seconds: int = Field(default=3600, ge=1, le=DAY_SECONDS)
+    #: The day being written is compacted in closed segments this long (docs/storage.md);
+    #: a divisor of a day, or 0 to compact closed days only.
+    compact_segment_seconds: int = Field(default=3600, ge=0, le=DAY_SECONDS)
+    #: After its maintenance the running collector rewrites its file without free blocks
+    #: when they are at least this share of it; ``null`` never (``gpuscope db compact``).
+    db_reclaim_free_ratio: float | None = Field(default=0.2, gt=0, le=1)
+    #: How long that rewrite waits for API readers to finish before it gives up, this time.
+    db_reclaim_reader_wait_seconds: float = Field(default=30.0, gt=0, le=3600)
     #: Closed days are exported here as day-partitioned Parquet when set.
     parquet_dir: Path | None = None
     #: Bearer token for endpoints that change anything: given here, or read from a file or
@@ -248,6 +260,13 @@ class CollectorSettings(_Section):
                 "kubernetes_client_cert_file and kubernetes_client_key_file go together"
             )
         return self
+
+    @field_validator("compact_segment_seconds")
+    @classmethod
+    def _check_segment(cls, value: int) -> int:
+        if value and DAY_SECONDS % value:
+            raise ValueError("must divide a day (86400 s): 900, 3600, 7200, ...; or 0")
+        return value
 
     @field_validator("scrape_timeout_seconds")
     @classmethod

@@ -25,6 +25,7 @@ import pyarrow as pa  # type: ignore[import-untyped]
 
 from gpuscope.collector.scraping.batch import Batch
 from gpuscope.collector.storage import schema
+from gpuscope.collector.storage.reader_gate import ReaderGate
 from gpuscope.collector.storage.schema import begin, migrate
 from gpuscope.collector.storage.store_alerts import AlertsMixin
 from gpuscope.collector.storage.store_maintenance import MaintenanceMixin
@@ -108,6 +109,12 @@ class Store(MaintenanceMixin, ReclaimMixin, RecordsMixin, AlertsMixin):
         self._config = dict(config or {})
         self._lock = threading.RLock()  # the writer connection
         self._maintenance = threading.RLock()  # roll-ups, deletes and compaction: one at a time
+        #: Readers' cursors, counted so that a file swap (reclaim_space) waits for them.
+        self._readers = ReaderGate()
+        #: Set while reclaim_space rewrites the file: writes that come wait for it.
+        self._rewriting = threading.Event()
+        #: Writes (scrape batches, records) that waited for a rewrite of the file.
+        self.writes_waited = 0
         self._ids: dict[SeriesKey, int] = {}
         self._next_id = 0
         self._open: dict[str, set[IntervalKey]] = {}
@@ -189,8 +196,27 @@ class Store(MaintenanceMixin, ReclaimMixin, RecordsMixin, AlertsMixin):
             self._con.close()
 
     def cursor(self) -> duckdb.DuckDBPyConnection:
-        """A new cursor on this connection, for a reader in another thread."""
-        return self._con.cursor()
+        """A new cursor on this connection, for a reader in another thread; close it when
+        done (a rewrite of the file waits for it). While the file is being swapped
+        (:meth:`reclaim_space`), it waits for the new connection."""
+        lease = self._readers.lease(self._new_cursor)
+        return cast(duckdb.DuckDBPyConnection, lease)
+
+    @property
+    def readers_waited(self) -> int:
+        """Cursors that waited for a swap of the file to end (since opened)."""
+        return self._readers.waited
+
+    def _new_cursor(self) -> duckdb.DuckDBPyConnection:
+        return self._con.cursor()  # the connection of the moment (a swap replaces it)
+
+    @contextmanager
+    def _writing(self) -> Iterator[None]:
+        """The writer connection, held; a write that comes during a rewrite is counted."""
+        if self._rewriting.is_set():
+            self.writes_waited += 1
+        with self._lock:
+            yield
 
     def checkpoint(self) -> None:
         with self._lock:
@@ -234,7 +260,7 @@ class Store(MaintenanceMixin, ReclaimMixin, RecordsMixin, AlertsMixin):
         """One transaction on the writer connection, with Arrow tables registered by name."""
         if self.read_only:
             raise UserError(f"database {self.path} is open read-only")
-        with self._lock:
+        with self._writing():
             for name, table in tables.items():
                 self._con.register(name, table)
             try:
@@ -258,7 +284,7 @@ class Store(MaintenanceMixin, ReclaimMixin, RecordsMixin, AlertsMixin):
         before any write, for a sample time outside 1970..2200.
         Thread-safe: batches are resolved and written one at a time.
         """
-        with self._lock:
+        with self._writing():
             return self._append(batch, duration_s)
 
     def _append(self, batch: Batch, duration_s: float) -> int:
@@ -315,7 +341,7 @@ class Store(MaintenanceMixin, ReclaimMixin, RecordsMixin, AlertsMixin):
         what keeps a 15 s interval affordable; the cycle is then also the unit of crash
         safety (committed whole, or not at all).
         """
-        with self._lock:
+        with self._writing():
             return self._append_many(batches, down)
 
     def _append_many(

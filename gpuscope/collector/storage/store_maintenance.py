@@ -9,7 +9,9 @@ from __future__ import annotations
 import os
 from datetime import date, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
+import duckdb
 import pyarrow.parquet as pq  # type: ignore[import-untyped]
 
 from gpuscope.collector.storage import schema
@@ -22,6 +24,10 @@ from gpuscope.collector.storage.store_sql import (
     utc,
 )
 from gpuscope.core.errors import UserError
+
+#: ``meta`` key: the end of the last segment of the day being written that is compacted.
+SEGMENTS_DONE = "segments_compacted_until"
+DAY_DONE = Q["compact_done"]
 
 
 class MaintenanceMixin(StoreParts):
@@ -71,11 +77,12 @@ class MaintenanceMixin(StoreParts):
         return done
 
     def compact(self, now: datetime) -> int:
-        """Rewrite each closed UTC day's samples sorted by (series_id, ts), once a day.
+        """Rewrite each closed UTC day's samples sorted by metric, series and time, once a
+        day, then the closed segments of the day being written (:meth:`compact_segments`).
 
         Scrape order interleaves metrics, which compresses poorly; per-series runs compress
-        to about half (docs/storage.md). Runs on its own cursor, one transaction a day, so
-        appends of new samples go on meanwhile. Returns the rows rewritten.
+        to about half (docs/storage.md). Runs on its own cursor, one transaction a day (or
+        segment), so appends of new samples go on meanwhile. Returns the rows rewritten.
         """
         if self.read_only:
             raise UserError(f"database {self.path} is open read-only")
@@ -85,16 +92,63 @@ class MaintenanceMixin(StoreParts):
             try:
                 day = scalar(cur, Q["first_uncompacted_day"])
                 while day is not None and (lo := datetime(day.year, day.month, day.day)) < before:
-                    span = {"lo": lo, "hi": lo + timedelta(days=1)}
-                    with begin(cur):
-                        top = scalar(cur, Q["max_rowid"])
-                        n = scalar(cur, Q["compact_copy"], span)
-                        cur.execute(Q["compact_delete"], {**span, "max_rowid": top})
-                        cur.execute(Q["compact_done"], {"day": day, "now": utc(now), "rows": n})
+                    mark = {"day": day, "now": utc(now)}
+                    n = self._rewrite_sorted(cur, lo, lo + timedelta(days=1), DAY_DONE, mark)
                     rows, day = rows + n, day + timedelta(days=1)
             finally:
                 cur.close()
+            rows += self.compact_segments(now)
         return rows
+
+    def compact_segments(self, now: datetime) -> int:
+        """Rewrite the closed segments (``retention.compact_segment_s``) of the days not yet
+        compacted whole, sorted as a closed day is, each once: the file then holds at most
+        about one segment in scrape order. ``meta.segments_compacted_until`` records how far
+        it has gone; the day is still compacted whole once closed (docs/storage.md, "The day
+        being written"). Returns the rows rewritten (0 when segments are off).
+        """
+        seg = self.retention.compact_segment_s
+        if not seg:
+            return 0
+        hi = floor_to(utc(now) - self.retention.rollup_delay, seg)
+        rows, cur = 0, self.cursor()
+        with self._maintenance:
+            try:
+                day = scalar(cur, Q["first_uncompacted_day"])
+                if day is None:
+                    return 0
+                done = scalar(cur, schema.GET_META, [SEGMENTS_DONE])
+                lo = max(datetime(day.year, day.month, day.day), utc(done or EPOCH))
+                lo = floor_to(lo, seg)
+                while lo < hi:
+                    end = lo + timedelta(seconds=seg)
+                    mark = [SEGMENTS_DONE, end.isoformat()]
+                    n = self._rewrite_sorted(cur, lo, end, schema.SET_META, mark)
+                    rows, lo = rows + n, end
+            finally:
+                cur.close()
+        return rows
+
+    @staticmethod
+    def _rewrite_sorted(
+        cur: duckdb.DuckDBPyConnection,
+        lo: datetime,
+        hi: datetime,
+        done_sql: str,
+        done_params: dict[str, Any] | list[Any],
+    ) -> int:
+        """The samples of [lo, hi) appended again sorted (``compact_copy``), the old rows
+        deleted and the bookkeeping ``done_sql`` written (named parameters get ``rows``),
+        in one transaction: a crash leaves all of it or none. Returns the rows rewritten."""
+        span = {"lo": lo, "hi": hi}
+        with begin(cur):
+            top = scalar(cur, Q["max_rowid"])
+            n = int(scalar(cur, Q["compact_copy"], span))
+            cur.execute(Q["compact_delete"], {**span, "max_rowid": top})
+            if isinstance(done_params, dict):
+                done_params = done_params | {"rows": n}
+            cur.execute(done_sql, done_params)
+        return n
 
     def export_day(self, day: date, out_dir: str | Path, *, now: datetime) -> Path:
         """Write a closed UTC day of raw samples with labels to day=YYYY-MM-DD/samples.parquet.

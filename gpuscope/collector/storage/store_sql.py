@@ -94,6 +94,9 @@ class Retention:
     rollup_5m_days: float = 90.0
     rollup_1h_days: float = 730.0
     rollup_delay: timedelta = timedelta(minutes=1)
+    #: The day being written is compacted in closed segments of this many seconds (a
+    #: divisor of a day; 0: only closed days), see MaintenanceMixin.compact_segments.
+    compact_segment_s: int = 3600
 
 
 def utc(ts: datetime | float | str) -> datetime:
