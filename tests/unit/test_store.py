@@ -390,9 +390,10 @@ def test_retention_rolls_up_then_deletes(db: Path) -> None:
 
 def test_compaction_sorts_closed_days_by_series_and_keeps_every_row(db: Path) -> None:
     """Closed days are rewritten sorted by series (and time) once; the open day is left as
-    scraped; the rows (and the acknowledged count) are exactly the same afterwards."""
+    scraped (segments off: tests/unit/test_store_segments.py has them); the rows (and the
+    acknowledged count) are exactly the same afterwards."""
     start = datetime(2025, 3, 3, 23, 58)
-    with Store.open(db) as store:
+    with Store.open(db, retention=Retention(compact_segment_s=0)) as store:
         for i in range(16):  # 23:58 .. 00:01:45, two series interleaved in each batch
             store.append_scrape(
                 batch(
@@ -455,7 +456,7 @@ def test_appends_go_on_while_a_day_is_compacted(db: Path) -> None:
     """Compaction runs on its own cursor: a writer thread appending meanwhile loses nothing."""
     series = [labels(node=f"n{i // 8}", gpu=str(i % 8), uuid=f"GPU-{i}") for i in range(200)]
     day = datetime(2025, 3, 3)
-    with Store.open(db) as store:
+    with Store.open(db, retention=Retention(compact_segment_s=0)) as store:  # the day only
         for i in range(200):  # 200 ticks x 200 series on 2025-03-03
             at = day + timedelta(minutes=5 * i)
             store.append_scrape(batch(at, *((UTIL, lab, 0.5) for lab in series)))

@@ -1,0 +1,176 @@
+"""The day being written is compacted in closed segments, and the file is rewritten while
+readers and writers go on (docs/storage.md, "The day being written", "Giving space back")."""
+
+from __future__ import annotations
+
+import threading
+import time
+from datetime import date, datetime, timedelta
+from itertools import groupby
+from pathlib import Path
+
+import pytest
+
+from gpuscope.collector.storage.store import Retention, Store
+from tests.unit.test_store import ENERGY, GPU0, GPU1, UTIL, batch, rows
+from tests.unit.test_store_rollups import DAY, cycle, dump, filled
+
+START = datetime(2025, 3, 4, 0, 0)
+
+
+def fill(store: Store, minutes: int, start: datetime = START) -> None:
+    """Three series, one sample each a minute, interleaved as scrapes write them."""
+    for i in range(minutes):
+        at = start + timedelta(minutes=i)
+        store.append_scrape(
+            batch(at, (UTIL, GPU1, i / 100), (ENERGY, GPU0, 5.0 * i), (UTIL, GPU0, 0.5))
+        )
+
+
+def order(store: Store, lo: datetime, hi: datetime) -> list[tuple[int, datetime]]:
+    sql = "SELECT series_id, ts FROM samples WHERE ts >= ? AND ts < ? ORDER BY rowid"
+    return [(int(s), t) for s, t in rows(store, sql, lo, hi)]
+
+
+def every(store: Store) -> list[tuple[object, ...]]:
+    return sorted(rows(store, "SELECT series_id, ts, value FROM samples"))
+
+
+def test_closed_segments_of_the_day_being_written_are_sorted_once(tmp_path: Path) -> None:
+    """At 02:30 (hour segments), 00:00-02:00 is rewritten sorted as a closed day is (by
+    metric, series; every other series backwards in time), 02:00-02:30 stays as scraped;
+    the rows are exactly the same, and a second run at the same time rewrites nothing."""
+    with Store.open(tmp_path / "g.duckdb") as store:  # the default: hour segments
+        fill(store, 150)
+        ids = dict(rows(store, "SELECT metric || '/' || gpu, series_id FROM series"))
+        before = every(store)
+        assert store.compact(START + timedelta(hours=2, minutes=30)) == 2 * 60 * 3
+        assert every(store) == before
+        assert store.samples_stored() == 450
+        runs = [ids[f"{ENERGY}/0"], ids[f"{UTIL}/1"], ids[f"{UTIL}/0"]]  # metric, then id
+        for hour in range(2):
+            lo = START + timedelta(hours=hour)
+            got = order(store, lo, lo + timedelta(hours=1))
+            assert [s for s, _ in got] == [s for s in runs for _ in range(60)]
+            assert got[:60] == sorted(got[:60]) and got[60:120] == sorted(got[60:120], reverse=True)
+        still = order(store, START + timedelta(hours=2), START + timedelta(hours=3))
+        assert [s for s, _ in still] == [
+            ids[f"{UTIL}/1"],
+            ids[f"{ENERGY}/0"],
+            ids[f"{UTIL}/0"],
+        ] * 30
+        meta = "SELECT value FROM meta WHERE key = 'segments_compacted_until'"
+        assert rows(store, meta) == [("2025-03-04T02:00:00",)]
+        assert rows(store, "SELECT count(*) FROM compactions") == [(0,)]  # the day is open
+        assert store.compact(START + timedelta(hours=2, minutes=30)) == 0  # each once
+        assert store.compact(START + timedelta(hours=3, minutes=0, seconds=30)) == 0  # delay
+        assert every(store) == before
+
+
+def test_a_day_compacted_in_segments_is_compacted_whole_once_closed(tmp_path: Path) -> None:
+    """Segments, then a late sample in a compacted hour, then the day closes: the whole day
+    is rewritten once (the late sample too), recorded in ``compactions`` with every row of
+    the day, and the next day's segments start at its midnight."""
+    with Store.open(tmp_path / "g.duckdb") as store:
+        fill(store, 23 * 60 + 30, start=START)  # 00:00 .. 23:29
+        assert store.compact(START + timedelta(hours=23, minutes=50)) == 23 * 60 * 3
+        store.append_scrape(batch(START + timedelta(minutes=30, seconds=20), (UTIL, GPU0, 0.7)))
+        fill(store, 60, start=START + timedelta(days=1))  # the next day, 00:00 .. 00:59
+        before = every(store)
+        day_rows = (23 * 60 + 30) * 3 + 1
+        # 01:10 the next day: the closed day whole, then the next day's first hour
+        assert store.compact(START + timedelta(days=1, hours=1, minutes=10)) == day_rows + 180
+        assert every(store) == before
+        assert rows(store, "SELECT day, rows FROM compactions") == [(date(2025, 3, 4), day_rows)]
+        meta = "SELECT value FROM meta WHERE key = 'segments_compacted_until'"
+        assert rows(store, meta) == [("2025-03-05T01:00:00",)]
+        whole = order(store, START, START + timedelta(days=1))
+        runs = [sid for sid, _ in groupby(s for s, _ in whole)]
+        assert len(runs) == len(set(runs)) == 3  # each series in one run over the whole day
+        assert store.compact(START + timedelta(days=1, hours=1, minutes=10)) == 0
+
+
+def test_segments_off_leaves_the_open_day_as_scraped(tmp_path: Path) -> None:
+    with Store.open(tmp_path / "g.duckdb", retention=Retention(compact_segment_s=0)) as store:
+        fill(store, 150)
+        assert store.compact(START + timedelta(hours=2, minutes=30)) == 0
+
+
+def test_a_reader_during_the_swap_waits_and_writers_wait_then_commit(tmp_path: Path) -> None:
+    """While the file is rewritten: a reader holding a cursor keeps it working until it
+    closes it (the swap waits for it), a reader that comes during the swap waits for the new
+    file and reads it, and a write that comes meanwhile waits and is committed after."""
+    with filled(tmp_path) as store:
+        before = dump(store)
+        held = store.cursor()
+        n0 = held.execute("SELECT count(*) FROM samples").fetchone()
+        swap = threading.Thread(
+            target=lambda: results.append(store.reclaim_space(min_free_ratio=0))
+        )
+        results: list[object] = []
+        errors: list[BaseException] = []
+        late: list[object] = []
+
+        def read_late() -> None:
+            try:
+                cur = store.cursor()
+                try:
+                    late.append(cur.execute("SELECT count(*) FROM samples").fetchone())
+                finally:
+                    cur.close()
+            except BaseException as exc:
+                errors.append(exc)
+
+        def write() -> None:
+            try:
+                store.append_scrape(cycle(DAY + timedelta(days=2, minutes=5), {0: 0.25, 1: 0.5}))
+            except BaseException as exc:
+                errors.append(exc)
+
+        swap.start()
+        wait_for(lambda: store._readers._closed)  # copied; the swap waits for `held`
+        reader, writer = threading.Thread(target=read_late), threading.Thread(target=write)
+        reader.start()
+        writer.start()
+        wait_for(lambda: store.readers_waited == 1 and store.writes_waited == 1)
+        assert held.execute("SELECT count(*) FROM samples").fetchone() == n0  # still works
+        assert results == [] and late == []
+        held.close()
+        for t in (swap, reader, writer):
+            t.join(timeout=120)
+        assert errors == []
+        assert results and results[0].rewritten  # type: ignore[attr-defined]
+        assert late[0] in (n0, (n0[0] + 2,))  # type: ignore[index]  # the new file
+        after = dump(store)
+        assert {
+            k: v for k, v in after.items() if k not in ("samples", "scrapes", "series", "meta")
+        } == {k: v for k, v in before.items() if k not in ("samples", "scrapes", "series", "meta")}
+        assert len(after["samples"]) == len(before["samples"]) + 2
+        assert set(before["samples"]) <= set(after["samples"])
+        assert store.rewrites == 1
+
+
+def test_a_swap_gives_up_when_a_reader_keeps_its_cursor(tmp_path: Path) -> None:
+    """A reader that does not give its cursor back in time: the copy is dropped, the file
+    and every cursor stay as they were, and the next maintenance tries again."""
+    with filled(tmp_path) as store:
+        size = store.path.stat().st_size
+        holder = threading.Thread(target=lambda: kept.append(store.cursor()))
+        kept: list[object] = []
+        holder.start()
+        holder.join()
+        got = store.reclaim_space(min_free_ratio=0, reader_wait_s=0.05)
+        assert not got.rewritten and store.path.stat().st_size == size
+        assert kept[0].execute("SELECT 1").fetchone() == (1,)  # type: ignore[attr-defined]
+        assert not list(tmp_path.glob("*.reclaim*"))
+        kept.clear()  # given back (dropped): the next run rewrites
+        assert store.reclaim_space(min_free_ratio=0).rewritten
+
+
+def wait_for(condition: object, limit: float = 60.0) -> None:
+    """Poll a condition another thread makes true (a liveness bound, not a timing)."""
+    deadline = time.monotonic() + limit
+    while not condition():  # type: ignore[operator]
+        if time.monotonic() > deadline:
+            pytest.fail("the other thread never got there")
+        time.sleep(0.005)
