@@ -212,7 +212,7 @@ class CollectorSettings(_Section):
     maintenance_interval_seconds: int = Field(default=3600, ge=1, le=DAY_SECONDS)
     #: The day being written is compacted in closed segments this long (docs/storage.md);
     #: a divisor of a day, or 0 to compact closed days only.
-    compact_segment_seconds: int = Field(default=3600, ge=0, le=DAY_SECONDS)
+    compact_segment_seconds: int = Field(default=7200, ge=0, le=DAY_SECONDS)
     #: After its maintenance the running collector rewrites its file without free blocks
     #: when they are at least this share of it; ``null`` never (``gpuscope db compact``).
     db_reclaim_free_ratio: float | None = Field(default=0.2, gt=0, le=1)

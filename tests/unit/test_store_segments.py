@@ -16,6 +16,7 @@ from tests.unit.test_store import ENERGY, GPU0, GPU1, UTIL, batch, rows
 from tests.unit.test_store_rollups import DAY, cycle, dump, filled
 
 START = datetime(2025, 3, 4, 0, 0)
+HOURS = Retention(compact_segment_s=3600)  # segments of an hour (the default is two)
 
 
 def fill(store: Store, minutes: int, start: datetime = START) -> None:
@@ -40,7 +41,7 @@ def test_closed_segments_of_the_day_being_written_are_sorted_once(tmp_path: Path
     """At 02:30 (hour segments), 00:00-02:00 is rewritten sorted as a closed day is (by
     metric, series; every other series backwards in time), 02:00-02:30 stays as scraped;
     the rows are exactly the same, and a second run at the same time rewrites nothing."""
-    with Store.open(tmp_path / "g.duckdb") as store:  # the default: hour segments
+    with Store.open(tmp_path / "g.duckdb", retention=HOURS) as store:
         fill(store, 150)
         ids = dict(rows(store, "SELECT metric || '/' || gpu, series_id FROM series"))
         before = every(store)
@@ -71,7 +72,7 @@ def test_a_day_compacted_in_segments_is_compacted_whole_once_closed(tmp_path: Pa
     """Segments, then a late sample in a compacted hour, then the day closes: the whole day
     is rewritten once (the late sample too), recorded in ``compactions`` with every row of
     the day, and the next day's segments start at its midnight."""
-    with Store.open(tmp_path / "g.duckdb") as store:
+    with Store.open(tmp_path / "g.duckdb", retention=HOURS) as store:
         fill(store, 23 * 60 + 30, start=START)  # 00:00 .. 23:29
         assert store.compact(START + timedelta(hours=23, minutes=50)) == 23 * 60 * 3
         store.append_scrape(batch(START + timedelta(minutes=30, seconds=20), (UTIL, GPU0, 0.7)))

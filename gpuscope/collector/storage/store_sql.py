@@ -96,7 +96,7 @@ class Retention:
     rollup_delay: timedelta = timedelta(minutes=1)
     #: The day being written is compacted in closed segments of this many seconds (a
     #: divisor of a day; 0: only closed days), see MaintenanceMixin.compact_segments.
-    compact_segment_s: int = 3600
+    compact_segment_s: int = 7200
 
 
 def utc(ts: datetime | float | str) -> datetime:
