@@ -198,14 +198,11 @@ class CollectorService:
         file's free blocks back when they are ``db_reclaim_free_ratio`` of it or more
         (writes and readers wait for the swap; docs/storage.md, "Giving space back")."""
         cs = self.settings.collector
-        done = self.store.apply_retention(datetime.fromtimestamp(self.clock(), UTC))
-        if cs.db_reclaim_free_ratio is not None:
-            report = self.store.reclaim_space(
-                min_free_ratio=cs.db_reclaim_free_ratio,
-                reader_wait_s=cs.db_reclaim_reader_wait_seconds,
-            )
-            done["reclaimed_bytes"] = report.reclaimed_bytes
-        return done
+        return self.store.maintain(
+            datetime.fromtimestamp(self.clock(), UTC),
+            reclaim_free_ratio=cs.db_reclaim_free_ratio,
+            reader_wait_s=cs.db_reclaim_reader_wait_seconds,
+        )
 
     def daily_cycle(self) -> None:
         """Once a day: export yesterday to day-partitioned Parquet, when a folder is set."""

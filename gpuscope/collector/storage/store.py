@@ -29,7 +29,11 @@ from gpuscope.collector.storage.reader_gate import ReaderGate
 from gpuscope.collector.storage.schema import begin, migrate
 from gpuscope.collector.storage.store_alerts import AlertsMixin
 from gpuscope.collector.storage.store_maintenance import MaintenanceMixin
-from gpuscope.collector.storage.store_reclaim import ReclaimMixin
+from gpuscope.collector.storage.store_reclaim import (
+    DEFAULT_MIN_FREE_RATIO,
+    DEFAULT_READER_WAIT_S,
+    ReclaimMixin,
+)
 from gpuscope.collector.storage.store_records import RecordsMixin
 
 # re-exported: the store's public names stay here
@@ -217,6 +221,25 @@ class Store(MaintenanceMixin, ReclaimMixin, RecordsMixin, AlertsMixin):
             self.writes_waited += 1
         with self._lock:
             yield
+
+    def maintain(
+        self,
+        now: datetime,
+        *,
+        reclaim_free_ratio: float | None = DEFAULT_MIN_FREE_RATIO,
+        reader_wait_s: float = DEFAULT_READER_WAIT_S,
+    ) -> dict[str, int]:
+        """The running collector's maintenance: :meth:`apply_retention` (roll-ups, deletes,
+        compaction of closed days and segments), then the file rewritten without its free
+        blocks when they are ``reclaim_free_ratio`` of it or more (None: never). Returns
+        the row counts by step and ``reclaimed_bytes``."""
+        done = self.apply_retention(now)
+        if reclaim_free_ratio is not None:
+            report = self.reclaim_space(
+                min_free_ratio=reclaim_free_ratio, reader_wait_s=reader_wait_s
+            )
+            done["reclaimed_bytes"] = report.reclaimed_bytes
+        return done
 
     def checkpoint(self) -> None:
         with self._lock:
