@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 
 from gpuscope.collector.storage.store import Retention, Store
+from gpuscope.core.errors import ConfigError
+from gpuscope.core.settings import load_settings
 from tests.unit.test_store import ENERGY, GPU0, GPU1, UTIL, batch, rows
 from tests.unit.test_store_rollups import DAY, cycle, dump, filled
 
@@ -166,6 +168,47 @@ def test_a_swap_gives_up_when_a_reader_keeps_its_cursor(tmp_path: Path) -> None:
         assert not list(tmp_path.glob("*.reclaim*"))
         kept.clear()  # given back (dropped): the next run rewrites
         assert store.reclaim_space(min_free_ratio=0).rewritten
+
+
+def test_a_reader_that_writes_during_the_swap_makes_it_give_up_at_once(tmp_path: Path) -> None:
+    """A job that holds a cursor and then writes what it found (the idle detector does)
+    while the swap waits for that cursor: they would wait for each other, so the swap gives
+    up at once (not at its 1-hour timeout here), the write is committed, and the file is
+    left as it was for the next maintenance."""
+    with filled(tmp_path) as store:
+        held = store.cursor()
+        results: list[object] = []
+
+        def swap_files() -> None:
+            results.append(store.reclaim_space(min_free_ratio=0, reader_wait_s=3600))
+
+        swap = threading.Thread(target=swap_files)
+        swap.start()
+        wait_for(lambda: store._readers._closed)
+        at = DAY + timedelta(days=2, minutes=5)
+        store.append_scrape(cycle(at, {0: 0.25}))  # this thread holds `held`
+        swap.join(timeout=120)
+        assert not swap.is_alive()
+        assert results and not results[0].rewritten  # type: ignore[attr-defined]
+        sql = "SELECT count(*) FROM samples WHERE ts = ?"
+        assert held.execute(sql, [at]).fetchone() == (1,)
+        held.close()
+        assert store.reclaim_space(min_free_ratio=0).rewritten
+        assert rows(store, sql, at) == [(1,)]
+
+
+def test_settings_of_the_segments_and_the_rewrite(tmp_path: Path) -> None:
+    """Defaults (two-hour segments, hourly maintenance, a rewrite at a fifth free), off in
+    a config file, and a segment that does not divide a day is one clear error."""
+    cs = load_settings(env={}).collector
+    assert (cs.compact_segment_seconds, cs.maintenance_interval_seconds) == (7200, 3600)
+    assert cs.db_reclaim_free_ratio == 0.2
+    config = tmp_path / "c.yaml"
+    config.write_text("collector: {compact_segment_seconds: 0, db_reclaim_free_ratio: null}\n")
+    off = load_settings(config, env={}).collector
+    assert (off.compact_segment_seconds, off.db_reclaim_free_ratio) == (0, None)
+    with pytest.raises(ConfigError, match="compact_segment_seconds"):
+        load_settings(env={}, overrides={"collector": {"compact_segment_seconds": 7000}})
 
 
 def wait_for(condition: object, limit: float = 60.0) -> None:

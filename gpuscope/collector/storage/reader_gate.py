@@ -61,6 +61,9 @@ class ReaderGate:
         self._cond = threading.Condition()
         self._out: dict[int, int] = {}  # thread id -> leases it holds
         self._closed = False
+        #: Threads that hold a lease and wait for the writer connection: a swap that holds
+        #: the writer cannot wait for their leases (they would wait for each other).
+        self._blocked: set[int] = set()
         #: Cursors that had to wait for a swap to end (since start).
         self.waited = 0
 
@@ -84,6 +87,24 @@ class ReaderGate:
                 self._out.pop(me, None)
             self._cond.notify_all()
 
+    @contextmanager
+    def waiting_to_write(self) -> Iterator[None]:
+        """Around a wait for the writer connection: a thread that holds a cursor (a job
+        that reads, then writes what it found) makes a swap waiting for its cursor give up
+        at once instead of at its timeout."""
+        me = threading.get_ident()
+        with self._cond:
+            holds = bool(self._out.get(me))
+            if holds:
+                self._blocked.add(me)
+                self._cond.notify_all()
+        try:
+            yield
+        finally:
+            if holds:
+                with self._cond:
+                    self._blocked.discard(me)
+
     def out(self) -> int:
         """Cursors leased and not yet given back, by every thread."""
         with self._cond:
@@ -93,13 +114,23 @@ class ReaderGate:
     def closed(self, timeout: float) -> Iterator[bool]:
         """Closed to new leases of other threads while the block runs; yields whether every
         other thread's lease came back within ``timeout`` seconds (if not, the caller must
-        leave the connection alone). The calling thread's own leases are not waited for."""
+        leave the connection alone). It gives up at once when a thread that holds a lease
+        waits for the writer connection (which the caller holds). The calling thread's own
+        leases are not waited for."""
         me = threading.get_ident()
+
+        def drained() -> bool:
+            return all(t == me for t in self._out)
+
+        def stuck() -> bool:
+            return any(t in self._blocked for t in self._out if t != me)
+
         with self._cond:
             self._closed = True
-            drained = self._cond.wait_for(lambda: all(t == me for t in self._out), timeout=timeout)
+            self._cond.wait_for(lambda: drained() or stuck(), timeout=timeout)
+            done = drained()
         try:
-            yield drained
+            yield done
         finally:
             with self._cond:
                 self._closed = False

@@ -219,8 +219,12 @@ class Store(MaintenanceMixin, ReclaimMixin, RecordsMixin, AlertsMixin):
         """The writer connection, held; a write that comes during a rewrite is counted."""
         if self._rewriting.is_set():
             self.writes_waited += 1
-        with self._lock:
+        with self._readers.waiting_to_write():
+            self._lock.acquire()
+        try:
             yield
+        finally:
+            self._lock.release()
 
     def maintain(
         self,
