@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from gpuscope.agent.sim import scenario_clock
+from gpuscope.agent.devices.sim import scenario_clock
 from gpuscope.collector.http_api.api import create_app
 from gpuscope.collector.service import CollectorService
 from gpuscope.core.settings import load_settings
