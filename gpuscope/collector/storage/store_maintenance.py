@@ -142,7 +142,7 @@ class MaintenanceMixin(StoreParts):
         in one transaction: a crash leaves all of it or none. Returns the rows rewritten."""
         span = {"lo": lo, "hi": hi}
         with begin(cur):
-            top = scalar(cur, Q["max_rowid"])
+            top = scalar(cur, Q["max_rowid"], span)
             n = int(scalar(cur, Q["compact_copy"], span))
             cur.execute(Q["compact_delete"], {**span, "max_rowid": top})
             if isinstance(done_params, dict):
