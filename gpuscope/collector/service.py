@@ -30,6 +30,7 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from gpuscope.collector.cluster.inventory import InventoryError, KubeInventory, kube_configuration
 from gpuscope.collector.cluster.inventory_records import QuotaInfo
 from gpuscope.collector.cluster.pdb_records import budget_record
+from gpuscope.collector.gauges.database_gauges import DatabaseGauges
 from gpuscope.collector.gauges.inventory_gauges import InventoryGauges
 from gpuscope.collector.gauges.metrics import CollectorMetrics
 from gpuscope.collector.http_api.api import ApiState, create_app
@@ -65,6 +66,7 @@ class CollectorService:
         )
         self.metrics = CollectorMetrics()
         self.metrics.registry.register(InventoryGauges(self.store.cursor))
+        self.metrics.registry.register(DatabaseGauges(self.store))
         self.targets = TargetRegistry([Target(t.url, t.kind, t.node) for t in cs.targets])
         self.limits = IngestLimits(
             sample_limit=cs.max_series_per_target,

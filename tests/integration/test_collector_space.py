@@ -149,6 +149,10 @@ def test_maintenance_gives_space_back_while_scrapes_and_reads_go_on(
             assert read["samples_stored"] in (stored0, stored0 + outcome["scraped"])
             with TestClient(create_app(service.api_state())) as client:
                 database = client.get("/api/v1/status").json()["ingest"]["database"]
+                metrics = client.get("/metrics").text
+            assert "gpuscope_collector_db_rewrites_total 1.0" in metrics
+            assert 'gpuscope_collector_db_rewrite_waits_total{what="write"} 1.0' in metrics
+            assert 'gpuscope_collector_db_rewrite_waits_total{what="read"} 1.0' in metrics
             assert database["rewrites"] == 1
             assert database["writes_waited_for_rewrite"] == 1
             assert database["readers_waited_for_rewrite"] == 1
