@@ -158,8 +158,9 @@ def run_demo(
         if days > 0:
             step(2, f"{days:g} days of history through the store's ingest path, every 5 min")
             _fill_week(service, cluster, [u for u, _ in servers], now0.timestamp(), days, origin)
-            service.retention_cycle()  # roll-ups and compaction of the closed days
-            service.store.reclaim_space()  # the file without the blocks that freed
+            # roll-ups, compaction of the closed days and of today's closed segments, and the
+            # file rewritten without the blocks that freed: the running collector's hourly job
+            service.retention_cycle()
             _return_freed_memory(service)  # a new database instance, if it reopened the file
         # the live data starts where the history ends
         offset[0] = time.time() - now0.timestamp()
