@@ -140,7 +140,8 @@ class ReclaimMixin(StoreParts):
             if not drained:
                 partial.unlink(missing_ok=True)
                 log.warning(
-                    "space not reclaimed: readers still held cursors after %.0fs db=%s",
+                    "space not reclaimed this time: a reader kept its cursor (waited up to "
+                    "%.0fs, or it waits to write) db=%s",
                     reader_wait_s,
                     self.path,
                 )
