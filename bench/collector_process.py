@@ -16,11 +16,12 @@ interval in the same window. Measured over the window after a warm-up:
   runs; beside Prometheus's blocks over the samples in them (each block's meta.json), and
   its whole data folder (WAL, head chunks and blocks) over its appended samples. A day
   does not fit in a benchmark, so both are scaled down alike and the figure says so: the
-  collector's segment and maintenance interval (``compact_segment_seconds``,
-  ``maintenance_interval_seconds``; an hour each by default) are ``--segment`` seconds,
-  and Prometheus cuts blocks of that length too (its hidden
-  ``--storage.tsdb.min-block-duration``, 2 h by default, and ``max-block-duration``
-  three times it, so it also merges blocks once);
+  collector's segment (``compact_segment_seconds``, two hours by default) is ``--segment``
+  seconds and its maintenance runs twice a segment (``maintenance_interval_seconds``,
+  hourly by default) and waits a 120th of a segment for late batches
+  (``late_batch_seconds``, 60 by default), and Prometheus cuts blocks of the segment's
+  length (its hidden ``--storage.tsdb.min-block-duration``, 2 h by default, and
+  ``max-block-duration`` three times it, so it also merges blocks once);
 - the ticks each accounted for: the collector's status (scrapes, failures, skipped) per
   target against the ticks of the window.
 
@@ -131,7 +132,8 @@ def run(
         config = root / "collector.yaml"  # the day's segment and maintenance, scaled down
         config.write_text(
             yaml.safe_dump({"collector": {
-                "compact_segment_seconds": seg, "maintenance_interval_seconds": seg,
+                "compact_segment_seconds": seg, "maintenance_interval_seconds": seg // 2,
+                "late_batch_seconds": max(1, round(seg / 120)),
             }})
         )  # fmt: skip
         cmd = [sys.executable, "-m", "gpuscope.cli.main", "collector", "--db", str(db),
@@ -214,7 +216,7 @@ def run(
             aim="≤ 1.0x Prometheus's",
             reference=ref(p_cpu / max(p_samples, 1) * 1e6, "µs", "Prometheus, same agents"),
             notes=f"{where}; maintenance in the window (the collector's roll-ups and "
-            f"compaction, Prometheus's block cutting, every {seg} s); "
+            f"compaction every {seg // 2} s, Prometheus's block cutting at {seg} s); "
             f"collector {c_cpu:.1f} s CPU for {c_samples:,} samples, "
             f"Prometheus {p_cpu:.1f} s for {p_samples:,.0f}",
             key=True,
@@ -227,7 +229,9 @@ def run(
             reference=ref(
                 b_bytes / max(b_samples, 1), "B", f"Prometheus blocks ({b_count}, same scrapes)"
             ),
-            notes=f"scaled-down day: collector segments and maintenance every {seg} s, "
+            notes=f"scaled-down day: collector segments of {seg} s, its maintenance every "
+            f"{seg // 2} s and waits {max(1, round(seg / 120))} s for late batches (the "
+            "defaults' ratios: 2 h, hourly, 60 s), "
             f"Prometheus min/max block {seg}/{3 * seg} s; collector file {c_file / 1e6:.1f} MB "
             f"for {c_total:,} samples after {rewrites['rewrites']} rewrites by itself "
             f"({rewrites['writes_waited_for_rewrite']} writes waited); Prometheus blocks "

@@ -61,6 +61,7 @@ class CollectorService:
                 rollup_5m_days=cs.rollup_5m_retention_days,
                 rollup_1h_days=cs.rollup_1h_retention_days,
                 compact_segment_s=cs.compact_segment_seconds,
+                rollup_delay=timedelta(seconds=cs.late_batch_seconds),
             ),
             memory_limit=cs.db_memory_limit,
         )

@@ -210,6 +210,9 @@ class CollectorSettings(_Section):
     #: this often: hourly at minute 7 by default; another value runs it every so many
     #: seconds from the start (a test or a benchmark's short window).
     maintenance_interval_seconds: int = Field(default=3600, ge=1, le=DAY_SECONDS)
+    #: Closed 5-minute buckets and segments wait this long for late batches before the
+    #: maintenance rolls them up or compacts them.
+    late_batch_seconds: int = Field(default=60, ge=0, le=3600)
     #: The day being written is compacted in closed segments this long (docs/storage.md);
     #: a divisor of a day, or 0 to compact closed days only.
     compact_segment_seconds: int = Field(default=7200, ge=0, le=DAY_SECONDS)

@@ -211,6 +211,24 @@ def test_settings_of_the_segments_and_the_rewrite(tmp_path: Path) -> None:
         load_settings(env={}, overrides={"collector": {"compact_segment_seconds": 7000}})
 
 
+def test_the_collector_opens_its_store_with_these_settings(tmp_path: Path) -> None:
+    """The segment and the wait for late batches reach the store the service opens."""
+    from gpuscope.collector.service import CollectorService
+
+    collector = {
+        "db": tmp_path / "c.duckdb",
+        "kubernetes": "none",
+        "compact_segment_seconds": 600,
+        "late_batch_seconds": 5,
+    }
+    service = CollectorService(load_settings(env={}, overrides={"collector": collector}))
+    try:
+        assert service.store.retention.compact_segment_s == 600
+        assert service.store.retention.rollup_delay == timedelta(seconds=5)
+    finally:
+        service.stop()
+
+
 def wait_for(condition: object, limit: float = 60.0) -> None:
     """Poll a condition another thread makes true (a liveness bound, not a timing)."""
     deadline = time.monotonic() + limit
