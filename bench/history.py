@@ -50,6 +50,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from bench.history_fast import SpanWriter
 from gpuscope.collector.cluster.inventory_records import (
     node_from_json,
     pod_from_json,
@@ -78,6 +79,7 @@ _TYPES: dict[str, str] = {m.name: m.type for m in AGENT_METRICS}
 #: the code that decides what a history holds: a change to any of it rebuilds the cache
 _SOURCES = (
     "bench/history.py",
+    "bench/history_fast.py",
     "gpuscope/collector/storage/store.py",
     "gpuscope/collector/storage/store_sql.py",
     "gpuscope/collector/storage/store_maintenance.py",
@@ -95,6 +97,9 @@ class HistorySize:
     days: float
     step_s: int = 15
     families: str = "analysis"  # or "agent"
+    #: seconds at the end written through the ingest path; the span before it is written
+    #: by bench/history_fast.py (None: all of it through the ingest path)
+    tail_s: int | None = None
 
     @property
     def gpus(self) -> int:
@@ -103,15 +108,18 @@ class HistorySize:
     def label(self) -> str:
         days = f"{self.days:g} d" if self.days >= 1 else f"{self.days * 24:g} h"
         which = "analysed series" if self.families == "analysis" else "every agent series"
-        return f"{days} of {self.gpus:,} GPUs at {self.step_s} s ({which})"
+        how = "" if self.tail_s is None else f"; vectorised but the last {self.tail_s // 60} min"
+        return f"{days} of {self.gpus:,} GPUs at {self.step_s} s ({which}{how})"
 
     def key(self) -> str:
-        return f"{self.nodes}n-{self.days:g}d-{self.step_s}s-{self.families}"
+        fast = "" if self.tail_s is None else f"-fast{self.tail_s}"
+        return f"{self.nodes}n-{self.days:g}d-{self.step_s}s-{self.families}{fast}"
 
 
 QUICK = HistorySize(nodes=6, days=0.125)
 DEFAULT = HistorySize(nodes=13, days=1.0)
-LARGE = HistorySize(nodes=1250, days=7.0)
+#: 10,000 GPUs x 7 days: the span before the last 3 hours vectorised (bench/history_fast.py)
+LARGE = HistorySize(nodes=1250, days=7.0, tail_s=3 * 3600)
 
 
 def chosen_size(quick: bool) -> HistorySize:
@@ -125,11 +133,15 @@ def chosen_size(quick: bool) -> HistorySize:
     if wanted == "large":
         return LARGE
     try:
-        nodes, days = wanted.split("x")
-        return HistorySize(nodes=int(nodes), days=float(days))
+        size, _, tail = wanted.partition("+fast")
+        nodes, days = size.split("x")
+        return HistorySize(
+            nodes=int(nodes), days=float(days), tail_s=int(float(tail) * 3600) if tail else None
+        )
     except ValueError:
         raise ValueError(
-            f"GPUSCOPE_BENCH_HISTORY={wanted!r}: expected 'large' or NODESxDAYS, e.g. 125x7"
+            f"GPUSCOPE_BENCH_HISTORY={wanted!r}: expected 'large', NODESxDAYS (e.g. 125x7) "
+            "or NODESxDAYS+fastHOURS (the last HOURS through ingest, the rest vectorised)"
         ) from None
 
 
@@ -147,6 +159,7 @@ class History:
     maintenance: dict[str, int]  # apply_retention's row counts, summed
     file_bytes: int
     built_at: str  # when (UTC) the build ran: a cached history says so
+    build_s: float = 0.0  # wall seconds of the whole build
 
     @property
     def start(self) -> datetime:
@@ -231,6 +244,7 @@ def append_cycles(store: Store, maker: CycleMaker, start: float, end: float, ste
 
 def build(size: HistorySize, path: Path) -> History:
     """Write ``size``'s history into a new database at ``path`` through the ingest path."""
+    began = time.perf_counter()
     cluster, origin = scenario_cluster(size.nodes)
     maker = CycleMaker(cluster, origin, size.families)
     end = END.timestamp()
@@ -238,9 +252,23 @@ def build(size: HistorySize, path: Path) -> History:
     simulate = ingest = maintenance = 0.0
     counts: dict[str, int] = {}
     stored = cycles = 0
+    t = start
     store = Store.open(path)
+    if size.tail_s is not None:  # the span before the tail: bench/history_fast.py
+        split = max(start, end - size.tail_s)
+        a = time.perf_counter()
+        while t < split:
+            if (t - start) % INVENTORY_EVERY_S == 0:
+                _record_inventory(store, cluster, t, origin)
+            t += size.step_s
+        writer = SpanWriter(store, cluster, origin, start, split, size.step_s)
+        writer.write()
+        stored, cycles = writer.rows, len(writer.t)
+        simulate = time.perf_counter() - a
+        store.close()
+        store = Store.open(path)  # the store's series ids and open intervals, as at a restart
     try:
-        t, last_report = start, time.monotonic()
+        last_report = time.monotonic()
         while t < end:
             if (t - start) % INVENTORY_EVERY_S == 0:
                 _record_inventory(store, cluster, t, origin)
@@ -280,6 +308,7 @@ def build(size: HistorySize, path: Path) -> History:
         maintenance=counts,
         file_bytes=path.stat().st_size,
         built_at=datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        build_s=time.perf_counter() - began,
     )
 
 
