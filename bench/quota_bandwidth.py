@@ -27,11 +27,12 @@ from __future__ import annotations
 import argparse
 import sys
 import tempfile
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench import peak
 from bench.figure import Figure, Reference, print_figures
 from bench.history import History, chosen_size, rows_between
 from bench.history import history as get_history
@@ -51,6 +52,15 @@ WINDOW = timedelta(minutes=5)
 #: past this many windows, the one-by-one reference runs a spread sample and scales it
 ALL_WINDOWS_UP_TO = 48
 SAMPLE_WINDOWS = 24
+
+
+def full_once(db: str, start: datetime, end: datetime) -> str:
+    """One full re-analysis on ``db`` (read-only), for bench/peak.py's own process."""
+    with Store.open(Path(db), read_only=True) as store:
+        con = store.cursor()
+        hist = bandwidth_history(con, start, end, AnalyticsSettings())
+        con.close()
+    return f"{sum(bool(p) for _, p in hist)} windows with hot ports"
 
 
 def measure(h: History, runs: int) -> dict[str, object]:
@@ -82,6 +92,7 @@ def measure(h: History, runs: int) -> dict[str, object]:
                 n=max(2, runs // 2),
             )
             con.close()
+            alone = peak.measure(full_once, str(store.path), start, end)
         finally:
             store.close()
     hist = full.result
@@ -93,6 +104,7 @@ def measure(h: History, runs: int) -> dict[str, object]:
         "quota_findings": len(q7.result.findings),
         "quota1": q1.product,
         "history": full.product,
+        "peak": alone,
         "one_by_one": full.reference.scaled(scale),
         "windows": windows,
         "sampled": len(ends),
@@ -105,7 +117,7 @@ def measure(h: History, runs: int) -> dict[str, object]:
 def run(quick: bool = False) -> list[Figure]:
     """Quota and bandwidth on the shared history (quick: 3 h of 48 GPUs; default 1 d of 104)."""
     h = get_history(chosen_size(quick))
-    r = measure(h, 3 if quick else 7)
+    r = measure(h, 3 if quick else 4 if h.size.gpus >= 10_000 else 7)
     what = h.size.label()
     big = h.size.gpus >= 10_000
     windows, sampled = r["windows"], r["sampled"]
@@ -132,6 +144,15 @@ def run(quick: bool = False) -> list[Figure]:
             reference=Reference.timed(how, r["one_by_one"], "s"),  # type: ignore[arg-type]
             notes=f"reads {r['ib_raw']:,} raw IB samples; {r['hot_windows']} windows with "
             "hot ports; reference alternated in the same loop",
+            key=big,
+            aim="60 s at 10,000 GPUs" if big else None,
+        ),
+        Figure(
+            "same: peak RSS of the full re-analysis in a process of its own",
+            r["peak"].rss_bytes / 2**30,  # type: ignore[attr-defined]
+            "GiB",
+            aim="4 GB at 10,000 GPUs" if big else None,
+            notes=peak.figure_notes(r["peak"]),  # type: ignore[arg-type]
             key=big,
         ),
     ]  # fmt: skip
