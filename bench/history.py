@@ -292,7 +292,8 @@ def build(size: HistorySize, path: Path) -> History:
         vectorised, cycles = writer.rows, len(writer.t)
         vectorised_s = time.perf_counter() - a
         store.close()
-        store = Store.open(path, memory_limit=BUILD_MEMORY)  # series ids and open intervals, as at a restart
+        # series ids and open intervals read back, as at a restart
+        store = Store.open(path, memory_limit=BUILD_MEMORY)
     try:
         last_report = time.monotonic()
         while t < end:
