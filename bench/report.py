@@ -41,12 +41,16 @@ from gpuscope.analytics.report.week import Week
 from gpuscope.cli.main import build_parser
 from gpuscope.cli.report import cmd_report
 from gpuscope.collector.storage.store import Store
-from gpuscope.core.settings import Settings
+from gpuscope.core.settings import CollectorSettings, Settings
 
 WEEK = Week(2025, 10)
 CONFIG = "report:\n  price_per_gpu_hour: 2.0\n"
 READ = ("gpuscope_gpu_utilization_ratio", "gpuscope_ib_transmit_bytes_total",
         "gpuscope_ib_receive_bytes_total", "gpuscope_ib_port_rate_bytes_per_second")  # fmt: skip
+
+
+#: the memory limit the CLI and the collector open the database with
+LIMIT = CollectorSettings().db_memory_limit
 
 
 def cli_report(db: Path, out: Path, config: Path) -> str:
@@ -76,12 +80,12 @@ def measure(h: History, runs: int) -> dict[str, object]:
         config = Path(tmp) / "gpuscope.yaml"
         config.write_text(CONFIG)
         out = Path(tmp) / "reports"
-        with Store.open(db, read_only=True) as store:
+        with Store.open(db, read_only=True, memory_limit=LIMIT) as store:
             held = {t: rows_between(store, t, READ, lo, hi) for t in ("samples_5m", "samples")}
         first, summary = time_once(lambda: cli_report(db, out, config))
         alone = peak.measure(report_once, db, Path(tmp) / "reports-peak", config)
         again = time_alternating(lambda: cli_report(db, out, config), n=runs)
-        with Store.open(db, read_only=True) as store:
+        with Store.open(db, read_only=True, memory_limit=LIMIT) as store:
             cur = store.cursor()
             now = WEEK.end + timedelta(hours=7)
             numbers = time_alternating(lambda: build_report(cur, WEEK, settings, now=now), n=runs)
