@@ -75,9 +75,8 @@ def measure(h: History, runs: int) -> dict[str, object]:
     if windows <= ALL_WINDOWS_UP_TO:
         ends = [start + WINDOW * (k + 1) for k in range(windows)]
     else:
-        ends = [
-            start + WINDOW * ((k + 1) * windows // SAMPLE_WINDOWS) for k in range(SAMPLE_WINDOWS)
-        ]
+        sample = SAMPLE_WINDOWS if h.size.gpus < 10_000 else SAMPLE_WINDOWS // 3
+        ends = [start + WINDOW * ((k + 1) * windows // sample) for k in range(sample)]
     scale = windows / len(ends)
     with tempfile.TemporaryDirectory(prefix="gpuscope-qb-") as tmp:
         store = Store.open(h.copy_to(Path(tmp)), read_only=True, memory_limit=LIMIT)
@@ -94,7 +93,7 @@ def measure(h: History, runs: int) -> dict[str, object]:
             full = time_alternating(
                 lambda: bandwidth_history(con, start, end, cfg),
                 reference=lambda: [run_bandwidth(con, t, cfg) for t in ends],
-                n=max(2, runs // 2),
+                n=1 if h.size.gpus >= 10_000 else max(2, runs // 2),
             )
             con.close()
             alone = (
