@@ -149,7 +149,7 @@ def run(quick: bool = False) -> list[Figure]:
             f"IB samples (window and 2-minute look-back); {r['hot_ports']} hot ports",
         ),
         Figure.timed(
-            f"bandwidth, {what}: full re-analysis (every 5-minute window in one query)",
+            f"bandwidth, {what}: full re-analysis (every 5-minute window, 48 windows a query)",
             r["history"], "s",  # type: ignore[arg-type]
             reference=Reference.timed(how, r["one_by_one"], "s"),  # type: ignore[arg-type]
             notes=f"reads {r['ib_raw']:,} raw IB samples; {r['hot_windows']} windows with "
