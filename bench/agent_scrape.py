@@ -163,9 +163,9 @@ def node_exporter_cmd(exporter: str, tree: Path) -> list[str]:
 def serve_ib_only(tree: str, port: int) -> None:
     """An agent process with the InfiniBand source alone, served as `gpuscope agent`
     serves (the like-for-like peer of node_exporter's infiniband collector)."""
-    from gpuscope.agent.exposition import AgentCollector
-    from gpuscope.agent.infiniband import SysfsIbSource
-    from gpuscope.agent.server import AgentHttpServer
+    from gpuscope.agent.devices.infiniband import SysfsIbSource
+    from gpuscope.agent.serving.exposition import AgentCollector
+    from gpuscope.agent.serving.server import AgentHttpServer
 
     collector = AgentCollector(NODE, None, SysfsIbSource(Path(tree)), None)
     AgentHttpServer(("127.0.0.1", port), None, collector).start_in_thread()

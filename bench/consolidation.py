@@ -37,7 +37,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.figure import Figure, Reference, print_figures
 from bench.timing import Spread, time_round_robin
-from gpuscope.analytics.allocation import EPS, NodeState, state_from_records
 from gpuscope.analytics.consolidation.plan import (
     Goal,
     Placed,
@@ -49,6 +48,7 @@ from gpuscope.analytics.consolidation.plan import (
     plan_greedy,
     plan_high_node_utilization,
 )
+from gpuscope.analytics.placement.allocation import EPS, NodeState, state_from_records
 from gpuscope.analytics.trace import read_trace
 from gpuscope.collector.cluster.inventory_records import node_from_json, pod_from_json
 from gpuscope.core.settings import WorkloadSettings

@@ -1,7 +1,7 @@
 """A simulated fleet in a metrics engine, without running an agent per node.
 
 For tests and benchmarks of fleet mode: the agent's real page
-(:meth:`gpuscope.agent.exposition.AgentCollector.render`) for every node of a
+(:meth:`gpuscope.agent.serving.exposition.AgentCollector.render`) for every node of a
 :class:`SimulatedCluster` at each step of a time range, written with timestamps as
 
 - Prometheus text lines with millisecond timestamps, pushed to VictoriaMetrics'
@@ -24,8 +24,8 @@ from pathlib import Path
 
 import httpx
 
-from gpuscope.agent.exposition import AgentCollector
-from gpuscope.agent.sim import SimAttributor, SimGpuSource, SimIbSource
+from gpuscope.agent.devices.sim import SimAttributor, SimGpuSource, SimIbSource
+from gpuscope.agent.serving.exposition import AgentCollector
 from gpuscope.sim.cluster import SimulatedCluster
 
 

@@ -22,8 +22,12 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.figure import Figure, print_figures
-from gpuscope.analytics.allocation import ClusterState, NodeState
-from gpuscope.analytics.fragmentation import TaskMix, analyze_fragmentation, learn_task_mix
+from gpuscope.analytics.placement.allocation import ClusterState, NodeState
+from gpuscope.analytics.placement.fragmentation import (
+    TaskMix,
+    analyze_fragmentation,
+    learn_task_mix,
+)
 from gpuscope.analytics.trace import read_trace
 from gpuscope.core.settings import AnalyticsSettings
 

@@ -42,7 +42,7 @@ from bench.history import (
 )
 from bench.history import history as get_history
 from bench.timing import Spread, time_alternating, time_once
-from gpuscope.analytics.idle import HISTORY, LATE_DELAY, LOOKBACK, RAW_HORIZON, run_idle
+from gpuscope.analytics.detectors.idle import HISTORY, LATE_DELAY, LOOKBACK, RAW_HORIZON, run_idle
 from gpuscope.collector.storage.store import Store
 from gpuscope.core.settings import AnalyticsSettings, CollectorSettings, WorkloadSettings
 
@@ -65,8 +65,9 @@ def _floor(t: datetime, seconds: int) -> datetime:
 
 
 def full_reads(store: Store, at: datetime) -> tuple[int, int]:
-    """(roll-up rows, raw samples) a full re-analysis at ``at`` reads (gpuscope/analytics/idle.py:
-    roll-ups over ``HISTORY`` up to the frontier, raw samples after it)."""
+    """(roll-up rows, raw samples) a full re-analysis at ``at`` reads
+    (gpuscope/analytics/detectors/idle.py: roll-ups over ``HISTORY`` up to the frontier, raw samples
+    after it)."""
     row = store.cursor().execute("SELECT value FROM meta WHERE key = 'rollup_5m_until'").fetchone()
     frontier = datetime.fromisoformat(str(row[0])).replace(tzinfo=UTC) if row else at
     lo = min(_floor(at - RAW_HORIZON, 300), frontier)

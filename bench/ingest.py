@@ -45,10 +45,10 @@ from prometheus_client.registry import CollectorRegistry
 
 from bench.figure import Figure, print_figures
 from bench.sysfs_tree import write_tree
-from gpuscope.agent.exposition import AgentCollector
-from gpuscope.agent.infiniband import SysfsIbSource
-from gpuscope.agent.sim import SimAttributor, SimGpuSource
-from gpuscope.agent.textformat import generate_text
+from gpuscope.agent.devices.infiniband import SysfsIbSource
+from gpuscope.agent.devices.sim import SimAttributor, SimGpuSource
+from gpuscope.agent.serving.exposition import AgentCollector
+from gpuscope.agent.serving.textformat import generate_text
 from gpuscope.collector.gauges.metrics import CollectorMetrics
 from gpuscope.collector.scraping.batch import Batch
 from gpuscope.collector.scraping.ingest import IngestWriter

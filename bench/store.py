@@ -166,8 +166,8 @@ def _cycle_pages(nodes: int) -> tuple[list[Any], list[Target], list[TargetCache]
     """One agent per simulated node (its real collector and sources, as ``gpuscope agent
     --gpu-source sim`` runs them), the collector's target and parse cache for each, and
     the simulated clock to move."""
-    from gpuscope.agent.exposition import AgentCollector
-    from gpuscope.agent.sim import SimAttributor, SimGpuSource, SimIbSource
+    from gpuscope.agent.devices.sim import SimAttributor, SimGpuSource, SimIbSource
+    from gpuscope.agent.serving.exposition import AgentCollector
     from gpuscope.sim import SimulatedCluster, default_scenario
 
     cluster = SimulatedCluster(default_scenario(nodes=max(6, nodes)))

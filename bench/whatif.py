@@ -25,8 +25,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.figure import Figure, Reference, print_figures
-from gpuscope.analytics.allocation import NodeState
-from gpuscope.analytics.fragmentation import learn_task_mix
+from gpuscope.analytics.placement.allocation import NodeState
+from gpuscope.analytics.placement.fragmentation import learn_task_mix
 from gpuscope.analytics.trace import read_nodes, read_tasks
 from gpuscope.analytics.whatif import POLICIES, Inventory, PodEvent, PolicyResult, Request, replay
 from gpuscope.analytics.whatif.events import arrivals, inflate

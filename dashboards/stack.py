@@ -24,7 +24,7 @@ import httpx
 from prometheus_client.exposition import MetricsHandler
 from prometheus_client.registry import CollectorRegistry
 
-from gpuscope.agent.sim import scenario_clock
+from gpuscope.agent.devices.sim import scenario_clock
 from gpuscope.collector.service import CollectorService
 from gpuscope.core.errors import UserError
 from gpuscope.core.settings import load_settings

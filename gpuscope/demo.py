@@ -26,7 +26,7 @@ from typing import Any
 
 import yaml
 
-from gpuscope.agent.sim import scenario_clock
+from gpuscope.agent.devices.sim import scenario_clock
 from gpuscope.analytics.runner import as_json, render_text
 from gpuscope.collector.service import CollectorService, bind_listen
 from gpuscope.core.errors import UserError

@@ -22,9 +22,9 @@ from typing import Any
 
 import yaml
 
-from gpuscope.agent.exposition import AgentCollector
-from gpuscope.agent.server import AgentHttpServer
-from gpuscope.agent.sim import SimAttributor, SimGpuSource, SimIbSource
+from gpuscope.agent.devices.sim import SimAttributor, SimGpuSource, SimIbSource
+from gpuscope.agent.serving.exposition import AgentCollector
+from gpuscope.agent.serving.server import AgentHttpServer
 from gpuscope.collector.cluster.dra_apply import apply_object_set
 from gpuscope.collector.cluster.inventory_records import (
     node_from_json,

@@ -22,7 +22,6 @@ from gpuscope.actions.executor import Executor, Notifier
 from gpuscope.actions.kube import ClusterClient, KubeError
 from gpuscope.actions.plan import consolidation_blocked, plan_consolidation_steps, plan_idle
 from gpuscope.actions.policy import Policy
-from gpuscope.analytics.allocation import records_from_inventory, state_from_records
 from gpuscope.analytics.consolidation.model import Placed
 from gpuscope.analytics.consolidation.plan import (
     Plan,
@@ -30,9 +29,10 @@ from gpuscope.analytics.consolidation.plan import (
     placement_from_state,
     plan_consolidation,
 )
-from gpuscope.analytics.idle import run_idle
+from gpuscope.analytics.detectors.idle import run_idle
+from gpuscope.analytics.domains.topology_gangs import gang_goals
+from gpuscope.analytics.placement.allocation import records_from_inventory, state_from_records
 from gpuscope.analytics.runner import gpu_indices_of
-from gpuscope.analytics.topology_gangs import gang_goals
 from gpuscope.collector.cluster.inventory_records import PodInfo
 from gpuscope.collector.storage.store import Store
 from gpuscope.core.records import Finding

@@ -12,8 +12,8 @@ import time
 from pathlib import Path
 
 from gpuscope.agent.config import AgentConfig, AgentSettings
-from gpuscope.agent.exposition import AgentCollector
-from gpuscope.agent.sources import GpuSource, IbSource, WorkloadAttributor
+from gpuscope.agent.devices.sources import GpuSource, IbSource, WorkloadAttributor
+from gpuscope.agent.serving.exposition import AgentCollector
 from gpuscope.core.errors import SourceError, UserError
 
 log = logging.getLogger(__name__)
@@ -27,8 +27,8 @@ def _check_root(flag: str, path: Path | None) -> None:
 def _sim_parts(
     settings: AgentSettings,
 ) -> tuple[str, GpuSource, IbSource | None, WorkloadAttributor]:
-    from gpuscope.agent.infiniband import SysfsIbSource
-    from gpuscope.agent.sim import SimAttributor, SimGpuSource, SimIbSource, scenario_clock
+    from gpuscope.agent.devices.infiniband import SysfsIbSource
+    from gpuscope.agent.devices.sim import SimAttributor, SimGpuSource, SimIbSource, scenario_clock
     from gpuscope.sim import SimulatedCluster, load_scenario
     from gpuscope.sim.one_node import default_node_scenario, one_node
 
@@ -58,13 +58,13 @@ def _sim_parts(
 
 def _dcgm_source(settings: AgentSettings) -> GpuSource:
     if settings.dcgm_exporter_url:
-        from gpuscope.agent.dcgm_exporter import DcgmExporterSource
+        from gpuscope.agent.devices.dcgm_exporter import DcgmExporterSource
 
         return DcgmExporterSource(
             settings.dcgm_exporter_url, timeout=settings.source_timeout_seconds
         )
-    from gpuscope.agent.dcgm import DcgmSource, load_dcgm_bindings
-    from gpuscope.agent.nvml import NvmlSource
+    from gpuscope.agent.devices.dcgm import DcgmSource, load_dcgm_bindings
+    from gpuscope.agent.devices.nvml import NvmlSource
 
     load_dcgm_bindings(settings.dcgm_bindings_path)  # fail fast, before touching NVML
     try:
@@ -77,7 +77,7 @@ def _dcgm_source(settings: AgentSettings) -> GpuSource:
 
 
 def _gpu_source(settings: AgentSettings) -> GpuSource:
-    from gpuscope.agent.nvml import NvmlSource
+    from gpuscope.agent.devices.nvml import NvmlSource
 
     choice = settings.gpu_source
     if choice == "nvml":
@@ -104,10 +104,14 @@ def _gpu_source(settings: AgentSettings) -> GpuSource:
 
 
 def _real_attributor(settings: AgentConfig, node: str) -> WorkloadAttributor:
-    from gpuscope.agent.attribution import KubeletAttributor
-    from gpuscope.agent.dra import SliceSource
-    from gpuscope.agent.podmeta import ApiServerPodMetadata, NoPodMetadata, PodMetadataSource
-    from gpuscope.agent.podresources import PodResourcesClient
+    from gpuscope.agent.workloads.attribution import KubeletAttributor
+    from gpuscope.agent.workloads.dra import SliceSource
+    from gpuscope.agent.workloads.podmeta import (
+        ApiServerPodMetadata,
+        NoPodMetadata,
+        PodMetadataSource,
+    )
+    from gpuscope.agent.workloads.podresources import PodResourcesClient
 
     agent = settings.agent
     # DRA devices are named by driver/pool/device in pod-resources; the node's
@@ -144,7 +148,7 @@ def build_agent(settings: AgentConfig) -> AgentCollector:
     if agent.gpu_source == "sim":
         node, gpu, ib, attributor = _sim_parts(agent)
     else:
-        from gpuscope.agent.infiniband import SysfsIbSource
+        from gpuscope.agent.devices.infiniband import SysfsIbSource
 
         node = agent.node or socket.gethostname()
         gpu = _gpu_source(agent)

@@ -10,8 +10,8 @@ from typing import TextIO
 
 from gpuscope.agent.build import build_agent
 from gpuscope.agent.config import AgentConfig
-from gpuscope.agent.process_metrics import ProcessMetrics
-from gpuscope.agent.server import AgentHttpServer
+from gpuscope.agent.serving.process_metrics import ProcessMetrics
+from gpuscope.agent.serving.server import AgentHttpServer
 from gpuscope.core.errors import UserError
 from gpuscope.core.settings_layers import parse_listen
 

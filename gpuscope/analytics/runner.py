@@ -36,11 +36,11 @@ def run_on_store(
     ``persist`` lets incremental detectors keep their state in the store (the collector);
     the CLI passes False and so never writes to a database it analyses.
     """
-    from gpuscope.analytics.allocation import state_from_records
-    from gpuscope.analytics.bandwidth import run_bandwidth
-    from gpuscope.analytics.fragmentation import analyze_fragmentation
-    from gpuscope.analytics.idle import run_idle
-    from gpuscope.analytics.quota import run_quota
+    from gpuscope.analytics.detectors.bandwidth import run_bandwidth
+    from gpuscope.analytics.detectors.idle import run_idle
+    from gpuscope.analytics.placement.allocation import state_from_records
+    from gpuscope.analytics.placement.fragmentation import analyze_fragmentation
+    from gpuscope.analytics.queueing.quota import run_quota
     from gpuscope.analytics.report.fragmentation import analysis_at
 
     out: dict[str, Analysis] = {}
@@ -139,7 +139,7 @@ def gpu_indices_of(con: Any) -> dict[str, list[int]]:
 
 
 def _consolidation_from_store(cur: Any, at: datetime, settings: Settings) -> Analysis:
-    from gpuscope.analytics.allocation import records_from_inventory
+    from gpuscope.analytics.placement.allocation import records_from_inventory
 
     nodes, pods = records_from_inventory(cur)
     # the budgets the inventory stored: a victim whose budget allows no disruption stays
@@ -158,9 +158,9 @@ def _consolidation(
     """The consolidation plan from records, from the store or from files alike: pending pod
     groups planned whole inside one domain of their level, pods the budgets keep in place
     held, and ``pdb_blocked`` in the summary."""
-    from gpuscope.analytics.allocation import state_from_records
     from gpuscope.analytics.consolidation.plan import analyze_consolidation
-    from gpuscope.analytics.topology_gangs import gang_goals
+    from gpuscope.analytics.domains.topology_gangs import gang_goals
+    from gpuscope.analytics.placement.allocation import state_from_records
 
     blocked = blocked_by_budgets(budgets, pods)
     return _with_blocked(
@@ -191,8 +191,8 @@ def topology_from_store(
     """Topology of the inventory state valid at ``at``, levels from the node labels unless
     ``objects`` (an ObjectSet: the store keeps no Topology objects, ``gpuscope analyze
     topology --objects`` reads them from files) define them."""
+    from gpuscope.analytics.domains.topology_inputs import topology_analysis
     from gpuscope.analytics.report.topology import inventory_at
-    from gpuscope.analytics.topology_inputs import topology_analysis
     from gpuscope.core.kube_objects import ObjectSet
 
     nodes, pods, indices = inventory_at(cur, utc(at))
@@ -218,8 +218,8 @@ def run_on_snapshot(
     analysis reads; the quota view reads its queues and quotas from them, and each reader
     picks its own kinds from the set."""
     objects = objects or ObjectSet()
-    from gpuscope.analytics.allocation import state_from_kubectl
-    from gpuscope.analytics.fragmentation import analyze_fragmentation, learn_task_mix
+    from gpuscope.analytics.placement.allocation import state_from_kubectl
+    from gpuscope.analytics.placement.fragmentation import analyze_fragmentation, learn_task_mix
     from gpuscope.analytics.trace import read_trace
 
     for path in (nodes, pods):
@@ -243,7 +243,7 @@ def run_on_snapshot(
     if what == "quota":
         return _quota_from_files(docs[0], docs[1], at, settings, objects)
     if what == "consolidation":
-        from gpuscope.analytics.allocation import kubectl_records
+        from gpuscope.analytics.placement.allocation import kubectl_records
 
         node_infos, pod_infos, known = kubectl_records(
             docs[0], docs[1], settings.workloads, objects
@@ -266,10 +266,10 @@ def _quota_from_files(
     """The quota view of a snapshot: the queue model on the files' pods and the queue and
     quota objects of ``--objects``, a job quota admits judged by the placement of the same
     snapshot; no fairness window (files hold no history)."""
-    from gpuscope.analytics.allocation import kubectl_records, state_from_records
-    from gpuscope.analytics.fragmentation import analyze_fragmentation
-    from gpuscope.analytics.queues import judge
-    from gpuscope.analytics.quota import quota_analysis
+    from gpuscope.analytics.placement.allocation import kubectl_records, state_from_records
+    from gpuscope.analytics.placement.fragmentation import analyze_fragmentation
+    from gpuscope.analytics.queueing.queues import judge
+    from gpuscope.analytics.queueing.quota import quota_analysis
     from gpuscope.collector.cluster.queue_records import quotas_from_objects
 
     # DRA claims in ``objects`` count as device-plugin GPUs in quota usage too

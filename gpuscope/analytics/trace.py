@@ -20,7 +20,7 @@ import logging
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
-from gpuscope.analytics.allocation import ClusterState, NodeState, Task
+from gpuscope.analytics.placement.allocation import ClusterState, NodeState, Task
 from gpuscope.core.errors import UserError
 
 log = logging.getLogger(__name__)

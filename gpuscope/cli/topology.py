@@ -15,7 +15,7 @@ from gpuscope.core.settings import Settings
 
 
 def run_topology(args: argparse.Namespace, at: datetime, settings: Settings) -> Analysis:
-    from gpuscope.analytics.topology_inputs import topology_from_files
+    from gpuscope.analytics.domains.topology_inputs import topology_from_files
 
     objects = load_objects(args.objects) if getattr(args, "objects", None) else ObjectSet()
     if args.nodes is not None:

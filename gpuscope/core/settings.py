@@ -351,7 +351,7 @@ class AnalyticsSettings(_Section):
     fgd_task_coverage: float = Field(default=0.95, gt=0, le=1)
     #: Node labels that name topology domains (racks, leaf switches, NVLink domains) when
     #: no Kueue/KAI Topology or Volcano HyperNode is given; unset: the defaults in
-    #: gpuscope.analytics.topology_levels (GKE, AWS, topograph, nvidia.com/gpu.clique).
+    #: gpuscope.analytics.domains.topology_levels (GKE, AWS, topograph, nvidia.com/gpu.clique).
     topology_labels: list[str] | None = None
     #: Minutes between scheduled runs of the detectors in the collector.
     interval_minutes: float = Field(default=5, gt=0, le=WEEK_MINUTES)

@@ -108,7 +108,7 @@ class FakeHandle:
 
 
 class FakeNvml:
-    """The functions of ``pynvml`` that :class:`gpuscope.agent.nvml.NvmlSource` calls, on fake devices."""
+    """The functions of ``pynvml`` that :class:`gpuscope.agent.devices.nvml.NvmlSource` calls, on fake devices."""
 
     # pynvml's own exception classes and constants, so code under test can use either module.
     NVMLError = pynvml.NVMLError

@@ -734,7 +734,7 @@ def test_arbiter_says_whose_gpu_is_idle_and_for_how_long(cluster: Cluster) -> No
     idle notebook's GPU idle since 10:00, the busy one's not, an unknown pod holds none."""
     from fastapi.testclient import TestClient
 
-    from gpuscope.analytics.idle import run_idle
+    from gpuscope.analytics.detectors.idle import run_idle
     from gpuscope.collector.gauges.metrics import CollectorMetrics
     from gpuscope.collector.http_api.api import ApiState, create_app
     from gpuscope.collector.scraping.targets import TargetRegistry

@@ -153,8 +153,8 @@ def test_terminating_pods_are_never_candidates() -> None:
 
     from gpuscope.actions.plan import plan_idle
     from gpuscope.actions.policy import parse_policies
-    from gpuscope.analytics.allocation import state_from_records
     from gpuscope.analytics.consolidation.plan import goals_from_pending, placement_from_state
+    from gpuscope.analytics.placement.allocation import state_from_records
     from gpuscope.collector.cluster.inventory_records import node_from_json
     from gpuscope.core.records import Finding
     from tests.integration.test_actions import node_obj, pod_obj

@@ -14,9 +14,9 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector, CollectorRegistry
 
-from gpuscope.agent.exposition import AgentCollector
-from gpuscope.agent.infiniband import SysfsIbSource
-from gpuscope.agent.server import AgentHttpServer
+from gpuscope.agent.devices.infiniband import SysfsIbSource
+from gpuscope.agent.serving.exposition import AgentCollector
+from gpuscope.agent.serving.server import AgentHttpServer
 
 pytestmark = pytest.mark.integration
 Samples = dict[str, list[tuple[dict[str, str], float]]]

@@ -152,8 +152,8 @@ def test_no_gpu_and_no_dcgm_is_a_clear_failure() -> None:
 def test_agent_imports_no_collector_side_code() -> None:
     """The agent's modules load without duckdb, polars, fastapi or pyarrow (small DaemonSet image)."""
     code = (
-        "import sys, gpuscope.agent.main, gpuscope.agent.build, gpuscope.agent.nvml, gpuscope.agent.dcgm, gpuscope.agent.dcgm_exporter, "
-        "gpuscope.agent.infiniband, gpuscope.agent.attribution, gpuscope.agent.sim; "
+        "import sys, gpuscope.agent.main, gpuscope.agent.build, gpuscope.agent.devices.nvml, gpuscope.agent.devices.dcgm, gpuscope.agent.devices.dcgm_exporter, "
+        "gpuscope.agent.devices.infiniband, gpuscope.agent.workloads.attribution, gpuscope.agent.devices.sim; "
         "bad = {'duckdb', 'polars', 'fastapi', 'pyarrow', 'uvicorn', 'collector', 'analytics', "
         "'alerts', 'actions'} & set(sys.modules); print(sorted(bad)); sys.exit(1 if bad else 0)"
     )

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from gpuscope.agent.exposition import AgentCollector
-from gpuscope.agent.infiniband import SysfsIbSource
-from gpuscope.agent.server import AgentHttpServer
+from gpuscope.agent.devices.infiniband import SysfsIbSource
+from gpuscope.agent.serving.exposition import AgentCollector
+from gpuscope.agent.serving.server import AgentHttpServer
 
 pytestmark = pytest.mark.integration
 

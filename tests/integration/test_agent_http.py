@@ -1,4 +1,4 @@
-"""The agent's own HTTP/1.1 server (gpuscope/agent/server.py, on socketserver rather than
+"""The agent's own HTTP/1.1 server (gpuscope/agent/serving/server.py, on socketserver rather than
 http.server): what a scraper sends is answered, anything else gets one status and a closed
 connection, and the module loads neither http.server, email nor OpenSSL (issue 24)."""
 
@@ -12,8 +12,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from gpuscope.agent.exposition import AgentCollector
-from gpuscope.agent.server import AgentHttpServer
+from gpuscope.agent.serving.exposition import AgentCollector
+from gpuscope.agent.serving.server import AgentHttpServer
 
 pytestmark = pytest.mark.integration
 
@@ -90,7 +90,7 @@ def test_anything_else_is_one_status_and_a_closed_connection(
 
 def test_the_server_loads_no_http_server_email_or_openssl() -> None:
     code = (
-        "import sys, gpuscope.agent.server\n"
+        "import sys, gpuscope.agent.serving.server\n"
         "heavy = {'http.server', 'http.client', 'email', 'ssl'} & set(sys.modules)\n"
         "print(sorted(heavy)); sys.exit(1 if heavy else 0)"
     )

@@ -1,5 +1,5 @@
 """The agent lists its node's pods and ResourceSlices with its own in-cluster client
-(gpuscope/agent/kubeapi.py) instead of the Kubernetes client: against the fake API server
+(gpuscope/agent/workloads/kubeapi.py) instead of the Kubernetes client: against the fake API server
 behind TLS with a service-account token, it gives the pod metadata the Kubernetes client
 gives (issue 24, a lean agent: the client is 128 MB of the install, ~37 MiB once loaded)."""
 
@@ -16,9 +16,9 @@ from urllib.parse import urlsplit
 import pytest
 import trustme
 
-from gpuscope.agent.dra import DeviceIdentity, SliceSource
-from gpuscope.agent.kubeapi import ApiError, InClusterApi
-from gpuscope.agent.podmeta import ApiServerPodMetadata, pod_meta_from_api
+from gpuscope.agent.workloads.dra import DeviceIdentity, SliceSource
+from gpuscope.agent.workloads.kubeapi import ApiError, InClusterApi
+from gpuscope.agent.workloads.podmeta import ApiServerPodMetadata, pod_meta_from_api
 from tests.fakes.kube_api import FakeKubeApi
 
 pytestmark = pytest.mark.integration
@@ -158,8 +158,8 @@ def test_failures_are_one_reason_and_the_cache_is_kept(
 
 def test_the_agent_imports_no_kubernetes_client() -> None:
     code = (
-        "import sys, gpuscope.agent.kubeapi, gpuscope.agent.podmeta, gpuscope.agent.dra, "
-        "gpuscope.agent.attribution, gpuscope.agent.build\n"
+        "import sys, gpuscope.agent.workloads.kubeapi, gpuscope.agent.workloads.podmeta, gpuscope.agent.workloads.dra, "
+        "gpuscope.agent.workloads.attribution, gpuscope.agent.build\n"
         "sys.exit(1 if 'kubernetes' in sys.modules else 0)"
     )
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)

@@ -148,7 +148,7 @@ def test_agent_help_loads_no_settings_model() -> None:
         "    except SystemExit as exc:\n"
         "        assert exc.code == 0\n"
         "heavy = {'pydantic', 'yaml', 'gpuscope.core.settings', 'gpuscope.cli.main',\n"
-        "         'gpuscope.agent.exposition', 'gpuscope.sim'} & set(sys.modules)\n"
+        "         'gpuscope.agent.serving.exposition', 'gpuscope.sim'} & set(sys.modules)\n"
         "print(sorted(heavy))\n"
         "sys.exit(1 if heavy or '--gpu-source' not in out.getvalue() else 0)"
     )

@@ -18,8 +18,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from gpuscope.agent.exposition import AgentCollector
-from gpuscope.agent.infiniband import SysfsIbSource
+from gpuscope.agent.devices.infiniband import SysfsIbSource
+from gpuscope.agent.serving.exposition import AgentCollector
 from tests.conftest import free_port
 from tests.integration.test_agent_bad_values import (  # noqa: F401  (fixture)
     _ib,

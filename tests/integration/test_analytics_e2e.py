@@ -19,7 +19,7 @@ from datetime import UTC, datetime
 import pytest
 from fastapi.testclient import TestClient
 
-from gpuscope.agent.sim import scenario_clock
+from gpuscope.agent.devices.sim import scenario_clock
 from gpuscope.collector.http_api.api import create_app
 from gpuscope.collector.service import CollectorService
 from gpuscope.core.settings import load_settings

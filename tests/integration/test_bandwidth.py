@@ -1,4 +1,4 @@
-"""IB hot spots, link errors and rail imbalance (gpuscope.analytics.bandwidth) on a real store.
+"""IB hot spots, link errors and rail imbalance (gpuscope.analytics.detectors.bandwidth) on a real store.
 
 Ports are played at known shares of their link rate and scraped every 15 s through the
 collector's write path (Store.append_scrape turns the raw counters into increases), so each
@@ -15,8 +15,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gpuscope.analytics.bandwidth import HotPort, bandwidth_history, run_bandwidth
 from gpuscope.analytics.base import Analysis
+from gpuscope.analytics.detectors.bandwidth import HotPort, bandwidth_history, run_bandwidth
 from gpuscope.collector.scraping.batch import Batch
 from gpuscope.collector.storage.store import Store
 from gpuscope.core.settings import AnalyticsSettings

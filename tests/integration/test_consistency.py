@@ -29,7 +29,7 @@ from hypothesis import HealthCheck, event, example, given, settings
 from prometheus_client import CollectorRegistry
 
 from gpuscope.analytics.base import Analysis
-from gpuscope.analytics.quota import over_quota_hours, run_quota
+from gpuscope.analytics.queueing.quota import over_quota_hours, run_quota
 from gpuscope.analytics.report.data import build_report, pod_usage
 from gpuscope.analytics.report.fragmentation import COLUMNS, change_points, fragmentation_at
 from gpuscope.analytics.report.week import Week

@@ -30,7 +30,7 @@ from pathlib import Path
 import pytest
 from jupyterhub_idle_culler import IdleCuller, cull_idle  # type: ignore[import-untyped]
 
-from gpuscope.analytics.idle import run_idle
+from gpuscope.analytics.detectors.idle import run_idle
 from gpuscope.collector.gauges.metrics import CollectorMetrics
 from gpuscope.collector.http_api.api import ApiState, create_app
 from gpuscope.collector.scraping.targets import TargetRegistry

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from gpuscope.analytics.allocation import state_from_inventory, state_from_kubectl
-from gpuscope.analytics.fragmentation import analyze_fragmentation
+from gpuscope.analytics.placement.allocation import state_from_inventory, state_from_kubectl
+from gpuscope.analytics.placement.fragmentation import analyze_fragmentation
 from gpuscope.collector.cluster.inventory_records import node_from_json, pod_from_json
 from gpuscope.collector.storage.store import Store
 from gpuscope.core.settings import AnalyticsSettings
@@ -73,7 +73,7 @@ def test_pending_four_gpu_job_blocked_by_scattered_gpus(cluster: SimulatedCluste
 def test_kubectl_alone_never_claims_more_whole_gpus_than_there_are(
     cluster: SimulatedCluster,
 ) -> None:
-    """Without the agents the fractional pods are spread (gpuscope.analytics.allocation_gpus): the
+    """Without the agents the fractional pods are spread (gpuscope.analytics.placement.allocation_gpus): the
     reconstruction may find fewer whole GPUs free on the serving nodes than there are (the
     simulator left two whole per node), never more, and the same free capacity."""
     state = state_from_kubectl(*_json(cluster))

@@ -18,7 +18,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gpuscope.analytics.idle import KINDS, activity_state, run_idle
+from gpuscope.analytics.detectors.idle import KINDS, activity_state, run_idle
 from gpuscope.collector.scraping.batch import Batch
 from gpuscope.collector.storage.store import Store
 from gpuscope.core.records import Finding

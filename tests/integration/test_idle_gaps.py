@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuscope.analytics.idle_gaps import bridged
+from gpuscope.analytics.detectors.idle_gaps import bridged
 from gpuscope.analytics.report.data import pod_usage
 from gpuscope.analytics.runner import run_on_store
 from gpuscope.collector.cluster.inventory_records import NodeInfo, PodInfo

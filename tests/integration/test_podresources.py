@@ -13,9 +13,9 @@ from typing import Any
 import grpc
 import pytest
 
-from gpuscope.agent.podresources import DeviceAllocation, PodResourcesClient
 from gpuscope.agent.proto import podresources_v1_pb2 as pb2
 from gpuscope.agent.proto import podresources_v1_pb2_grpc as pb2_grpc
+from gpuscope.agent.workloads.podresources import DeviceAllocation, PodResourcesClient
 from gpuscope.core.errors import SourceError
 
 pytestmark = pytest.mark.integration

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from gpuscope.analytics.quota import run_quota
+from gpuscope.analytics.queueing.quota import run_quota
 from gpuscope.analytics.runner import as_json
 from gpuscope.cli.main import main
 from gpuscope.collector.cluster.inventory import KubeInventory

@@ -1,4 +1,4 @@
-"""Quota over-use and fairness (gpuscope.analytics.quota) against a real DuckDB store.
+"""Quota over-use and fairness (gpuscope.analytics.queueing.quota) against a real DuckDB store.
 
 Histories are built through the collector's own write path (Store.record_inventory for
 pods and quotas, Store.append_scrape of gpuscope_gpu_workload_info for who held which GPU),
@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from gpuscope.analytics.quota import run_quota
+from gpuscope.analytics.queueing.quota import run_quota
 from gpuscope.collector.cluster.inventory_records import PodInfo, QuotaInfo
 from gpuscope.collector.scraping.batch import Batch
 from gpuscope.collector.storage.store import Store

@@ -14,11 +14,11 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from gpuscope.agent.attribution import KubeletAttributor
-from gpuscope.agent.dra import SliceSource, identities_from_slices
-from gpuscope.agent.podmeta import PodMeta
-from gpuscope.agent.podresources import DeviceAllocation, dynamic_allocations
 from gpuscope.agent.proto import podresources_v1_pb2 as pb2
+from gpuscope.agent.workloads.attribution import KubeletAttributor
+from gpuscope.agent.workloads.dra import SliceSource, identities_from_slices
+from gpuscope.agent.workloads.podmeta import PodMeta
+from gpuscope.agent.workloads.podresources import DeviceAllocation, dynamic_allocations
 from gpuscope.core.records import GpuProcess, GpuReading, WorkloadKind
 from gpuscope.core.series import workload_series
 from gpuscope.core.settings import WorkloadSettings

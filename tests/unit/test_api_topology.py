@@ -9,11 +9,11 @@ from typing import Any
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
-from gpuscope.analytics.allocation import state_from_records
 from gpuscope.analytics.base import Analysis
-from gpuscope.analytics.topology import analyze_topology
-from gpuscope.analytics.topology_groups import pod_groups
-from gpuscope.analytics.topology_levels import topology_of
+from gpuscope.analytics.domains.topology import analyze_topology
+from gpuscope.analytics.domains.topology_groups import pod_groups
+from gpuscope.analytics.domains.topology_levels import topology_of
+from gpuscope.analytics.placement.allocation import state_from_records
 from gpuscope.collector.cluster.inventory_records import NodeInfo, PodInfo
 from gpuscope.collector.http_api.api_topology import topology_router
 

@@ -23,9 +23,14 @@ from kubernetes.client import (
 )
 from kubernetes.client.exceptions import ApiException
 
-from gpuscope.agent.attribution import KubeletAttributor
-from gpuscope.agent.podmeta import ApiServerPodMetadata, NoPodMetadata, PodMeta, pod_meta_from_api
-from gpuscope.agent.podresources import DeviceAllocation
+from gpuscope.agent.workloads.attribution import KubeletAttributor
+from gpuscope.agent.workloads.podmeta import (
+    ApiServerPodMetadata,
+    NoPodMetadata,
+    PodMeta,
+    pod_meta_from_api,
+)
+from gpuscope.agent.workloads.podresources import DeviceAllocation
 from gpuscope.core.errors import SourceError
 from gpuscope.core.records import GpuProcess, GpuReading, GpuWorkload, PodRef, WorkloadKind
 from gpuscope.core.settings import WorkloadSettings
@@ -204,7 +209,7 @@ def test_pod_resources_failing_keeps_process_workloads(
         uuid=GPU0,
         processes=(GpuProcess(pid=100, used_memory_bytes=7, sm_utilization_ratio=0.1),),
     )
-    with caplog.at_level(logging.WARNING, logger="gpuscope.agent.attribution"):
+    with caplog.at_level(logging.WARNING, logger="gpuscope.agent.workloads.attribution"):
         first = attributor.attribute([gpu])
         second = attributor.attribute([gpu])
     assert first == second
@@ -393,7 +398,7 @@ def test_apiserver_metadata_serves_stale_cache_on_api_exception(
     source = ApiServerPodMetadata("node-1", ttl_seconds=10.0, clock=clock, api=api)
     good = dict(source.pods())
     api.fail = True
-    with caplog.at_level(logging.WARNING, logger="gpuscope.agent.podmeta"):
+    with caplog.at_level(logging.WARNING, logger="gpuscope.agent.workloads.podmeta"):
         for _ in range(3):
             clock.now += 11.0
             assert dict(source.pods()) == good

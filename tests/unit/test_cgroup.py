@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuscope.agent.cgroup import CgroupRef, container_of_pid, parse_cgroup
+from gpuscope.agent.workloads.cgroup import CgroupRef, container_of_pid, parse_cgroup
 
 UID = "1b2c3d4e-5f60-4718-9a2b-3c4d5e6f7081"
 UID_SYSTEMD = UID.replace("-", "_")

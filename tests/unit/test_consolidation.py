@@ -11,7 +11,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gpuscope.analytics.allocation import ClusterState, NodeState
 from gpuscope.analytics.consolidation.plan import (
     Goal,
     Placed,
@@ -24,6 +23,7 @@ from gpuscope.analytics.consolidation.plan import (
     plan_greedy,
     plan_high_node_utilization,
 )
+from gpuscope.analytics.placement.allocation import ClusterState, NodeState
 from gpuscope.collector.cluster.inventory_records import PodInfo
 from gpuscope.core.records import WorkloadKind
 from gpuscope.core.settings import AnalyticsSettings
@@ -391,8 +391,8 @@ def test_a_cloned_pod_carries_every_field_and_moves_alone() -> None:
     added to Pod and left out of the clone would make a search's branches lose it."""
     import dataclasses
 
-    from gpuscope.analytics.allocation import Task
     from gpuscope.analytics.consolidation.world import Pod
+    from gpuscope.analytics.placement.allocation import Task
 
     pod = Pod(
         idx=3, node="n1", gpus=(0, 2), share=0.5, movable=True, gph=1.5, res=(4000, 2**30, 0),

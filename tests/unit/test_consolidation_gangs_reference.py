@@ -12,9 +12,9 @@ import math
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gpuscope.analytics.allocation import NodeState
 from gpuscope.analytics.consolidation.gangs import GangGoal, plan_with_gangs
 from gpuscope.analytics.consolidation.model import Goal, Placed
+from gpuscope.analytics.placement.allocation import NodeState
 
 Case = tuple[list[NodeState], list[Placed], dict[str, frozenset[str]], int, int]
 

@@ -10,9 +10,9 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gpuscope.analytics.allocation import NodeState
 from gpuscope.analytics.consolidation.exact import exact_min_evictions
 from gpuscope.analytics.consolidation.plan import Goal, Placed, Plan, plan_consolidation
+from gpuscope.analytics.placement.allocation import NodeState
 
 #: (GPUs, CPU millicores, memory MiB) of the node shapes drawn from (openb-like).
 SHAPES = [(2, 16000, 65536), (2, 104000, 262144), (4, 32000, 131072), (8, 96000, 393216)]

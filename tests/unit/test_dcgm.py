@@ -22,8 +22,8 @@ from typing import Any
 import httpx
 import pytest
 
-from gpuscope.agent.dcgm import WATCH_FIELD_IDS, DcgmSource, load_dcgm_bindings
-from gpuscope.agent.dcgm_exporter import DcgmExporterSource, parse_page
+from gpuscope.agent.devices.dcgm import WATCH_FIELD_IDS, DcgmSource, load_dcgm_bindings
+from gpuscope.agent.devices.dcgm_exporter import DcgmExporterSource, parse_page
 from gpuscope.core.dcgm import (
     FIELDS,
     FIELDS_BY_NAME,
@@ -268,7 +268,7 @@ def test_field_table_ids_and_names_are_unique() -> None:
     assert FIELDS_BY_NAME["DCGM_FI_DEV_UUID"].field_id == 54
 
 
-# --- gpuscope.agent.dcgm_exporter against a real local HTTP server ---------------------------------
+# --- gpuscope.agent.devices.dcgm_exporter against a real local HTTP server ---------------------------------
 
 
 class _Handler(http.server.BaseHTTPRequestHandler):
@@ -356,7 +356,7 @@ def test_exporter_source_leaves_a_borrowed_client_open(server_url: str) -> None:
         assert len(source.read()) == 3
 
 
-# --- gpuscope.agent.dcgm with a reader double -------------------------------------------------------
+# --- gpuscope.agent.devices.dcgm with a reader double -------------------------------------------------------
 
 
 class FakeReader:

@@ -12,14 +12,14 @@ from typing import Any
 
 import pytest
 
-from gpuscope.analytics.allocation import (
+from gpuscope.analytics.consolidation.plan import analyze_consolidation
+from gpuscope.analytics.placement.allocation import (
     kubectl_records,
     records_from_kubectl,
     state_from_kubectl,
     state_from_records,
 )
-from gpuscope.analytics.consolidation.plan import analyze_consolidation
-from gpuscope.analytics.fragmentation import analyze_fragmentation
+from gpuscope.analytics.placement.fragmentation import analyze_fragmentation
 from gpuscope.collector.cluster.dra_apply import apply_dra
 from gpuscope.collector.cluster.dra_cel import evaluate, not_understood
 from gpuscope.collector.cluster.dra_records import DraDevice, devices_from_slices, dra_objects
@@ -319,7 +319,7 @@ def test_selector_not_understood_is_said_plainly() -> None:
         d.template("a", "t", [d.request("g", "gpu.nvidia.com",
                                         selectors=["device.attributes['x'].y.matches('z')"])]),
     )  # fmt: skip
-    from gpuscope.analytics.allocation import records_from_kubectl as rk
+    from gpuscope.analytics.placement.allocation import records_from_kubectl as rk
     from gpuscope.collector.cluster.dra_records import dra_from_object_set
 
     nodes, pods = rk(d.kube_list([n]), d.kube_list([wait]))

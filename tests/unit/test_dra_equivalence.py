@@ -29,10 +29,10 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gpuscope.analytics.allocation import kubectl_records, state_from_records
 from gpuscope.analytics.consolidation.plan import analyze_consolidation
-from gpuscope.analytics.fragmentation import analyze_fragmentation
-from gpuscope.analytics.quota import run_quota
+from gpuscope.analytics.placement.allocation import kubectl_records, state_from_records
+from gpuscope.analytics.placement.fragmentation import analyze_fragmentation
+from gpuscope.analytics.queueing.quota import run_quota
 from gpuscope.analytics.whatif.inputs import read_workload, run_policies
 from gpuscope.collector.cluster.inventory_records import QuotaInfo
 from gpuscope.collector.storage.store import Store

@@ -264,7 +264,7 @@ def test_the_schema_check_can_fail() -> None:
 def test_rbac_grants_what_dra_reads() -> None:
     """The plain manifests (rendered from the chart) let the collector read the four DRA
     kinds and the agent its node's ResourceSlices, read-only: the requests the inventory
-    (gpuscope/collector/cluster/inventory_dra.py) and the agent (gpuscope/agent/dra.py) send."""
+    (gpuscope/collector/cluster/inventory_dra.py) and the agent (gpuscope/agent/workloads/dra.py) send."""
     from pathlib import Path
 
     import yaml

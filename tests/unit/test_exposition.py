@@ -8,7 +8,7 @@ from prometheus_client.exposition import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import CollectorRegistry
 
-from gpuscope.agent.exposition import AgentCollector
+from gpuscope.agent.serving.exposition import AgentCollector
 from gpuscope.core.catalogue import AGENT_METRICS
 from gpuscope.core.records import GpuProcess, GpuReading, GpuWorkload, IbPortReading, WorkloadKind
 
@@ -261,7 +261,7 @@ def test_bad_values_are_dropped_and_counted_never_failing_the_page() -> None:
     the good GPU, the port and the workload still go out, every scrape."""
     import dataclasses
 
-    from gpuscope.agent.textformat import generate_text
+    from gpuscope.agent.serving.textformat import generate_text
 
     bad = [
         dataclasses.replace(SPARSE, index=3, uuid="GPU-nan", power_watts=float("nan"),
@@ -331,6 +331,6 @@ def test_registry_families_match_the_page() -> None:
     ],
 )
 def test_accept_encoding_gzip_follows_rfc_9110(header: str, wanted: bool) -> None:
-    from gpuscope.agent.server import accepts_gzip
+    from gpuscope.agent.serving.server import accepts_gzip
 
     assert accepts_gzip(header) is wanted

@@ -8,8 +8,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpuscope.analytics.allocation import ClusterState, NodeState, Task, state_from_records
-from gpuscope.analytics.fragmentation import (
+from gpuscope.analytics.placement.allocation import (
+    ClusterState,
+    NodeState,
+    Task,
+    state_from_records,
+)
+from gpuscope.analytics.placement.fragmentation import (
     TaskMix,
     analyze_fragmentation,
     fgd_node,
@@ -167,7 +172,7 @@ def test_placed_pods_take_whole_gpus_then_fractions_spread() -> None:
     pods += [pod("d", fraction=0.5), PodInfo("ns", "w", "w", None, "Pending", None, gpu_request=2)]
     state = state_from_records([NodeInfo("n", allocatable_gpus=4, pool="p")], pods)
     # c takes GPU 0; b, d, a each onto the emptiest GPU left: no GPU is claimed whole that
-    # the scheduler may have broken (gpuscope.analytics.allocation_gpus)
+    # the scheduler may have broken (gpuscope.analytics.placement.allocation_gpus)
     assert state.nodes[0].gpus == (0.0, 0.5, 0.5, 0.75)
     assert state.pending == (Task(gpu_count=2, gpu_share=1.0, name="ns/w"),)
     assert len(state.running) == 4

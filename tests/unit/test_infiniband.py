@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from gpuscope.agent.infiniband import SysfsIbSource, parse_rate
-from gpuscope.agent.sources import IbSource
+from gpuscope.agent.devices.infiniband import SysfsIbSource, parse_rate
+from gpuscope.agent.devices.sources import IbSource
 from gpuscope.core.errors import SourceError
 from gpuscope.core.records import IbPortReading
 from tests.paths import FIXTURES
@@ -394,7 +394,7 @@ def test_unreadable_and_non_numeric_files_are_omitted(
 
     monkeypatch.setattr(os, "open", fake_open)
     monkeypatch.setattr(os, "pread", fake_pread)
-    with caplog.at_level(logging.DEBUG, logger="gpuscope.agent.infiniband"):
+    with caplog.at_level(logging.DEBUG, logger="gpuscope.agent.devices.infiniband"):
         (r,) = make_source(tmp_path).read()
     assert r.transmit_bytes_total == 400
     assert r.receive_bytes_total is None
@@ -541,7 +541,7 @@ def test_vanished_file_of_cached_listing_relists(
         return real_pread(fd, size, offset)
 
     monkeypatch.setattr(os, "pread", sysfs_pread)
-    with caplog.at_level(logging.DEBUG, logger="gpuscope.agent.infiniband"):
+    with caplog.at_level(logging.DEBUG, logger="gpuscope.agent.devices.infiniband"):
         (r,) = source.read()
     assert r.transmit_wait_total is None
     assert r.transmit_bytes_total == 4
@@ -558,7 +558,7 @@ def test_satisfies_ib_source_protocol(tmp_path: Path) -> None:
 
 def test_dead_64bit_counter_falls_back_but_live_one_wins(tmp_path: Path) -> None:
     """A 64-bit file stuck at 0 beside a counting 32-bit one is ignored; a counting one wins."""
-    from gpuscope.agent.infiniband import SysfsIbSource
+    from gpuscope.agent.devices.infiniband import SysfsIbSource
 
     port = tmp_path / "class" / "infiniband" / "mlx4_9" / "ports" / "1"
     (port / "counters").mkdir(parents=True)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from gpuscope.analytics.allocation import NodeState, Task, fits
+from gpuscope.analytics.placement.allocation import NodeState, Task, fits
 from gpuscope.collector.cluster.inventory_records import node_from_json, pod_from_json
 from gpuscope.collector.cluster.scheduling_rules import tolerates
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pynvml
 import pytest
 
-from gpuscope.agent.nvml import NvmlSource
+from gpuscope.agent.devices.nvml import NvmlSource
 from gpuscope.core.errors import SourceError
 from gpuscope.core.records import GpuReading
 from tests.fakes.nvml import NVIDIA_SMI_XML, FakeNvml

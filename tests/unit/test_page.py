@@ -14,10 +14,10 @@ from prometheus_client.process_collector import ProcessCollector
 from prometheus_client.registry import CollectorRegistry
 from prometheus_client.utils import floatToGoString
 
-from gpuscope.agent.exposition import AgentCollector
-from gpuscope.agent.page import FamilySpec, PageWriter, Samples, go_float, negotiate
-from gpuscope.agent.process_metrics import PROCESS_FAMILIES, ProcessMetrics
-from gpuscope.agent.sim import SimAttributor, SimGpuSource, SimIbSource
+from gpuscope.agent.devices.sim import SimAttributor, SimGpuSource, SimIbSource
+from gpuscope.agent.serving.exposition import AgentCollector
+from gpuscope.agent.serving.page import FamilySpec, PageWriter, Samples, go_float, negotiate
+from gpuscope.agent.serving.process_metrics import PROCESS_FAMILIES, ProcessMetrics
 from gpuscope.sim import SimulatedCluster, default_scenario
 
 SPECIAL = [

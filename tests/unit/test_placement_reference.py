@@ -21,8 +21,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gpuscope.analytics.allocation import state_from_records
-from gpuscope.analytics.fragmentation import analyze_fragmentation, summarize
+from gpuscope.analytics.placement.allocation import state_from_records
+from gpuscope.analytics.placement.fragmentation import analyze_fragmentation, summarize
 from gpuscope.analytics.runner import run_on_snapshot
 from gpuscope.collector.cluster.inventory_records import NodeInfo, PodInfo
 from gpuscope.core.settings import AnalyticsSettings, Settings

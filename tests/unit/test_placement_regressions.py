@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
-from gpuscope.analytics.allocation import NodeState, Task
 from gpuscope.analytics.base import Analysis
 from gpuscope.analytics.consolidation.plan import Goal, Placed, plan_consolidation
-from gpuscope.analytics.fragmentation import TaskMix, learn_task_mix
+from gpuscope.analytics.placement.allocation import NodeState, Task
+from gpuscope.analytics.placement.fragmentation import TaskMix, learn_task_mix
 from gpuscope.analytics.runner import run_on_snapshot
 from gpuscope.analytics.trace import read_tasks
 from gpuscope.core.settings import Settings

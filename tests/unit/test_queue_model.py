@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpuscope.analytics.queues import QueueVerdict, judge
+from gpuscope.analytics.queueing.queues import QueueVerdict, judge
 from gpuscope.collector.cluster.inventory_records import pod_from_json
 from gpuscope.collector.cluster.queue_records import quotas_from_objects
 from gpuscope.core.kube_objects import objects_from_documents

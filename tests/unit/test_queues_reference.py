@@ -28,7 +28,7 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gpuscope.analytics.queues import judge
+from gpuscope.analytics.queueing.queues import judge
 from gpuscope.collector.cluster.inventory_records import pod_from_json
 from gpuscope.collector.cluster.queue_records import quotas_from_objects
 from gpuscope.core.kube_objects import objects_from_documents

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from gpuscope.agent.exposition import AgentCollector
-from gpuscope.agent.sim import SimAttributor, SimGpuSource, SimIbSource
+from gpuscope.agent.devices.sim import SimAttributor, SimGpuSource, SimIbSource
+from gpuscope.agent.serving.exposition import AgentCollector
 from gpuscope.sim import NodeSpec, Scenario, SimulatedCluster, WorkloadSpec, default_scenario
 from gpuscope.sim import one_node as one_node_module
 from gpuscope.sim.one_node import (

@@ -5,9 +5,9 @@ from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamil
 from prometheus_client.process_collector import ProcessCollector
 from prometheus_client.registry import Collector, CollectorRegistry
 
-from gpuscope.agent.exposition import AgentCollector
-from gpuscope.agent.sim import SimAttributor, SimGpuSource, SimIbSource
-from gpuscope.agent.textformat import generate_text
+from gpuscope.agent.devices.sim import SimAttributor, SimGpuSource, SimIbSource
+from gpuscope.agent.serving.exposition import AgentCollector
+from gpuscope.agent.serving.textformat import generate_text
 from gpuscope.sim import SimulatedCluster, default_scenario
 
 

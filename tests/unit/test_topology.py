@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from gpuscope.analytics.allocation import state_from_records
-from gpuscope.analytics.topology import analyze_topology, job_shape, job_sizes
-from gpuscope.analytics.topology_groups import pod_groups
-from gpuscope.analytics.topology_levels import topology_of
+from gpuscope.analytics.domains.topology import analyze_topology, job_shape, job_sizes
+from gpuscope.analytics.domains.topology_groups import pod_groups
+from gpuscope.analytics.domains.topology_levels import topology_of
+from gpuscope.analytics.placement.allocation import state_from_records
 from gpuscope.cli.main import main
 from gpuscope.collector.cluster.inventory_records import NodeInfo, PodInfo
 from gpuscope.core.kube_objects import objects_from_documents

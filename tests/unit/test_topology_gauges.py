@@ -6,9 +6,9 @@ from __future__ import annotations
 from collections import Counter
 from datetime import UTC, datetime
 
-from gpuscope.analytics.allocation import state_from_records
-from gpuscope.analytics.topology import analyze_topology
-from gpuscope.analytics.topology_levels import topology_of
+from gpuscope.analytics.domains.topology import analyze_topology
+from gpuscope.analytics.domains.topology_levels import topology_of
+from gpuscope.analytics.placement.allocation import state_from_records
 from gpuscope.collector.cluster.inventory_records import NodeInfo, PodInfo
 from gpuscope.collector.gauges.analytics_gauges import AnalyticsGauges
 

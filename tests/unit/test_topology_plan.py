@@ -9,9 +9,9 @@ import math
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gpuscope.analytics.allocation import NodeState
 from gpuscope.analytics.consolidation.domain import DomainGoal, domain_problem, plan_domain
 from gpuscope.analytics.consolidation.model import Placed, Plan
+from gpuscope.analytics.placement.allocation import NodeState
 
 
 def state_after(nodes: list[NodeState], placed: list[Placed], plan: Plan) -> dict[str, list[float]]:

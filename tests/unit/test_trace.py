@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuscope.analytics.allocation import Task
+from gpuscope.analytics.placement.allocation import Task
 from gpuscope.analytics.trace import parse_gpu_spec, read_trace
 from gpuscope.core.errors import UserError
 from tests.paths import TRACE_CSV

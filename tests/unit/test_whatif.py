@@ -11,8 +11,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gpuscope.analytics.allocation import NodeState, Task
-from gpuscope.analytics.fragmentation import TaskMix, learn_task_mix
+from gpuscope.analytics.placement.allocation import NodeState, Task
+from gpuscope.analytics.placement.fragmentation import TaskMix, learn_task_mix
 from gpuscope.analytics.whatif import POLICIES, Inventory, Placement, PodEvent, Request, replay
 from gpuscope.analytics.whatif.events import arrivals, inflate
 from gpuscope.analytics.whatif.policies import TIES

@@ -6,7 +6,7 @@ jobs (59, 58 did) and recovered +4.0 GPUs": one job, noise, headlined."""
 
 from __future__ import annotations
 
-from gpuscope.analytics.allocation import NodeState, Task
+from gpuscope.analytics.placement.allocation import NodeState, Task
 from gpuscope.analytics.whatif import Inventory, PodEvent, Request
 from gpuscope.analytics.whatif.history import History
 from gpuscope.analytics.whatif.inputs import FIRST_SEED, jittered

@@ -14,5 +14,6 @@ The second step turns protoc's top-level import into a package import. The gener
 checks at import time that the installed ``grpcio``/``protobuf`` are at least the versions of
 the ``grpcio-tools`` that generated it, so regenerate after lowering those pins.
 
-Import these modules only through :mod:`gpuscope.agent.podresources`, which gives them types.
+Import these modules only through :mod:`gpuscope.agent.workloads.podresources`, which gives them
+types.
 """

@@ -1,7 +1,7 @@
 """Consolidation goals that make room for a pod group inside one topology domain.
 
 A pending multi-node job that fits the cluster's free GPUs but no single domain of its
-level (:mod:`gpuscope.analytics.topology`) needs a domain cleared for it: its N pods x k
+level (:mod:`gpuscope.analytics.domains.topology`) needs a domain cleared for it: its N pods x k
 GPUs placed on nodes of *one* domain, after moving small, movable pods out. For each domain
 of the level the goal is the planner's own ``pending_job`` goal (``count`` N, ``gpus`` k),
 with the domain expressed the way the planner already understands placement limits: every
@@ -23,9 +23,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from gpuscope.analytics.allocation import NodeState
 from gpuscope.analytics.consolidation.model import Goal, Placed, Plan
 from gpuscope.analytics.consolidation.plan import plan_consolidation
+from gpuscope.analytics.placement.allocation import NodeState
 
 #: Domains planned for per goal, those with the most whole GPUs free first.
 MAX_DOMAINS = 8

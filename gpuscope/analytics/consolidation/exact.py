@@ -25,9 +25,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from gpuscope.analytics.allocation import NodeState
 from gpuscope.analytics.consolidation.model import Goal, Placed
 from gpuscope.analytics.consolidation.world import World, units_of
+from gpuscope.analytics.placement.allocation import NodeState
 
 #: Above this many variables the instance is left to the planner.
 MAX_VARIABLES = 20_000

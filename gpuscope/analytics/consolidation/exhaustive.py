@@ -22,7 +22,6 @@ import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from gpuscope.analytics.allocation import EPS, NodeState
 from gpuscope.analytics.consolidation.model import Goal, Placed, Plan
 from gpuscope.analytics.consolidation.search import EXHAUSTIVE_PODS, Chooser, greedy_node
 from gpuscope.analytics.consolidation.world import (
@@ -33,6 +32,7 @@ from gpuscope.analytics.consolidation.world import (
     requeued,
     units_of,
 )
+from gpuscope.analytics.placement.allocation import EPS, NodeState
 
 #: Instances with more units or nodes than these are left to the greedy planner.
 MAX_UNITS = 64

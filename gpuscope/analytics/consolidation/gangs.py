@@ -29,7 +29,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from gpuscope.analytics.allocation import NodeState
 from gpuscope.analytics.consolidation.domain import (
     MAX_DOMAINS,
     candidate_domains,
@@ -38,6 +37,7 @@ from gpuscope.analytics.consolidation.domain import (
 )
 from gpuscope.analytics.consolidation.model import Goal, Placed, Plan
 from gpuscope.analytics.consolidation.plan import plan_consolidation
+from gpuscope.analytics.placement.allocation import NodeState
 
 #: Pending pod groups planned per run (the rest are reported as not planned).
 MAX_GANGS = 10

@@ -25,14 +25,14 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
 
-from gpuscope.analytics.allocation import (
+from gpuscope.analytics.placement.allocation import (
     _ACTIVE_PHASES,
     ClusterState,
     GpuIndices,
     gpus_on,
     task_of,
 )
-from gpuscope.analytics.allocation_sharing import is_reservation
+from gpuscope.analytics.placement.allocation_sharing import is_reservation
 from gpuscope.collector.cluster.dra_apply import STANDALONE_CLAIMS_ANNOTATION
 from gpuscope.collector.cluster.inventory_records import PodInfo
 from gpuscope.core.records import WorkloadKind
@@ -200,9 +200,9 @@ def placement_from_state(
     protected_namespaces: Iterable[str] = (),
     pdb_blocked: frozenset[str] | set[str] = frozenset(),
 ) -> list[Placed]:
-    """The pods on each node with their GPUs, placed as :mod:`gpuscope.analytics.allocation_gpus`
-    does (the same reconstruction as the state's), and whether each may move (module
-    docstring)."""
+    """The pods on each node with their GPUs, placed as
+    :mod:`gpuscope.analytics.placement.allocation_gpus` does (the same reconstruction as the
+    state's), and whether each may move (module docstring)."""
     known = gpu_indices or {}
     protected = frozenset(protected_namespaces)
     sizes = {n.name: len(n.gpus) for n in state.nodes}

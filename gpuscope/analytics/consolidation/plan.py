@@ -46,7 +46,6 @@ from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from gpuscope.analytics.allocation import ClusterState, GpuIndices, NodeState
 from gpuscope.analytics.base import Analysis
 from gpuscope.analytics.consolidation.exhaustive import search_small
 from gpuscope.analytics.consolidation.model import (
@@ -70,6 +69,7 @@ from gpuscope.analytics.consolidation.search import (
     plan_rank,
     plan_with,
 )
+from gpuscope.analytics.placement.allocation import ClusterState, GpuIndices, NodeState
 from gpuscope.collector.cluster.inventory_records import PodInfo
 from gpuscope.core.records import Finding, finding_id
 from gpuscope.core.settings import AnalyticsSettings, WorkloadSettings

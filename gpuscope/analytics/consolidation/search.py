@@ -15,7 +15,6 @@ import itertools
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from gpuscope.analytics.allocation import EPS, NodeState
 from gpuscope.analytics.consolidation.model import Goal, Move, Placed, Plan
 from gpuscope.analytics.consolidation.world import (
     Option,
@@ -30,6 +29,7 @@ from gpuscope.analytics.consolidation.world import (
     units_of,
     usable_count,
 )
+from gpuscope.analytics.placement.allocation import EPS, NodeState
 
 #: On a node with at most this many movable pods the eviction set is searched exhaustively.
 EXHAUSTIVE_PODS = 14

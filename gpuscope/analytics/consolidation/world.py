@@ -7,13 +7,13 @@ is kept up to date as the plan changes them, and evicted pods placed best fit at
 
 Besides GPU shares the world keeps each node's free CPU, memory and ephemeral storage
 (memory and storage only where the node reports them, as
-:func:`gpuscope.analytics.allocation.has_room`) and free MIG instances by profile: a unit
+:func:`gpuscope.analytics.placement.allocation.has_room`) and free MIG instances by profile: a unit
 lands only where its requests fit, an eviction frees the pod's requests and instances, and
 an evicted pod is re-placed only where its own requests fit and its tolerations, GPU-model
 pin and node selector allow. Every room test goes through :meth:`World.room_after`; every
 "may it go there" test through :meth:`World.admits` (the allocation model's
-:func:`gpuscope.analytics.allocation.admits`, so the planner and the fragmentation detector
-take the same constraints). Nodes without GPUs are in the world too: CPU-only pods may be
+:func:`gpuscope.analytics.placement.allocation.admits`, so the planner and the fragmentation
+detector take the same constraints). Nodes without GPUs are in the world too: CPU-only pods may be
 evicted from GPU nodes and re-placed on them.
 """
 
@@ -24,8 +24,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpuscope.analytics.allocation import EPS, NodeState, Task, admits
 from gpuscope.analytics.consolidation.model import Goal, Placed
+from gpuscope.analytics.placement.allocation import EPS, NodeState, Task, admits
 
 #: ``k`` of a unit that needs every GPU of its node (free_nodes).
 ALL_GPUS = -1
@@ -141,7 +141,7 @@ class World:
 
     def admits(self, name: str, task: Task) -> bool:
         """Ready, every hard taint (a cordon included) tolerated, GPU model and node
-        selector allowed: :func:`gpuscope.analytics.allocation.admits`."""
+        selector allowed: :func:`gpuscope.analytics.placement.allocation.admits`."""
         return admits(self.info[name], task)
 
     def res_fit(self, name: str, need: Resources, pods: Iterable[Pod] = ()) -> bool:

@@ -14,7 +14,7 @@ Definitions (the report states them too):
   utilization over its share where the agents report it;
 * **no data**: allocated GPU-hours in buckets with no sample of the GPU, but for a gap
   with idle data on both sides, which is idle (the pod was idle through it: the rule of
-  ``analytics/idle_gaps.py``, shared with the idle detector). Unknown is not idle: these
+  ``analytics/detectors/idle_gaps.py``, shared with the idle detector). Unknown is not idle: these
   hours are neither idle nor used, and efficiency leaves them out
   (``efficiency = used / (allocated - no data)``);
 * **capacity**: allocatable GPUs of the nodes in the inventory history, hour by hour.
@@ -34,7 +34,7 @@ from typing import Any
 import duckdb
 import polars as pl
 
-from gpuscope.analytics.quota import over_quota_hours
+from gpuscope.analytics.queueing.quota import over_quota_hours
 from gpuscope.analytics.report.fragmentation import fragmentation_over
 from gpuscope.analytics.report.sql import Q, frame, run
 from gpuscope.analytics.report.states import week_states

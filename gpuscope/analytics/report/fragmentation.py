@@ -10,10 +10,10 @@ state that lasted the week's last hours: "worst 13 %" for a week that ended at 5
 The state at an instant is the one the scheduled detector would have seen then: the
 inventory versions valid at that instant, the GPU indices the agents reported for the
 pods (the inventory knows a fractional pod's share, not which GPU it landed on), through
-:func:`gpuscope.analytics.allocation.state_from_records` and measured by
-:func:`gpuscope.analytics.fragmentation.analyze_fragmentation`. This module is only the adapter from
-the inventory history to those two (``analysis_at``), so a change in the allocation model
-reaches the report unchanged. An instant without any node in the inventory is left out.
+:func:`gpuscope.analytics.placement.allocation.state_from_records` and measured by
+:func:`gpuscope.analytics.placement.fragmentation.analyze_fragmentation`. This module is only the
+adapter from the inventory history to those two (``analysis_at``), so a change in the allocation
+model reaches the report unchanged. An instant without any node in the inventory is left out.
 """
 
 from __future__ import annotations
@@ -28,9 +28,9 @@ from typing import TYPE_CHECKING, Any
 import duckdb
 import polars as pl
 
-from gpuscope.analytics.allocation import state_from_records
 from gpuscope.analytics.base import Analysis
-from gpuscope.analytics.fragmentation import analyze_fragmentation
+from gpuscope.analytics.placement.allocation import state_from_records
+from gpuscope.analytics.placement.fragmentation import analyze_fragmentation
 from gpuscope.analytics.report.sql import Q, run
 from gpuscope.analytics.report.week import Week
 from gpuscope.collector.cluster.inventory_records import NodeInfo, PodInfo

@@ -9,7 +9,7 @@
 -- on one GPU count once: its first container's intervals); an interval still open counts
 -- to $end. `share` is the pod's fraction of the GPU (from the last inventory version of
 -- the pod seen), 1 for a whole GPU. Project: the ClusterQueue of the pod's Kueue
--- LocalQueue (analytics/queues.py), else the interval's, else the pod's, else its
+-- LocalQueue (analytics/queueing/queues.py), else the interval's, else the pod's, else its
 -- namespace.
 CREATE OR REPLACE TEMP TABLE report_held AS
 WITH pod_versions AS (
@@ -54,11 +54,11 @@ WHERE h.e > h.s;
 -- idle by the idle detector's definition, below) and without data (allocated in buckets
 -- with no sample of the GPU: unknown, never counted idle, unless the nearest buckets
 -- with data on both sides are idle: then the pod was idle through the gap, by the rule
--- analytics/idle_gaps.py shares with the idle detector). Held time is cut into 5-minute
+-- analytics/detectors/idle_gaps.py shares with the idle detector). Held time is cut into 5-minute
 -- buckets and each piece joined to its GPU's bucket. For speed, joins and groups are on
 -- integers: a dense GPU id and the bucket number fold into one key, pods are numbered,
 -- and labels join at the end.
--- Idle, as analytics/idle.py decides it: the bucket's highest busy signal under
+-- Idle, as analytics/detectors/idle.py decides it: the bucket's highest busy signal under
 -- $threshold. The busy signal is DCGM SM activity where the GPU reports it, NVML
 -- utilization otherwise (with $memory, memory-controller activity too); a fractional
 -- pod (share under 1) is judged on its own per-process utilization over its share where

@@ -13,7 +13,7 @@ from typing import Any
 import duckdb
 import polars as pl
 
-from gpuscope.analytics.idle_gaps import with_rule
+from gpuscope.analytics.detectors.idle_gaps import with_rule
 
 _PARAM = re.compile(r"\$(\w+)")
 _COMMENT = re.compile(r"--[^\n]*")

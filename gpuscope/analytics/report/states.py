@@ -4,7 +4,7 @@ Fragmentation (:mod:`gpuscope.analytics.report.fragmentation`) and topology
 (:mod:`gpuscope.analytics.report.topology`) are both properties of an allocation state,
 evaluated at the week's start and at every inventory change inside it. Each state is the
 inventory valid at that instant (three queries) turned into a
-:class:`~gpuscope.analytics.allocation.ClusterState`; a steady-state week has hundreds of
+:class:`~gpuscope.analytics.placement.allocation.ClusterState`; a steady-state week has hundreds of
 them, and reading and building each twice, once per section, was most of both sections'
 time. :func:`week_states` reads them once; both sections take the same list.
 """
@@ -17,7 +17,7 @@ from datetime import datetime
 
 import duckdb
 
-from gpuscope.analytics.allocation import ClusterState, state_from_records
+from gpuscope.analytics.placement.allocation import ClusterState, state_from_records
 from gpuscope.analytics.report.fragmentation import change_points
 from gpuscope.analytics.report.topology import inventory_at
 from gpuscope.analytics.report.week import Week

@@ -140,7 +140,7 @@ def quota_table(
 
     ``over_quota`` (project -> GPU-hours over the guarantee, hours over it) is the quota
     detector's over-use integrated over the week
-    (:func:`gpuscope.analytics.quota.over_quota_hours`);
+    (:func:`gpuscope.analytics.queueing.quota.over_quota_hours`);
     it replaces the hourly estimate so the report and the detector share one definition.
     """
     alloc = sum_by(this, "hour", "project").select("hour", "project", "allocated")

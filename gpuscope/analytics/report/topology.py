@@ -3,8 +3,9 @@
 As fragmentation (:mod:`gpuscope.analytics.report.fragmentation`), topology is a property
 of an allocation state, which changes only when the inventory does: the week is evaluated
 at its start and at every inventory change inside it, each state weighted by how long it
-lasted. Each state goes through the same :func:`gpuscope.analytics.topology.analyze_topology`
-the scheduled detector runs (levels from the inventory's node labels), without plans.
+lasted. Each state goes through the same
+:func:`gpuscope.analytics.domains.topology.analyze_topology` the scheduled detector runs (levels
+from the inventory's node labels), without plans.
 
 Two tables:
 
@@ -26,13 +27,13 @@ from typing import TYPE_CHECKING, Any
 import duckdb
 import polars as pl
 
-from gpuscope.analytics.allocation import ClusterState, state_from_records
+from gpuscope.analytics.domains.topology import analyze_topology
+from gpuscope.analytics.domains.topology_groups import pod_groups
+from gpuscope.analytics.domains.topology_levels import topology_of
+from gpuscope.analytics.placement.allocation import ClusterState, state_from_records
 from gpuscope.analytics.report.fragmentation import _node, _pod
 from gpuscope.analytics.report.sql import Q, run
 from gpuscope.analytics.report.week import Week
-from gpuscope.analytics.topology import analyze_topology
-from gpuscope.analytics.topology_groups import pod_groups
-from gpuscope.analytics.topology_levels import topology_of
 from gpuscope.collector.cluster.inventory_records import NodeInfo, PodInfo
 from gpuscope.core.settings import AnalyticsSettings
 

@@ -1,4 +1,4 @@
--- Named queries of analytics/bandwidth.py. Parameters are bound: $at (the time analysed),
+-- Named queries of analytics/detectors/bandwidth.py. Parameters are bound: $at (the time analysed),
 -- $lo (the start of the window, $at - window), $read_lo (a little earlier: the sample
 -- before the window, which starts its first sub-interval), $hot (ib_hot_ratio),
 -- $hot_share (the share of the window that must be over $hot), $coverage (the share of

@@ -1,4 +1,4 @@
--- Named queries of analytics/idle.py. Each query follows its own name line.
+-- Named queries of analytics/detectors/idle.py. Each query follows its own name line.
 -- Parameters are bound ($name); `prior` is an Arrow table of gpu_activity_state rows that
 -- idle.py registers. {busy_series} is filled in from the block of that name at load.
 
@@ -51,7 +51,7 @@ busy_series AS (
 -- some, else taken as the spacing unless it is longer than a third of the look-back (then
 -- it is missing data). The samples of the
 -- $lookback before $lo are read for those earlier gaps only. A missing-data gap is judged
--- by the samples on both sides ({bridged}, the rule analytics/idle_gaps.py shares with the
+-- by the samples on both sides ({bridged}, the rule analytics/detectors/idle_gaps.py shares with the
 -- report): idle on both sides, the key was idle through it; otherwise it restarts
 -- covered_since, so data missing next to a busy sample is unknown, never idle.
 -- `spacing` (seconds, not persisted) is the median of the last eight gaps at the end.
@@ -204,7 +204,7 @@ pod_records AS (
            TIMESTAMP '1970-01-01' + to_seconds(TRY_CAST(record->>'start_time' AS DOUBLE))
                AS pod_start,
            -- who owns it, for alert routing: the labels (the settings name the keys), else
-           -- the controller (gpuscope/analytics/idle.py picks)
+           -- the controller (gpuscope/analytics/detectors/idle.py picks)
            CAST(record->'labels' AS VARCHAR) AS pod_labels,
            record->>'owner_kind' AS owner_kind, record->>'owner_name' AS owner_name
     FROM inventory_pods WHERE valid_from <= $at

@@ -1,9 +1,9 @@
--- Named queries of analytics/quota.py (and the weekly report's over-quota hours). Each
+-- Named queries of analytics/queueing/quota.py (and the weekly report's over-quota hours). Each
 -- query follows its own name line; parameters are bound: $at (the time analysed), $lo
 -- (the start of the fairness window), $start/$end (a report's range). {quota_state} is
 -- filled in from the block of that name at load: the report's definition of guarantee,
 -- use and demand at each instant `t` of an `instants` CTE the query defines first (pods
--- charged to the ClusterQueue of their LocalQueue as analytics/queues.py charges them).
+-- charged to the ClusterQueue of their LocalQueue as analytics/queueing/queues.py charges them).
 
 -- name: quota_state
 -- Per instant t and project: its guarantee, borrowing limit and over-quota weight, GPUs
@@ -23,7 +23,7 @@ quota_rows AS (
 ),
 local_queues AS (
     -- a pod's kueue.x-k8s.io/queue-name names a LocalQueue in its namespace, whose
-    -- spec.clusterQueue is the project its GPUs are charged to (analytics/queues.py)
+    -- spec.clusterQueue is the project its GPUs are charged to (analytics/queueing/queues.py)
     SELECT i.t, q.record->>'namespace' AS namespace, q.record->>'project' AS name,
            nullif(q.record->>'cluster_queue', '') AS cluster_queue
     FROM instants AS i JOIN quotas AS q

@@ -26,8 +26,8 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from gpuscope.analytics.allocation import NodeState
-from gpuscope.analytics.fragmentation import TaskMix, learn_task_mix, node_placements
+from gpuscope.analytics.placement.allocation import NodeState
+from gpuscope.analytics.placement.fragmentation import TaskMix, learn_task_mix, node_placements
 from gpuscope.analytics.whatif.events import MILLI, Inventory, PodEvent, Request
 from gpuscope.analytics.whatif.nodes import Signature, SimNode, kind_key
 from gpuscope.analytics.whatif.policies import (

@@ -1,7 +1,7 @@
 """The replay's inputs: a node inventory and pod events, built from a trace or kubectl files.
 
 A :class:`Request` is what the scheduler sees of a pod: the allocation model's
-:class:`~gpuscope.analytics.allocation.Task` (GPUs, fractional share, CPU, memory, model
+:class:`~gpuscope.analytics.placement.allocation.Task` (GPUs, fractional share, CPU, memory, model
 constraint, tolerations) plus the MIG instances it asks for, which the task does not
 carry. A :class:`PodEvent` is one pod's arrival and how long it runs once started
 (``None``: until the end of the replay), so that a pod that waits in the what-if still
@@ -18,7 +18,7 @@ import random
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from gpuscope.analytics.allocation import NodeState, Task, task_of
+from gpuscope.analytics.placement.allocation import NodeState, Task, task_of
 from gpuscope.collector.cluster.inventory_records import NodeInfo, PodInfo
 
 #: Milli-GPU per GPU: shares are replayed in integer milli-GPU, as the FGD simulator does,
@@ -68,7 +68,7 @@ class Inventory:
 
 def empty_nodes(nodes: Iterable[NodeInfo]) -> tuple[NodeState, ...]:
     """Inventory records as empty nodes: every GPU, CPU and MiB free (taints kept)."""
-    from gpuscope.analytics.allocation import state_from_records
+    from gpuscope.analytics.placement.allocation import state_from_records
 
     return state_from_records(list(nodes), []).nodes
 

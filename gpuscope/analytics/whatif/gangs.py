@@ -5,14 +5,14 @@ the gang replay's trace (:mod:`gpuscope.analytics.whatif.topology`), and its fig
 so they give the same figures for the same input. The trace:
 
 - **domains**: resolved as ``gpuscope analyze topology`` resolves them
-  (:func:`gpuscope.analytics.topology_levels.topology_of`: Kueue/KAI ``Topology`` and Volcano
-  ``HyperNode`` objects of ``--objects``, else the node labels); the replay uses one level:
+  (:func:`gpuscope.analytics.domains.topology_levels.topology_of`: Kueue/KAI ``Topology`` and
+  Volcano ``HyperNode`` objects of ``--objects``, else the node labels); the replay uses one level:
   the one asked for (``--topology-level``), else the level most pending and running pod
   groups require or prefer, else the finest level (the most domains), as
-  :func:`gpuscope.analytics.topology.group_level` judges a group that names none. A node
+  :func:`gpuscope.analytics.domains.topology.group_level` judges a group that names none. A node
   outside every domain of the level is a domain of its own (a job may still fit on it
   alone). Only schedulable GPU nodes take part.
-- **jobs**: each multi-pod group (:func:`gpuscope.analytics.topology_groups.pod_groups`:
+- **jobs**: each multi-pod group (:func:`gpuscope.analytics.domains.topology_groups.pod_groups`:
   Kueue pod groups, Workloads, Volcano/KAI PodGroups, JobSets, Kubeflow jobs, one Job's
   pods) is one job of ``pods`` x ``gpus_per_pod`` GPUs arriving with its first pod and
   running as long as its longest, *required* to stay in one domain where it names a
@@ -33,9 +33,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from gpuscope.analytics.topology import group_level
-from gpuscope.analytics.topology_groups import PodGroup, pod_groups
-from gpuscope.analytics.topology_levels import Topology, topology_of
+from gpuscope.analytics.domains.topology import group_level
+from gpuscope.analytics.domains.topology_groups import PodGroup, pod_groups
+from gpuscope.analytics.domains.topology_levels import Topology, topology_of
 from gpuscope.analytics.whatif.events import empty_nodes
 from gpuscope.analytics.whatif.history import History
 from gpuscope.analytics.whatif.topology import (

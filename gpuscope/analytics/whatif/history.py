@@ -33,7 +33,7 @@ from typing import Any
 
 import duckdb
 
-from gpuscope.analytics.allocation import _record
+from gpuscope.analytics.placement.allocation import _record
 from gpuscope.analytics.whatif.events import Inventory, PodEvent, empty_nodes, request_of
 from gpuscope.collector.cluster.inventory_records import NodeInfo, PodInfo
 from gpuscope.core.records import WorkloadKind

@@ -23,8 +23,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gpuscope.analytics.allocation import Task, records_from_kubectl
-from gpuscope.analytics.fragmentation import TaskMix, learn_task_mix
+from gpuscope.analytics.placement.allocation import Task, records_from_kubectl
+from gpuscope.analytics.placement.fragmentation import TaskMix, learn_task_mix
 from gpuscope.analytics.trace import read_nodes, read_tasks
 from gpuscope.analytics.whatif.engine import replay
 from gpuscope.analytics.whatif.events import (

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from gpuscope.analytics.allocation import NodeState
+from gpuscope.analytics.placement.allocation import NodeState
 from gpuscope.analytics.whatif.events import MILLI
 
 #: (kind index, free CPU milli, free memory MiB, sorted free milli-GPU, free MIG instances)

@@ -20,7 +20,7 @@ the 95.4 % it reports, with first-node ties 95.3 % (docs/analytics.md, What-if).
   DotProduct ``100 * (1 - (node_left . request) / 2)`` with CPU and GPU normalised by
   128 cores and 8 GPUs; FGD ``100 * sigmoid(F_before - F_after)``, F the node's FGD
   fragmentation (in GPUs) under the workload's task mix, the detector's own
-  :func:`gpuscope.analytics.fragmentation.fgd_node`.
+  :func:`gpuscope.analytics.placement.fragmentation.fgd_node`.
 
 Which GPU of the node a pod takes: whole GPUs are the lowest-indexed fully free ones
 (the simulator's ``AllocateExclusiveGpuId``, and the device plugin's usual order); a
@@ -37,8 +37,8 @@ import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from gpuscope.analytics.allocation import NodeState, admits, has_room
-from gpuscope.analytics.fragmentation import TaskMix, fgd_node
+from gpuscope.analytics.placement.allocation import NodeState, admits, has_room
+from gpuscope.analytics.placement.fragmentation import TaskMix, fgd_node
 from gpuscope.analytics.whatif.events import MILLI, Request
 from gpuscope.analytics.whatif.nodes import Signature, state_of
 

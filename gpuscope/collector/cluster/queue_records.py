@@ -4,7 +4,7 @@ Queues, ResourceQuotas.
 Pure functions from the objects as the API server (or ``kubectl get -o json``) gives them
 to :class:`~gpuscope.collector.cluster.inventory_records.QuotaInfo`; the inventory lists the
 objects, ``--objects FILE`` reads them from files, and both end here, so a live cluster
-and a snapshot of it give one queue model (gpuscope/analytics/queues.py). Only GPUs are
+and a snapshot of it give one queue model (gpuscope/analytics/queueing/queues.py). Only GPUs are
 read (``nvidia.com/gpu``); each rule's source is in docs/analytics.md ("Queues").
 """
 

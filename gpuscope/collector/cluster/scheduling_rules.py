@@ -2,7 +2,7 @@
 taints and tolerations (the TaintToleration and NodeUnschedulable plugins' matching), and a
 pod's pinning to GPU models by ``nodeSelector`` or required node affinity on the GPU
 product label. Pure functions of plain JSON; :mod:`gpuscope.collector.cluster.inventory_records`
-stores what they return, :mod:`gpuscope.analytics.allocation` decides placement with
+stores what they return, :mod:`gpuscope.analytics.placement.allocation` decides placement with
 :func:`tolerates`.
 """
 

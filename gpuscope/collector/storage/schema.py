@@ -122,9 +122,9 @@ MIGRATION_2_ROLLUPS: tuple[str, ...] = (
     )""",
 )
 
-#: v3: what idle detection carries between runs (gpuscope/analytics/idle.py), so a scheduled run
-#: reads only the samples since its watermark (``meta.idle_state_until``) instead of the
-#: whole window: per GPU (or MIG device) uuid, the last sample at or over the idle
+#: v3: what idle detection carries between runs (gpuscope/analytics/detectors/idle.py), so a
+#: scheduled run reads only the samples since its watermark (``meta.idle_state_until``) instead of
+#: the whole window: per GPU (or MIG device) uuid, the last sample at or over the idle
 #: threshold and its value, the last sample, and since when samples have come without a
 #: gap (``covered_since``: unknown is not idle).
 MIGRATION_3_IDLE_STATE: tuple[str, ...] = (
