@@ -28,8 +28,27 @@ IB packets too; the agent's page adds its own process and per-source series and 
 sysfs vendor counters, 541 in all on the sim node).
 
 Sizes: :data:`DEFAULT` (1 day of 104 GPUs) keeps each benchmark's default run within a few
-minutes on 2 cores; :data:`QUICK` is a smoke test; ``GPUSCOPE_BENCH_HISTORY=large`` (7 days
-of 10,000 GPUs: 1,250 nodes) or ``=NODESxDAYS`` picks another size through the same path.
+minutes on 2 cores; :data:`QUICK` is a smoke test; ``=NODESxDAYS`` picks another size through
+the same path.
+
+10,000 GPUs x 7 days (``GPUSCOPE_BENCH_HISTORY=large``, :data:`LARGE`) would take about 8
+hours that way (simulator and ingest ~0.6 ms per node per 15 s cycle), so all but its last
+hour is written by bench/history_fast.py (``tail_s``; ``=NODESxDAYS+fastHOURS`` for any
+size): the values of the series the benchmarked analytics read (GPU utilization, memory
+utilization and SM activity, the workloads' utilization, the IB byte, wait and link-rate
+series) computed for every 15 s instant with numpy by the simulator's own formulas, stored
+as the ingest path stores them (counters as increases; series rows with their first/last
+seen and last raw value; ``workload_intervals`` as the workload-info presence opens and
+closes them) and rolled up and compacted by the store's own ``apply_retention`` every 3
+hours of it; then the last hour through ``CycleMaker`` and ``append_cycle`` as above.
+tests/unit/test_bench_history_fast.py builds a small history both ways and finds the rows
+of those families equal. What differs from a collector's store of that size: before the
+last hour the ``samples`` table and the roll-ups hold only those families (the agent's
+other ~150 series a node, the IB error counters, NVLink/PCIe counters and the GPU info
+series are absent there, so the file is far smaller than a real one, and a query that scans
+the raw samples without skipping other series' row groups would read less than on a real
+store), and ``scrapes`` has no rows for it. Every table the analytics read for those
+families holds the rows a real store would.
 A built history is kept under ``$GPUSCOPE_BENCH_CACHE`` (default: the temp dir), keyed by
 its size and a digest of the code that writes it, with the ingest and maintenance times of
 the build that made it; each benchmark reads a copy.
@@ -50,6 +69,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from bench.history_fast import SpanWriter
 from gpuscope.collector.cluster.inventory_records import (
     node_from_json,
     pod_from_json,
@@ -69,6 +89,10 @@ REPO = Path(__file__).resolve().parents[1]
 #: (the weekly report's week) and every day before is closed (compacted).
 END = datetime(2025, 3, 10, tzinfo=UTC)
 INVENTORY_EVERY_S = 6 * 3600
+#: DuckDB's memory limit while building (a collector runs with collector.db_memory_limit,
+#: 1 GB by default): DuckDB's own default, 80 % of RAM, took 18 GB compacting a day of
+#: 10,000 GPUs on a machine other work shares
+BUILD_MEMORY = "3GB"
 MAINTENANCE_EVERY_S = 3600
 #: the families the analytics read: the demo history's, and the IB error counters the
 #: bandwidth detector's link_errors rule reads
@@ -78,6 +102,7 @@ _TYPES: dict[str, str] = {m.name: m.type for m in AGENT_METRICS}
 #: the code that decides what a history holds: a change to any of it rebuilds the cache
 _SOURCES = (
     "bench/history.py",
+    "bench/history_fast.py",
     "gpuscope/collector/storage/store.py",
     "gpuscope/collector/storage/store_sql.py",
     "gpuscope/collector/storage/store_maintenance.py",
@@ -95,6 +120,9 @@ class HistorySize:
     days: float
     step_s: int = 15
     families: str = "analysis"  # or "agent"
+    #: seconds at the end written through the ingest path; the span before it is written
+    #: by bench/history_fast.py (None: all of it through the ingest path)
+    tail_s: int | None = None
 
     @property
     def gpus(self) -> int:
@@ -103,15 +131,18 @@ class HistorySize:
     def label(self) -> str:
         days = f"{self.days:g} d" if self.days >= 1 else f"{self.days * 24:g} h"
         which = "analysed series" if self.families == "analysis" else "every agent series"
-        return f"{days} of {self.gpus:,} GPUs at {self.step_s} s ({which})"
+        how = "" if self.tail_s is None else f"; vectorised but the last {self.tail_s // 60} min"
+        return f"{days} of {self.gpus:,} GPUs at {self.step_s} s ({which}{how})"
 
     def key(self) -> str:
-        return f"{self.nodes}n-{self.days:g}d-{self.step_s}s-{self.families}"
+        fast = "" if self.tail_s is None else f"-fast{self.tail_s}"
+        return f"{self.nodes}n-{self.days:g}d-{self.step_s}s-{self.families}{fast}"
 
 
 QUICK = HistorySize(nodes=6, days=0.125)
 DEFAULT = HistorySize(nodes=13, days=1.0)
-LARGE = HistorySize(nodes=1250, days=7.0)
+#: 10,000 GPUs x 7 days: the span before the last hour vectorised (bench/history_fast.py)
+LARGE = HistorySize(nodes=1250, days=7.0, tail_s=3600)
 
 
 def chosen_size(quick: bool) -> HistorySize:
@@ -125,11 +156,15 @@ def chosen_size(quick: bool) -> HistorySize:
     if wanted == "large":
         return LARGE
     try:
-        nodes, days = wanted.split("x")
-        return HistorySize(nodes=int(nodes), days=float(days))
+        size, _, tail = wanted.partition("+fast")
+        nodes, days = size.split("x")
+        return HistorySize(
+            nodes=int(nodes), days=float(days), tail_s=int(float(tail) * 3600) if tail else None
+        )
     except ValueError:
         raise ValueError(
-            f"GPUSCOPE_BENCH_HISTORY={wanted!r}: expected 'large' or NODESxDAYS, e.g. 125x7"
+            f"GPUSCOPE_BENCH_HISTORY={wanted!r}: expected 'large', NODESxDAYS (e.g. 125x7) "
+            "or NODESxDAYS+fastHOURS (the last HOURS through ingest, the rest vectorised)"
         ) from None
 
 
@@ -139,7 +174,7 @@ class History:
 
     path: Path
     size: HistorySize
-    samples: int  # raw sample rows the ingest path acknowledged
+    samples: int  # raw sample rows stored (the ingest path's and the vectorised span's)
     cycles: int
     simulate_s: float  # the simulator's readings and their series (not the product)
     ingest_s: float  # Store.append_cycle calls alone
@@ -147,6 +182,10 @@ class History:
     maintenance: dict[str, int]  # apply_retention's row counts, summed
     file_bytes: int
     built_at: str  # when (UTC) the build ran: a cached history says so
+    build_s: float = 0.0  # wall seconds of the whole build
+    #: rows and seconds of the span bench/history_fast.py wrote (its maintenance included)
+    vectorised_samples: int = 0
+    vectorised_s: float = 0.0
 
     @property
     def start(self) -> datetime:
@@ -231,16 +270,32 @@ def append_cycles(store: Store, maker: CycleMaker, start: float, end: float, ste
 
 def build(size: HistorySize, path: Path) -> History:
     """Write ``size``'s history into a new database at ``path`` through the ingest path."""
+    began = time.perf_counter()
     cluster, origin = scenario_cluster(size.nodes)
     maker = CycleMaker(cluster, origin, size.families)
     end = END.timestamp()
     start = end - size.days * 86_400
-    simulate = ingest = maintenance = 0.0
+    simulate = ingest = maintenance = vectorised_s = 0.0
     counts: dict[str, int] = {}
-    stored = cycles = 0
-    store = Store.open(path)
+    stored = cycles = vectorised = 0
+    t = start
+    store = Store.open(path, memory_limit=BUILD_MEMORY)
+    if size.tail_s is not None:  # the span before the tail: bench/history_fast.py
+        split = max(start, end - size.tail_s)
+        a = time.perf_counter()
+        while t < split:
+            if (t - start) % INVENTORY_EVERY_S == 0:
+                _record_inventory(store, cluster, t, origin)
+            t += size.step_s
+        writer = SpanWriter(store, cluster, origin, start, split, size.step_s)
+        writer.write()
+        vectorised, cycles = writer.rows, len(writer.t)
+        vectorised_s = time.perf_counter() - a
+        store.close()
+        # series ids and open intervals read back, as at a restart
+        store = Store.open(path, memory_limit=BUILD_MEMORY)
     try:
-        t, last_report = start, time.monotonic()
+        last_report = time.monotonic()
         while t < end:
             if (t - start) % INVENTORY_EVERY_S == 0:
                 _record_inventory(store, cluster, t, origin)
@@ -272,7 +327,7 @@ def build(size: HistorySize, path: Path) -> History:
     return History(
         path=path,
         size=size,
-        samples=stored,
+        samples=stored + vectorised,
         cycles=cycles,
         simulate_s=simulate,
         ingest_s=ingest,
@@ -280,6 +335,9 @@ def build(size: HistorySize, path: Path) -> History:
         maintenance=counts,
         file_bytes=path.stat().st_size,
         built_at=datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        build_s=time.perf_counter() - began,
+        vectorised_samples=vectorised,
+        vectorised_s=vectorised_s,
     )
 
 

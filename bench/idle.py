@@ -30,6 +30,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench import peak
 from bench.figure import Figure, print_figures
 from bench.history import (
     CycleMaker,
@@ -43,7 +44,7 @@ from bench.history import history as get_history
 from bench.timing import Spread, time_alternating, time_once
 from gpuscope.analytics.detectors.idle import HISTORY, LATE_DELAY, LOOKBACK, RAW_HORIZON, run_idle
 from gpuscope.collector.storage.store import Store
-from gpuscope.core.settings import AnalyticsSettings, WorkloadSettings
+from gpuscope.core.settings import AnalyticsSettings, CollectorSettings, WorkloadSettings
 
 #: the series the detector reads (gpuscope/analytics/sql/idle.sql: busy_candidates, workload series)
 ACTIVITY = (
@@ -53,6 +54,10 @@ ACTIVITY = (
     "gpuscope_gpu_workload_utilization_ratio",
 )
 STEP = timedelta(minutes=5)
+
+
+#: the memory limit the CLI and the collector open the database with
+LIMIT = CollectorSettings().db_memory_limit
 
 
 def _floor(t: datetime, seconds: int) -> datetime:
@@ -72,15 +77,29 @@ def full_reads(store: Store, at: datetime) -> tuple[int, int]:
     )
 
 
+def full_once(db: str, at: datetime, memory_limit: str | None = None) -> str:
+    """One full re-analysis on ``db`` (read-only), for bench/peak.py's own process, with
+    DuckDB's ``memory_limit`` (None: its default, 80 % of RAM)."""
+    with Store.open(Path(db), read_only=True, memory_limit=memory_limit) as store:
+        result = run_idle(store, at, AnalyticsSettings(), WorkloadSettings(), persist=False)
+    return f"{result.summary['idle_sessions']} idle sessions"
+
+
 def measure(h: History, runs: int) -> dict[str, object]:
     cfg, wl = AnalyticsSettings(), WorkloadSettings()
     end = h.end
     with tempfile.TemporaryDirectory(prefix="gpuscope-idle-") as tmp:
-        store = Store.open(h.copy_to(Path(tmp)))
+        store = Store.open(h.copy_to(Path(tmp)), memory_limit=LIMIT)
         try:
             rolled, raw = full_reads(store, end)
+            store.close()
+            alone = None if h.size.gpus >= 10_000 else peak.measure(full_once, str(store.path), end)
+            bounded = peak.measure(full_once, str(store.path), end, LIMIT)
+            store = Store.open(store.path, memory_limit=LIMIT)
             full = time_alternating(
-                lambda: run_idle(store, end, cfg, wl, persist=False), n=runs, warmup=1
+                lambda: run_idle(store, end, cfg, wl, persist=False),
+                n=runs,
+                warmup=0 if h.size.gpus >= 10_000 else 1,
             )
             # the schedule: a first persisted run, then 5 more minutes and a run, N times
             run_idle(store, end, cfg, wl)
@@ -101,6 +120,8 @@ def measure(h: History, runs: int) -> dict[str, object]:
     summary = full.result.summary
     return {
         "full": full.product,
+        "peak": alone,
+        "bounded": bounded,
         "scheduled": Spread.of(times),
         "rolled": rolled,
         "raw": raw,
@@ -114,12 +135,28 @@ def history_figures(h: History) -> list[Figure]:
     """What making the benchmark history cost: the ingest and the product's maintenance."""
     m = h.maintenance
     cached = f"; built {h.built_at}"
+    ingested = h.samples - h.vectorised_samples
+    built: list[Figure] = []
+    if h.vectorised_samples:
+        built.append(
+            Figure(
+                f"benchmark history, {h.size.label()}: whole build (bench/history_fast.py)",
+                h.build_s,
+                "s",
+                aim="30 min on 2 cores" if h.size.gpus >= 10_000 else None,
+                notes=f"{h.vectorised_samples:,} samples of the analysed families vectorised "
+                f"and rolled up by the store's apply_retention in {h.vectorised_s:,.0f} s, "
+                f"then {ingested:,} through Store.append_cycle; simulator set-up included",
+                key=h.size.gpus >= 10_000,
+            )
+        )
     return [
+        *built,
         Figure(
             f"benchmark history, {h.size.label()}: ingest (Store.append_cycle)",
-            h.samples / h.ingest_s,
+            ingested / h.ingest_s,
             "samples/s",
-            notes=f"{h.samples:,} samples in {h.cycles:,} cycles, {h.ingest_s:.1f} s{cached}",
+            notes=f"{ingested:,} samples in {h.ingest_s:.1f} s{cached}",
         ),
         Figure(
             "same: the store's own maintenance (hourly apply_retention: roll-ups, compaction)",
@@ -136,7 +173,7 @@ def history_figures(h: History) -> list[Figure]:
 def run(quick: bool = False) -> list[Figure]:
     """Idle detection on the shared history (quick: 3 h of 48 GPUs; default 1 d of 104)."""
     h = get_history(chosen_size(quick))
-    runs = 3 if quick else 7
+    runs = 3 if quick else 2 if h.size.gpus >= 10_000 else 7
     r = measure(h, runs)
     what = f"idle sessions, {h.size.label()}"
     big = h.size.gpus >= 10_000
@@ -160,6 +197,27 @@ def run(quick: bool = False) -> list[Figure]:
             aim="60 s at 10,000 GPUs" if big else None,
             notes=f"reads {r['rolled']:,} samples_5m rows and {r['raw']:,} raw samples of "
             f"the activity series; {r['idle_sessions']} idle sessions found",
+            key=big,
+        ),
+        *(
+            [
+                Figure(
+                    "same: peak RSS of the full re-analysis, DuckDB's default memory limit "
+                    "(80 % of RAM; not run at 10,000 GPUs on a shared machine)",
+                    r["peak"].rss_bytes / 2**30,  # type: ignore[attr-defined]
+                    "GiB",
+                    notes=peak.figure_notes(r["peak"]),  # type: ignore[arg-type]
+                )
+            ]
+            if r["peak"] is not None
+            else []
+        ),
+        Figure(
+            f"same, with collector.db_memory_limit ({LIMIT}, as `gpuscope analyze` opens it)",
+            r["bounded"].rss_bytes / 2**30,  # type: ignore[attr-defined]
+            "GiB",
+            aim="4 GB at 10,000 GPUs" if big else None,
+            notes=peak.figure_notes(r["bounded"]),  # type: ignore[arg-type]
             key=big,
         ),
     ]

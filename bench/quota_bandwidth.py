@@ -27,11 +27,12 @@ from __future__ import annotations
 import argparse
 import sys
 import tempfile
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench import peak
 from bench.figure import Figure, Reference, print_figures
 from bench.history import History, chosen_size, rows_between
 from bench.history import history as get_history
@@ -39,7 +40,7 @@ from bench.timing import time_alternating
 from gpuscope.analytics.detectors.bandwidth import bandwidth_history, run_bandwidth
 from gpuscope.analytics.queueing.quota import run_quota
 from gpuscope.collector.storage.store import Store
-from gpuscope.core.settings import AnalyticsSettings
+from gpuscope.core.settings import AnalyticsSettings, CollectorSettings
 
 IB = (
     "gpuscope_ib_transmit_bytes_total",
@@ -53,6 +54,20 @@ ALL_WINDOWS_UP_TO = 48
 SAMPLE_WINDOWS = 24
 
 
+#: the memory limit the CLI and the collector open the database with
+LIMIT = CollectorSettings().db_memory_limit
+
+
+def full_once(db: str, start: datetime, end: datetime, memory_limit: str | None = None) -> str:
+    """One full re-analysis on ``db`` (read-only), for bench/peak.py's own process, with
+    DuckDB's ``memory_limit`` (None: its default, 80 % of RAM)."""
+    with Store.open(Path(db), read_only=True, memory_limit=memory_limit) as store:
+        con = store.cursor()
+        hist = bandwidth_history(con, start, end, AnalyticsSettings())
+        con.close()
+    return f"{sum(bool(p) for _, p in hist)} windows with hot ports"
+
+
 def measure(h: History, runs: int) -> dict[str, object]:
     cfg = AnalyticsSettings()
     start, end = h.start, h.end
@@ -60,12 +75,11 @@ def measure(h: History, runs: int) -> dict[str, object]:
     if windows <= ALL_WINDOWS_UP_TO:
         ends = [start + WINDOW * (k + 1) for k in range(windows)]
     else:
-        ends = [
-            start + WINDOW * ((k + 1) * windows // SAMPLE_WINDOWS) for k in range(SAMPLE_WINDOWS)
-        ]
+        sample = SAMPLE_WINDOWS if h.size.gpus < 10_000 else SAMPLE_WINDOWS // 3
+        ends = [start + WINDOW * ((k + 1) * windows // sample) for k in range(sample)]
     scale = windows / len(ends)
     with tempfile.TemporaryDirectory(prefix="gpuscope-qb-") as tmp:
-        store = Store.open(h.copy_to(Path(tmp)), read_only=True)
+        store = Store.open(h.copy_to(Path(tmp)), read_only=True, memory_limit=LIMIT)
         try:
             ib_raw = rows_between(store, "samples", IB, start, end)
             last = end - WINDOW - timedelta(minutes=2)
@@ -79,9 +93,15 @@ def measure(h: History, runs: int) -> dict[str, object]:
             full = time_alternating(
                 lambda: bandwidth_history(con, start, end, cfg),
                 reference=lambda: [run_bandwidth(con, t, cfg) for t in ends],
-                n=max(2, runs // 2),
+                n=1 if h.size.gpus >= 10_000 else max(2, runs // 2),
             )
             con.close()
+            alone = (
+                None
+                if h.size.gpus >= 10_000
+                else peak.measure(full_once, str(store.path), start, end)
+            )
+            bounded = peak.measure(full_once, str(store.path), start, end, LIMIT)
         finally:
             store.close()
     hist = full.result
@@ -93,6 +113,8 @@ def measure(h: History, runs: int) -> dict[str, object]:
         "quota_findings": len(q7.result.findings),
         "quota1": q1.product,
         "history": full.product,
+        "peak": alone,
+        "bounded": bounded,
         "one_by_one": full.reference.scaled(scale),
         "windows": windows,
         "sampled": len(ends),
@@ -105,7 +127,7 @@ def measure(h: History, runs: int) -> dict[str, object]:
 def run(quick: bool = False) -> list[Figure]:
     """Quota and bandwidth on the shared history (quick: 3 h of 48 GPUs; default 1 d of 104)."""
     h = get_history(chosen_size(quick))
-    r = measure(h, 3 if quick else 7)
+    r = measure(h, 3 if quick else 2 if h.size.gpus >= 10_000 else 7)
     what = h.size.label()
     big = h.size.gpus >= 10_000
     windows, sampled = r["windows"], r["sampled"]
@@ -127,11 +149,33 @@ def run(quick: bool = False) -> list[Figure]:
             f"IB samples (window and 2-minute look-back); {r['hot_ports']} hot ports",
         ),
         Figure.timed(
-            f"bandwidth, {what}: full re-analysis (every 5-minute window in one query)",
+            f"bandwidth, {what}: full re-analysis (every 5-minute window, 48 windows a query)",
             r["history"], "s",  # type: ignore[arg-type]
             reference=Reference.timed(how, r["one_by_one"], "s"),  # type: ignore[arg-type]
             notes=f"reads {r['ib_raw']:,} raw IB samples; {r['hot_windows']} windows with "
             "hot ports; reference alternated in the same loop",
+            key=big,
+            aim="60 s at 10,000 GPUs" if big else None,
+        ),
+        *(
+            [
+                Figure(
+                    "same: peak RSS of the full re-analysis, DuckDB's default memory limit "
+                    "(80 % of RAM; not run at 10,000 GPUs on a shared machine)",
+                    r["peak"].rss_bytes / 2**30,  # type: ignore[attr-defined]
+                    "GiB",
+                    notes=peak.figure_notes(r["peak"]),  # type: ignore[arg-type]
+                )
+            ]
+            if r["peak"] is not None
+            else []
+        ),
+        Figure(
+            f"same, with collector.db_memory_limit ({LIMIT}, as `gpuscope analyze` opens it)",
+            r["bounded"].rss_bytes / 2**30,  # type: ignore[attr-defined]
+            "GiB",
+            aim="4 GB at 10,000 GPUs" if big else None,
+            notes=peak.figure_notes(r["bounded"]),  # type: ignore[arg-type]
             key=big,
         ),
     ]  # fmt: skip

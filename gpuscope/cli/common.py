@@ -22,15 +22,19 @@ def open_store(
     *,
     read_only: bool = True,
     busy: str = "analyse a copy of it, or use the collector's API",
+    memory_limit: str | None = None,
 ) -> Any:
     """The database for a CLI command, with one clear line when a running collector holds
-    it (``busy`` says what to do instead) or it cannot be opened."""
+    it (``busy`` says what to do instead) or it cannot be opened. ``memory_limit`` is
+    DuckDB's (the analyses pass ``collector.db_memory_limit``, the bound the collector's own
+    runs of them have: DuckDB's default, 80 % of RAM, lets a week's full re-analysis at
+    10,000 GPUs take gigabytes of buffer pool it does not need)."""
     import duckdb
 
     from gpuscope.collector.storage.store import Store
 
     try:
-        return Store.open(path, read_only=read_only)
+        return Store.open(path, read_only=read_only, memory_limit=memory_limit)
     except duckdb.Error as exc:
         raise open_error(path, exc, busy) from None
     except UserError as exc:  # Store.open's own line: a lock held says what to do instead

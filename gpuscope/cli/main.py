@@ -363,7 +363,7 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
         if args.db is None:
             raise UserError("give --db PATH (or --nodes FILE --pods FILE for fragmentation)")
         which = list(DETECTORS) if args.what == "all" else [args.what]
-        with open_store(args.db) as store:
+        with open_store(args.db, memory_limit=settings.collector.db_memory_limit) as store:
             if args.at is None:
                 at = _data_age_at(store, at, settings.collector.scrape_interval_seconds)
             analyses = run_on_store(store, at, settings, which, persist=False)

@@ -78,7 +78,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         return report_through(collector, label, out_dir, args.json)
     if not Path(db).exists():
         raise UserError(f"database {db} does not exist")
-    with open_store(db) as store:
+    with open_store(db, memory_limit=settings.collector.db_memory_limit) as store:
         cur = store.cursor()
         try:
             result = weekly_report(cur, settings, now=now, week=week, out_dir=args.out)

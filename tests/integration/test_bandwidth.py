@@ -469,3 +469,23 @@ def test_peak_never_reads_over_the_line_rate_with_whole_second_timestamps(store:
     [f] = [f for f in result.findings if f.kind == "bandwidth_hotspot"]
     assert 0.9 <= f.evidence["peak_ratio"] <= 1.0
     assert f.evidence["ratio"] == pytest.approx(0.97, abs=0.01)
+
+
+@pytest.mark.parametrize("window_minutes", [5, 10])
+def test_history_in_chunks_equals_one_query(store: Store, window_minutes: int) -> None:
+    """bandwidth_history reads a range CHUNK_WINDOWS windows at a time (memory bounded by
+    the chunk at 10,000 GPUs x 7 days); chunks of 7 windows, with a link rate that changes
+    inside one chunk and a hot spell across a chunk's edge, give exactly the one-query
+    answer."""
+    node = Node(
+        store, "n1",
+        {"mlx5_0": lambda t: 0.97 if 1500 <= t < 4200 else 0.1, "mlx5_1": const(0.85)},
+    )  # fmt: skip
+    node.link_rate = lambda t: RATE if t < 2400 else RATE / 2
+    node.play(3 * 3600)
+    cfg = AnalyticsSettings(ib_hot_window_minutes=window_minutes)
+    cur = store.cursor()
+    whole = bandwidth_history(cur, at(0), at(3 * 3600), cfg, chunk_windows=10**6)
+    chunked = bandwidth_history(cur, at(0), at(3 * 3600), cfg, chunk_windows=7)
+    assert len(whole) == 36 and sum(bool(p) for _, p in whole) >= 10
+    assert chunked == whole

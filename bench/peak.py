@@ -1,0 +1,65 @@
+"""Peak memory and CPU of one analysis, measured in a process of its own.
+
+The analytics' aims at 10,000 GPUs include a memory bound (4 GB peak RSS), and the
+benchmark process itself holds the simulator, earlier results and DuckDB's caches: its own
+``ru_maxrss`` says nothing about one analysis. So the analysis runs once in a fresh
+interpreter (``spawn``: no pages inherited from this process) that opens the database
+read-only, runs the analysis once and reports its own ``getrusage``: peak RSS (the interpreter,
+imports and DuckDB's buffers included: what a ``gpuscope analyze`` process would take),
+wall seconds and CPU seconds (user + system, all threads: on 2 cores the CPU can be up to
+twice the wall).
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import resource
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Peak:
+    """One run of an analysis in its own process."""
+
+    rss_bytes: int
+    wall_s: float
+    cpu_s: float  # user + system seconds of the whole process during the call
+    summary: str  # what the callable returned, described in a few words
+
+
+def _child(fn: Callable[..., str], args: tuple[Any, ...], out: Any) -> None:
+    before = resource.getrusage(resource.RUSAGE_SELF)
+    t0 = time.perf_counter()
+    summary = fn(*args)
+    wall = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_SELF)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    out.send(Peak(after.ru_maxrss * 1024, wall, cpu, summary))
+
+
+def measure(fn: Callable[..., str], *args: Any) -> Peak:
+    """Run ``fn(*args)`` once in a spawned process; ``fn`` (module-level: it is pickled by
+    name) opens the database itself and returns a short description of its result."""
+    ctx = mp.get_context("spawn")
+    recv, send = ctx.Pipe(duplex=False)
+    proc = ctx.Process(target=_child, args=(fn, args, send))
+    proc.start()
+    send.close()
+    try:
+        got: Peak = recv.recv()
+    except EOFError:
+        proc.join()
+        raise RuntimeError(f"the measured process exited {proc.exitcode}") from None
+    proc.join()
+    return got
+
+
+def figure_notes(p: Peak) -> str:
+    """How a figure row describes a peak."""
+    return (
+        f"peak RSS {p.rss_bytes / 2**30:.2f} GiB, {p.wall_s:.1f} s wall, {p.cpu_s:.1f} s CPU "
+        f"in a process of its own (interpreter and imports included); {p.summary}"
+    )
