@@ -19,6 +19,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from bench.figure import Figure
+
 
 @dataclass(frozen=True)
 class Peak:
@@ -63,3 +65,31 @@ def figure_notes(p: Peak) -> str:
         f"peak RSS {p.rss_bytes / 2**30:.2f} GiB, {p.wall_s:.1f} s wall, {p.cpu_s:.1f} s CPU "
         f"in a process of its own (interpreter and imports included); {p.summary}"
     )
+
+
+def rss_figures(default: Peak | None, bounded: Peak, limit: str, *, big: bool) -> list[Figure]:
+    """The rows of a full re-analysis's peak RSS: under DuckDB's default memory limit
+    (``default``, not run at 10,000 GPUs on a shared machine: None) and under
+    ``collector.db_memory_limit`` (``limit``), which carries the 4 GB aim at 10,000 GPUs."""
+    rows = []
+    if default is not None:
+        rows.append(
+            Figure(
+                "same: peak RSS of the full re-analysis, DuckDB's default memory limit "
+                "(80 % of RAM; not run at 10,000 GPUs on a shared machine)",
+                default.rss_bytes / 2**30,
+                "GiB",
+                notes=figure_notes(default),
+            )
+        )
+    rows.append(
+        Figure(
+            f"same, with collector.db_memory_limit ({limit}, as `gpuscope analyze` opens it)",
+            bounded.rss_bytes / 2**30,
+            "GiB",
+            aim="4 GB at 10,000 GPUs" if big else None,
+            notes=figure_notes(bounded),
+            key=big,
+        )
+    )
+    return rows

@@ -157,27 +157,7 @@ def run(quick: bool = False) -> list[Figure]:
             key=big,
             aim="60 s at 10,000 GPUs" if big else None,
         ),
-        *(
-            [
-                Figure(
-                    "same: peak RSS of the full re-analysis, DuckDB's default memory limit "
-                    "(80 % of RAM; not run at 10,000 GPUs on a shared machine)",
-                    r["peak"].rss_bytes / 2**30,  # type: ignore[attr-defined]
-                    "GiB",
-                    notes=peak.figure_notes(r["peak"]),  # type: ignore[arg-type]
-                )
-            ]
-            if r["peak"] is not None
-            else []
-        ),
-        Figure(
-            f"same, with collector.db_memory_limit ({LIMIT}, as `gpuscope analyze` opens it)",
-            r["bounded"].rss_bytes / 2**30,  # type: ignore[attr-defined]
-            "GiB",
-            aim="4 GB at 10,000 GPUs" if big else None,
-            notes=peak.figure_notes(r["bounded"]),  # type: ignore[arg-type]
-            key=big,
-        ),
+        *peak.rss_figures(r["peak"], r["bounded"], LIMIT, big=big),  # type: ignore[arg-type]
     ]  # fmt: skip
 
 
