@@ -282,13 +282,28 @@ def gpus_on(
     return place_node(size, demands, known)
 
 
+#: Node states built from the same record objects, kept between calls of
+#: :func:`state_from_records` (``reuse``): keyed by the identity of the node's record and
+#: its pods' and by the GPU indices those pods hold; the records are kept with the state
+#: so that an identity is never reused while its entry lives.
+NodeStateCache = dict[tuple[object, ...], tuple[NodeState, tuple[object, ...]]]
+
+
 def state_from_records(
-    nodes: Iterable[NodeInfo], pods: Iterable[PodInfo], gpu_indices: GpuIndices | None = None
+    nodes: Iterable[NodeInfo],
+    pods: Iterable[PodInfo],
+    gpu_indices: GpuIndices | None = None,
+    *,
+    reuse: NodeStateCache | None = None,
 ) -> ClusterState:
     """The state from inventory records: placed pods consume their node's GPUs, CPU, memory
     and storage; pods with no node and phase Pending are the demand. Pods in
     ``gpu_indices`` take exactly those GPUs (the others:
-    :mod:`gpuscope.analytics.placement.allocation_gpus`)."""
+    :mod:`gpuscope.analytics.placement.allocation_gpus`).
+
+    ``reuse``: a cache shared by calls over states that mostly repeat (the weekly report's
+    states, one per inventory change, read through memoised record parsers): a node whose
+    record, pods and their GPU indices are the same objects as before is not rebuilt."""
     known = gpu_indices or {}
     node_list = sorted(nodes, key=lambda n: n.name)
     names = {n.name for n in node_list}
@@ -312,12 +327,25 @@ def state_from_records(
             continue
         if task.asks_gpu or _counts_as_workload(pod):
             running.append((key, task))
-    states = tuple(_node_state(n, by_node[n.name], known) for n in node_list)
+    states = tuple(_reused_node_state(n, by_node[n.name], known, reuse) for n in node_list)
     return ClusterState(
         nodes=states,
         running=tuple(t for _, t in sorted(running, key=lambda kt: kt[0])),
         pending=tuple(t for _, t in sorted(pending, key=lambda kt: kt[0])),
     )
+
+
+def _reused_node_state(
+    node: NodeInfo, pods: list[PodInfo], known: GpuIndices, reuse: NodeStateCache | None
+) -> NodeState:
+    if reuse is None:
+        return _node_state(node, pods, known)
+    held = tuple(tuple(known.get(f"{p.namespace}/{p.name}", ())) for p in pods)
+    key = (id(node), tuple(map(id, pods)), held)
+    hit = reuse.get(key)
+    if hit is None:
+        hit = reuse[key] = (_node_state(node, pods, known), (node, *pods))
+    return hit[0]
 
 
 def _node_state(node: NodeInfo, pods: list[PodInfo], known: GpuIndices) -> NodeState:

@@ -102,20 +102,30 @@ util AS (
     GROUP BY gid, bucket
 ),
 signal_series AS (
-    -- SM activity (sm) and, with $memory, memory-controller activity (NOT sm) per GPU
-    SELECT x.series_id, g.gid, x.metric = 'gpuscope_gpu_sm_active_ratio' AS sm
+    -- SM activity (sm) and, with $memory, memory-controller activity (NOT sm) per GPU;
+    -- `multi`: the GPU has more than one (both signals, or one relabelled)
+    SELECT x.series_id, g.gid, x.metric = 'gpuscope_gpu_sm_active_ratio' AS sm,
+           count(*) OVER (PARTITION BY g.gid) > 1 AS multi
     FROM series AS x JOIN gpu_ids AS g USING (uuid)
     WHERE (x.metric = 'gpuscope_gpu_sm_active_ratio'
            OR ($memory AND x.metric = 'gpuscope_gpu_memory_utilization_ratio'))
       AND x.last_seen >= $lo AND x.first_seen < $end
 ),
+signal_rolled AS (
+    SELECT i.gid, i.sm, i.multi, r.bucket, r.max AS m
+    FROM samples_5m AS r JOIN signal_series AS i USING (series_id)
+    WHERE r.bucket >= $lo AND r.bucket < $end AND r.bucket < $frontier
+),
 signals AS (
+    -- as util: a roll-up row of a GPU's only signal series is already its bucket
     SELECT gid * 1048576 + (epoch(bucket) // 300)::BIGINT % 1048576 AS k,
-           max(m) FILTER (WHERE sm) AS sm_peak, max(m) FILTER (WHERE NOT sm) AS memory_peak
+           CASE WHEN sm THEN m END AS sm_peak, CASE WHEN NOT sm THEN m END AS memory_peak
+    FROM signal_rolled WHERE NOT multi
+    UNION ALL
+    SELECT gid * 1048576 + (epoch(bucket) // 300)::BIGINT % 1048576,
+           max(m) FILTER (WHERE sm), max(m) FILTER (WHERE NOT sm)
     FROM (
-        SELECT i.gid, i.sm, r.bucket, r.max AS m
-        FROM samples_5m AS r JOIN signal_series AS i USING (series_id)
-        WHERE r.bucket >= $lo AND r.bucket < $end AND r.bucket < $frontier
+        SELECT gid, sm, bucket, m FROM signal_rolled WHERE multi
         UNION ALL
         SELECT i.gid, i.sm, time_bucket(INTERVAL 5 MINUTE, x.ts), x.value
         FROM samples AS x JOIN signal_series AS i USING (series_id)
@@ -175,6 +185,12 @@ judged AS (
     LEFT JOIN signals AS b USING (k)
     LEFT JOIN share_util AS w ON w.pid = p.pid AND w.k = p.k
 ),
+gap_parts AS (
+    -- the (pod, GPU) pairs with a bucket without data: only their rows need the
+    -- neighbours (a fortnight of 10,000 GPUs is 40 M pieces; ordering them all for the
+    -- windows below was most of the query and spilled past the memory limit)
+    SELECT DISTINCT pid, coalesce(gid, 0) AS g FROM judged WHERE gap
+),
 sides AS (
     -- a bucket without data is judged by the nearest buckets with data on both sides
     SELECT *,
@@ -191,10 +207,16 @@ sides AS (
                      PARTITION BY pid, gid ORDER BY bucket
                      ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)) - 300 AS gap_s
     FROM judged
+    WHERE (pid, coalesce(gid, 0)) IN (SELECT (pid, g) FROM gap_parts)
 ),
 bridged AS (
-    SELECT *, gap AND {bridged} AS idle_through, gap AND NOT {bridged} AS no_data
+    SELECT pid, bucket, gpu_hours, mean, busy,
+           gap AND {bridged} AS idle_through, gap AND NOT {bridged} AS no_data
     FROM sides
+    UNION ALL
+    SELECT pid, bucket, gpu_hours, mean, busy, false, false
+    FROM judged
+    WHERE (pid, coalesce(gid, 0)) NOT IN (SELECT (pid, g) FROM gap_parts)
 ),
 per_pod AS (
     SELECT time_bucket(INTERVAL 1 HOUR, bucket) AS hour, pid,

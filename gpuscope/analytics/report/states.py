@@ -17,7 +17,11 @@ from datetime import datetime
 
 import duckdb
 
-from gpuscope.analytics.placement.allocation import ClusterState, state_from_records
+from gpuscope.analytics.placement.allocation import (
+    ClusterState,
+    NodeStateCache,
+    state_from_records,
+)
 from gpuscope.analytics.report.fragmentation import change_points
 from gpuscope.analytics.report.topology import inventory_at
 from gpuscope.analytics.report.week import Week
@@ -39,9 +43,12 @@ def week_states(con: duckdb.DuckDBPyConnection, week: Week) -> Iterator[WeekStat
     """The states of ``week`` in time order; an instant without any node in the inventory
     is left out (there is no cluster to measure)."""
     instants = change_points(con, week.start, week.end)
+    reuse: NodeStateCache = {}  # consecutive states share most nodes (records memoised)
     for at, until in zip(instants, [*instants[1:], week.end], strict=True):
         nodes, pods, indices = inventory_at(con, at)
         if not nodes:
             continue
         hours = (until - at).total_seconds() / 3600
-        yield WeekState(at, hours, nodes, pods, state_from_records(nodes, pods, indices))
+        yield WeekState(
+            at, hours, nodes, pods, state_from_records(nodes, pods, indices, reuse=reuse)
+        )

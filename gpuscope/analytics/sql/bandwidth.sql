@@ -256,6 +256,78 @@ FROM open_pods AS o JOIN spread USING (namespace, job)
 GROUP BY o.namespace, o.job, o.node, device
 ORDER BY o.namespace, o.job, o.node, device;
 
+-- name: port_candidates
+-- The windows of port_history in which an IB port could be hot, from the 5-minute
+-- roll-ups (raw samples past their frontier, $frontier): a bound that never leaves out
+-- a hot window, so port_history reads only these ports' raw samples. A window is hot
+-- only when a direction's increase over its steps is at least $hot x rate x span, and
+-- its span (sum of the steps' lengths) is at least the covered time, at least
+-- $coverage x $window. Increases are never negative, so the increases of every bucket
+-- that overlaps (e_j - $window, e_j] bound the window's from above (a raw sample past
+-- the frontier is a bucket of its own, of no length); the rate is bounded from below by
+-- the smallest bucket of its gauge whose values were all equal (max = mean), and by 0
+-- (every window a candidate) where a bucket's values differed. A port without a rate
+-- is never hot. Rows: the window j and the series port_history must read for the port
+-- (both directions and the rate gauge).
+WITH link_series AS (
+    SELECT series_id AS link_id, node, device, port
+    FROM series
+    WHERE metric = 'gpuscope_ib_port_rate_bytes_per_second'
+      AND last_seen > $read_lo AND first_seen <= $end
+),
+ib AS (
+    SELECT s.series_id, l.link_id
+    FROM series AS s
+    JOIN link_series AS l USING (node, device, port)
+    WHERE s.metric IN ('gpuscope_ib_transmit_bytes_total', 'gpuscope_ib_receive_bytes_total')
+      AND s.last_seen > $read_lo AND s.first_seen <= $end
+),
+rate_floor AS (
+    SELECT link_id, min(rate) AS rate
+    FROM (
+        SELECT series_id AS link_id, CASE WHEN max = sum / count THEN max ELSE 0 END AS rate
+        FROM samples_5m
+        WHERE bucket >= time_bucket(INTERVAL 5 MINUTE, $read_lo) AND bucket <= $end
+          AND bucket < $frontier AND series_id IN (SELECT link_id FROM link_series)
+        UNION ALL
+        SELECT series_id, value
+        FROM samples
+        WHERE ts > $read_lo AND ts <= $end AND ts >= $frontier
+          AND series_id IN (SELECT link_id FROM link_series)
+    )
+    GROUP BY link_id
+),
+pieces AS (
+    -- (b, b + width): a roll-up bucket, or a raw sample (width 0) past the frontier
+    SELECT series_id, epoch(bucket) - $start_s AS b, 300 AS width, sum AS increase
+    FROM samples_5m
+    WHERE bucket >= time_bucket(INTERVAL 5 MINUTE, $read_lo) AND bucket <= $end
+      AND bucket < $frontier AND series_id IN (SELECT series_id FROM ib)
+    UNION ALL
+    SELECT series_id, epoch(ts) - $start_s, 0, value
+    FROM samples
+    WHERE ts > $read_lo AND ts <= $end AND ts >= $frontier
+      AND series_id IN (SELECT series_id FROM ib)
+),
+bounds AS (
+    -- window j (e_j = j x $step) overlaps the piece when b <= e_j < b + width + $window
+    SELECT series_id, j, sum(increase) AS increase
+    FROM (
+        SELECT series_id, increase,
+               unnest(range(greatest(ceil(b / $step)::BIGINT, 1),
+                            least(ceil((b + width + $window) / $step)::BIGINT - 1, $n)
+                            + 1)) AS j
+        FROM pieces
+    )
+    GROUP BY series_id, j
+)
+SELECT DISTINCT x.j, i.link_id
+FROM bounds AS x
+JOIN ib AS i USING (series_id)
+JOIN rate_floor AS r USING (link_id)
+WHERE x.increase >= $hot * greatest(r.rate, 0) * $coverage * $window * (1 - 1e-9)
+ORDER BY x.j, i.link_id;
+
 -- name: port_history
 -- Hot IB ports of every window ending at $start + j * $step (j = 1 .. $n), in one pass over
 -- ($start - $window - $lookback, $end]: the rule of port_stats for each window, without
@@ -273,11 +345,12 @@ WITH link_series AS (
     FROM series
     WHERE metric = 'gpuscope_ib_port_rate_bytes_per_second'
       AND last_seen > $read_lo AND first_seen <= $end
+      AND ($all_links OR series_id IN (SELECT unnest($links)))
 ),
 ib AS (
     SELECT s.series_id, s.metric, s.node, s.device, s.port, l.link_id
     FROM series AS s
-    LEFT JOIN link_series AS l USING (node, device, port)
+    JOIN link_series AS l USING (node, device, port)
     WHERE s.metric IN ('gpuscope_ib_transmit_bytes_total', 'gpuscope_ib_receive_bytes_total')
       AND s.last_seen > $read_lo AND s.first_seen <= $end
 ),
