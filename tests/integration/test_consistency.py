@@ -95,12 +95,14 @@ def check_idle(store: Store, at: datetime, cfg: Settings, slack_h: float) -> int
 
 def expected_idle_since(h: ch.History, p: ch.PodPlan, declared_s: float) -> datetime:
     """When a whole-GPU pod alone on its GPU became idle, by the rule written out here
-    from its plan (no code shared with the detector): after its last busy sample, and
-    after any gap in data (over three scrape intervals) unless the samples on both sides
-    of the gap were idle, in which case it stayed idle through it."""
+    from its plan (no code shared with the detector): not before the first sample that
+    shows it on its GPU (before that sample nothing says what it did: unknown is not
+    idle), after its last busy sample, and after any gap in data (over three scrape
+    intervals) unless the samples on both sides of the gap were idle, in which case it
+    stayed idle through it."""
     busy = p.level >= 0.05
     seen = [k for k in range(h.steps) if k not in h.gaps]
-    since = h.ts(p.start)
+    since = h.ts(next((k for k in seen if k >= p.start), p.start))
     for prev, k in itertools.pairwise(seen):
         is_busy = busy and p.start <= k <= p.busy_until
         was_busy = busy and p.start <= prev <= p.busy_until
@@ -201,6 +203,16 @@ def change_points_quota(store: Store, start: datetime, end: datetime) -> list[da
         guarantees=(("research", 1.0), ("serving", 0.5), ("train", 1.0)),
     )
 )
+# found by hypothesis: a gap at the very start (no sample of the first 5 s): the pod is
+# idle from its first sample, not from its start, which no sample covers
+@example(
+    h=ch.History(
+        step_s=1, steps=60, nodes=("n1", "n2"), gpus_per_node=2,
+        pods=(ch.PodPlan("research", "research-0", "n1", 0, 1.0, "interactive", 0, 0, 0.019),),
+        gaps=frozenset({0, 1, 2, 3, 4}),
+        guarantees=(("research", 1.0), ("serving", 0.5), ("train", 1.0)),
+    )
+)  # fmt: skip
 # issue 21: a notebook idle on both sides of a 20-step gap was idle through it; the
 # detector restarted its idle clock after the gap and the report counted it as no data
 @example(

@@ -15,7 +15,7 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gpuscope.analytics.placement.allocation import NodeStateCache, state_from_records
+from gpuscope.analytics.placement.allocation import StateReuse, state_from_records
 from tests.unit.test_placement_reference import states
 
 
@@ -25,7 +25,7 @@ from tests.unit.test_placement_reference import states
 @given(first=states(), data=st.data())
 def test_states_through_the_cache_equal_states_built_afresh(first: Any, data: Any) -> None:
     _, _, _, infos, pods, indices = first
-    reuse: NodeStateCache = {}
+    reuse = StateReuse()
     assert state_from_records(infos, pods, indices, reuse=reuse) == state_from_records(
         infos, pods, indices
     )

@@ -282,11 +282,24 @@ def gpus_on(
     return place_node(size, demands, known)
 
 
-#: Node states built from the same record objects, kept between calls of
-#: :func:`state_from_records` (``reuse``): keyed by the identity of the node's record and
-#: its pods' and by the GPU indices those pods hold; the records are kept with the state
-#: so that an identity is never reused while its entry lives.
-NodeStateCache = dict[tuple[object, ...], tuple[NodeState, tuple[object, ...]]]
+@dataclass
+class StateReuse:
+    """What :func:`state_from_records` built from the same record objects, kept between
+    its calls (``reuse``). Node states are keyed by the identity of the node's record and
+    its pods' and by the GPU indices those pods hold, tasks by the identity of the pod's
+    record; the records are kept with what was built from them, so that an identity is
+    never reused while its entry lives."""
+
+    nodes: dict[tuple[object, ...], tuple[NodeState, tuple[object, ...]]] = field(
+        default_factory=dict
+    )
+    tasks: dict[int, tuple[Task, PodInfo]] = field(default_factory=dict)
+
+    def task(self, pod: PodInfo) -> Task:
+        hit = self.tasks.get(id(pod))
+        if hit is None:
+            hit = self.tasks[id(pod)] = (task_of(pod), pod)
+        return hit[0]
 
 
 def state_from_records(
@@ -294,7 +307,7 @@ def state_from_records(
     pods: Iterable[PodInfo],
     gpu_indices: GpuIndices | None = None,
     *,
-    reuse: NodeStateCache | None = None,
+    reuse: StateReuse | None = None,
 ) -> ClusterState:
     """The state from inventory records: placed pods consume their node's GPUs, CPU, memory
     and storage; pods with no node and phase Pending are the demand. Pods in
@@ -313,7 +326,7 @@ def state_from_records(
     for pod in pods:
         if pod.phase not in _ACTIVE_PHASES:
             continue
-        task = task_of(pod)
+        task = task_of(pod) if reuse is None else reuse.task(pod)
         key = f"{pod.namespace}/{pod.name}"
         if pod.node is None:
             if pod.phase == "Pending" and not is_reservation(pod):
@@ -336,15 +349,15 @@ def state_from_records(
 
 
 def _reused_node_state(
-    node: NodeInfo, pods: list[PodInfo], known: GpuIndices, reuse: NodeStateCache | None
+    node: NodeInfo, pods: list[PodInfo], known: GpuIndices, reuse: StateReuse | None
 ) -> NodeState:
     if reuse is None:
         return _node_state(node, pods, known)
     held = tuple(tuple(known.get(f"{p.namespace}/{p.name}", ())) for p in pods)
     key = (id(node), tuple(map(id, pods)), held)
-    hit = reuse.get(key)
+    hit = reuse.nodes.get(key)
     if hit is None:
-        hit = reuse[key] = (_node_state(node, pods, known), (node, *pods))
+        hit = reuse.nodes[key] = (_node_state(node, pods, known), (node, *pods))
     return hit[0]
 
 

@@ -27,13 +27,15 @@ table. The previous week is read in the same pass, for the changes.
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 import duckdb
 import polars as pl
 
+from gpuscope.analytics.detectors.idle_gaps import MAX_BRIDGED_GAP
 from gpuscope.analytics.queueing.quota import over_quota_hours
 from gpuscope.analytics.report.fragmentation import fragmentation_over
 from gpuscope.analytics.report.sql import Q, frame, run
@@ -65,6 +67,11 @@ from gpuscope.core.owners import pod_owner
 from gpuscope.core.settings import Settings
 
 EPOCH = datetime(1970, 1, 1)
+#: hourly_use judges the range a day at a time ...
+CHUNK = timedelta(days=1)
+#: ... with this much on either side: a gap is bridged only when the buckets with data on
+#: its two sides are at most MAX_BRIDGED_GAP apart, so farther ones never change a verdict
+GAP_MARGIN = MAX_BRIDGED_GAP + timedelta(minutes=10)
 #: Tables of a report, in the order the report shows them.
 TABLES = (
     "cluster",
@@ -127,6 +134,30 @@ def _with_owner(pods: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
     )
 
 
+def hourly_use(
+    con: duckdb.DuckDBPyConnection, params: dict[str, Any], chunk: timedelta = CHUNK
+) -> pl.DataFrame:
+    """``hourly_use`` over [$lo, $end), ``chunk`` of hours at a time (hours aligned), each
+    chunk judged with :data:`GAP_MARGIN` of buckets either side: a day's pieces, not the
+    fortnight's, are in memory at once, and the answer is the one-query answer (a gap's
+    neighbours past the margin are too far apart for it to be bridged either way).
+    The report's temp table ``report_held`` must exist (``create_held``)."""
+    lo, end = params["lo"], params["end"]
+    cuts = [lo]
+    hour = lo.replace(minute=0, second=0, microsecond=0)
+    while (hour := hour + chunk) < end:
+        cuts.append(hour)
+    cuts.append(end)
+    # the first chunk's hours start at the 5-minute bucket holding $lo (a window from
+    # 10:37 has a piece in the 10:35 bucket); reads still start at $lo, as in one query
+    cuts[0] = lo - timedelta(seconds=(lo - EPOCH).total_seconds() % 300)
+    frames = []
+    for c0, c1 in itertools.pairwise(cuts):
+        r0, r1 = max(lo, c0 - GAP_MARGIN), min(end, c1 + GAP_MARGIN)
+        frames.append(frame(con, Q["hourly_use"], **params, c0=c0, c1=c1, r0=r0, r1=r1))
+    return pl.concat(frames)
+
+
 def build_report(
     con: duckdb.DuckDBPyConnection, week: Week, settings: Settings, *, now: datetime
 ) -> WeeklyReport:
@@ -151,7 +182,7 @@ def build_report(
     }
     run(con, Q["create_held"], **params)
     try:
-        hourly = frame(con, Q["hourly_use"], **params)
+        hourly = hourly_use(con, params)
         pods = _with_owner(frame(con, Q["pods"], **params), settings.workloads.owner_label_keys)
     finally:
         con.execute("DROP TABLE IF EXISTS report_held")
@@ -306,7 +337,7 @@ def pod_usage(
     }
     run(con, Q["create_held"], **params)
     try:
-        hourly = frame(con, Q["hourly_use"], **params)
+        hourly = hourly_use(con, params)
     finally:
         con.execute("DROP TABLE IF EXISTS report_held")
     return sum_by(hourly, "namespace", "pod")

@@ -49,6 +49,11 @@ LEFT JOIN local_queues AS lq ON lq.namespace = h.namespace AND lq.name = v.local
 WHERE h.e > h.s;
 
 -- name: hourly_use
+-- One chunk of the range: hours in [$c0, $c1), judged from the buckets of [$r0, $r1),
+-- the chunk and the margin either side that a gap's neighbours can be in (a gap longer
+-- than MAX_BRIDGED_GAP is never bridged; analytics/report/data.py sets the margin), so
+-- that memory is bounded by the chunk (a fortnight of 10,000 GPUs in one query spilled
+-- gigabytes past collector.db_memory_limit).
 -- Per hour and pod: GPU-hours allocated (share x time held), used (allocated x the GPU's
 -- mean utilization in each 5-minute bucket), idle (allocated in buckets where the pod was
 -- idle by the idle detector's definition, below) and without data (allocated in buckets
@@ -82,7 +87,7 @@ util_ids AS (
 rolled AS (
     SELECT i.gid, i.multi, r.bucket, r.sum, r.count, r.max
     FROM samples_5m AS r JOIN util_ids AS i USING (series_id)
-    WHERE r.bucket >= $lo AND r.bucket < $end AND r.bucket < $frontier
+    WHERE r.bucket >= $r0 AND r.bucket < $r1 AND r.bucket < $frontier
 ),
 util AS (
     -- a roll-up row of a GPU's only series is already its bucket: no grouping needed
@@ -97,7 +102,7 @@ util AS (
         UNION ALL
         SELECT i.gid, time_bucket(INTERVAL 5 MINUTE, x.ts), x.value, 1, x.value
         FROM samples AS x JOIN util_ids AS i USING (series_id)
-        WHERE x.ts >= $lo AND x.ts < $end AND x.ts >= $frontier
+        WHERE x.ts >= $r0 AND x.ts < $r1 AND x.ts >= $frontier
     )
     GROUP BY gid, bucket
 ),
@@ -114,7 +119,7 @@ signal_series AS (
 signal_rolled AS (
     SELECT i.gid, i.sm, i.multi, r.bucket, r.max AS m
     FROM samples_5m AS r JOIN signal_series AS i USING (series_id)
-    WHERE r.bucket >= $lo AND r.bucket < $end AND r.bucket < $frontier
+    WHERE r.bucket >= $r0 AND r.bucket < $r1 AND r.bucket < $frontier
 ),
 signals AS (
     -- as util: a roll-up row of a GPU's only signal series is already its bucket
@@ -129,7 +134,7 @@ signals AS (
         UNION ALL
         SELECT i.gid, i.sm, time_bucket(INTERVAL 5 MINUTE, x.ts), x.value
         FROM samples AS x JOIN signal_series AS i USING (series_id)
-        WHERE x.ts >= $lo AND x.ts < $end AND x.ts >= $frontier
+        WHERE x.ts >= $r0 AND x.ts < $r1 AND x.ts >= $frontier
     )
     GROUP BY gid, bucket
 ),
@@ -152,21 +157,22 @@ share_util AS (
     FROM (
         SELECT i.pid, i.gid, r.bucket, r.max AS m
         FROM samples_5m AS r JOIN share_series AS i USING (series_id)
-        WHERE r.bucket >= $lo AND r.bucket < $end AND r.bucket < $frontier
+        WHERE r.bucket >= $r0 AND r.bucket < $r1 AND r.bucket < $frontier
         UNION ALL
         SELECT i.pid, i.gid, time_bucket(INTERVAL 5 MINUTE, x.ts), x.value
         FROM samples AS x JOIN share_series AS i USING (series_id)
-        WHERE x.ts >= $lo AND x.ts < $end AND x.ts >= $frontier
+        WHERE x.ts >= $r0 AND x.ts < $r1 AND x.ts >= $frontier
     )
     GROUP BY pid, gid, bucket
 ),
 spans AS (
     SELECT p.pid, h.share, h.s, h.e, g.gid,
-           unnest(range(time_bucket(INTERVAL 5 MINUTE, h.s), h.e, INTERVAL 5 MINUTE))
-               AS bucket
+           unnest(range(time_bucket(INTERVAL 5 MINUTE, greatest(h.s, $r0)), least(h.e, $r1),
+                        INTERVAL 5 MINUTE)) AS bucket
     FROM report_held AS h
     JOIN pods AS p USING (namespace, pod, project)
     LEFT JOIN gpu_ids AS g USING (uuid)
+    WHERE h.e > $r0 AND h.s < $r1
 ),
 pieces AS (
     SELECT pid, gid, bucket, share,
@@ -226,6 +232,7 @@ per_pod AS (
                AS idle,
            coalesce(sum(gpu_hours) FILTER (WHERE no_data), 0) AS no_data
     FROM bridged
+    WHERE bucket >= $c0 AND bucket < $c1
     GROUP BY ALL
 )
 SELECT x.hour, p.namespace, p.pod, p.project, x.allocated, x.used, x.idle, x.no_data

@@ -19,7 +19,7 @@ import duckdb
 
 from gpuscope.analytics.placement.allocation import (
     ClusterState,
-    NodeStateCache,
+    StateReuse,
     state_from_records,
 )
 from gpuscope.analytics.report.fragmentation import change_points
@@ -43,7 +43,7 @@ def week_states(con: duckdb.DuckDBPyConnection, week: Week) -> Iterator[WeekStat
     """The states of ``week`` in time order; an instant without any node in the inventory
     is left out (there is no cluster to measure)."""
     instants = change_points(con, week.start, week.end)
-    reuse: NodeStateCache = {}  # consecutive states share most nodes (records memoised)
+    reuse = StateReuse()  # consecutive states share most nodes (records memoised)
     for at, until in zip(instants, [*instants[1:], week.end], strict=True):
         nodes, pods, indices = inventory_at(con, at)
         if not nodes:
