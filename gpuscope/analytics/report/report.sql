@@ -434,3 +434,20 @@ SELECT DISTINCT t FROM (
 )
 WHERE t > $start AND t < $end
 ORDER BY t;
+
+-- name: node_versions
+-- Node versions valid at some instant of [$start, $end) (for inventory_sweep.py: the
+-- records nodes_at returns, for all the week's instants in one read).
+SELECT key, record, valid_from, valid_to FROM inventory_nodes
+WHERE valid_from < $end AND (valid_to IS NULL OR valid_to > $start);
+
+-- name: pod_versions
+SELECT key, record, valid_from, valid_to FROM inventory_pods
+WHERE valid_from < $end AND (valid_to IS NULL OR valid_to > $start);
+
+-- name: gpu_intervals
+-- The workload intervals behind gpu_indices_at, for all the week's instants.
+SELECT namespace || '/' || pod AS key, CAST(gpu AS INTEGER) AS gpu, start_ts, end_ts
+FROM workload_intervals
+WHERE start_ts < $end AND (end_ts IS NULL OR end_ts > $start)
+  AND TRY_CAST(gpu AS INTEGER) IS NOT NULL;

@@ -3,7 +3,8 @@
 Fragmentation (:mod:`gpuscope.analytics.report.fragmentation`) and topology
 (:mod:`gpuscope.analytics.report.topology`) are both properties of an allocation state,
 evaluated at the week's start and at every inventory change inside it. Each state is the
-inventory valid at that instant (three queries) turned into a
+inventory valid at that instant (read once for all of them:
+:mod:`gpuscope.analytics.report.inventory_sweep`) turned into a
 :class:`~gpuscope.analytics.placement.allocation.ClusterState`; a steady-state week has hundreds of
 them, and reading and building each twice, once per section, was most of both sections'
 time. :func:`week_states` reads them once; both sections take the same list.
@@ -23,7 +24,7 @@ from gpuscope.analytics.placement.allocation import (
     state_from_records,
 )
 from gpuscope.analytics.report.fragmentation import change_points
-from gpuscope.analytics.report.topology import inventory_at
+from gpuscope.analytics.report.inventory_sweep import inventories
 from gpuscope.analytics.report.week import Week
 from gpuscope.collector.cluster.inventory_records import NodeInfo, PodInfo
 
@@ -44,8 +45,10 @@ def week_states(con: duckdb.DuckDBPyConnection, week: Week) -> Iterator[WeekStat
     is left out (there is no cluster to measure)."""
     instants = change_points(con, week.start, week.end)
     reuse = StateReuse()  # consecutive states share most nodes (records memoised)
-    for at, until in zip(instants, [*instants[1:], week.end], strict=True):
-        nodes, pods, indices = inventory_at(con, at)
+    read = inventories(con, instants)
+    for at, until, (nodes, pods, indices) in zip(
+        instants, [*instants[1:], week.end], read, strict=True
+    ):
         if not nodes:
             continue
         hours = (until - at).total_seconds() / 3600
