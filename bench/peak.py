@@ -4,10 +4,16 @@ The analytics' aims at 10,000 GPUs include a memory bound (4 GB peak RSS), and t
 benchmark process itself holds the simulator, earlier results and DuckDB's caches: its own
 ``ru_maxrss`` says nothing about one analysis. So the analysis runs once in a fresh
 interpreter (``spawn``: no pages inherited from this process) that opens the database
-read-only, runs the analysis once and reports its own ``getrusage``: peak RSS (the interpreter,
-imports and DuckDB's buffers included: what a ``gpuscope analyze`` process would take),
-wall seconds and CPU seconds (user + system, all threads: on 2 cores the CPU can be up to
-twice the wall).
+read-only, runs the analysis once and reports its own peak RSS (the interpreter, imports
+and DuckDB's buffers included: what a ``gpuscope analyze`` process would take), wall
+seconds and CPU seconds (user + system, all threads: on 2 cores the CPU can be up to twice
+the wall).
+
+The peak is the kernel's high-water mark of the process's own memory map (``VmHWM`` in
+/proc/self/status), not ``getrusage``'s ``ru_maxrss``: Linux carries ``ru_maxrss`` over
+``fork`` and ``execve``, so a child spawned by a benchmark process of 4.4 GB (one that has
+just built the 10,000-GPU history) reported 4.4 GB whatever it did. The exec'd process
+gets a new memory map, whose high-water mark starts from nothing.
 """
 
 from __future__ import annotations
@@ -39,7 +45,16 @@ def _child(fn: Callable[..., str], args: tuple[Any, ...], out: Any) -> None:
     wall = time.perf_counter() - t0
     after = resource.getrusage(resource.RUSAGE_SELF)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    out.send(Peak(after.ru_maxrss * 1024, wall, cpu, summary))
+    out.send(Peak(own_peak_rss(), wall, cpu, summary))
+
+
+def own_peak_rss() -> int:
+    """This process's peak RSS in bytes since its last ``execve`` (``VmHWM``)."""
+    with open("/proc/self/status", encoding="ascii") as status:
+        for line in status:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError("no VmHWM in /proc/self/status")
 
 
 def measure(fn: Callable[..., str], *args: Any) -> Peak:
