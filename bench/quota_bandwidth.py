@@ -37,7 +37,8 @@ from bench.figure import Figure, Reference, print_figures
 from bench.history import History, chosen_size, rows_between
 from bench.history import history as get_history
 from bench.timing import time_alternating
-from gpuscope.analytics.detectors.bandwidth import bandwidth_history, run_bandwidth
+from gpuscope.analytics.detectors.bandwidth import run_bandwidth
+from gpuscope.analytics.detectors.bandwidth_history import bandwidth_history
 from gpuscope.analytics.queueing.quota import run_quota
 from gpuscope.collector.storage.store import Store
 from gpuscope.core.settings import AnalyticsSettings, CollectorSettings

@@ -31,7 +31,8 @@ from gpuscope.analytics.consolidation.plan import (
 )
 from gpuscope.analytics.detectors.idle import run_idle
 from gpuscope.analytics.domains.topology_gangs import gang_goals
-from gpuscope.analytics.placement.allocation import records_from_inventory, state_from_records
+from gpuscope.analytics.placement.allocation import state_from_records
+from gpuscope.analytics.placement.allocation_sources import records_from_inventory
 from gpuscope.analytics.runner import gpu_indices_of
 from gpuscope.collector.cluster.inventory_records import PodInfo
 from gpuscope.collector.storage.store import Store

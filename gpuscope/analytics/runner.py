@@ -139,7 +139,7 @@ def gpu_indices_of(con: Any) -> dict[str, list[int]]:
 
 
 def _consolidation_from_store(cur: Any, at: datetime, settings: Settings) -> Analysis:
-    from gpuscope.analytics.placement.allocation import records_from_inventory
+    from gpuscope.analytics.placement.allocation_sources import records_from_inventory
 
     nodes, pods = records_from_inventory(cur)
     # the budgets the inventory stored: a victim whose budget allows no disruption stays
@@ -218,7 +218,7 @@ def run_on_snapshot(
     analysis reads; the quota view reads its queues and quotas from them, and each reader
     picks its own kinds from the set."""
     objects = objects or ObjectSet()
-    from gpuscope.analytics.placement.allocation import state_from_kubectl
+    from gpuscope.analytics.placement.allocation_sources import state_from_kubectl
     from gpuscope.analytics.placement.fragmentation import analyze_fragmentation, learn_task_mix
     from gpuscope.analytics.trace import read_trace
 
@@ -243,7 +243,7 @@ def run_on_snapshot(
     if what == "quota":
         return _quota_from_files(docs[0], docs[1], at, settings, objects)
     if what == "consolidation":
-        from gpuscope.analytics.placement.allocation import kubectl_records
+        from gpuscope.analytics.placement.allocation_sources import kubectl_records
 
         node_infos, pod_infos, known = kubectl_records(
             docs[0], docs[1], settings.workloads, objects
@@ -266,7 +266,8 @@ def _quota_from_files(
     """The quota view of a snapshot: the queue model on the files' pods and the queue and
     quota objects of ``--objects``, a job quota admits judged by the placement of the same
     snapshot; no fairness window (files hold no history)."""
-    from gpuscope.analytics.placement.allocation import kubectl_records, state_from_records
+    from gpuscope.analytics.placement.allocation import state_from_records
+    from gpuscope.analytics.placement.allocation_sources import kubectl_records
     from gpuscope.analytics.placement.fragmentation import analyze_fragmentation
     from gpuscope.analytics.queueing.queues import judge
     from gpuscope.analytics.queueing.quota import quota_analysis

@@ -16,7 +16,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gpuscope.analytics.base import Analysis
-from gpuscope.analytics.detectors.bandwidth import HotPort, bandwidth_history, run_bandwidth
+from gpuscope.analytics.detectors.bandwidth import run_bandwidth
+from gpuscope.analytics.detectors.bandwidth_history import HotPort, bandwidth_history
 from gpuscope.collector.scraping.batch import Batch
 from gpuscope.collector.storage.store import Store
 from gpuscope.core.settings import AnalyticsSettings

@@ -17,7 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gpuscope.analytics.detectors.bandwidth import bandwidth_history, candidate_links
+from gpuscope.analytics.detectors.bandwidth_history import bandwidth_history, candidate_links
 from gpuscope.collector.storage.store import Store
 from gpuscope.core.settings import AnalyticsSettings
 from tests.integration.test_bandwidth import CFG, RATE, Node, Profile, at, const

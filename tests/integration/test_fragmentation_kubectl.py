@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from gpuscope.analytics.placement.allocation import state_from_inventory, state_from_kubectl
+from gpuscope.analytics.placement.allocation_sources import state_from_inventory, state_from_kubectl
 from gpuscope.analytics.placement.fragmentation import analyze_fragmentation
 from gpuscope.collector.cluster.inventory_records import node_from_json, pod_from_json
 from gpuscope.collector.storage.store import Store

@@ -34,7 +34,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from gpuscope.analytics.placement.allocation import records_from_kubectl
+from gpuscope.analytics.placement.allocation_sources import records_from_kubectl
 from gpuscope.analytics.report.data import WeeklyReport, build_report
 from gpuscope.analytics.report.html import render_html
 from gpuscope.analytics.report.markdown import render_markdown

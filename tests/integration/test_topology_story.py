@@ -12,7 +12,7 @@ from typing import Any
 
 from gpuscope.actions.kube import ClusterClient
 from gpuscope.analytics.domains.topology_inputs import topology_analysis
-from gpuscope.analytics.placement.allocation import records_from_kubectl
+from gpuscope.analytics.placement.allocation_sources import records_from_kubectl
 from gpuscope.core.kube_objects import ObjectSet
 from gpuscope.core.settings import Settings
 from gpuscope.sim import SimulatedCluster, default_scenario

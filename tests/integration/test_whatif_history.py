@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from gpuscope.analytics.placement.allocation import records_from_kubectl
+from gpuscope.analytics.placement.allocation_sources import records_from_kubectl
 from gpuscope.analytics.whatif.history import read_history, what_happened
 from gpuscope.collector.storage.store import Store
 from tests.unit.test_placement_regressions import k8s_node, k8s_pod

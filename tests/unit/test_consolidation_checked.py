@@ -28,7 +28,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gpuscope.analytics.consolidation.plan import analyze_consolidation
-from gpuscope.analytics.placement.allocation import records_from_kubectl, state_from_records
+from gpuscope.analytics.placement.allocation import state_from_records
+from gpuscope.analytics.placement.allocation_sources import records_from_kubectl
 from gpuscope.core.settings import AnalyticsSettings, WorkloadSettings
 
 AT = datetime(2025, 1, 1, tzinfo=UTC)

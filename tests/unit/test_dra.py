@@ -13,11 +13,11 @@ from typing import Any
 import pytest
 
 from gpuscope.analytics.consolidation.plan import analyze_consolidation
-from gpuscope.analytics.placement.allocation import (
+from gpuscope.analytics.placement.allocation import state_from_records
+from gpuscope.analytics.placement.allocation_sources import (
     kubectl_records,
     records_from_kubectl,
     state_from_kubectl,
-    state_from_records,
 )
 from gpuscope.analytics.placement.fragmentation import analyze_fragmentation
 from gpuscope.collector.cluster.dra_apply import apply_dra
@@ -319,7 +319,7 @@ def test_selector_not_understood_is_said_plainly() -> None:
         d.template("a", "t", [d.request("g", "gpu.nvidia.com",
                                         selectors=["device.attributes['x'].y.matches('z')"])]),
     )  # fmt: skip
-    from gpuscope.analytics.placement.allocation import records_from_kubectl as rk
+    from gpuscope.analytics.placement.allocation_sources import records_from_kubectl as rk
     from gpuscope.collector.cluster.dra_records import dra_from_object_set
 
     nodes, pods = rk(d.kube_list([n]), d.kube_list([wait]))

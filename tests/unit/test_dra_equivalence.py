@@ -30,7 +30,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gpuscope.analytics.consolidation.plan import analyze_consolidation
-from gpuscope.analytics.placement.allocation import kubectl_records, state_from_records
+from gpuscope.analytics.placement.allocation import state_from_records
+from gpuscope.analytics.placement.allocation_sources import kubectl_records
 from gpuscope.analytics.placement.fragmentation import analyze_fragmentation
 from gpuscope.analytics.queueing.quota import run_quota
 from gpuscope.analytics.whatif.inputs import read_workload, run_policies

@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from gpuscope.analytics.placement.allocation import kubectl_records, state_from_records
+from gpuscope.analytics.placement.allocation import state_from_records
+from gpuscope.analytics.placement.allocation_sources import kubectl_records
 from gpuscope.analytics.placement.fragmentation import analyze_fragmentation
 from gpuscope.core.kube_objects import objects_from_documents
 from gpuscope.core.settings import AnalyticsSettings

@@ -17,7 +17,8 @@ from gpuscope.analytics.consolidation.model import placement_from_state
 from gpuscope.analytics.domains.topology import analyze_topology
 from gpuscope.analytics.domains.topology_groups import pod_groups
 from gpuscope.analytics.domains.topology_levels import topology_of
-from gpuscope.analytics.placement.allocation import records_from_kubectl, state_from_records
+from gpuscope.analytics.placement.allocation import state_from_records
+from gpuscope.analytics.placement.allocation_sources import records_from_kubectl
 from gpuscope.collector.cluster.inventory_records import NodeInfo, PodInfo
 from gpuscope.core.errors import UserError
 from gpuscope.core.kube_objects import ObjectSet

@@ -33,7 +33,7 @@ from typing import Any
 
 import duckdb
 
-from gpuscope.analytics.placement.allocation import _record
+from gpuscope.analytics.placement.allocation_sources import record_of
 from gpuscope.analytics.whatif.events import Inventory, PodEvent, empty_nodes, request_of
 from gpuscope.collector.cluster.inventory_records import NodeInfo, PodInfo
 from gpuscope.core.records import WorkloadKind
@@ -85,7 +85,7 @@ def _pod(data: dict[str, Any]) -> PodInfo:
     data["kind"] = (
         WorkloadKind(kind) if kind in WorkloadKind._value2member_map_ else WorkloadKind.UNKNOWN
     )
-    pod: PodInfo = _record(PodInfo, data)
+    pod: PodInfo = record_of(PodInfo, data)
     return pod
 
 
@@ -123,7 +123,7 @@ def read_history(con: duckdb.DuckDBPyConnection, start: datetime, end: datetime)
     params = {"start": start, "end": end}
     nodes: dict[str, NodeInfo] = {}
     for key, record, _, _ in con.execute(NODES_SQL, params).fetchall():
-        nodes[key] = _record(NodeInfo, json.loads(record))
+        nodes[key] = record_of(NodeInfo, json.loads(record))
     by_pod: dict[str, list[tuple[PodInfo, float, float | None]]] = {}
     for key, record, valid_from, valid_to in con.execute(PODS_SQL, params).fetchall():
         by_pod.setdefault(key, []).append(

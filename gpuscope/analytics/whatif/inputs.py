@@ -23,7 +23,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gpuscope.analytics.placement.allocation import Task, records_from_kubectl
+from gpuscope.analytics.placement.allocation import Task
+from gpuscope.analytics.placement.allocation_sources import records_from_kubectl
 from gpuscope.analytics.placement.fragmentation import TaskMix, learn_task_mix
 from gpuscope.analytics.trace import read_nodes, read_tasks
 from gpuscope.analytics.whatif.engine import replay
