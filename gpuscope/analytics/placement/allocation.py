@@ -29,7 +29,7 @@ explains the model). Node selectors and required node affinity on any label are 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -254,16 +254,21 @@ GpuIndices = Mapping[str, Sequence[int]]
 
 
 def gpus_on(
-    size: int, pods: Iterable[PodInfo], node: str, known: GpuIndices | None = None
+    size: int,
+    pods: Iterable[PodInfo],
+    node: str,
+    known: GpuIndices | None = None,
+    task_for: Callable[[PodInfo], Task] | None = None,
 ) -> tuple[list[float], dict[str, tuple[int, ...]]]:
     """The free share of each GPU of ``node`` and the GPUs each of its not-finished pods
     holds (MIG pods aside): the schedulers' GPU groups first
-    (:mod:`gpuscope.analytics.placement.allocation_sharing`), then the reconstruction."""
+    (:mod:`gpuscope.analytics.placement.allocation_sharing`), then the reconstruction.
+    ``task_for``: :func:`task_of`, or a memo of it (:class:`StateReuse`)."""
     demands = []
     for pod in pods:
         if pod.node != node or pod.phase not in _ACTIVE_PHASES:
             continue
-        task = task_of(pod)
+        task = task_of(pod) if task_for is None else task_for(pod)
         if task.gpu_count:
             key = f"{pod.namespace}/{pod.name}"
             demands.append(Demand(key, task.gpu_count, task.gpu_share, pod))
@@ -345,12 +350,18 @@ def _reused_node_state(
     key = (id(node), tuple(map(id, pods)), held)
     hit = reuse.nodes.get(key)
     if hit is None:
-        hit = reuse.nodes[key] = (_node_state(node, pods, known), (node, *pods))
+        built = _node_state(node, pods, known, reuse.task)
+        hit = reuse.nodes[key] = (built, (node, *pods))
     return hit[0]
 
 
-def _node_state(node: NodeInfo, pods: list[PodInfo], known: GpuIndices) -> NodeState:
-    free, _ = gpus_on(node.allocatable_gpus, pods, node.name, known)
+def _node_state(
+    node: NodeInfo,
+    pods: list[PodInfo],
+    known: GpuIndices,
+    task_for: Callable[[PodInfo], Task] | None = None,
+) -> NodeState:
+    free, _ = gpus_on(node.allocatable_gpus, pods, node.name, known, task_for)
     mig_used: dict[str, int] = {}
     for pod in pods:
         for profile, count in pod.mig.items():
