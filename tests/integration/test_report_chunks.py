@@ -21,7 +21,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gpuscope.analytics.report.data import hourly_use
+from gpuscope.analytics.report.data import chunk_for, hourly_use
 from gpuscope.analytics.report.sql import Q, run
 from gpuscope.analytics.report.week import Week
 from gpuscope.collector.storage.store import Store
@@ -69,7 +69,7 @@ def _both(store: Store) -> tuple[pl.DataFrame, pl.DataFrame]:
     }  # fmt: skip
     run(con, Q["create_held"], **params)
     keys = ["hour", "namespace", "pod", "project"]
-    daily = hourly_use(con, params).sort(keys)
+    daily = hourly_use(con, params, chunk=timedelta(days=1)).sort(keys)
     whole = hourly_use(con, params, chunk=timedelta(days=30)).sort(keys)
     con.close()
     return daily, whole
@@ -130,3 +130,13 @@ def test_random_gaps_and_busy_spells(fortnight: Path, tmp_path: Path, spells: An
         daily, whole = _both(store)
     path.unlink()
     _assert_equal(daily, whole)
+
+
+def test_chunks_are_sized_by_the_gpus_held() -> None:
+    """A day at a time for 10,000 GPUs (2.9 M pieces a day), the fortnight in one query for
+    a small cluster (each query has a fixed cost), whole days in between."""
+    assert chunk_for(10_000) == timedelta(days=1)
+    assert chunk_for(20_000) == timedelta(days=1)
+    assert chunk_for(1_000) == timedelta(days=10)
+    assert chunk_for(104) == timedelta(days=14)
+    assert chunk_for(0) == timedelta(days=14)

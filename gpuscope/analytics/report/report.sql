@@ -238,6 +238,10 @@ per_pod AS (
 SELECT x.hour, p.namespace, p.pod, p.project, x.allocated, x.used, x.idle, x.no_data
 FROM per_pod AS x JOIN pods AS p USING (pid);
 
+-- name: held_gpus
+-- How many GPUs report_held holds (hourly_use sizes its chunks by it).
+SELECT count(DISTINCT uuid) FROM report_held;
+
 -- name: pods
 -- What the report says about each pod held in the week: kind, nodes, GPUs held (shares
 -- over its distinct GPUs) and what names its owner: its labels (as JSON text) and its
