@@ -22,7 +22,7 @@ from gpuscope.analytics.detectors.bandwidth import (
     Q,
     read_lookback,
 )
-from gpuscope.collector.storage.schema import GET_META
+from gpuscope.analytics.rollups import rollup_5m_frontier
 from gpuscope.collector.storage.store import utc
 from gpuscope.core.settings import AnalyticsSettings
 
@@ -101,7 +101,6 @@ def candidate_links(
     start, end = utc(start), utc(end)
     n = int((end - start) / step)
     window = timedelta(minutes=settings.ib_hot_window_minutes)
-    frontier = con.execute(GET_META, ["rollup_5m_until"]).fetchall()
     params: dict[str, Any] = {
         "start_s": (start - EPOCH).total_seconds(),
         "end": start + n * step,
@@ -111,7 +110,7 @@ def candidate_links(
         "n": n,
         "hot": settings.ib_hot_ratio,
         "coverage": COVERAGE,
-        "frontier": utc(frontier[0][0]) if frontier else EPOCH,
+        "frontier": rollup_5m_frontier(con),
     }
     links: dict[int, set[int]] = {}
     for j, link in con.execute(Q["port_candidates"], params).fetchall():

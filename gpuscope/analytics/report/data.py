@@ -59,8 +59,8 @@ from gpuscope.analytics.report.topology import topology_over
 from gpuscope.analytics.report.week import Week
 from gpuscope.analytics.report.whatif import whatif_over
 from gpuscope.analytics.report.whatif_topology import whatif_topology_over
+from gpuscope.analytics.rollups import rollup_5m_frontier
 from gpuscope.analytics.whatif.history import read_history
-from gpuscope.collector.storage.schema import GET_META
 from gpuscope.collector.storage.store import utc
 from gpuscope.core.gpu_prices import estimated_price
 from gpuscope.core.owners import pod_owner
@@ -183,12 +183,11 @@ def build_report(
     week.check_over(now)
     rs, an = settings.report, settings.analytics
     price = rs.price_per_gpu_hour
-    frontier_row = con.execute(GET_META, ["rollup_5m_until"]).fetchone()
     params: dict[str, Any] = {
         "lo": week.previous().start,
         "start": week.start,
         "end": week.end,
-        "frontier": utc(frontier_row[0]) if frontier_row else EPOCH,
+        "frontier": rollup_5m_frontier(con),
         "threshold": an.idle_utilization_below,
         "memory": an.idle_include_memory_activity,
         "hot": an.ib_hot_ratio,
@@ -338,13 +337,12 @@ def pod_usage(
     """GPU-hours per pod over ``[start, end)`` by the report's definitions (allocated,
     used, idle, no_data): the report's numbers for any window, so they can be checked
     against the detectors' on the same one (tests/integration/test_consistency.py)."""
-    frontier_row = con.execute(GET_META, ["rollup_5m_until"]).fetchone()
     an = settings.analytics
     params: dict[str, Any] = {
         "lo": utc(start),
         "start": utc(start),
         "end": utc(end),
-        "frontier": utc(frontier_row[0]) if frontier_row else EPOCH,
+        "frontier": rollup_5m_frontier(con),
         "threshold": an.idle_utilization_below,
         "memory": an.idle_include_memory_activity,
     }
