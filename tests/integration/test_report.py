@@ -482,3 +482,26 @@ def test_no_quota_configured_no_over_guarantee_line(tmp_path: Path) -> None:
     assert q["allocated_gpu_hours"] > 160
     assert q["hours_over_guarantee"] == 0 and q["gpu_hours_over_guarantee"] == 0
     assert "Over guarantee" not in render_markdown(report)
+
+
+@pytest.mark.parametrize("lane", ["allocation", "use"])
+def test_an_error_in_either_input_lane_is_raised_once_both_stopped(
+    db: Path, lane: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The report reads its inputs in two threads (report/inputs.py): a failure in either
+    reaches the caller (never a report missing a section), and the use lane's temp table
+    is dropped from the caller's connection either way."""
+    from gpuscope.analytics.report import inputs
+
+    def broken(*_: object, **__: object) -> object:
+        raise RuntimeError(f"{lane} lane broke")
+
+    monkeypatch.setattr(inputs, "week_states" if lane == "allocation" else "hourly_use", broken)
+    with Store.open(db, read_only=True) as store:
+        cur = store.cursor()
+        with pytest.raises(RuntimeError, match=f"{lane} lane broke"):
+            build_report(cur, W10, Settings(), now=rw.NOW)
+        held = cur.execute(
+            "SELECT count(*) FROM duckdb_tables() WHERE table_name = 'report_held'"
+        ).fetchone()
+        assert held == (0,)

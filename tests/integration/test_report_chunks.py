@@ -1,6 +1,6 @@
 """The weekly report's hourly use, judged a day at a time, equals the one-query answer.
 
-``hourly_use`` (gpuscope/analytics/report/data.py) reads the fortnight a day at a time, each
+``hourly_use`` (gpuscope/analytics/report/inputs.py) reads the fortnight a day at a time, each
 day with a margin of buckets either side for the gap rule: a gap in data is bridged (idle
 through it) only when the buckets with data on its sides are idle and at most
 MAX_BRIDGED_GAP apart. These tests put gaps of every length around that limit across
@@ -21,7 +21,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gpuscope.analytics.report.data import chunk_for, hourly_use
+from gpuscope.analytics.report.inputs import chunk_for, hourly_use
 from gpuscope.analytics.report.sql import Q, run
 from gpuscope.analytics.report.week import Week
 from gpuscope.collector.storage.store import Store

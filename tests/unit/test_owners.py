@@ -10,7 +10,7 @@ import polars as pl
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gpuscope.analytics.report.data import _with_owner
+from gpuscope.analytics.report.inputs import with_owner
 from gpuscope.core.owners import pod_owner
 from gpuscope.core.settings import WorkloadSettings
 
@@ -49,6 +49,6 @@ def test_the_reports_pods_table_takes_the_owner_label() -> None:
         "pod_labels": [json.dumps({"app.kubernetes.io/owner": "user05"}), None],
         "owner_kind": ["StatefulSet", "Job"], "owner_name": ["nb-user05", "train"],
     })  # fmt: skip
-    out = _with_owner(pods, KEYS)
+    out = with_owner(pods, KEYS)
     assert out["owner"].to_list() == ["user05", "Job/train"]
     assert out.columns == ["namespace", "pod", "owner"]

@@ -20,26 +20,23 @@ Definitions (the report states them too):
 * **capacity**: allocatable GPUs of the nodes in the inventory history, hour by hour.
 
 The heavy part (cutting a fortnight of allocations into 5-minute pieces and joining each
-to its GPU's utilization) is one DuckDB query over the 5-minute roll-ups (raw samples past
-their frontier) that returns GPU-hours per hour and pod; polars aggregates those to every
-table. The previous week is read in the same pass, for the changes.
+to its GPU's utilization) is one DuckDB query a chunk of days over the 5-minute roll-ups
+(raw samples past their frontier) that returns GPU-hours per hour and pod
+(report/inputs.py reads it beside the allocation sections); polars aggregates those to
+every table. The previous week is read in the same pass, for the changes.
 """
 
 from __future__ import annotations
 
-import itertools
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 import duckdb
 import polars as pl
 
-from gpuscope.analytics.detectors.idle_gaps import MAX_BRIDGED_GAP
-from gpuscope.analytics.queueing.quota import over_quota_hours
-from gpuscope.analytics.report.fragmentation import fragmentation_over
-from gpuscope.analytics.report.sql import Q, frame, run
-from gpuscope.analytics.report.states import week_states
+from gpuscope.analytics.report.inputs import hourly_use, read_inputs
+from gpuscope.analytics.report.sql import Q, run
 from gpuscope.analytics.report.tables import (
     EPS,
     SUMS,
@@ -55,25 +52,11 @@ from gpuscope.analytics.report.tables import (
     week_hours,
     with_cost,
 )
-from gpuscope.analytics.report.topology import topology_over
 from gpuscope.analytics.report.week import Week
-from gpuscope.analytics.report.whatif import whatif_over
-from gpuscope.analytics.report.whatif_topology import whatif_topology_over
 from gpuscope.analytics.rollups import rollup_5m_frontier
-from gpuscope.analytics.whatif.history import read_history
 from gpuscope.collector.storage.store import utc
-from gpuscope.core.gpu_prices import estimated_price
-from gpuscope.core.owners import pod_owner
 from gpuscope.core.settings import Settings
 
-EPOCH = datetime(1970, 1, 1)
-#: hourly_use judges the range about this many 5-minute pieces at a time (a day of
-#: 10,000 GPUs is 2.9 M); each query costs ~30 ms however small, so a small cluster's
-#: fortnight is one query ...
-PIECES_PER_CHUNK = 3_000_000
-#: ... with this much on either side: a gap is bridged only when the buckets with data on
-#: its two sides are at most MAX_BRIDGED_GAP apart, so farther ones never change a verdict
-GAP_MARGIN = MAX_BRIDGED_GAP + timedelta(minutes=10)
 #: Tables of a report, in the order the report shows them.
 TABLES = (
     "cluster",
@@ -124,53 +107,6 @@ class WeeklyReport:
         return row[column][0] if row.height else None
 
 
-def _with_owner(pods: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
-    """``owner`` from each pod's owner label (the first of ``keys`` it has), else its
-    controller (``StatefulSet/nb-user05``), else empty; the columns it came from dropped."""
-    owners = [
-        pod_owner(labels, keys, kind, name)
-        for labels, kind, name in pods.select("pod_labels", "owner_kind", "owner_name").iter_rows()
-    ]
-    return pods.drop("pod_labels", "owner_kind", "owner_name").with_columns(
-        pl.Series("owner", owners, dtype=pl.String)
-    )
-
-
-def chunk_for(gpus: int) -> timedelta:
-    """How much of the range ``hourly_use`` judges at once for ``gpus`` GPUs held: whole
-    days, at least one (a day of 10,000 GPUs, measured fastest against two and 3.5), at
-    most the fortnight."""
-    days = PIECES_PER_CHUNK // max(1, gpus * 288)
-    return timedelta(days=min(14, max(1, days)))
-
-
-def hourly_use(
-    con: duckdb.DuckDBPyConnection, params: dict[str, Any], chunk: timedelta | None = None
-) -> pl.DataFrame:
-    """``hourly_use`` over [$lo, $end), ``chunk`` of hours at a time (hours aligned; None:
-    sized by :func:`chunk_for` for the GPUs held), each chunk judged with
-    :data:`GAP_MARGIN` of buckets either side: a chunk's pieces, not the fortnight's, are
-    in memory at once, and the answer is the one-query answer (a gap's neighbours past the
-    margin are too far apart for it to be bridged either way).
-    The report's temp table ``report_held`` must exist (``create_held``)."""
-    lo, end = params["lo"], params["end"]
-    if chunk is None:
-        chunk = chunk_for(con.execute(Q["held_gpus"]).fetchall()[0][0])
-    cuts = [lo]
-    hour = lo.replace(minute=0, second=0, microsecond=0)
-    while (hour := hour + chunk) < end:
-        cuts.append(hour)
-    cuts.append(end)
-    # the first chunk's hours start at the 5-minute bucket holding $lo (a window from
-    # 10:37 has a piece in the 10:35 bucket); reads still start at $lo, as in one query
-    cuts[0] = lo - timedelta(seconds=(lo - EPOCH).total_seconds() % 300)
-    frames = []
-    for c0, c1 in itertools.pairwise(cuts):
-        r0, r1 = max(lo, c0 - GAP_MARGIN), min(end, c1 + GAP_MARGIN)
-        frames.append(frame(con, Q["hourly_use"], **params, c0=c0, c1=c1, r0=r0, r1=r1))
-    return pl.concat(frames)
-
-
 def build_report(
     con: duckdb.DuckDBPyConnection, week: Week, settings: Settings, *, now: datetime
 ) -> WeeklyReport:
@@ -182,7 +118,6 @@ def build_report(
     now = utc(now)
     week.check_over(now)
     rs, an = settings.report, settings.analytics
-    price = rs.price_per_gpu_hour
     params: dict[str, Any] = {
         "lo": week.previous().start,
         "start": week.start,
@@ -192,30 +127,12 @@ def build_report(
         "memory": an.idle_include_memory_activity,
         "hot": an.ib_hot_ratio,
     }
-    run(con, Q["create_held"], **params)
-    try:
-        hourly = hourly_use(con, params)
-        pods = _with_owner(frame(con, Q["pods"], **params), settings.workloads.owner_label_keys)
-    finally:
-        con.execute("DROP TABLE IF EXISTS report_held")
-    capacity = frame(con, Q["capacity"], **params)
-    estimated = price is None and rs.estimate_cost
-    if estimated:
-        models = frame(con, Q["gpu_models"], **params)
-        price = estimated_price(dict(models.iter_rows()), rs.gpu_hour_prices)
-        estimated = price is not None
-    guarantees = frame(con, Q["guarantees"], **params)
-    ib = frame(con, Q["ib_hot_ports"], **params)
-    actions = frame(con, Q["actions"], **params)
-    states = list(week_states(con, week))  # read once for both sections
-    fragmentation = fragmentation_over(con, week, an, states)
-    topology_slots, topology_domains = topology_over(con, week, an, rs.top_n, states)
-    del states
-    history = read_history(con, week.start, week.end)
-    whatif, whatif_allocation, whatif_note, whatif_verdict = whatif_over(
-        con, week, an, history=history
-    )
-    whatif_topology, whatif_topology_note = whatif_topology_over(history, an)
+    use, alloc = read_inputs(con, week, settings, params)
+    price = rs.price_per_gpu_hour if use.estimated_price is None else use.estimated_price
+    estimated = use.estimated_price is not None
+    hourly, capacity, guarantees = use.hourly, use.capacity, use.guarantees
+    whatif, whatif_allocation, whatif_note, whatif_verdict = alloc.whatif
+    whatif_topology, whatif_topology_note = alloc.whatif_topology
 
     start = pl.lit(week.start).cast(pl.Datetime("us"))
     hourly = hourly.with_columns(pl.col("hour").cast(pl.Datetime("us")))
@@ -260,7 +177,7 @@ def build_report(
     namespaces = breakdown(this, prev, "namespace", ns_keys, price)
 
     idle = rates(sum_by(this, "namespace", "pod")).filter(pl.col("idle") > EPS)
-    idle = idle.join(pods.drop("project"), on=["namespace", "pod"], how="left")
+    idle = idle.join(use.pods.drop("project"), on=["namespace", "pod"], how="left")
     idle = (
         gpu_hours_names(idle)
         .sort("idle_gpu_hours", "namespace", "pod", descending=[True, False, False])
@@ -300,16 +217,16 @@ def build_report(
         "projects": projects,
         "namespaces": namespaces,
         "idle_sessions": idle,
-        "quotas": quota_table(this, guarantees, week, over_quota_hours(con, week.start, week.end)),
-        "fragmentation": fragmentation,
-        "topology_slots": topology_slots,
-        "topology_domains": topology_domains,
+        "quotas": quota_table(this, guarantees, week, alloc.over_quota),
+        "fragmentation": alloc.fragmentation,
+        "topology_slots": alloc.topology_slots,
+        "topology_domains": alloc.topology_domains,
         "whatif": whatif,
         "whatif_allocation": whatif_allocation,
         "whatif_topology": whatif_topology,
-        "ib_hotspots": ib.head(rs.top_n),
-        "actions_summary": actions_summary(actions),
-        "actions": actions,
+        "ib_hotspots": alloc.ib.head(rs.top_n),
+        "actions_summary": actions_summary(use.actions),
+        "actions": use.actions,
         "data_gaps": gaps,
     }
     notes = notes_for(
