@@ -377,7 +377,7 @@ def run_collector(
     import uvicorn
 
     from gpuscope.collector.http_api.api_http import OneWriteH11Protocol
-    from gpuscope.collector.http_api.api_server import QuietServer
+    from gpuscope.collector.http_api.api_server import Dated, QuietServer
 
     host, port = parse_listen(settings.collector.listen)
     sock = bind_listen(host, port, settings.collector.listen)  # before anything starts
@@ -389,7 +389,8 @@ def run_collector(
         app = create_app(service.api_state())
         server = QuietServer(
             uvicorn.Config(
-                app,
+                Dated(app),
+                date_header=False,  # Dated stamps each response; uvicorn's is a tick old
                 host=host,
                 port=port,
                 log_level="warning",

@@ -6,6 +6,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from email.utils import parsedate_to_datetime
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
@@ -93,7 +94,11 @@ def test_scrapes_agents_serves_data_and_reports_html_target_down(
         assert by_url[agents[0]]["up"] and by_url[agents[1]]["up"]
         assert by_url[html_target]["up"] is False
         assert "html" in by_url[html_target]["last_error"].lower()
-        assert httpx.get(base + "/readyz", timeout=5).status_code == 200
+        ready = httpx.get(base + "/readyz", timeout=5)
+        assert ready.status_code == 200
+        # one Date header, stamped per response (api_server.Dated), a real HTTP date
+        [date] = ready.headers.get_list("date")
+        assert abs(parsedate_to_datetime(date).timestamp() - time.time()) < 3600
         util = httpx.get(
             base + "/api/v1/utilization", params={"by": "node", "step": 1}, timeout=10
         ).json()

@@ -1,4 +1,5 @@
-"""The API server's housekeeping loop: one tick a second, and a stop that wakes it.
+"""The API server's housekeeping loop: a tick every few seconds, a stop that wakes it, and
+a Date header stamped per response.
 
 Issue 27: uvicorn's ten wake-ups a second were a quarter of the collector's CPU per stored
 sample on the 32-agent benchmark.
@@ -77,3 +78,43 @@ def test_every_tick_refreshes_the_date_header(monkeypatch: pytest.MonkeyPatch) -
     assert not thread.is_alive()
     assert ticks[:5] == [0, 10, 20, 30, 40]
     assert any(name == b"date" for name, _ in server.server_state.default_headers)
+
+
+def _run_app(app: api_server.ASGIApp, scope_type: str = "http") -> list[dict[str, object]]:
+    sent: list[dict[str, object]] = []
+
+    async def receive() -> dict[str, object]:
+        return {"type": "http.request", "body": b""}
+
+    async def send(message: object) -> None:
+        sent.append(dict(message))  # type: ignore[call-overload]
+
+    asyncio.run(app({"type": scope_type}, receive, send))
+    return sent
+
+
+async def _app_with_headers(scope: object, receive: object, send: api_server.Send) -> None:
+    await send({
+        "type": "http.response.start",
+        "status": 200,
+        "headers": [(b"content-type", b"text/plain"), (b"Date", b"stale")],
+    })  # fmt: skip
+    await send({"type": "http.response.body", "body": b"ok"})
+
+
+def test_each_response_gets_one_date_of_its_own_moment() -> None:
+    """Dated stamps the response start with the injected clock's time as an HTTP date,
+    keeps the app's other headers, replaces a date the app set, leaves the body alone."""
+    dated = api_server.Dated(_app_with_headers, clock=lambda: 1_741_000_000.0)
+    start, body = _run_app(dated)
+    assert start["headers"] == [
+        (b"content-type", b"text/plain"),
+        (b"date", b"Mon, 03 Mar 2025 11:06:40 GMT"),
+    ]
+    assert body == {"type": "http.response.body", "body": b"ok"}
+
+
+def test_a_scope_other_than_http_passes_through_unstamped() -> None:
+    dated = api_server.Dated(_app_with_headers, clock=lambda: 0.0)
+    start, _ = _run_app(dated, "websocket")
+    assert (b"Date", b"stale") in start["headers"]  # type: ignore[operator]
