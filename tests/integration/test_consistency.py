@@ -76,12 +76,17 @@ def check_idle(store: Store, at: datetime, cfg: Settings, slack_h: float) -> int
         ).to_dicts()
         assert len(row) == 1, f.subject
         detector, report = f.evidence["gpu_hours_wasted"], row[0]["idle"]
-        gpus = f.evidence["gpus_held"]
-        # the bucket holding the last busy sample (and a partial last one) may differ
-        assert abs(detector - report) <= gpus * (BUCKET_H + slack_h) + 1e-3, (
+        unknown, gpus = row[0]["no_data"], f.evidence["gpus_held"]
+        # the bucket holding the last busy sample (and a partial last one) may differ; and
+        # the report bridges a gap by its neighbouring buckets, the detector by the samples
+        # either side: a gap beside the bucket with the last busy sample is unknown to the
+        # report, idle to the detector (docs/analytics.md), never the other way round
+        tolerance = gpus * (BUCKET_H + slack_h) + 1e-3
+        assert report - tolerance <= detector <= report + unknown + tolerance, (
             f.subject,
             detector,
             report,
+            unknown,
         )
         assert row[0]["no_data"] == pytest.approx(0, abs=gpus * BUCKET_H + 1e-6)
         labels = {"kind": f.kind, "namespace": f.subject["namespace"], "pod": f.subject["pod"],
@@ -176,11 +181,8 @@ def change_points_quota(store: Store, start: datetime, end: datetime) -> list[da
     return [start, *(r[0] for r in rows)]
 
 
-# derandomized: the same 15 histories on every run. A clean-clone run on 2026-11-26 drew a
-# history (60 s steps, a research pod at level 0.2, a gap at steps 25-29) where the idle
-# detector counted 0.65 idle GPU-hours and the report 0.48; it fails on the code of the
-# round before too, is not understood yet, and must not fail CI at random meanwhile
-# (the closing note of that round says so)
+# derandomized: the same 15 histories on every run, so that CI never draws a new one at
+# random; a round of 300 random ones is run by hand when the report or the detector changes
 @settings(
     max_examples=15, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow]
 )
@@ -217,6 +219,17 @@ def change_points_quota(store: Store, start: datetime, end: datetime) -> list[da
         step_s=1, steps=60, nodes=("n1", "n2"), gpus_per_node=2,
         pods=(ch.PodPlan("research", "research-0", "n1", 0, 1.0, "interactive", 0, 0, 0.019),),
         gaps=frozenset({0, 1, 2, 3, 4}),
+        guarantees=(("research", 1.0), ("serving", 0.5), ("train", 1.0)),
+    )
+)  # fmt: skip
+# found by hypothesis (2026-11-26): busy until minute 20, no data at minutes 25-29, idle
+# samples at 21-24 and from 30: the detector bridges the gap (idle samples on both sides),
+# the report's bucket before it holds the busy sample, so the report leaves it unknown
+@example(
+    h=ch.History(
+        step_s=60, steps=60, nodes=("n1", "n2"), gpus_per_node=2,
+        pods=(ch.PodPlan("research", "research-0", "n1", 0, 1.0, "interactive", 0, 20, 0.2),),
+        gaps=frozenset(range(25, 30)),
         guarantees=(("research", 1.0), ("serving", 0.5), ("train", 1.0)),
     )
 )  # fmt: skip
