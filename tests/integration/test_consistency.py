@@ -233,6 +233,18 @@ def change_points_quota(store: Store, start: datetime, end: datetime) -> list[da
         guarantees=(("research", 1.0), ("serving", 0.5), ("train", 1.0)),
     )
 )  # fmt: skip
+# found by hypothesis (2026-11-26): an idle notebook, no data for the 25 minutes before
+# the last sample; the report stopped at its range's end, so the gap had no far side and
+# was unknown, where the detector bridged it by that last sample (create_held now reads
+# the gap margin past the range's edges)
+@example(
+    h=ch.History(
+        step_s=300, steps=60, nodes=("n1", "n2"), gpus_per_node=2,
+        pods=(ch.PodPlan("research", "research-0", "n1", 0, 1.0, "interactive", 0, 0, 0.019),),
+        gaps=frozenset(range(54, 59)),
+        guarantees=(("research", 1.0), ("serving", 0.5), ("train", 1.0)),
+    )
+)  # fmt: skip
 # issue 21: a notebook idle on both sides of a 20-step gap was idle through it; the
 # detector restarted its idle clock after the gap and the report counted it as no data
 @example(

@@ -21,8 +21,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gpuscope.analytics.report.inputs import chunk_for, hourly_use
-from gpuscope.analytics.report.sql import Q, run
+from gpuscope.analytics.report.inputs import chunk_for, create_held, hourly_use
 from gpuscope.analytics.report.week import Week
 from gpuscope.collector.storage.store import Store
 from tests.integration import report_week as rw
@@ -67,7 +66,7 @@ def _both(store: Store) -> tuple[pl.DataFrame, pl.DataFrame]:
         "lo": WEEK.previous().start, "start": WEEK.start, "end": WEEK.end,
         "frontier": rw.W11, "threshold": 0.05, "memory": False,
     }  # fmt: skip
-    run(con, Q["create_held"], **params)
+    create_held(con, params)
     keys = ["hour", "namespace", "pod", "project"]
     daily = hourly_use(con, params, chunk=timedelta(days=1)).sort(keys)
     whole = hourly_use(con, params, chunk=timedelta(days=30)).sort(keys)

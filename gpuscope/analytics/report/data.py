@@ -35,8 +35,7 @@ from typing import Any
 import duckdb
 import polars as pl
 
-from gpuscope.analytics.report.inputs import hourly_use, read_inputs
-from gpuscope.analytics.report.sql import Q, run
+from gpuscope.analytics.report.inputs import create_held, hourly_use, read_inputs
 from gpuscope.analytics.report.tables import (
     EPS,
     SUMS,
@@ -263,7 +262,7 @@ def pod_usage(
         "threshold": an.idle_utilization_below,
         "memory": an.idle_include_memory_activity,
     }
-    run(con, Q["create_held"], **params)
+    create_held(con, params)
     try:
         hourly = hourly_use(con, params)
     finally:

@@ -73,7 +73,7 @@ def hourly_use(
     :data:`GAP_MARGIN` of buckets either side: a chunk's pieces, not the fortnight's, are
     in memory at once, and the answer is the one-query answer (a gap's neighbours past the
     margin are too far apart for it to be bridged either way).
-    The report's temp table ``report_held`` must exist (``create_held``)."""
+    The report's temp table ``report_held`` must exist (:func:`create_held`)."""
     lo, end = params["lo"], params["end"]
     if chunk is None:
         chunk = chunk_for(con.execute(Q["held_gpus"]).fetchall()[0][0])
@@ -87,7 +87,8 @@ def hourly_use(
     cuts[0] = lo - timedelta(seconds=(lo - EPOCH).total_seconds() % 300)
     frames = []
     for c0, c1 in itertools.pairwise(cuts):
-        r0, r1 = max(lo, c0 - GAP_MARGIN), min(end, c1 + GAP_MARGIN)
+        # past the range's own edges too: a gap there is judged by what is on its far side
+        r0, r1 = c0 - GAP_MARGIN, c1 + GAP_MARGIN
         frames.append(frame(con, Q["hourly_use"], **params, c0=c0, c1=c1, r0=r0, r1=r1))
     return pl.concat(frames)
 
@@ -134,10 +135,24 @@ def read_inputs(
         return use, allocation.result()
 
 
+def create_held(con: duckdb.DuckDBPyConnection, params: dict[str, Any]) -> None:
+    """The temp table ``report_held``: who held which GPU over [$lo, $end) and
+    :data:`GAP_MARGIN` either side, where ``hourly_use`` finds the far side of a gap at the
+    range's edge (a notebook idle before and after a gap that ends at the report's end is
+    idle through it, as the idle detector says, not unknown because the range stops)."""
+    run(
+        con,
+        Q["create_held"],
+        **params,
+        held_lo=params["lo"] - GAP_MARGIN,
+        held_end=params["end"] + GAP_MARGIN,
+    )
+
+
 def _use_lane(
     con: duckdb.DuckDBPyConnection, settings: Settings, params: dict[str, Any]
 ) -> UseInputs:
-    run(con, Q["create_held"], **params)
+    create_held(con, params)
     try:
         hourly = hourly_use(con, params)
         pods = with_owner(frame(con, Q["pods"], **params), settings.workloads.owner_label_keys)

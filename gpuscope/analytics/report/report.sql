@@ -5,9 +5,12 @@
 -- $threshold (analytics.idle_utilization_below).
 
 -- name: create_held
--- Who held which GPU in [$lo, $end), one row per pod, GPU and interval (a pod's containers
--- on one GPU count once: its first container's intervals); an interval still open counts
--- to $end. `share` is the pod's fraction of the GPU (from the last inventory version of
+-- Who held which GPU in [$held_lo, $held_end), one row per pod, GPU and interval (a pod's
+-- containers on one GPU count once: its first container's intervals); an interval still
+-- open counts to $held_end. The held range is the report's [$lo, $end) widened by the gap
+-- rule's margin either side (report/inputs.py): hourly_use judges a gap at the range's
+-- edge by the pod's buckets past it, as it does inside the range, and counts only pieces
+-- in [$lo, $end); the pods query clips to the week. `share` is the pod's fraction of the GPU (from the last inventory version of
 -- the pod seen), 1 for a whole GPU. Project: the ClusterQueue of the pod's Kueue
 -- LocalQueue (analytics/queueing/queues.py), else the interval's, else the pod's, else its
 -- namespace.
@@ -31,10 +34,10 @@ local_queues AS (
 ),
 held AS (
     SELECT namespace, pod, gpu_uuid, node, kind, interactive, project,
-           greatest(start_ts, $lo) AS s,
-           least(coalesce(end_ts, $end), $end) AS e
+           greatest(start_ts, $held_lo) AS s,
+           least(coalesce(end_ts, $held_end), $held_end) AS e
     FROM workload_intervals
-    WHERE start_ts < $end AND (end_ts IS NULL OR end_ts > $lo)
+    WHERE start_ts < $held_end AND (end_ts IS NULL OR end_ts > $held_lo)
     QUALIFY container = min(container) OVER (PARTITION BY namespace, pod, gpu_uuid)
 )
 SELECT h.namespace, h.pod, h.gpu_uuid AS uuid, h.node, h.kind,
@@ -255,7 +258,7 @@ WITH owners AS (
 ),
 per_gpu AS (
     SELECT namespace, pod, uuid, any_value(share) AS share
-    FROM report_held WHERE e > $start GROUP BY ALL
+    FROM report_held WHERE e > $start AND s < $end GROUP BY ALL
 ),
 gpus AS (
     SELECT namespace, pod, sum(share) AS gpus FROM per_gpu GROUP BY ALL
@@ -265,13 +268,13 @@ SELECT h.namespace, h.pod, any_value(h.project) AS project,
        bool_or(h.interactive) AS interactive,
        string_agg(DISTINCT h.node, ',' ORDER BY h.node) AS nodes,
        any_value(g.gpus) AS gpus,
-       min(h.s) AS first_held, max(h.e) AS last_held,
+       greatest(min(h.s), $lo) AS first_held, least(max(h.e), $end) AS last_held,
        any_value(o.pod_labels) AS pod_labels, any_value(o.owner_kind) AS owner_kind,
        any_value(o.owner_name) AS owner_name
 FROM report_held AS h
 JOIN gpus AS g USING (namespace, pod)
 LEFT JOIN owners AS o ON o.key = h.namespace || '/' || h.pod
-WHERE h.e > $start
+WHERE h.e > $start AND h.s < $end
 GROUP BY h.namespace, h.pod;
 
 -- name: gpu_models
