@@ -245,6 +245,17 @@ def change_points_quota(store: Store, start: datetime, end: datetime) -> list[da
         guarantees=(("research", 1.0), ("serving", 0.5), ("train", 1.0)),
     )
 )  # fmt: skip
+# found by hypothesis (2026-11-26), while the report's held time was first read past its
+# range: the pieces past the range's edges (there only as a gap's neighbours) were counted
+# as held, 7 minutes more idle than the window had
+@example(
+    h=ch.History(
+        step_s=60, steps=72, nodes=("n1", "n2"), gpus_per_node=2,
+        pods=(ch.PodPlan("research", "research-0", "n1", 0, 1.0, "interactive", 0, 2, 0.2),),
+        gaps=frozenset(range(3, 8)),
+        guarantees=(("research", 1.0), ("serving", 0.5), ("train", 1.0)),
+    )
+)  # fmt: skip
 # issue 21: a notebook idle on both sides of a 20-step gap was idle through it; the
 # detector restarted its idle clock after the gap and the report counted it as no data
 @example(

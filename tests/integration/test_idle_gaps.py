@@ -116,3 +116,20 @@ def test_the_rule_is_idle_on_both_sides_and_not_too_long() -> None:
                           (False, None), (None, None)]:  # fmt: skip
         assert not bridged(before, after, 21 * 60)
     assert not bridged(False, False, 24 * 3600)  # a day without data stays unknown
+
+
+def test_a_window_inside_the_held_time_counts_only_its_own_hours(tmp_path: Path) -> None:
+    """The report reads held time past its range (a gap at the edge is judged by what lies
+    beyond it), but counts only the range: a window from 10:37:20 to 13:02:40 inside a
+    notebook's five hours is 2 h 25 min 20 s allocated, none of it unknown, and a gap that
+    ends at the window's end is bridged by the idle sample just past it."""
+    end = T0 + timedelta(hours=5)
+    gap = (T0 + timedelta(hours=2, minutes=40), T0 + timedelta(hours=3, minutes=4))
+    with Store.open(tmp_path / "g.duckdb") as store:
+        write_notebook(store, busy_until=T0 + timedelta(minutes=20), end=end, gap=gap)
+        lo = T0 + timedelta(minutes=37, seconds=20)
+        hi = T0 + timedelta(hours=3, minutes=2, seconds=40)
+        [row] = pod_usage(store.cursor(), lo, hi, _cfg()).to_dicts()
+    assert row["allocated"] == pytest.approx((hi - lo).total_seconds() / 3600)
+    assert row["no_data"] == pytest.approx(0)
+    assert row["idle"] == pytest.approx(row["allocated"])

@@ -178,10 +178,12 @@ spans AS (
     WHERE h.e > $r0 AND h.s < $r1
 ),
 pieces AS (
+    -- held time counts only inside [$lo, $end); pieces past it (report_held reaches the
+    -- gap margin beyond) are there as a gap's neighbours, and per_pod never sums them
     SELECT pid, gid, bucket, share,
            gid * 1048576 + (epoch(bucket) // 300)::BIGINT % 1048576 AS k,
-           share * (epoch(least(e, bucket + INTERVAL 5 MINUTE))
-                    - epoch(greatest(s, bucket))) / 3600.0 AS gpu_hours
+           share * greatest(0, epoch(least(e, $end, bucket + INTERVAL 5 MINUTE))
+                               - epoch(greatest(s, $lo, bucket))) / 3600.0 AS gpu_hours
     FROM spans
 ),
 judged AS (
