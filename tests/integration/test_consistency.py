@@ -181,6 +181,20 @@ def change_points_quota(store: Store, start: datetime, end: datetime) -> list[da
     return [start, *(r[0] for r in rows)]
 
 
+GUARANTEES = (("research", 1.0), ("serving", 0.5), ("train", 1.0))
+
+
+def one_notebook(step_s: int, steps: int, busy_until: int, level: float, gaps: range) -> ch.History:
+    """A history of one research notebook holding GPU 0 of n1 from the first step, busy at
+    ``level`` until step ``busy_until``, with no data at the steps of ``gaps``: the shape
+    of every idle-versus-report disagreement hypothesis has found."""
+    return ch.History(
+        step_s=step_s, steps=steps, nodes=("n1", "n2"), gpus_per_node=2,
+        pods=(ch.PodPlan("research", "research-0", "n1", 0, 1.0, "interactive", 0, busy_until, level),),
+        gaps=frozenset(gaps), guarantees=GUARANTEES,
+    )  # fmt: skip
+
+
 # derandomized: the same 15 histories on every run, so that CI never draws a new one at
 # random; a round of 300 random ones is run by hand when the report or the detector changes
 @settings(
@@ -189,73 +203,23 @@ def change_points_quota(store: Store, start: datetime, end: datetime) -> list[da
 @given(h=ch.histories())
 # found by hypothesis: a history whose first gap (30 min at a 5-minute spacing) has no
 # earlier gap to judge it by; the detector counted it as idle time, the report did not
-@example(
-    h=ch.History(
-        step_s=300,
-        steps=60,
-        nodes=("n1", "n2"),
-        gpus_per_node=2,
-        pods=(
-            ch.PodPlan(
-                namespace="research",
-                name="research-0",
-                node="n1",
-                gpu=0,
-                share=1.0,
-                kind="interactive",
-                start=0,
-                busy_until=0,
-                level=0.019,
-            ),
-        ),
-        gaps=frozenset({1, 2, 3, 4, 5}),
-        guarantees=(("research", 1.0), ("serving", 0.5), ("train", 1.0)),
-    )
-)
+@example(h=one_notebook(step_s=300, steps=60, busy_until=0, level=0.019, gaps=range(1, 6)))
 # found by hypothesis: a gap at the very start (no sample of the first 5 s): the pod is
 # idle from its first sample, not from its start, which no sample covers
-@example(
-    h=ch.History(
-        step_s=1, steps=60, nodes=("n1", "n2"), gpus_per_node=2,
-        pods=(ch.PodPlan("research", "research-0", "n1", 0, 1.0, "interactive", 0, 0, 0.019),),
-        gaps=frozenset({0, 1, 2, 3, 4}),
-        guarantees=(("research", 1.0), ("serving", 0.5), ("train", 1.0)),
-    )
-)  # fmt: skip
+@example(h=one_notebook(step_s=1, steps=60, busy_until=0, level=0.019, gaps=range(0, 5)))
 # found by hypothesis (2026-11-26): busy until minute 20, no data at minutes 25-29, idle
 # samples at 21-24 and from 30: the detector bridges the gap (idle samples on both sides),
 # the report's bucket before it holds the busy sample, so the report leaves it unknown
-@example(
-    h=ch.History(
-        step_s=60, steps=60, nodes=("n1", "n2"), gpus_per_node=2,
-        pods=(ch.PodPlan("research", "research-0", "n1", 0, 1.0, "interactive", 0, 20, 0.2),),
-        gaps=frozenset(range(25, 30)),
-        guarantees=(("research", 1.0), ("serving", 0.5), ("train", 1.0)),
-    )
-)  # fmt: skip
+@example(h=one_notebook(step_s=60, steps=60, busy_until=20, level=0.2, gaps=range(25, 30)))
 # found by hypothesis (2026-11-26): an idle notebook, no data for the 25 minutes before
 # the last sample; the report stopped at its range's end, so the gap had no far side and
 # was unknown, where the detector bridged it by that last sample (create_held now reads
 # the gap margin past the range's edges)
-@example(
-    h=ch.History(
-        step_s=300, steps=60, nodes=("n1", "n2"), gpus_per_node=2,
-        pods=(ch.PodPlan("research", "research-0", "n1", 0, 1.0, "interactive", 0, 0, 0.019),),
-        gaps=frozenset(range(54, 59)),
-        guarantees=(("research", 1.0), ("serving", 0.5), ("train", 1.0)),
-    )
-)  # fmt: skip
+@example(h=one_notebook(step_s=300, steps=60, busy_until=0, level=0.019, gaps=range(54, 59)))
 # found by hypothesis (2026-11-26), while the report's held time was first read past its
 # range: the pieces past the range's edges (there only as a gap's neighbours) were counted
 # as held, 7 minutes more idle than the window had
-@example(
-    h=ch.History(
-        step_s=60, steps=72, nodes=("n1", "n2"), gpus_per_node=2,
-        pods=(ch.PodPlan("research", "research-0", "n1", 0, 1.0, "interactive", 0, 2, 0.2),),
-        gaps=frozenset(range(3, 8)),
-        guarantees=(("research", 1.0), ("serving", 0.5), ("train", 1.0)),
-    )
-)  # fmt: skip
+@example(h=one_notebook(step_s=60, steps=72, busy_until=2, level=0.2, gaps=range(3, 8)))
 # issue 21: a notebook idle on both sides of a 20-step gap was idle through it; the
 # detector restarted its idle clock after the gap and the report counted it as no data
 @example(
@@ -267,7 +231,7 @@ def change_points_quota(store: Store, start: datetime, end: datetime) -> list[da
             ch.PodPlan("serving", "serving-2", "n1", 1, 1.0, "inference", 0, 39, 0.8),
         ),
         gaps=frozenset(range(40, 60)),
-        guarantees=(("research", 1.0), ("serving", 0.5), ("train", 1.0)),
+        guarantees=GUARANTEES,
     )
 )  # fmt: skip
 def test_detectors_report_and_gauges_agree_on_generated_histories(h: ch.History) -> None:

@@ -10,10 +10,10 @@
 -- open counts to $held_end. The held range is the report's [$lo, $end) widened by the gap
 -- rule's margin either side (report/inputs.py): hourly_use judges a gap at the range's
 -- edge by the pod's buckets past it, as it does inside the range, and counts only pieces
--- in [$lo, $end); the pods query clips to the week. `share` is the pod's fraction of the GPU (from the last inventory version of
--- the pod seen), 1 for a whole GPU. Project: the ClusterQueue of the pod's Kueue
--- LocalQueue (analytics/queueing/queues.py), else the interval's, else the pod's, else its
--- namespace.
+-- in [$lo, $end); the pods query clips to the week. `share` is the pod's fraction of the
+-- GPU (from the last inventory version of the pod seen), 1 for a whole GPU. Project: the
+-- ClusterQueue of the pod's Kueue LocalQueue (analytics/queueing/queues.py), else the
+-- interval's, else the pod's, else its namespace.
 CREATE OR REPLACE TEMP TABLE report_held AS
 WITH pod_versions AS (
     SELECT key,
