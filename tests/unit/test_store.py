@@ -14,6 +14,7 @@ from gpuscope.collector.scraping.batch import Batch
 from gpuscope.collector.storage import schema
 from gpuscope.collector.storage.schema import migrate
 from gpuscope.collector.storage.store import Q, Retention, Store, series_kind
+from gpuscope.collector.storage.store_sql import INTERVAL_TOUCH_S
 from gpuscope.core.errors import UserError
 
 T0 = datetime(2025, 3, 3, 10, 0, 0)  # a Monday, 10:00 UTC
@@ -222,9 +223,15 @@ def test_a_failed_batch_leaves_nothing_behind(db: Path, monkeypatch: pytest.Monk
             raise RuntimeError("disk on fire")
 
         monkeypatch.setattr(store, "_update_intervals", explode)
-        with pytest.raises(RuntimeError):
+        pod = labels(node="n1", gpu="1", uuid="GPU-1", namespace="ml", pod="nb", container="c")
+        with pytest.raises(RuntimeError):  # the pod's interval opens last in the transaction
             store.append_scrape(
-                batch(T0 + timedelta(seconds=15), (ENERGY, GPU0, 150.0), (UTIL, GPU1, 0.5))
+                batch(
+                    T0 + timedelta(seconds=15),
+                    (ENERGY, GPU0, 150.0),
+                    (UTIL, GPU1, 0.5),
+                    (INFO, pod, 1.0),
+                )
             )
         assert rows(store, "SELECT count(*) FROM samples") == [(1,)]
         assert rows(store, "SELECT count(*), max(last_raw) FROM series") == [(1, 100.0)]
@@ -327,6 +334,24 @@ def test_workload_intervals_follow_workload_info_presence(db: Path) -> None:
         ("ml", "nb-1", "main", "n1", "0", "GPU-0", "interactive", "vision", True, t[0], t[2], t[3]),
         ("ml", "nb-1", "main", "n1", "0", "GPU-0", "interactive", "vision", True, t[4], t[4], None),
     ]
+
+
+def test_an_open_intervals_last_seen_is_written_once_a_minute(db: Path) -> None:
+    """last_seen of an open interval is set at the first scrape of each minute of sample
+    time (INTERVAL_TOUCH_S), so it lags the last sighting by under a minute and most
+    cycles write nothing to the table; the interval still closes at the exact scrape."""
+    pod = labels(node="n1", gpu="0", uuid="GPU-0", namespace="ml", pod="nb", container="c")
+    t = [T0 + timedelta(seconds=15 * i) for i in range(10)]  # T0 is on a minute
+    sql = "SELECT start_ts, last_seen, end_ts FROM workload_intervals"
+    with Store.open(db) as store:
+        for i in range(8):  # sightings at 0 s .. 105 s
+            store.append_scrape(batch(t[i], (INFO, pod, 1.0)))
+        assert rows(store, sql) == [(t[0], t[4], None)]  # 60 s, not 105 s
+        assert t[7] - t[4] < timedelta(seconds=INTERVAL_TOUCH_S)
+        store.append_scrape(batch(t[8], (INFO, pod, 1.0)))  # 120 s: a new minute
+        assert rows(store, sql) == [(t[0], t[8], None)]
+        store.append_scrape(batch(t[9], (UTIL, GPU0, 0.1)))  # the pod is gone at 135 s
+        assert rows(store, sql) == [(t[0], t[8], t[9])]
 
 
 def test_retention_rolls_up_then_deletes(db: Path) -> None:

@@ -21,10 +21,12 @@ from pathlib import Path
 from typing import Any, cast
 
 import duckdb
+import numpy as np
 import pyarrow as pa  # type: ignore[import-untyped]
 
 from gpuscope.collector.scraping.batch import Batch
 from gpuscope.collector.storage import schema
+from gpuscope.collector.storage.increases import LastValues
 from gpuscope.collector.storage.reader_gate import ReaderGate
 from gpuscope.collector.storage.schema import begin, migrate
 from gpuscope.collector.storage.store_alerts import AlertsMixin
@@ -39,6 +41,7 @@ from gpuscope.collector.storage.store_records import RecordsMixin
 # re-exported: the store's public names stay here
 from gpuscope.collector.storage.store_sql import (
     INTERVAL_LABELS,
+    INTERVAL_TOUCH_S,
     LABEL_COLUMNS,
     WORKLOAD_INFO,
     BadBatch,
@@ -48,7 +51,6 @@ from gpuscope.collector.storage.store_sql import (
     Retention,
     SeriesKey,
     check_time,
-    inserted_rows,
     is_duckdb_file,
     json_records,
     run_with,
@@ -68,7 +70,6 @@ class _Resolved:
     names: list[str]
     labels: list[Labels]
     sids: list[int]
-    distinct: int
     workload_rows: tuple[int, ...]
     #: The last page's workload intervals present, by which of its info rows were non-zero
     #: (one entry, replaced): a steady page rebuilds no label dict per info row.
@@ -77,7 +78,7 @@ class _Resolved:
     @classmethod
     def of(cls, batch: Batch, sids: list[int]) -> _Resolved:
         rows = tuple(i for i, name in enumerate(batch.names) if name == WORKLOAD_INFO)
-        return cls(batch.names, batch.labels, sids, len(set(sids)), rows)
+        return cls(batch.names, batch.labels, sids, rows)
 
     def present_in(self, values: Sequence[float]) -> dict[IntervalKey, dict[str, str]]:
         """The workload intervals a page of these columns with ``values`` shows."""
@@ -121,15 +122,22 @@ class Store(MaintenanceMixin, ReclaimMixin, RecordsMixin, AlertsMixin):
         self.writes_waited = 0
         self._ids: dict[SeriesKey, int] = {}
         self._next_id = 0
+        #: each series' kind and last raw value, for the counter increases (increases.py)
+        self._last = LastValues()
         self._open: dict[str, set[IntervalKey]] = {}
+        #: per target, the minute (INTERVAL_TOUCH_S) its open intervals' last_seen was set in
+        self._touched: dict[str, int] = {}
         #: Per target, its last batch's columns once all its series had ids: a steady page
         #: (the parser hands back the same lists) resolves without hashing a label set.
         self._resolved: dict[str, _Resolved] = {}
         if not read_only:
-            for sid, metric, *cols, extra in con.execute(Q["load_series"]).fetchall():
+            last = []
+            for sid, counter, raw, metric, *cols, extra in con.execute(Q["load_series"]).fetchall():
                 pairs = [(k, v) for k, v in zip(LABEL_COLUMNS, cols, strict=True) if v is not None]
                 self._ids[(metric, tuple(sorted(pairs + list(extra.items()))))] = sid
                 self._next_id = max(self._next_id, sid + 1)
+                last.append((sid, counter, raw))
+            self._last.define(last)
             for target, *key in con.execute(Q["load_open_intervals"]).fetchall():
                 self._open.setdefault(target, set()).add(tuple(key))
 
@@ -311,49 +319,7 @@ class Store(MaintenanceMixin, ReclaimMixin, RecordsMixin, AlertsMixin):
         before any write, for a sample time outside 1970..2200.
         Thread-safe: batches are resolved and written one at a time.
         """
-        with self._writing():
-            return self._append(batch, duration_s)
-
-    def _append(self, batch: Batch, duration_s: float) -> int:
-        ids, new, next_id = self._ids, dict[SeriesKey, int](), self._next_id
-        sids: list[int] = []
-        for key in zip(batch.names, batch.labels, strict=True):
-            sid = ids.get(key)
-            if sid is None:
-                sid = new.setdefault(key, next_id + len(new))
-            sids.append(sid)
-        last = dict(zip(sids, range(len(sids)), strict=True))  # series id -> its last sample
-        keep = None if len(last) == len(sids) else list(last.values())
-        values = list(batch.values) if keep is None else [batch.values[i] for i in keep]
-        check_time(batch, batch.ts_ms)
-        secs: Any = pa.repeat(pa.scalar(batch.ts_ms // 1000, pa.timestamp("s")), len(last))
-        if (times := batch.timestamps_ms) is not None:
-            times = times if keep is None else [times[i] for i in keep]
-            secs = [(batch.ts_ms if t is None else t) // 1000 for t in times]
-            check_time(batch, *(s * 1000 for s in (min(secs), max(secs)) if secs))
-        columns = [pa.array(list(last), pa.uint32()), pa.array(secs, pa.timestamp("s"))]
-        columns.append(pa.array(values, pa.float64()))
-        table = pa.table(columns, names=["series_id", "ts", "value"])
-        workloads = {
-            tuple(lab.get(k, "") for k in INTERVAL_LABELS): lab
-            for name, labels, value in zip(batch.names, batch.labels, batch.values, strict=True)
-            if name == WORKLOAD_INFO and value and (lab := dict(labels))
-        }
-        ts = utc(batch.ts_ms / 1000)
-        kinds = {key: series_kind(key[0], batch.types) for key in new}
-        tables = {"batch": table} | ({"new_series": self._series_table(new, kinds)} if new else {})
-        with self._transaction(**tables) as c:
-            if new:
-                c.execute(Q["insert_series"], {"ts": ts})
-            stored = inserted_rows(c.execute(Q["append_samples"]))
-            c.execute(Q["update_series"])
-            c.execute(Q["add_samples_stored"], {"n": stored})
-            c.execute(Q["insert_scrape"], [batch.target, ts, True, duration_s, stored, None])
-            still_open = self._update_intervals(c, batch.target, ts, workloads)
-        ids.update(new)
-        self._next_id += len(new)
-        self._open[batch.target] = still_open
-        return stored
+        return self.append_cycle([(batch, duration_s)])[0]
 
     def append_cycle(
         self,
@@ -380,7 +346,7 @@ class Store(MaintenanceMixin, ReclaimMixin, RecordsMixin, AlertsMixin):
         all_sids: list[int] = []
         all_secs: list[int] = []
         all_values: list[float] = []
-        counts: list[int] = []
+        sizes: list[int] = []
         #: each new series' kind from the types of the page it came in (TYPE per target)
         kinds: dict[SeriesKey, str] = {}
         get = ids.get
@@ -415,21 +381,29 @@ class Store(MaintenanceMixin, ReclaimMixin, RecordsMixin, AlertsMixin):
                 all_secs += [secs] * len(sids)
             all_sids += sids  # type: ignore[arg-type]
             all_values += batch.values
-            counts.append(len(set(sids)) if memo is None else memo.distinct)
+            sizes.append(len(sids))
+        owner = np.repeat(np.arange(len(batches)), sizes)
         if len(set(all_sids)) != len(all_sids):  # a series twice: its last sample wins
             last = {sid: i for i, sid in enumerate(all_sids)}
             keep = sorted(last.values())
             all_sids = [all_sids[i] for i in keep]
             all_secs = [all_secs[i] for i in keep]
             all_values = [all_values[i] for i in keep]
-        rows = all_sids
+            owner = owner[keep]
+        self._last.define((sid, kinds[key] == "counter", None) for key, sid in new.items())
+        step = self._last.step(all_sids, all_values)
+        stored_by = np.bincount(owner[step.order][step.stored], minlength=len(batches))
+        counts: list[int] = stored_by.tolist()
+        raw = pa.array(step.raw, pa.float64(), mask=step.counter & np.isnan(step.raw))
+        times_s = np.asarray(all_secs, np.int64)[step.order]
         sample_table = pa.table(
-            [pa.array(all_sids, pa.uint32()), pa.array(all_secs, pa.timestamp("s")),
-             pa.array(all_values, pa.float64())],
-            names=["series_id", "ts", "value"],
+            [pa.array(step.sids, pa.uint32()), pa.array(times_s, pa.timestamp("s")),
+             pa.array(step.value, pa.float64()), raw, pa.array(step.stored, pa.bool_())],
+            names=["series_id", "ts", "value", "raw", "stored"],
         )  # fmt: skip
         scrape_rows: list[tuple[str, datetime, bool, float, int, str | None]] = []
         touch: dict[str, list[Any]] = {"target": [], "ts": []}
+        touched: dict[str, int] = {}
         interval_work = []
         for (batch, duration), n, memo in zip(batches, counts, resolved, strict=True):
             ts = utc(batch.ts_ms / 1000)
@@ -446,9 +420,11 @@ class Store(MaintenanceMixin, ReclaimMixin, RecordsMixin, AlertsMixin):
                 else memo.present_in(batch.values)
             )
             was_open = self._open.get(batch.target, set())
-            if was_open & present.keys():
+            minute = batch.ts_ms // (INTERVAL_TOUCH_S * 1000)
+            if was_open & present.keys() and self._touched.get(batch.target) != minute:
                 touch["target"].append(batch.target)
                 touch["ts"].append(ts)
+                touched[batch.target] = minute
             if present.keys() != was_open:
                 interval_work.append((batch.target, ts, present))
             else:
@@ -457,36 +433,45 @@ class Store(MaintenanceMixin, ReclaimMixin, RecordsMixin, AlertsMixin):
         cols: list[tuple[Any, ...]] = list(zip(*scrape_rows, strict=True)) or [()] * 6
         tables = {
             "batch": sample_table,
-            "cycle_scrapes": pa.table({
-                "target": pa.array(cols[0], pa.string()),
-                "ts": pa.array(cols[1], pa.timestamp("us")),
-                "up": pa.array(cols[2], pa.bool_()),
-                "duration_s": pa.array(cols[3], pa.float64()),
-                "samples": pa.array(cols[4], pa.uint32()),
-                "error": pa.array(cols[5], pa.string()),
-            }),
-            "cycle_touch": pa.table({"target": pa.array(touch["target"], pa.string()),
-                                     "ts": pa.array(touch["ts"], pa.timestamp("us"))}),
-        }  # fmt: skip
+            "cycle_scrapes": pa.table(
+                {
+                    "target": pa.array(cols[0], pa.string()),
+                    "ts": pa.array(cols[1], pa.timestamp("us")),
+                    "up": pa.array(cols[2], pa.bool_()),
+                    "duration_s": pa.array(cols[3], pa.float64()),
+                    "samples": pa.array(cols[4], pa.uint32()),
+                    "error": pa.array(cols[5], pa.string()),
+                }
+            ),
+        }
+        if touch["target"]:
+            tables["cycle_touch"] = pa.table(
+                {
+                    "target": pa.array(touch["target"], pa.string()),
+                    "ts": pa.array(touch["ts"], pa.timestamp("us")),
+                }
+            )
         if new:
             tables["new_series"] = self._series_table(new, kinds)
         first_ts = utc(batches[0][0].ts_ms / 1000) if batches else utc(0)
         with self._transaction(**tables) as c:
             if new:
                 c.execute(Q["insert_series"], {"ts": first_ts})
-            if rows:
-                stored = inserted_rows(c.execute(Q["append_samples"]))
+            if all_sids:
+                c.execute(Q["append_samples"])
                 c.execute(Q["update_series"])
-                c.execute(Q["add_samples_stored"], {"n": stored})
+                c.execute(Q["add_samples_stored"], {"n": sum(counts)})
             c.execute(Q["insert_scrapes"])
             if touch["target"]:
                 c.execute(Q["touch_intervals_many"])
             still_open = {
-                target: self._update_intervals(c, target, when, present, touch=False)
+                target: self._update_intervals(c, target, when, present)
                 for target, when, present in interval_work
             }
         ids.update(new)
         self._next_id += len(new)
+        self._last.apply(step)
+        self._touched.update(touched)
         self._open.update(still_open)
         for (batch, _), memo in zip(batches, resolved, strict=True):
             if memo is not None:
@@ -514,21 +499,17 @@ class Store(MaintenanceMixin, ReclaimMixin, RecordsMixin, AlertsMixin):
         target: str,
         ts: datetime,
         present: Mapping[IntervalKey, Mapping[str, str]],
-        *,
-        touch: bool = True,
     ) -> set[IntervalKey]:
         """Close ``target``'s intervals that left, open those that came; returns the open.
 
-        ``touch=False`` leaves the still-open intervals' ``last_seen`` to the caller (a cycle
-        touches all its targets in one statement).
+        The still-open intervals' ``last_seen`` is the caller's (a cycle touches all its
+        targets in one statement, once a minute).
         """
         was_open, params = self._open.get(target, set()), {"ts": ts, "target": target}
         gone = was_open - present.keys()
         if gone:
             rows = [dict(zip(INTERVAL_LABELS, k, strict=True)) for k in gone]
             run_with(con, "gone", json_records(rows, ()), Q["close_intervals"], params)
-        if touch and was_open - gone:
-            con.execute(Q["touch_intervals"], params)
         opened = [lab for k, lab in present.items() if k not in was_open]
         if opened:
             run_with(con, "opened", json_records(opened, ()), Q["open_intervals"], params)

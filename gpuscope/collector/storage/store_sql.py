@@ -34,6 +34,11 @@ IntervalKey = tuple[str, ...]
 LABEL_COLUMNS: tuple[str, ...] = ("node", "gpu", "uuid", "mig_instance", "device", "port")
 LABEL_COLUMNS += ("namespace", "pod", "container")
 INTERVAL_LABELS = ("namespace", "pod", "container", "node", "uuid")
+#: An open interval's ``last_seen`` is written once a minute of sample time per target,
+#: not every scrape: it then lags the interval's last sighting by under a minute, which
+#: its only reader (idle detection's hour-long staleness rule) cannot tell apart, and the
+#: writer is spared an UPDATE on most cycles (docs/storage.md).
+INTERVAL_TOUCH_S = 60
 WORKLOAD_INFO = "gpuscope_gpu_workload_info"
 EPOCH = datetime(1970, 1, 1)
 
@@ -56,12 +61,6 @@ def check_time(batch: Batch, *times_ms: int) -> None:
     for t in times_ms:
         if not 0 <= t <= MAX_TS_MS:
             raise BadBatch(batch.target, f"sample timestamp {t} ms is out of range")
-
-
-def inserted_rows(result: duckdb.DuckDBPyConnection) -> int:
-    """The row count an INSERT reports."""
-    row = result.fetchone()
-    return int(row[0]) if row else 0
 
 
 def _load_queries() -> dict[str, str]:

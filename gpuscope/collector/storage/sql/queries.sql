@@ -3,8 +3,8 @@
 -- the comments. {table} is filled in from a fixed list when the module loads.
 
 -- name: load_series
-SELECT series_id, metric, node, gpu, uuid, mig_instance, device, port,
-       namespace, pod, container, labels
+SELECT series_id, kind = 'counter', last_raw, metric, node, gpu, uuid, mig_instance, device,
+       port, namespace, pod, container, labels
 FROM series;
 
 -- name: insert_series
@@ -15,26 +15,15 @@ SELECT series_id, metric, kind, node, gpu, uuid, mig_instance, device, port,
 FROM new_series;
 
 -- name: append_samples
--- batch: series_id, ts, value (one row per series). A counter sample becomes its
--- increase since the previous sample of its series: a decrease is a reset, so the increase
--- is the new value; the first sample of a series is its baseline (increase 0). A gauge keeps
--- NaN and infinities as given (as Prometheus does); a counter's NaN or infinite value is not
--- stored and does not become its last value, so it can neither poison sums nor make the
--- next sample one increase of the whole total.
-INSERT INTO samples
-SELECT b.series_id, b.ts,
-       CASE WHEN s.kind <> 'counter' THEN b.value
-            WHEN s.last_raw IS NULL THEN 0
-            WHEN b.value >= s.last_raw THEN b.value - s.last_raw
-            ELSE b.value END
-FROM batch AS b JOIN series AS s ON s.series_id = b.series_id
-WHERE s.kind <> 'counter' OR isfinite(b.value)
-ORDER BY b.series_id;
+-- batch: series_id, ts, value, raw, stored (one row per series, in series_id order). The
+-- store has already turned counters into increases (collector/storage/increases.py says
+-- the rule); `stored` is false for a counter's NaN or infinite value, which is not kept.
+INSERT INTO samples SELECT series_id, ts, value FROM batch WHERE stored;
 
 -- name: update_series
-UPDATE series SET last_seen = b.ts,
-       last_raw = CASE WHEN series.kind = 'counter' AND NOT isfinite(b.value)
-                       THEN series.last_raw ELSE b.value END
+-- batch as above: `raw` is the series' last raw value after this sample (a counter's
+-- non-finite value leaves the one before).
+UPDATE series SET last_seen = b.ts, last_raw = b.raw
 FROM batch AS b WHERE series.series_id = b.series_id;
 
 -- name: add_samples_stored
@@ -67,12 +56,10 @@ WHERE w.target = $target AND w.end_ts IS NULL
 INSERT INTO scrapes SELECT target, ts, up, duration_s, samples, error FROM cycle_scrapes;
 
 -- name: touch_intervals_many
--- cycle_touch: target, ts (targets whose open intervals are still open)
+-- cycle_touch: target, ts (targets whose open intervals are still open, and whose last touch
+-- was in an earlier minute: store_sql.INTERVAL_TOUCH_S)
 UPDATE workload_intervals AS w SET last_seen = t.ts
 FROM cycle_touch AS t WHERE w.target = t.target AND w.end_ts IS NULL;
-
--- name: touch_intervals
-UPDATE workload_intervals SET last_seen = $ts WHERE target = $target AND end_ts IS NULL;
 
 -- name: open_intervals
 -- opened: record (JSON: the labels of a gpuscope_gpu_workload_info sample)
