@@ -2,8 +2,8 @@
 per-sample reference written from docs/storage.md's wording, on random cycles.
 
 The reference shares no code with the product: a dict of last values and one ``if`` per
-sample. Cycles mix counters and gauges, resets, NaN and infinities, new series and series
-that skip a cycle, and some steps are "rolled back" (computed, never applied), as a failed
+sample. Cycles mix counters and gauges, resets, NaN and infinities, new series, series
+that skip a cycle and series twice in a cycle (the last row counts), and some steps are "rolled back" (computed, never applied), as a failed
 transaction leaves them.
 """
 
@@ -34,7 +34,7 @@ class Reference:
         self, rows: list[tuple[int, float]]
     ) -> tuple[list[tuple[int, float]], dict[int, float]]:
         kept, last = [], dict(self.last)
-        for sid, v in sorted(rows):
+        for sid, v in sorted(dict(rows).items()):  # a series twice: its last row
             if not self.kind[sid]:  # a gauge: as given, NaN and infinities too
                 kept.append((sid, v))
                 last[sid] = v
@@ -59,7 +59,7 @@ def histories(
     kinds = {sid: draw(st.booleans()) for sid in range(n)}
     cycles = []
     for _ in range(draw(st.integers(1, 8))):
-        present = draw(st.lists(st.sampled_from(range(n)), unique=True, max_size=n))
+        present = draw(st.lists(st.sampled_from(range(n)), max_size=2 * n))  # repeats too
         rows = [(sid, draw(VALUES)) for sid in present]
         cycles.append((rows, draw(st.booleans()) if rows else True))  # (rows, committed)
     return kinds, cycles

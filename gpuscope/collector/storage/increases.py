@@ -30,7 +30,7 @@ Flags = npt.NDArray[np.bool_]
 
 @dataclass(frozen=True)
 class Step:
-    """One cycle's samples in series-id order, as they are to be stored.
+    """One cycle's samples in series-id order, each series once, as they are to be stored.
 
     ``stored`` marks the rows that become samples (all but a counter's non-finite values);
     ``value`` is what a stored row keeps; ``raw`` is each series' last raw value after the
@@ -79,12 +79,16 @@ class LastValues:
         self._counter, self._raw = counter, raw
 
     def step(self, sids: Sequence[int], values: Sequence[float]) -> Step:
-        """The cycle's rows (each series once) sorted by id, with what each stores.
+        """The cycle's rows sorted by id, a series twice keeping its last row, with what
+        each stores. ``order`` indexes the rows kept, in the caller's numbering.
 
         Pure: nothing here changes until :meth:`apply`."""
         ids = np.asarray(sids, np.uint32)
-        order = np.argsort(ids, kind="stable")
+        order = np.argsort(ids, kind="stable")  # a series' rows stay in the caller's order
         ids = ids[order]
+        if len(ids) > 1 and not (last := ids[1:] != ids[:-1]).all():
+            keep = np.append(last, True)  # the last row of each run of one series
+            order, ids = order[keep], ids[keep]
         vals = np.asarray(values, np.float64)[order]
         counter, prev = self._counter[ids], self._raw[ids]
         finite = np.isfinite(vals)

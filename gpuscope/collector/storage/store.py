@@ -383,13 +383,6 @@ class Store(MaintenanceMixin, ReclaimMixin, RecordsMixin, AlertsMixin):
             all_values += batch.values
             sizes.append(len(sids))
         owner = np.repeat(np.arange(len(batches)), sizes)
-        if len(set(all_sids)) != len(all_sids):  # a series twice: its last sample wins
-            last = {sid: i for i, sid in enumerate(all_sids)}
-            keep = sorted(last.values())
-            all_sids = [all_sids[i] for i in keep]
-            all_secs = [all_secs[i] for i in keep]
-            all_values = [all_values[i] for i in keep]
-            owner = owner[keep]
         self._last.define((sid, kinds[key] == "counter", None) for key, sid in new.items())
         step = self._last.step(all_sids, all_values)
         stored_by = np.bincount(owner[step.order][step.stored], minlength=len(batches))
@@ -430,27 +423,10 @@ class Store(MaintenanceMixin, ReclaimMixin, RecordsMixin, AlertsMixin):
             else:
                 self._open[batch.target] = set(present)
         scrape_rows += [(t, utc(when), False, d, 0, err) for t, when, d, err in down]
-        cols: list[tuple[Any, ...]] = list(zip(*scrape_rows, strict=True)) or [()] * 6
-        tables = {
-            "batch": sample_table,
-            "cycle_scrapes": pa.table(
-                {
-                    "target": pa.array(cols[0], pa.string()),
-                    "ts": pa.array(cols[1], pa.timestamp("us")),
-                    "up": pa.array(cols[2], pa.bool_()),
-                    "duration_s": pa.array(cols[3], pa.float64()),
-                    "samples": pa.array(cols[4], pa.uint32()),
-                    "error": pa.array(cols[5], pa.string()),
-                }
-            ),
-        }
-        if touch["target"]:
-            tables["cycle_touch"] = pa.table(
-                {
-                    "target": pa.array(touch["target"], pa.string()),
-                    "ts": pa.array(touch["ts"], pa.timestamp("us")),
-                }
-            )
+        cols = [list(c) for c in zip(*scrape_rows, strict=True)]
+        names = ("target", "ts", "up", "duration_s", "samples", "error")
+        scrapes = dict(zip(names, cols, strict=True)) if cols else {}  # bound as lists
+        tables = {"batch": sample_table}
         if new:
             tables["new_series"] = self._series_table(new, kinds)
         first_ts = utc(batches[0][0].ts_ms / 1000) if batches else utc(0)
@@ -461,9 +437,10 @@ class Store(MaintenanceMixin, ReclaimMixin, RecordsMixin, AlertsMixin):
                 c.execute(Q["append_samples"])
                 c.execute(Q["update_series"])
                 c.execute(Q["add_samples_stored"], {"n": sum(counts)})
-            c.execute(Q["insert_scrapes"])
+            if scrapes:
+                c.execute(Q["insert_scrapes"], scrapes)
             if touch["target"]:
-                c.execute(Q["touch_intervals_many"])
+                c.execute(Q["touch_intervals_many"], touch)
             still_open = {
                 target: self._update_intervals(c, target, when, present)
                 for target, when, present in interval_work
