@@ -9,8 +9,8 @@ Prometheus does.
 
 Each series' kind and last raw value are held here, in arrays indexed by the store's dense
 series ids, so a cycle's increases are a few vectorised steps and the store appends with a
-plain insert instead of a join against ``series`` (bench/collector_process.py: the join and
-the ``CASE`` cost the writer about a fifth of its time). ``series.last_raw`` stays the
+plain insert instead of a join against ``series`` (measured with ``append_cycle`` on 32
+agent-sized pages a transaction: 1.00 -> 0.86 us a sample). ``series.last_raw`` stays the
 durable copy: the arrays are filled from it when the store opens, and a :class:`Step` is
 applied only once its transaction has committed.
 """

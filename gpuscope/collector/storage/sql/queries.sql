@@ -52,8 +52,9 @@ WHERE w.target = $target AND w.end_ts IS NULL
   AND w.gpu_uuid = g.r->>'uuid';
 
 -- name: insert_scrapes
--- One row per target of a cycle, its columns as bound lists of equal length: a cycle's few
--- dozen rows bind in about half the time an Arrow table takes to register.
+-- One row per target of a cycle, its columns as bound lists of equal length: for a cycle's
+-- few dozen rows, about half the time of registering an Arrow table and inserting from it
+-- (~0.57 against ~1.1 ms for 32 rows).
 INSERT INTO scrapes
 SELECT unnest(CAST($target AS VARCHAR[])), unnest(CAST($ts AS TIMESTAMP[])),
        unnest(CAST($up AS BOOLEAN[])), unnest(CAST($duration_s AS DOUBLE[])),
