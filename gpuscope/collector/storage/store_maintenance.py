@@ -27,7 +27,19 @@ from gpuscope.core.errors import UserError
 
 #: ``meta`` key: the end of the last segment of the day being written that is compacted.
 SEGMENTS_DONE = "segments_compacted_until"
+#: ``meta`` key: the end of the last span of ``SEGMENT_MERGE`` segments compacted as one.
+MERGES_DONE = "merges_compacted_until"
+#: Closed segments are compacted again as one, in threes (as Prometheus merges its 2-hour
+#: blocks into 6-hour ones), when three segments divide a day: a series' run three times
+#: as long compresses better, and each sample is rewritten once more.
+SEGMENT_MERGE = 3
+DAY_S = 86400
 DAY_DONE = Q["compact_done"]
+
+
+def done_until(cur: duckdb.DuckDBPyConnection, key: str) -> datetime:
+    """The end of the last span compacted at a level (``meta[key]``; the epoch if none)."""
+    return utc(scalar(cur, schema.GET_META, [key]) or EPOCH)
 
 
 class MaintenanceMixin(StoreParts):
@@ -101,32 +113,46 @@ class MaintenanceMixin(StoreParts):
         return rows
 
     def compact_segments(self, now: datetime) -> int:
-        """Rewrite the closed segments (``retention.compact_segment_s``) of the days not yet
-        compacted whole, sorted as a closed day is, each once: the file then holds at most
-        about one segment in scrape order. ``meta.segments_compacted_until`` records how far
-        it has gone; the day is still compacted whole once closed (docs/storage.md, "The day
-        being written"). Returns the rows rewritten (0 when segments are off).
+        """Rewrite the closed spans of the days not yet compacted whole, sorted as a closed
+        day is, each once: first every closed span of ``SEGMENT_MERGE`` segments (six hours
+        by default), then the closed segments (``retention.compact_segment_s``) after them.
+        The file then holds at most about one segment in scrape order, and most of the day
+        being written in runs three segments long, which compress better (docs/storage.md,
+        "The day being written"); the day is still compacted whole once closed. ``meta``
+        records how far each level has gone. Returns the rows rewritten (0 when segments are
+        off).
         """
         seg = self.retention.compact_segment_s
         if not seg:
             return 0
-        hi = floor_to(utc(now) - self.retention.rollup_delay, seg)
+        merge = seg * SEGMENT_MERGE
         rows, cur = 0, self.cursor()
         with self._maintenance:
             try:
                 day = scalar(cur, Q["first_uncompacted_day"])
                 if day is None:
                     return 0
-                done = scalar(cur, schema.GET_META, [SEGMENTS_DONE])
-                lo = max(datetime(day.year, day.month, day.day), utc(done or EPOCH))
-                lo = floor_to(lo, seg)
-                while lo < hi:
-                    end = lo + timedelta(seconds=seg)
-                    mark = [SEGMENTS_DONE, end.isoformat()]
-                    n = self._rewrite_sorted(cur, lo, end, schema.SET_META, mark)
-                    rows, lo = rows + n, end
+                start = datetime(day.year, day.month, day.day)
+                if merge < DAY_S and DAY_S % merge == 0:
+                    lo = max(start, done_until(cur, MERGES_DONE))
+                    rows += self._compact_spans(cur, now, lo, merge, MERGES_DONE)
+                lo = max(start, done_until(cur, MERGES_DONE), done_until(cur, SEGMENTS_DONE))
+                rows += self._compact_spans(cur, now, lo, seg, SEGMENTS_DONE)
             finally:
                 cur.close()
+        return rows
+
+    def _compact_spans(
+        self, cur: duckdb.DuckDBPyConnection, now: datetime, lo: datetime, span: int, key: str
+    ) -> int:
+        """Rewrite sorted each closed ``span`` (seconds) from the one ``lo`` falls in,
+        recording each one's end in ``meta[key]``. Returns the rows rewritten."""
+        hi = floor_to(utc(now) - self.retention.rollup_delay, span)
+        lo, rows = floor_to(lo, span), 0
+        while lo < hi:
+            end = lo + timedelta(seconds=span)
+            rows += self._rewrite_sorted(cur, lo, end, schema.SET_META, [key, end.isoformat()])
+            lo = end
         return rows
 
     @staticmethod
