@@ -93,32 +93,36 @@ def test_a_day_compacted_in_segments_is_compacted_whole_once_closed(tmp_path: Pa
         assert store.compact(START + timedelta(days=1, hours=1, minutes=10)) == 0
 
 
-def test_closed_spans_of_three_segments_are_compacted_again_as_one_run(tmp_path: Path) -> None:
-    """At 05:30 (hour segments) 00:00-03:00 is compacted as one span and 03:00-05:00 as
-    two segments; at 07:30, 03:00-06:00 is compacted again as one (its segments undone) and
-    06:00-07:00 as a segment, 07:00-07:30 stays as scraped: each series is one run a span,
-    the rows are unchanged, and each level runs once."""
+def test_every_third_segment_boundary_the_day_so_far_is_compacted_as_one_run(
+    tmp_path: Path,
+) -> None:
+    """Hour segments: at 05:30, 00:00-03:00 is compacted as one run and 03:00-05:00 as two
+    segments; at 07:30 the day so far, 00:00-06:00, is compacted again as one run (the
+    earlier runs and segments undone) and 06:00-07:00 as a segment, 07:00-07:30 stays as
+    scraped: one run a series in each, the rows unchanged, and each step runs once."""
     with Store.open(tmp_path / "g.duckdb", retention=HOURS) as store:
         fill(store, 5 * 60)
         assert store.compact(START + timedelta(hours=5, minutes=30)) == 3 * 180 + 2 * 180
         fill(store, 150, start=START + timedelta(hours=5))
         before = every(store)
-        assert store.compact(START + timedelta(hours=7, minutes=30)) == 3 * 180 + 180
+        assert store.compact(START + timedelta(hours=7, minutes=30)) == 6 * 180 + 180
         assert every(store) == before
-        for lo_h, hi_h, length in ((0, 3, 180), (3, 6, 180), (6, 7, 60)):
+        for lo_h, hi_h, length in ((0, 6, 360), (6, 7, 60)):
             got = order(store, START + timedelta(hours=lo_h), START + timedelta(hours=hi_h))
             runs = [(sid, len(list(g))) for sid, g in groupby(s for s, _ in got)]
             assert [n for _, n in runs] == [length] * 3, (lo_h, runs)
+        still = order(store, START + timedelta(hours=7), START + timedelta(hours=8))
+        assert len({s for s, _ in still[:3]}) == 3  # as scraped: the series interleaved
         meta = "SELECT key, value FROM meta WHERE key LIKE '%compacted_until' ORDER BY key"
         assert rows(store, meta) == [
-            ("merges_compacted_until", "2025-03-04T06:00:00"),
+            ("day_prefix_compacted_until", "2025-03-04T06:00:00"),
             ("segments_compacted_until", "2025-03-04T07:00:00"),
         ]
         assert store.compact(START + timedelta(hours=7, minutes=30)) == 0  # each once
         assert every(store) == before
 
 
-def test_no_merge_level_where_three_segments_do_not_divide_a_day(tmp_path: Path) -> None:
+def test_no_day_prefix_step_where_three_segments_do_not_divide_a_day(tmp_path: Path) -> None:
     """90-minute segments (16 a day; three of them, 4.5 h, do not divide it): segments only."""
     retention = Retention(compact_segment_s=5400)
     with Store.open(tmp_path / "g.duckdb", retention=retention) as store:

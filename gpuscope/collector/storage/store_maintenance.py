@@ -27,12 +27,12 @@ from gpuscope.core.errors import UserError
 
 #: ``meta`` key: the end of the last segment of the day being written that is compacted.
 SEGMENTS_DONE = "segments_compacted_until"
-#: ``meta`` key: the end of the last span of ``SEGMENT_MERGE`` segments compacted as one.
-MERGES_DONE = "merges_compacted_until"
-#: Closed segments are compacted again as one, in threes (as Prometheus merges its 2-hour
-#: blocks into 6-hour ones), when three segments divide a day: a series' run three times
-#: as long compresses better, and each sample is rewritten once more.
-SEGMENT_MERGE = 3
+#: ``meta`` key: the end of the day's prefix last compacted as one run.
+PREFIX_DONE = "day_prefix_compacted_until"
+#: Every this many segments (six hours by default, where Prometheus merges its 2-hour
+#: blocks into 6-hour ones) the day so far is compacted again as one run, when that span
+#: divides a day: a series' run of 6, 12 or 18 hours compresses better than 2-hour runs.
+PREFIX_SEGMENTS = 3
 DAY_S = 86400
 DAY_DONE = Q["compact_done"]
 
@@ -113,19 +113,19 @@ class MaintenanceMixin(StoreParts):
         return rows
 
     def compact_segments(self, now: datetime) -> int:
-        """Rewrite the closed spans of the days not yet compacted whole, sorted as a closed
-        day is, each once: first every closed span of ``SEGMENT_MERGE`` segments (six hours
-        by default), then the closed segments (``retention.compact_segment_s``) after them.
-        The file then holds at most about one segment in scrape order, and most of the day
-        being written in runs three segments long, which compress better (docs/storage.md,
-        "The day being written"); the day is still compacted whole once closed. ``meta``
-        records how far each level has gone. Returns the rows rewritten (0 when segments are
-        off).
+        """Compact the day not yet compacted whole, sorted as a closed day is, in two
+        steps: at each closed multiple of ``PREFIX_SEGMENTS`` segments (six hours by
+        default) the day so far is rewritten as one run, once; then each closed segment
+        (``retention.compact_segment_s``) after it, once. The file then holds at most about
+        one segment in scrape order, and most of the day being written in one run a
+        series, which compresses better than runs of a segment (docs/storage.md, "The day
+        being written"); the day is still compacted whole once closed. ``meta`` records how
+        far each step has gone. Returns the rows rewritten (0 when segments are off).
         """
         seg = self.retention.compact_segment_s
         if not seg:
             return 0
-        merge = seg * SEGMENT_MERGE
+        step = seg * PREFIX_SEGMENTS
         rows, cur = 0, self.cursor()
         with self._maintenance:
             try:
@@ -133,27 +133,24 @@ class MaintenanceMixin(StoreParts):
                 if day is None:
                     return 0
                 start = datetime(day.year, day.month, day.day)
-                if merge < DAY_S and DAY_S % merge == 0:
-                    lo = max(start, done_until(cur, MERGES_DONE))
-                    rows += self._compact_spans(cur, now, lo, merge, MERGES_DONE)
-                lo = max(start, done_until(cur, MERGES_DONE), done_until(cur, SEGMENTS_DONE))
-                rows += self._compact_spans(cur, now, lo, seg, SEGMENTS_DONE)
+                if step < DAY_S and DAY_S % step == 0:
+                    hi = min(self._closed(now, step), start + timedelta(days=1))
+                    if hi > max(start, done_until(cur, PREFIX_DONE)):
+                        mark = [PREFIX_DONE, hi.isoformat()]
+                        rows += self._rewrite_sorted(cur, start, hi, schema.SET_META, mark)
+                lo = max(start, done_until(cur, PREFIX_DONE), done_until(cur, SEGMENTS_DONE))
+                while lo < (hi := self._closed(now, seg)):
+                    end = lo + timedelta(seconds=seg)
+                    mark = [SEGMENTS_DONE, end.isoformat()]
+                    rows += self._rewrite_sorted(cur, lo, end, schema.SET_META, mark)
+                    lo = end
             finally:
                 cur.close()
         return rows
 
-    def _compact_spans(
-        self, cur: duckdb.DuckDBPyConnection, now: datetime, lo: datetime, span: int, key: str
-    ) -> int:
-        """Rewrite sorted each closed ``span`` (seconds) from the one ``lo`` falls in,
-        recording each one's end in ``meta[key]``. Returns the rows rewritten."""
-        hi = floor_to(utc(now) - self.retention.rollup_delay, span)
-        lo, rows = floor_to(lo, span), 0
-        while lo < hi:
-            end = lo + timedelta(seconds=span)
-            rows += self._rewrite_sorted(cur, lo, end, schema.SET_META, [key, end.isoformat()])
-            lo = end
-        return rows
+    def _closed(self, now: datetime, span: int) -> datetime:
+        """The end of the last closed ``span`` (seconds): late batches waited for."""
+        return floor_to(utc(now) - self.retention.rollup_delay, span)
 
     @staticmethod
     def _rewrite_sorted(
