@@ -12,21 +12,16 @@ parameters only.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from datetime import datetime
-from itertools import compress
 from pathlib import Path
 from typing import Any, cast
 
 import duckdb
-import numpy as np
 import pyarrow as pa  # type: ignore[import-untyped]
 
-from gpuscope.collector.scraping.batch import Batch
 from gpuscope.collector.storage import schema
-from gpuscope.collector.storage.increases import LastValues
 from gpuscope.collector.storage.reader_gate import ReaderGate
 from gpuscope.collector.storage.schema import begin, migrate
 from gpuscope.collector.storage.store_alerts import AlertsMixin
@@ -40,64 +35,21 @@ from gpuscope.collector.storage.store_records import RecordsMixin
 
 # re-exported: the store's public names stay here
 from gpuscope.collector.storage.store_sql import (
-    INTERVAL_LABELS,
-    INTERVAL_TOUCH_S,
-    LABEL_COLUMNS,
-    WORKLOAD_INFO,
     BadBatch,
-    IntervalKey,
     Labels,
     Q,
     Retention,
-    SeriesKey,
-    check_time,
     is_duckdb_file,
-    json_records,
-    run_with,
     series_kind,
     utc,
 )
+from gpuscope.collector.storage.store_writer import WriterMixin
 from gpuscope.core.errors import UserError
 
 __all__ = ["BadBatch", "Retention", "Store", "series_kind", "utc"]
 
 
-@dataclass(frozen=True, eq=False, slots=True)
-class _Resolved:
-    """A batch's columns with the ids of its series (all known): held, so that the lists'
-    identity stands for their content as long as the entry lives."""
-
-    names: list[str]
-    labels: list[Labels]
-    sids: list[int]
-    workload_rows: tuple[int, ...]
-    #: The last page's workload intervals present, by which of its info rows were non-zero
-    #: (one entry, replaced): a steady page rebuilds no label dict per info row.
-    present: dict[tuple[bool, ...], dict[IntervalKey, dict[str, str]]] = field(default_factory=dict)
-
-    @classmethod
-    def of(cls, batch: Batch, sids: list[int]) -> _Resolved:
-        rows = tuple(i for i, name in enumerate(batch.names) if name == WORKLOAD_INFO)
-        return cls(batch.names, batch.labels, sids, rows)
-
-    def present_in(self, values: Sequence[float]) -> dict[IntervalKey, dict[str, str]]:
-        """The workload intervals a page of these columns with ``values`` shows."""
-        flags = tuple(bool(values[i]) for i in self.workload_rows)
-        hit = self.present.get(flags)
-        if hit is None:
-            rows = compress(self.workload_rows, flags)
-            labs = (dict(self.labels[i]) for i in rows)
-            hit = {_interval_key(lab): lab for lab in labs if lab}
-            self.present.clear()
-            self.present[flags] = hit
-        return hit
-
-
-def _interval_key(labels: Mapping[str, str]) -> IntervalKey:
-    return tuple(labels.get(k, "") for k in INTERVAL_LABELS)
-
-
-class Store(MaintenanceMixin, ReclaimMixin, RecordsMixin, AlertsMixin):
+class Store(WriterMixin, MaintenanceMixin, ReclaimMixin, RecordsMixin, AlertsMixin):
     """The collector's database. Open with :meth:`open`; close it (or use ``with``)."""
 
     def __init__(
@@ -120,26 +72,7 @@ class Store(MaintenanceMixin, ReclaimMixin, RecordsMixin, AlertsMixin):
         self._rewriting = threading.Event()
         #: Writes (scrape batches, records) that waited for a rewrite of the file.
         self.writes_waited = 0
-        self._ids: dict[SeriesKey, int] = {}
-        self._next_id = 0
-        #: each series' kind and last raw value, for the counter increases (increases.py)
-        self._last = LastValues()
-        self._open: dict[str, set[IntervalKey]] = {}
-        #: per target, the minute (INTERVAL_TOUCH_S) its open intervals' last_seen was set in
-        self._touched: dict[str, int] = {}
-        #: Per target, its last batch's columns once all its series had ids: a steady page
-        #: (the parser hands back the same lists) resolves without hashing a label set.
-        self._resolved: dict[str, _Resolved] = {}
-        if not read_only:
-            last = []
-            for sid, counter, raw, metric, *cols, extra in con.execute(Q["load_series"]).fetchall():
-                pairs = [(k, v) for k, v in zip(LABEL_COLUMNS, cols, strict=True) if v is not None]
-                self._ids[(metric, tuple(sorted(pairs + list(extra.items()))))] = sid
-                self._next_id = max(self._next_id, sid + 1)
-                last.append((sid, counter, raw))
-            self._last.define(last)
-            for target, *key in con.execute(Q["load_open_intervals"]).fetchall():
-                self._open.setdefault(target, set()).add(tuple(key))
+        self._load_writer_state(con, read_only)
 
     @classmethod
     def open(
@@ -304,203 +237,3 @@ class Store(MaintenanceMixin, ReclaimMixin, RecordsMixin, AlertsMixin):
             finally:
                 for name in tables:
                     self._con.unregister(name)
-
-    # -- samples ----------------------------------------------------------------------------
-
-    def append_scrape(self, batch: Batch, *, duration_s: float = 0.0) -> int:
-        """Store one scrape in one transaction; returns the sample rows stored.
-
-        ``batch.labels[i]`` are sorted by name; ``batch.types`` maps a family (a counter's
-        name without ``_total``) to its type. Series resolve through the in-memory cache, so
-        a steady-state batch inserts no series. A series twice in a batch keeps its last
-        (the scrape path has already dropped and counted such duplicates). A NaN or infinite
-        counter value is not stored and leaves the counter's last value as it was, so the
-        next sample is the increase since the last real value. Raises :class:`BadBatch`,
-        before any write, for a sample time outside 1970..2200.
-        Thread-safe: batches are resolved and written one at a time.
-        """
-        return self.append_cycle([(batch, duration_s)])[0]
-
-    def append_cycle(
-        self,
-        batches: Sequence[tuple[Batch, float]],
-        down: Sequence[tuple[str, float, float, str]] = (),
-    ) -> list[int]:
-        """Store a whole scrape cycle in one transaction; returns rows stored per batch.
-
-        ``batches`` are the targets that answered, each with its scrape duration; ``down``
-        the ones that did not, as (target, Unix time, duration, error). A transaction costs
-        a few milliseconds whatever its size, so a cycle of a thousand targets in one is
-        what keeps a 15 s interval affordable; the cycle is then also the unit of crash
-        safety (committed whole, or not at all).
-        """
-        with self._writing():
-            return self._append_many(batches, down)
-
-    def _append_many(
-        self,
-        batches: Sequence[tuple[Batch, float]],
-        down: Sequence[tuple[str, float, float, str]],
-    ) -> list[int]:
-        ids, new, next_id = self._ids, dict[SeriesKey, int](), self._next_id
-        all_sids: list[int] = []
-        all_secs: list[int] = []
-        all_values: list[float] = []
-        sizes: list[int] = []
-        #: each new series' kind from the types of the page it came in (TYPE per target)
-        kinds: dict[SeriesKey, str] = {}
-        get = ids.get
-        resolved: list[_Resolved | None] = []
-        for batch, _ in batches:
-            check_time(batch, batch.ts_ms)
-            memo = self._resolved.get(batch.target)
-            sids: list[int | None] | list[int]
-            if memo is not None and memo.names is batch.names and memo.labels is batch.labels:
-                sids = memo.sids
-            else:
-                memo = None
-                keys = list(zip(batch.names, batch.labels, strict=True))
-                found = [get(k) for k in keys]
-                if None in found:  # new series: ids in order of first appearance
-                    for i, sid in enumerate(found):
-                        if sid is None:
-                            found[i] = new.setdefault(keys[i], next_id + len(new))
-                            kinds.setdefault(keys[i], series_kind(keys[i][0], batch.types))
-                    sids = found
-                else:
-                    sids = cast(list[int], found)
-                    memo = _Resolved.of(batch, sids)
-            resolved.append(memo)
-            secs = batch.ts_ms // 1000
-            times = batch.timestamps_ms
-            if times is not None and times.count(None) != len(times):  # a C pass, no generator
-                given = [t for t in times if t is not None]
-                check_time(batch, min(given), max(given))
-                all_secs += [secs if t is None else t // 1000 for t in times]
-            else:
-                all_secs += [secs] * len(sids)
-            all_sids += sids  # type: ignore[arg-type]
-            all_values += batch.values
-            sizes.append(len(sids))
-        owner = np.repeat(np.arange(len(batches)), sizes)
-        self._last.define((sid, kinds[key] == "counter", None) for key, sid in new.items())
-        step = self._last.step(all_sids, all_values)
-        stored_by = np.bincount(owner[step.order][step.stored], minlength=len(batches))
-        counts: list[int] = stored_by.tolist()
-        raw = pa.array(step.raw, pa.float64(), mask=step.counter & np.isnan(step.raw))
-        times_s = np.asarray(all_secs, np.int64)[step.order]
-        sample_table = pa.table(
-            [pa.array(step.sids, pa.uint32()), pa.array(times_s, pa.timestamp("s")),
-             pa.array(step.value, pa.float64()), raw, pa.array(step.stored, pa.bool_())],
-            names=["series_id", "ts", "value", "raw", "stored"],
-        )  # fmt: skip
-        scrape_rows: list[tuple[str, datetime, bool, float, int, str | None]] = []
-        touch: dict[str, list[Any]] = {"target": [], "ts": []}
-        touched: dict[str, int] = {}
-        interval_work = []
-        for (batch, duration), n, memo in zip(batches, counts, resolved, strict=True):
-            ts = utc(batch.ts_ms / 1000)
-            scrape_rows.append((batch.target, ts, True, duration, n, None))
-            present = (
-                {
-                    _interval_key(lab): lab
-                    for i in range(len(batch))
-                    if batch.names[i] == WORKLOAD_INFO
-                    and batch.values[i]
-                    and (lab := dict(batch.labels[i]))
-                }
-                if memo is None
-                else memo.present_in(batch.values)
-            )
-            was_open = self._open.get(batch.target, set())
-            minute = batch.ts_ms // (INTERVAL_TOUCH_S * 1000)
-            if was_open & present.keys() and self._touched.get(batch.target) != minute:
-                touch["target"].append(batch.target)
-                touch["ts"].append(ts)
-                touched[batch.target] = minute
-            if present.keys() != was_open:
-                interval_work.append((batch.target, ts, present))
-            else:
-                self._open[batch.target] = set(present)
-        scrape_rows += [(t, utc(when), False, d, 0, err) for t, when, d, err in down]
-        cols = [list(c) for c in zip(*scrape_rows, strict=True)]
-        names = ("target", "ts", "up", "duration_s", "samples", "error")
-        scrapes = dict(zip(names, cols, strict=True)) if cols else {}  # bound as lists
-        tables = {"batch": sample_table}
-        if new:
-            tables["new_series"] = self._series_table(new, kinds)
-        first_ts = utc(batches[0][0].ts_ms / 1000) if batches else utc(0)
-        with self._transaction(**tables) as c:
-            if new:
-                c.execute(Q["insert_series"], {"ts": first_ts})
-            if all_sids:
-                c.execute(Q["append_samples"])
-                c.execute(Q["update_series"])
-                c.execute(Q["add_samples_stored"], {"n": sum(counts)})
-            if scrapes:
-                c.execute(Q["insert_scrapes"], scrapes)
-            if touch["target"]:
-                c.execute(Q["touch_intervals_many"], touch)
-            still_open = {
-                target: self._update_intervals(c, target, when, present)
-                for target, when, present in interval_work
-            }
-        ids.update(new)
-        self._next_id += len(new)
-        self._last.apply(step)
-        self._touched.update(touched)
-        self._open.update(still_open)
-        for (batch, _), memo in zip(batches, resolved, strict=True):
-            if memo is not None:
-                self._resolved[batch.target] = memo
-        return counts
-
-    @staticmethod
-    def _series_table(new: Mapping[SeriesKey, int], kinds: Mapping[SeriesKey, str]) -> pa.Table:
-        cols: dict[str, list[Any]] = {c: [] for c in ("series_id", "metric", "kind")}
-        cols.update({c: [] for c in (*LABEL_COLUMNS, "labels")})
-        for (metric, labels), sid in new.items():
-            rest = dict(labels)
-            cols["series_id"].append(sid)
-            cols["metric"].append(metric)
-            cols["kind"].append(kinds[(metric, labels)])
-            for column in LABEL_COLUMNS:
-                cols[column].append(rest.pop(column, None))
-            cols["labels"].append(list(rest.items()))
-        types_ = {"series_id": pa.uint32(), "labels": pa.map_(pa.string(), pa.string())}
-        return pa.table({k: pa.array(v, types_.get(k, pa.string())) for k, v in cols.items()})
-
-    def _update_intervals(
-        self,
-        con: duckdb.DuckDBPyConnection,
-        target: str,
-        ts: datetime,
-        present: Mapping[IntervalKey, Mapping[str, str]],
-    ) -> set[IntervalKey]:
-        """Close ``target``'s intervals that left, open those that came; returns the open.
-
-        The still-open intervals' ``last_seen`` is the caller's (a cycle touches all its
-        targets in one statement, once a minute).
-        """
-        was_open, params = self._open.get(target, set()), {"ts": ts, "target": target}
-        gone = was_open - present.keys()
-        if gone:
-            rows = [dict(zip(INTERVAL_LABELS, k, strict=True)) for k in gone]
-            run_with(con, "gone", json_records(rows, ()), Q["close_intervals"], params)
-        opened = [lab for k, lab in present.items() if k not in was_open]
-        if opened:
-            run_with(con, "opened", json_records(opened, ()), Q["open_intervals"], params)
-        return set(present)
-
-    def record_scrape(
-        self,
-        target: str,
-        ts: datetime | float,
-        *,
-        up: bool,
-        duration_s: float = 0.0,
-        error: str | None = None,
-    ) -> None:
-        """Record a scrape that stored no samples (``up=False``, with its error)."""
-        with self._transaction() as con:
-            con.execute(Q["insert_scrape"], [target, utc(ts), up, duration_s, 0, error])
