@@ -42,7 +42,6 @@ from gpuscope.collector.scraping.scrape import (
     page_to_outcome,
 )
 from gpuscope.collector.scraping.scrape_loop import ScrapeLoop
-from tests.conftest import free_port
 from tests.integration.helpers import ENV
 
 pytestmark = pytest.mark.integration
@@ -58,14 +57,13 @@ SERVER = textwrap.dedent(
     import sys, threading
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
     page = open(sys.argv[1], "rb").read()
-    churning = int(sys.argv[2])
-    ports = [int(p) for p in sys.argv[3:]]
+    churning, count = int(sys.argv[2]), int(sys.argv[3])
     n = [0]
     class H(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
         def log_message(self, *a): pass
         def do_GET(self):
-            if self.server.server_address[1] in ports[len(ports) - churning:]:
+            if self.server.server_address[1] in ports[count - churning:]:
                 n[0] += 1
                 body = "".join(
                     f'evil_ratio{{id="{n[0]}-{i}"}} 1\\n' for i in range(20000)
@@ -77,10 +75,13 @@ SERVER = textwrap.dedent(
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
             self.wfile.write(body)
-    for p in ports:
-        s = ThreadingHTTPServer(("127.0.0.1", p), H)
+    # each server on a port of its own choosing, reported back: a port picked by the test
+    # and bound here later could be taken meanwhile by another test's process
+    servers = [ThreadingHTTPServer(("127.0.0.1", 0), H) for _ in range(count)]
+    ports = [s.server_address[1] for s in servers]
+    for s in servers:
         threading.Thread(target=s.serve_forever, daemon=True).start()
-    print("ready", flush=True)
+    print("ready", *ports, flush=True)
     sys.stdin.read()
     """
 )
@@ -123,15 +124,17 @@ def test_healthy_targets_keep_their_scrapes_beside_a_churning_one(tmp_path: Path
     # ms (the healthy cost is the most of 5 parses, the first included)
     budget = churning_cpu / 4
     assert healthy_cpu < budget / 2, (healthy_cpu, churning_cpu)
-    ports = [free_port() for _ in range(HEALTHY + CHURNING)]
     cores = sorted(os.sched_getaffinity(0))
     mine, theirs = {cores[0]}, set(cores[1:]) or {cores[0]}
     server = subprocess.Popen(
         ["taskset", "-c", ",".join(map(str, sorted(theirs))), sys.executable, "-c", SERVER,
-         str(tmp_path / "agent.prom"), str(CHURNING), *map(str, ports)],
+         str(tmp_path / "agent.prom"), str(CHURNING), str(HEALTHY + CHURNING)],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
     )  # fmt: skip
-    assert server.stdout is not None and server.stdout.readline().strip() == "ready"
+    assert server.stdout is not None
+    word, *given = server.stdout.readline().split()
+    assert word == "ready" and len(given) == HEALTHY + CHURNING
+    ports = [int(p) for p in given]
     urls = [f"http://127.0.0.1:{p}/metrics" for p in ports]
     healthy, churning = urls[:HEALTHY], urls[HEALTHY:]
     seen: dict[str, list[float]] = {u: [] for u in urls}
