@@ -432,7 +432,7 @@ def run(
             key=True,
         ),
         Figure(
-            "same, the day being written at its end (two-hour segments compacted)",
+            "same, the day being written at its end (segments, the day so far as one run)",
             res["running_day"] / n,
             "B/sample",
             notes=f"the file alone {res['running_day_file'] / n:.2f} B/sample, the rest "
