@@ -27,6 +27,7 @@ import aiohttp
 import yarl
 
 from gpuscope.collector.scraping.batch import Batch, Labels
+from gpuscope.collector.scraping.cpu_budget import own_cpu_seconds
 from gpuscope.collector.scraping.dcgm_ingest import dcgm_batch
 from gpuscope.collector.scraping.fetch import (
     ACCEPT,
@@ -209,11 +210,11 @@ class Scraper:
         """Parse and check a page; the caller holds ``_PARSE_LOCK``."""
         with self._caches_lock:
             cache = self._caches.setdefault(target.url, TargetCache())
-        cpu = time.thread_time()
+        cpu = own_cpu_seconds()  # garbage collection is not the page's (cpu_budget.py)
         try:
             outcome = page_to_outcome(target, body, started, limits=self.limits, cache=cache)
         finally:  # a page refused by a limit cost CPU up to the refusal too
-            self.cpu_spent[target.url] = time.thread_time() - cpu
+            self.cpu_spent[target.url] = own_cpu_seconds() - cpu
         return dataclasses.replace(outcome, cpu_seconds=self.cpu_spent[target.url])
 
     def forget(self, keep: Sequence[Target]) -> None:
