@@ -139,7 +139,8 @@ class MaintenanceMixin(StoreParts):
                         mark = [PREFIX_DONE, hi.isoformat()]
                         rows += self._rewrite_sorted(cur, start, hi, schema.SET_META, mark)
                 lo = max(start, done_until(cur, PREFIX_DONE), done_until(cur, SEGMENTS_DONE))
-                while lo < (hi := self._closed(now, seg)):
+                lo, hi = floor_to(lo, seg), self._closed(now, seg)  # a segment size changed
+                while lo < hi:
                     end = lo + timedelta(seconds=seg)
                     mark = [SEGMENTS_DONE, end.isoformat()]
                     rows += self._rewrite_sorted(cur, lo, end, schema.SET_META, mark)
