@@ -85,9 +85,15 @@ class _GpuSlot:
     free_instances: list[str] = field(default_factory=list)
 
     def used(self, start: float, end: float) -> float:
-        """The share of the GPU taken by holders overlapping [start, end) (an upper bound
-        on what is taken at any instant there)."""
-        return sum(share for s, e, share in self.uses if s < end and start < e)
+        """The most of the GPU taken at any instant of [start, end) (holders that follow
+        one another on a shared GPU do not add up)."""
+        overlapping = [(s, e, share) for s, e, share in self.uses if s < end and start < e]
+        if len(overlapping) < 2:
+            return sum(share for *_, share in overlapping)
+        instants = {max(start, s) for s, _, _ in overlapping}
+        return max(
+            sum(share for s, e, share in overlapping if s <= t < e) for t in instants
+        )
 
 
 class SimulatedCluster:

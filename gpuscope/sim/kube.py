@@ -300,6 +300,8 @@ def pod_json(
         "terminationGracePeriodSeconds": 30,
         "tolerations": [{"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}],
     }
+    if not w.preempts:
+        spec["preemptionPolicy"] = "Never"
     if w.priority:
         spec["priorityClassName"] = "preemptible" if w.priority < 0 else "high-priority"
     if w.kind == "interactive":

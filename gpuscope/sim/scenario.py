@@ -114,6 +114,10 @@ class WorkloadSpec(Spec):
     memory_fraction: Annotated[float, Bounds(ge=0, le=1)] = 0.7
     priority: int = 0
     preemptible: bool = False
+    #: Whether it may preempt lower-priority pods (its pods' ``preemptionPolicy``; a
+    #: pending planted job that must stay pending, such as the blocked 4-GPU job, has
+    #: ``Never``: waiting is its story).
+    preempts: bool = True
     labels: dict[str, str] = field(default_factory=dict)
     annotations: dict[str, str] = field(default_factory=dict)
 
@@ -207,6 +211,7 @@ def topology_story() -> WorkloadSpec:
         replicas=2,
         start=-20 * 60,
         pending=True,
+        preempts=False,
         labels={"kueue.x-k8s.io/pod-group-name": TOPOLOGY_STORY_GROUP},
         annotations={
             "kueue.x-k8s.io/pod-group-total-count": "2",
@@ -315,6 +320,7 @@ def default_scenario(
             gpus=4,
             start=-30 * 60,
             pending=True,
+            preempts=False,
         )
     )
     # research: notebooks; two in three went idle 40 minutes after they started

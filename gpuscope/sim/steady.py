@@ -37,6 +37,7 @@ blocked by, the quota story) is the scenario's own.
 
 from __future__ import annotations
 
+import heapq
 import math
 import random
 from dataclasses import dataclass, field
@@ -62,21 +63,15 @@ SHORTEST_HOURS = 0.5
 LONGEST_HOURS = 4 * 24.0
 #: The loop's step: arrivals and starts happen within these.
 TICK = 600.0
-#: A multi-GPU job that has waited this long gets a node kept for it (at most
-#: MAX_RESERVED at once).
-RESERVE_AFTER = 2 * HOUR
-MAX_RESERVED = 2
+#: The background's priority: below every planted pod's, so a planted pod that starts
+#: preempts what runs on its GPUs (as kube-scheduler's DefaultPreemption would), and
+#: background pods never preempt each other.
+BACKGROUND_PRIORITY = -20
 WEEK = 7 * DAY
-
-
-@dataclass
-class _Slot:
-    """A GPU's holders as (start, end, share); those over before now are dropped."""
-
-    uses: list[tuple[float, float, float]] = field(default_factory=list)
-
-    def taken(self, start: float, end: float) -> float:
-        return sum(share for s, e, share in self.uses if s < end and start < e)
+#: Milli-GPU: GPU requests scored in integers, as kube-scheduler scores extended resources.
+MILLI = 1000
+#: A node's allocatable memory in MiB (gpuscope/sim/kube.py's node objects: 2111541248Ki).
+NODE_MEMORY_MIB = 2_111_541_248 // 1024
 
 
 @dataclass
@@ -142,102 +137,159 @@ def _scheduled(rng: random.Random, start: float, cutoff: float, phase: float) ->
     return [j for j in jobs if start <= j.arrival < cutoff]
 
 
+@dataclass(eq=False)
+class _Holder:
+    """A background job running on a node: its GPUs, share and requests, and its end
+    (moved earlier when a planted pod preempts it)."""
+
+    spec: int  # its index in the output
+    node: str
+    gpus: tuple[int, ...]
+    share: float
+    cpu: int
+    memory: int
+    end: float
+    gone: bool = False
+
+
+@dataclass(eq=False)
+class _Node:
+    """What the scheduler knows of a node now: each GPU's share taken, CPU and memory
+    requested, the background pods on it."""
+
+    name: str
+    taken: list[float]
+    cpu: int = 0
+    memory: int = 0
+    holders: list[_Holder] = field(default_factory=list)
+
+
+def pod_memory_mib(gpus: int, fraction: float) -> int:
+    """Host memory a pod requests (gpuscope/sim/kube.py writes the same into its object)."""
+    return 1024 * (16 + 96 * gpus if fraction >= 1 else 8 + round(96 * fraction))
+
+
+def _cpu(job: _Job) -> int:
+    # CPUs in proportion to the GPU share (a node has 16 cores a GPU): GPUs, not CPUs,
+    # decide where a job fits, here and in any replay of it
+    return max(1000, round(14_000 * job.demand))
+
+
 class _Loop:
-    def __init__(self, planted: Scenario) -> None:
+    """The background's scheduler: kube-scheduler's default profile as it places GPU pods,
+    event by event (module docstring)."""
+
+    def __init__(self, planted: Scenario, rng: random.Random) -> None:
         cluster = SimulatedCluster(planted)
-        self.nodes = [n.name for n in planted.nodes if n.gpus and not n.mig_profile]
-        self.slots = {n: [_Slot() for _ in range(planted.node(n).gpus)] for n in self.nodes}
-        self.capacity = sum(len(s) for s in self.slots.values())
-        self.planted: list[tuple[float, float, float]] = []
+        self.rng = rng
+        specs = [n for n in planted.nodes if n.gpus and not n.mig_profile]
+        self.nodes = {n.name: _Node(n.name, [0.0] * n.gpus) for n in specs}
+        self.order = [n.name for n in specs]
+        self.cpu_total = {n.name: n.cpu_milli for n in specs}
+        self.capacity = sum(len(n.taken) for n in self.nodes.values())
+        #: (time, 0 = ends / 1 = starts, node, GPU indices, share, cpu, memory)
+        self.planted: list[tuple[float, int, str, tuple[int, ...], float, int, int]] = []
         for pod in cluster.pods:
-            if pod.node not in self.slots:
+            if pod.node not in self.nodes or not pod.assignments:
                 continue
-            end = math.inf if pod.end is None else pod.end
-            for a in pod.assignments:
-                self.slots[pod.node][a.gpu_index].uses.append((pod.start, end, a.share))
-                self.planted.append((pod.start, end, a.share))
-        self.running: list[tuple[float, float]] = []  # (end, demand) of started jobs
-        self._views: dict[str, tuple[list[float], list[float]]] = {}
-        #: node -> the job it is kept for (a big job that has waited too long)
-        self.reserved: dict[str, str] = {}
+            w = pod.workload
+            idx = tuple(a.gpu_index for a in pod.assignments)
+            share = pod.assignments[0].share
+            use = (pod.node, idx, share, w.cpu_milli, pod_memory_mib(w.gpus, w.gpu_fraction))
+            self.planted.append((pod.start, 1, *use))
+            if pod.end is not None:
+                self.planted.append((pod.end, 0, *use))
+        self.planted.sort(key=lambda e: (e[0], e[1]))
+        self.spans = [(e[0], e[4] * len(e[3]), e[1]) for e in self.planted]
 
     def planted_at(self, t: float) -> float:
-        return sum(share for s, e, share in self.planted if s <= t < e)
+        """GPUs the planted pods hold at t."""
+        return sum(share if kind else -share for at, share, kind in self.spans if at <= t)
 
-    def view(self, node: str, t: float) -> tuple[list[float], list[float]]:
-        """Per GPU of ``node``: the share taken at any time in the next tick and shortest
-        run, and when its next holder starts (cached for the tick, until a placement)."""
-        got = self._views.get(node)
-        if got is None:
-            soon = t + (SHORTEST_HOURS * HOUR + TICK)
-            slots = self.slots[node]
-            taken = [s.taken(t, soon) for s in slots]
-            # holders that start after this tick (those within it count as taken)
-            later = t + TICK
-            nxt = [min((u[0] for u in s.uses if u[0] > later), default=math.inf) for s in slots]
-            got = self._views[node] = (taken, nxt)
-        return got
+    def score(self, node: _Node, job: _Job, cpu: int, memory: int) -> int | None:
+        """NodeResourcesFit's LeastAllocated score (cpu, memory and nvidia.com/gpu, weight
+        1 each, the pod counted in), None where the pod does not fit."""
+        if job.fraction >= 1:
+            if sum(1 for x in node.taken if x <= 1e-9) < job.gpus:
+                return None
+        elif not any(1 - x >= job.fraction - 1e-9 for x in node.taken):
+            return None
+        cpu_total = self.cpu_total[node.name]
+        if node.cpu + cpu > cpu_total or node.memory + memory > NODE_MEMORY_MIB:
+            return None
+        gpu_total = len(node.taken) * MILLI
+        gpu_used = round(sum(node.taken) * MILLI) + round(job.demand * MILLI)
+        parts = (
+            (cpu_total - node.cpu - cpu) * 100 // cpu_total,
+            (NODE_MEMORY_MIB - node.memory - memory) * 100 // NODE_MEMORY_MIB,
+            (gpu_total - gpu_used) * 100 // gpu_total,
+        )
+        return sum(parts) // len(parts)
 
-    def place(
-        self, job: _Job, t: float, begin: float, end: float
-    ) -> tuple[str, tuple[int, ...], float] | None:
-        """LeastAllocated: the node with the most whole GPUs free; a fraction on the fullest
-        GPU it fits (packed, as GPU-sharing schedulers do). A GPU must be free for the
-        shortest run at least; the job ends early where a planted workload takes one of
-        its GPUs later (its end, the third value)."""
-        best: tuple[float, str, tuple[int, ...], float] | None = None
-        for node in self.nodes:
-            if self.reserved.get(node, job.name) != job.name:
+    def place(self, job: _Job, now: float, only: str | None = None) -> _Holder | None:
+        """The job on the best-scoring node (ties at random, as kube-scheduler's
+        selectHost), on its lowest-indexed free GPUs (a fraction: the fullest GPU it fits);
+        None when no node fits. ``only``: the one node that may have room now."""
+        cpu, memory = _cpu(job), pod_memory_mib(job.gpus, job.fraction)
+        best: int | None = None
+        tied: list[_Node] = []
+        for name in (only,) if only is not None else self.order:
+            node = self.nodes[name]
+            s = self.score(node, job, cpu, memory)
+            if s is None:
                 continue
-            taken, nxt = self.view(node, t)
-            whole = [i for i, x in enumerate(taken) if x <= 1e-9]
-            if job.fraction >= 1:
-                if len(whole) >= job.gpus and (best is None or len(whole) > best[0]):
-                    chosen = sorted(whole, key=lambda i: -nxt[i])[: job.gpus]
-                    best = (len(whole), node, tuple(sorted(chosen)), min(nxt[i] for i in chosen))
-                continue
-            fits = [i for i, x in enumerate(taken) if 1 - x >= job.fraction - 1e-9]
-            if fits:
-                i = max(fits, key=lambda k: (taken[k], nxt[k], -k))
-                score = len(whole) - 8 * taken[i]  # prefer a shared GPU, then room
-                if best is None or score > best[0]:
-                    best = (score, node, (i,), nxt[i])
+            if best is None or s > best:
+                best, tied = s, [node]
+            elif s == best:
+                tied.append(node)
         if best is None:
             return None
-        _, node, indices, until = best
-        self.reserved = {n: j for n, j in self.reserved.items() if j != job.name}
-        end = min(end, until)
-        for i in indices:
-            self.slots[node][i].uses.append((begin, end, job.fraction))
-        self._views.pop(node, None)
-        return node, indices, end
+        node = tied[self.rng.randrange(len(tied))] if len(tied) > 1 else tied[0]
+        if job.fraction >= 1:
+            gpus = tuple([i for i, x in enumerate(node.taken) if x <= 1e-9][: job.gpus])
+        else:
+            fits = [i for i, x in enumerate(node.taken) if 1 - x >= job.fraction - 1e-9]
+            gpus = (max(fits, key=lambda k: (node.taken[k], -k)),)
+        holder = _Holder(-1, node.name, gpus, job.fraction, cpu, memory, now + job.duration)
+        self._take(node, holder)
+        return holder
 
-    def reserve(self, job: _Job, t: float) -> None:
-        """Keep a node for ``job`` from now on (no one else starts there): the one where
-        enough GPUs are free soonest, as gang schedulers (Kueue, KAI) do for a job that
-        has waited too long, so a big job waits hours, not forever."""
-        if job.name in self.reserved.values() or len(self.reserved) >= MAX_RESERVED:
-            return
-        ready: dict[str, float] = {}
-        for n in self.nodes:
-            if n in self.reserved or len(self.slots[n]) < job.gpus:
-                continue
-            # when each GPU's current holders are done (a planted holder that comes later
-            # only cuts the job short, as placing it does)
-            free_at = sorted(max((u[1] for u in s.uses if u[0] <= t), default=t)
-                             for s in self.slots[n])  # fmt: skip
-            ready[n] = free_at[job.gpus - 1]
-        if ready:
-            node = min(ready, key=lambda n: (ready[n], n))
-            if ready[node] < math.inf:
-                self.reserved[node] = job.name
+    def _take(self, node: _Node, h: _Holder) -> None:
+        for i in h.gpus:
+            node.taken[i] += h.share
+        node.cpu += h.cpu
+        node.memory += h.memory
+        node.holders.append(h)
 
-    def prune(self, t: float) -> None:
-        self._views.clear()
-        for slots in self.slots.values():
-            for s in slots:
-                s.uses = [u for u in s.uses if u[1] > t]
-        self.running = [r for r in self.running if r[0] > t]
+    def release(self, h: _Holder) -> None:
+        node = self.nodes[h.node]
+        for i in h.gpus:
+            node.taken[i] = max(0.0, node.taken[i] - h.share)
+        node.cpu -= h.cpu
+        node.memory -= h.memory
+        node.holders.remove(h)
+        h.gone = True
+
+    def planted_event(
+        self, event: tuple[float, int, str, tuple[int, ...], float, int, int]
+    ) -> list[_Holder]:
+        """A planted pod starts (preempting the background pods on its GPUs, which end
+        now) or ends; returns the preempted."""
+        at, starts, name, idx, share, cpu, memory = event
+        node = self.nodes[name]
+        sign = 1 if starts else -1
+        victims: list[_Holder] = []
+        if starts:
+            full = {i for i in idx if node.taken[i] + share > 1 + 1e-9}
+            victims = [h for h in node.holders if full & set(h.gpus)]
+            for h in victims:
+                h.end = at
+                self.release(h)
+        for i in idx:
+            node.taken[i] = max(0.0, node.taken[i] + sign * share)
+        node.cpu += sign * cpu
+        node.memory += sign * memory
+        return victims
 
 
 def steady_workloads(
@@ -256,51 +308,87 @@ def steady_workloads(
     guarantees = {p.name: p.guaranteed_gpus for p in planted.projects}
     weighted = tuple((n, guarantees.get(n) or 1.0) for n in namespaces)
     rng = random.Random(planted.seed * 7919 + 21)  # noqa: S311 (a seeded simulation)
-    loop = _Loop(planted)
+    loop = _Loop(planted, random.Random(planted.seed * 7919 + 22))  # noqa: S311
     fixed = sorted(_scheduled(rng, start, cutoff, phase), key=lambda j: j.arrival)
-    queue: list[_Job] = []
-    out: list[WorkloadSpec] = []
+    planted_events = [e for e in loop.planted if e[0] >= start]
+    # planted pods already running at the start hold their GPUs from then on
+    for e in (e for e in loop.planted if e[0] < start):
+        loop.planted_event(e)
+    placed: list[tuple[_Job, _Holder, float]] = []  # (job, where, start)
+    queue: list[_Job] = []  # waiting, in queue order (one priority: creation time)
+    ends: list[tuple[float, int, _Holder]] = []
     made = 0
+    seq = 0
+
+    def start_job(job: _Job, h: _Holder, now: float) -> None:
+        nonlocal seq
+        h.spec = len(placed)
+        h.end = min(h.end, cutoff)
+        placed.append((job, h, now))
+        seq += 1
+        heapq.heappush(ends, (h.end, seq, h))
+
+    def retry(node: str, now: float) -> None:
+        """The waiting pods, in queue order, on the node that gained room: it is the only
+        place any of them can fit now (each fitted nowhere when last tried)."""
+        for job in list(queue):
+            h = loop.place(job, now, only=node)
+            if h is not None:
+                queue.remove(job)
+                start_job(job, h, now)
+
+    def advance(until: float) -> None:
+        """Every event before ``until`` in time order: ends, then planted pods, then
+        arrivals."""
+        while True:
+            t_end = ends[0][0] if ends else math.inf
+            t_pl = planted_events[0][0] if planted_events else math.inf
+            t_arr = arrivals[0].arrival if arrivals else math.inf
+            now = min(t_end, t_pl, t_arr)
+            if now >= until:
+                return
+            if t_end == now:
+                _, _, h = heapq.heappop(ends)
+                if not h.gone and h.end == now:
+                    loop.release(h)
+                    retry(h.node, now)
+            elif t_pl == now:
+                event = planted_events.pop(0)
+                for victim in loop.planted_event(event):
+                    retry(victim.node, now)
+                if not event[1]:
+                    retry(event[2], now)
+            else:
+                job = arrivals.pop(0)
+                got = loop.place(job, now)
+                if got is None:
+                    queue.append(job)
+                else:
+                    start_job(job, got, now)
+
+    arrivals: list[_Job] = []
     t = start
     while t < cutoff:
-        loop.prune(t)
         while fixed and fixed[0].arrival < t + TICK:
-            queue.append(fixed.pop(0))
+            arrivals.append(fixed.pop(0))
         want = target * loop.capacity - loop.planted_at(t)
         # jobs that have waited over an hour no longer count: a big job stuck behind
         # fragmentation must not stop the others from arriving
         fresh = sum(j.demand for j in queue if j.arrival > t - HOUR)
-        have = sum(d for _, d in loop.running) + fresh
+        running = sum(h.share * len(h.gpus) for _, h, _ in placed if not h.gone and h.end > t)
+        have = running + fresh + sum(j.demand for j in arrivals)
         while have < want:
             job = _training(rng, made, t, weighted)
             made += 1
-            queue.append(job)
+            arrivals.append(job)
             have += job.demand
-        queue.sort(key=lambda j: j.arrival)
-        waiting: list[_Job] = []
-        too_big = math.inf  # the smallest whole-GPU count that did not fit this tick
-        for job in queue:
-            begin = max(t, job.arrival)
-            end = min(begin + job.duration, cutoff)
-            got = None
-            kept = job.name in loop.reserved.values()
-            hopeless = job.fraction >= 1 and job.gpus >= too_big and not kept
-            if begin < cutoff and job.arrival < t + TICK and not hopeless:
-                got = loop.place(job, t, begin, end)
-            if got is None:
-                if job.fraction >= 1 and not kept:
-                    too_big = min(too_big, job.gpus)
-                if job.gpus >= 2 and t - job.arrival >= RESERVE_AFTER:
-                    loop.reserve(job, t)
-                waiting.append(job)
-                continue
-            node, indices, end = got
-            loop.running.append((end, job.demand))
-            out.append(_spec(job, (node, indices), begin, end))
-        queue = waiting
+        arrivals.sort(key=lambda j: j.arrival)
+        advance(min(t + TICK, cutoff))
         t += TICK
+    advance(cutoff)
+    out = [_spec(job, (h.node, h.gpus), begin, h.end) for job, h, begin in placed]
     # what never found room waited, Pending, until the end of the background
-    out += [_pending(job, cutoff) for job in queue if job.arrival < cutoff]
+    out += [_pending(job, cutoff) for job in queue + arrivals if job.arrival < cutoff]
     return out
 
 
@@ -308,7 +396,8 @@ def _pending(job: _Job, cutoff: float) -> WorkloadSpec:
     return WorkloadSpec(
         name=job.name, namespace=job.namespace, kind=job.kind, gpus=job.gpus,
         gpu_fraction=min(1.0, job.fraction), start=math.floor(job.arrival), end=cutoff,
-        pending=True, utilization=round(job.utilization, 3),
+        pending=True, utilization=round(job.utilization, 3), cpu_milli=_cpu(job),
+        preemptible=job.kind == "batch", priority=BACKGROUND_PRIORITY, labels=job.labels,
     )  # fmt: skip
 
 
@@ -329,12 +418,10 @@ def _spec(job: _Job, got: tuple[str, tuple[int, ...]], begin: float, end: float)
         arrival=math.floor(job.arrival) if waited else None,
         utilization=round(job.utilization, 3),
         active_seconds=job.active_seconds,
-        # CPUs in proportion to the GPU share (a node has 16 cores a GPU): GPUs, not CPUs,
-        # decide where a job fits, here and in any replay of it
-        cpu_milli=max(1000, round(14_000 * job.demand)),
+        cpu_milli=_cpu(job),
         memory_fraction=0.3 if job.kind == "interactive" else 0.6,
         preemptible=job.kind == "batch",
-        priority=-10 if job.kind == "batch" else 0,
+        priority=BACKGROUND_PRIORITY,
         ib_load=0.2 if job.gpus >= 8 else 0.0,
         labels=job.labels,
     )

@@ -20,6 +20,7 @@ stop" are taken at the last arrival.
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import logging
 import random
@@ -28,6 +29,7 @@ from dataclasses import dataclass
 
 from gpuscope.analytics.placement.allocation import NodeState
 from gpuscope.analytics.placement.fragmentation import TaskMix, learn_task_mix, node_placements
+from gpuscope.analytics.whatif import preemption
 from gpuscope.analytics.whatif.events import MILLI, Inventory, PodEvent, Request
 from gpuscope.analytics.whatif.nodes import Signature, SimNode, kind_key
 from gpuscope.analytics.whatif.policies import (
@@ -58,6 +60,7 @@ class _Placed:
     request: Request
     started: float
     key: str = ""
+    priority: int = 0
 
 
 def _request_key(req: Request) -> RequestKey:
@@ -179,6 +182,23 @@ class _Cluster:
         self._move(i)
         return _Placed(i, gpus, req, now)
 
+    def restore(self, placed: _Placed) -> None:
+        """Take back exactly what ``placed`` held (a preemption's trial undone)."""
+        node = self.nodes[placed.node]
+        share = placed.request.share_milli
+        for g in placed.gpus:
+            node.gpus[g] -= share
+        node.cpu -= placed.request.task.cpu_milli
+        if self.templates[node.kind].memory_mib_total:
+            node.memory -= placed.request.task.memory_mib
+        for profile, count in placed.request.mig:
+            node.mig[profile] -= count
+        self.allocated += share * len(placed.gpus)
+        self._move(placed.node)
+
+    def fits(self, i: int, req: Request) -> bool:
+        return self.score(self.node_sid[i], req, _request_key(req)) is not None
+
     def release(self, placed: _Placed) -> None:
         node = self.nodes[placed.node]
         share = placed.request.share_milli
@@ -235,6 +255,8 @@ def replay(
     or ``first`` (default: the policy's own, :data:`gpuscope.analytics.whatif.policies.TIES`)."""
     if policy not in POLICIES:
         raise ValueError(f"unknown policy {policy!r}; expected one of {', '.join(POLICIES)}")
+    arrived_events = len(events)
+    events = list(events)  # preempted pods' replacements are appended
     order = sorted(range(len(events)), key=lambda j: (events[j].arrive, j))
     if mix is None:
         mix = learn_task_mix([e.request.task for e in events])
@@ -245,7 +267,8 @@ def replay(
     every = max(1, len(events) // max(1, samples))
     departures: list[tuple[float, int, _Placed]] = []
     queue: dict[int, PodEvent] = {}  # event index -> event, in arrival order
-    waiting: dict[RequestKey, list[int]] = {}  # the queue by request type, arrival order
+    # the queue by request type and priority, arrival order
+    waiting: dict[tuple[RequestKey, int], list[int]] = {}
     position = {j: n for n, j in enumerate(order)}
     waited: dict[int, float] = {}
     started = 0
@@ -253,25 +276,78 @@ def replay(
     arrived_milli = 0
     timeline: list[Sample] = []
     running: dict[int, _Placed] = {}
+    finished: dict[int, _Placed] = {}
     ended: dict[int, float] = {}
     last_arrival = events[order[-1]].arrive if order else 0.0
     end = max(until if until is not None else last_arrival, last_arrival)
     at_stop: tuple[int, tuple[tuple[int, int], ...], float] | None = None
 
+    on_node: dict[int, set[int]] = {}
+    preempted = 0
+    by_name = {n.name: i for i, n in enumerate(inventory.nodes)}
+
     def start(j: int, event: PodEvent, now: float, node: int | None = None) -> bool:
         nonlocal started, queued_gpu_seconds
+        victims: list[tuple[int, _Placed]] = []
+        if node is None and event.node is not None:  # running where the window starts
+            real = by_name.get(event.node)
+            node = real if real is not None and cluster.fits(real, event.request) else None
         if node is None:
             node = cluster.choose(event.request)
         if node is None:
+            node = preempt(event, now, victims)
+        if node is None:
             return False
         placed = cluster.place(node, event.request, now)
-        placed.key = event.key
+        placed.key, placed.priority = event.key, event.priority
         running[j] = placed
-        started += 1
+        on_node.setdefault(node, set()).add(j)
+        started += j < arrived_events  # a replacement's start is its job's second
         queued_gpu_seconds += (now - event.arrive) * event.request.gpu_milli / MILLI
         if event.duration is not None:
             heapq.heappush(departures, (now + event.duration, j, placed))
+        for k, victim in victims:
+            requeue(k, victim, now)
         return True
+
+    def preempt(event: PodEvent, now: float, victims: list[tuple[int, _Placed]]) -> int | None:
+        """The node DefaultPreemption frees for ``event``, its victims ended now and added
+        to ``victims`` (:mod:`gpuscope.analytics.whatif.preemption`); None when none can be
+        freed."""
+        nonlocal preempted
+        if not event.preempts or not running:
+            return None
+        if min(p.priority for p in running.values()) >= event.priority:
+            return None
+        choice = preemption.choose(cluster, event.request, event.priority, on_node, running)
+        if choice is None:
+            return None
+        for k in choice.victims:
+            victims.append((k, running[k]))
+            stop(k, now)
+            preempted += 1
+        return choice.node
+
+    def requeue(k: int, victim: _Placed, now: float) -> None:
+        """A preempted pod's replacement (its controller makes a new pod): it arrives now
+        and runs what the victim had left. Only the replay's own preemptions make one: a
+        pod preempted in the history has its replacement there, as its own arrival."""
+        duration = events[k].duration
+        left = None if duration is None else max(0.0, duration - (now - victim.started))
+        j = len(events)
+        events.append(dataclasses.replace(events[k], key=f"{events[k].key}#replaced",
+                                          arrive=now, duration=left))  # fmt: skip
+        position[j] = j
+        if not start(j, events[j], now):
+            queue[j] = events[j]
+            waiting.setdefault((_request_key(events[j].request), events[j].priority), []).append(j)
+
+    def stop(k: int, now: float) -> None:
+        placed = running.pop(k)
+        on_node[placed.node].discard(k)
+        cluster.release(placed)
+        ended[k] = now
+        finished[k] = placed
 
     def record(now: float, n: int) -> None:
         ratio = cluster.fgd_ratio() if n % every == 0 else None
@@ -282,42 +358,44 @@ def replay(
     def depart_until(t: float) -> None:
         while departures and departures[0][0] <= t:
             now, k, placed = heapq.heappop(departures)
-            cluster.release(placed)
-            ended[k] = now
+            if running.get(k) is not placed:  # preempted before its end
+                continue
+            stop(k, now)
             retry(placed.node, now)
             record(now, len(timeline))
 
     def retry(node: int, now: float) -> None:
-        """Start waiting pods, earliest first, on the node a departure freed: no other
-        node gained room, and each waiting pod fitted nowhere when it was last tried, so
-        this node is the only one it can fit now (the queue is kept by request type, so
-        a long queue costs one check per type)."""
+        """Start waiting pods, highest priority then earliest first (kube-scheduler's
+        queue order), on the node a departure freed: no other node gained room, and each
+        waiting pod fitted nowhere when it was last tried, so this node is the only one it
+        can fit now (the queue is kept by request type and priority, so a long queue costs
+        one check per type)."""
         while waiting:
             sid = cluster.node_sid[node]
             fit = [
                 members[0]
-                for rkey, members in waiting.items()
-                if cluster.score(sid, events[members[0]].request, rkey) is not None
+                for wkey, members in waiting.items()
+                if cluster.score(sid, events[members[0]].request, wkey[0]) is not None
             ]
             if not fit:
                 return
-            j = min(fit, key=position.__getitem__)
-            rkey = _request_key(events[j].request)
-            waiting[rkey].pop(0)
-            if not waiting[rkey]:
-                del waiting[rkey]
+            j = min(fit, key=lambda m: (-events[m].priority, position[m]))
+            wkey = (_request_key(events[j].request), events[j].priority)
+            waiting[wkey].pop(0)
+            if not waiting[wkey]:
+                del waiting[wkey]
             start(j, queue.pop(j), now, node)
 
     for n, j in enumerate(order):
         event = events[j]
         depart_until(event.arrive)
         arrived_milli += event.request.gpu_milli
-        if not start(j, event, event.arrive):
+        if not start(j, event, event.arrive):  # it waits (or, with drop, is dropped)
             if drop:
                 waited[j] = event.arrive
             else:
                 queue[j] = event
-                waiting.setdefault(_request_key(event.request), []).append(j)
+                waiting.setdefault((_request_key(event.request), event.priority), []).append(j)
         record(event.arrive, n)
         if n == len(order) - 1:
             at_stop = (cluster.allocated, cluster.headroom(), cluster.fgd_ratio())
@@ -332,9 +410,9 @@ def replay(
         capacity_gpus=cluster.capacity,
         arrived_gpus=arrived_milli / MILLI,
         allocated_gpus=allocated / MILLI,
-        jobs_arrived=len(events),
+        jobs_arrived=arrived_events,
         jobs_started=started,
-        jobs_never_started=len(events) - started,
+        jobs_never_started=arrived_events - started,
         queued_gpu_hours=queued_gpu_seconds / SECONDS_PER_HOUR,
         fgd_ratio=frag,
         headroom=headroom,
@@ -347,6 +425,7 @@ def replay(
                 start=p.started,
                 end=ended.get(j),
             )
-            for j, p in sorted(running.items())
+            for j, p in sorted((running | finished).items())
         ),
+        jobs_preempted=preempted,
     )

@@ -52,6 +52,14 @@ class PodEvent:
     request: Request
     arrive: float
     duration: float | None = None
+    #: Its priority (``spec.priority``): the queue takes higher priorities first, and a pod
+    #: that fits nowhere may preempt pods of a lower one (kube-scheduler's DefaultPreemption).
+    priority: int = 0
+    #: Whether it may preempt (its ``preemptionPolicy`` is not ``Never``).
+    preempts: bool = True
+    #: The node it really ran on, for a pod already running where a replayed window
+    #: starts: the replay starts from the window's real state, so it is placed there.
+    node: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,22 +10,29 @@ one :class:`~gpuscope.analytics.whatif.events.PodEvent`:
 - **duration**: how long it really ran, from its real start (``status.startTime``; for a
   pod seen pending whose record has no later start time, when it was first seen placed) to its
   end (the first version in phase Succeeded/Failed, or the end of its last version); a pod
-  still running at the window's end, or one that never started, runs to the end;
+  still running at the window's end runs to the end; one that never started runs the median
+  of the window's pods of its size that did (:func:`typical_run_times`);
 - **request**: its last active version's requests (GPUs, fraction, MIG, CPU, memory).
 
-Pods already running before the window arrive at their real arrival, so the replay builds
-the window's starting load itself, under the policy being tested. Nodes are the last
+The replay starts from the window's real state: a pod already running where the window
+starts is placed on its real node at its real start (:attr:`PodEvent.node`), and one
+waiting there joins the queue at the window's start, in creation order. Building the
+starting load under the policy instead (as this did before) started, in an empty past,
+the big jobs that really waited all week: on the demo's week the queue the cluster began
+with vanished from every replay. Nodes are the last
 version of each node seen in the window (a node removed during the window counts as
 there: the what-if asks about placement, not capacity changes).
 
 :func:`what_happened` gives the same figures for what the real scheduler did, from the
 same rows: allocated GPUs when arrivals stopped, pods that never started, GPU-hours
-queued (arrival to real start).
+queued inside the window (arrival to real start, both clipped to the window, as the
+replay counts them).
 """
 
 from __future__ import annotations
 
 import json
+import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -137,17 +144,48 @@ def read_history(con: duckdb.DuckDBPyConnection, start: datetime, end: datetime)
     pods = []
     for key, rows in sorted(by_pod.items()):
         h = _pod_history(key, rows)
-        if h is not None and h.arrive < t1:
+        if h is not None and h.arrive < t1 and (h.ended is None or h.ended > t0):
             pods.append(h)
     pods.sort(key=lambda h: (h.arrive, h.key))
-    events = []
-    for h in pods:
-        duration = None
-        if h.started is not None and h.ended is not None:
-            duration = max(0.0, h.ended - h.started)
-        events.append(PodEvent(h.key, request_of(h.pod), h.arrive, duration))
+    typical = typical_run_times(pods)
+    events = [_event(h, t0, typical) for h in pods]
     inventory = Inventory(empty_nodes(nodes.values()))
     return History(inventory, tuple(pods), tuple(events), t0, t1, tuple(nodes.values()))
+
+
+def _event(h: PodHistory, t0: float, typical: dict[float | None, float]) -> PodEvent:
+    """The pod as the replay takes it, from the window's real state at ``t0`` (module
+    docstring)."""
+    duration = None
+    if h.started is not None and h.ended is not None:
+        duration = max(0.0, h.ended - h.started)
+    elif h.started is None:
+        duration = typical.get(_size(h.pod), typical.get(None))
+    arrive, node = h.arrive, None
+    if h.started is not None and h.started < t0:  # running where the window starts
+        arrive, node = h.started, h.pod.node
+    elif arrive < t0:  # waiting where the window starts: in the queue from then
+        arrive = t0
+    return PodEvent(h.key, request_of(h.pod), arrive, duration, h.pod.priority or 0,
+                    h.pod.preempts, node)  # fmt: skip
+
+
+def _size(pod: PodInfo) -> float:
+    return round(pod.gpus, 3)
+
+
+def typical_run_times(pods: Sequence[PodHistory]) -> dict[float | None, float]:
+    """The median run time of the window's pods that started and ended, by GPU size (and
+    under None, of all of them): what a pod that never started runs in a replay that starts
+    it. Its own run time is unknown; running it to the window's end instead would hold its
+    GPUs for the rest of the week in every replay that starts it."""
+    by_size: dict[float | None, list[float]] = {}
+    for h in pods:
+        if h.started is not None and h.ended is not None:
+            d = max(0.0, h.ended - h.started)
+            by_size.setdefault(_size(h.pod), []).append(d)
+            by_size.setdefault(None, []).append(d)
+    return {k: statistics.median(v) for k, v in by_size.items()}
 
 
 def what_happened(history: History, at: float) -> dict[str, float]:
@@ -165,7 +203,8 @@ def what_happened(history: History, at: float) -> dict[str, float]:
         if h.started is None:
             never += 1
         wait_end = h.started if h.started is not None else history.end
-        queued += max(0.0, wait_end - h.arrive) * gpus / 3600
+        waited = min(wait_end, history.end) - max(h.arrive, history.start)
+        queued += max(0.0, waited) * gpus / 3600
     capacity = history.inventory.gpu_capacity
     return {
         "allocated_gpus": round(allocated, 3),

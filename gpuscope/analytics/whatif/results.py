@@ -57,6 +57,8 @@ class PolicyResult:
     headroom: tuple[tuple[int, int], ...]
     timeline: tuple[Sample, ...]
     placements: tuple[Placement, ...] = ()
+    #: Pods ended early because a higher-priority pod preempted them.
+    jobs_preempted: int = 0
 
     @property
     def allocation_ratio(self) -> float:
@@ -94,6 +96,7 @@ def summarize(results: Sequence[PolicyResult]) -> dict[str, Any]:
             "jobs_arrived": round(statistics.fmean(r.jobs_arrived for r in runs), 1),
             "jobs_started": round(statistics.fmean(r.jobs_started for r in runs), 1),
             "jobs_never_started": round(statistics.fmean(r.jobs_never_started for r in runs), 1),
+            "jobs_preempted": round(statistics.fmean(r.jobs_preempted for r in runs), 1),
             "queued_gpu_hours": round(statistics.fmean(r.queued_gpu_hours for r in runs), 3),
             "fgd_fragmentation_ratio": round(statistics.fmean(r.fgd_ratio for r in runs), 6),
             "headroom_jobs": {

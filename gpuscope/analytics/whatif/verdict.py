@@ -6,8 +6,11 @@ the most jobs (59, 58 did)" was one 4-GPU job, and Random is the policy every re
 real trace ranks last. So a policy is named only when it beats every other by more than
 the spread of the replay itself: the same window replayed with several seeds, each of
 which moves every arrival by up to :data:`~gpuscope.analytics.whatif.inputs.ARRIVAL_JITTER_S`
-either way (and reseeds the random tie-breaks). Otherwise the answer is that no policy
-would have made a material difference.
+either way (and reseeds the random tie-breaks), and by more than the replay's own error:
+the replay of the policy that really ran against what happened
+(:mod:`~gpuscope.analytics.whatif.calibration`). A lead above the spread but within that
+error is "the replay cannot tell"; below the spread, no policy would have made a material
+difference.
 
 The measures, in order: jobs started (more is better), then GPU-hours spent queued (less
 is better). For each, the policies are ranked by their mean over seeds; the first gap from
@@ -22,7 +25,7 @@ named.
 from __future__ import annotations
 
 import statistics
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -71,8 +74,15 @@ def _floor(measure: str, runner_up_mean: float) -> float:
     return max(1.0, MIN_QUEUED_SHARE * abs(runner_up_mean))
 
 
-def verdict(results: Sequence[PolicyResult]) -> Verdict:
-    """The verdict on one window's results (every policy, every seed)."""
+def verdict(
+    results: Sequence[PolicyResult], tolerance: Mapping[str, float] | None = None
+) -> Verdict:
+    """The verdict on one window's results (every policy, every seed). ``tolerance``: per
+    measure, the calibrated replay's own error against what happened
+    (:func:`gpuscope.analytics.whatif.calibration.tolerance`); a lead must exceed it too, or
+    the replay cannot tell."""
+    tolerance = tolerance or {}
+    inside_error: tuple[str, str, float, float] | None = None
     by_policy: dict[str, list[PolicyResult]] = {}
     for r in results:
         by_policy.setdefault(r.policy, []).append(r)
@@ -92,6 +102,10 @@ def verdict(results: Sequence[PolicyResult]) -> Verdict:
             margin = means[ranked[i]] - means[below]
             spread = max(spreads[p] for p in (*top, below))
             if margin > spread and margin >= _floor(measure, abs(means[below])):
+                error = tolerance.get(measure, 0.0)
+                if margin <= error:
+                    inside_error = inside_error or (top[0], measure, margin, error)
+                    continue
                 names = ", ".join(top[:-1]) + (" and " if len(top) > 1 else "") + top[-1]
                 lead = wording.format(margin=_num(margin))
                 text = (
@@ -101,6 +115,18 @@ def verdict(results: Sequence[PolicyResult]) -> Verdict:
                 )
                 return Verdict(True, seeds, text, top[0], below, measure, round(margin, 3),
                                round(spread, 3), tuple(top))  # fmt: skip
+    if inside_error is not None:
+        name, measure, margin, error = inside_error
+        unit = "jobs started" if measure == "jobs_started" else "GPU-hours queued"
+        return Verdict(
+            False,
+            seeds,
+            f"The replay cannot tell: {name} leads by {_num(margin)} {unit}, more than the "
+            f"spread across {seeds} replays but no more than the replay's own error against "
+            f"what happened ({_num(error)}).",
+            measure=measure,
+            margin=round(margin, 3),
+        )
     return Verdict(
         False,
         seeds,

@@ -26,6 +26,7 @@ from typing import Any
 
 import duckdb
 
+from gpuscope.analytics.whatif.calibration import DEFAULT_POLICY, calibration, tolerance
 from gpuscope.analytics.whatif.history import History, read_history, what_happened
 from gpuscope.analytics.whatif.inputs import FIRST_SEED, run_history
 from gpuscope.analytics.whatif.results import PolicyResult, summarize
@@ -76,11 +77,14 @@ def replay_window(
     seeds: int = WEEK_SEEDS,
     drop: bool = False,
     coverage: float = 0.95,
+    calibrate: str = DEFAULT_POLICY,
 ) -> WindowReplay | None:
     """``[start, end)`` (naive UTC, as the store's) replayed under ``policies``; None when
     the window has no pod or no GPU node to replay."""
     history = read_history(con, start, end)
-    return replay_history(history, policies, seeds=seeds, drop=drop, coverage=coverage)
+    return replay_history(
+        history, policies, seeds=seeds, drop=drop, coverage=coverage, calibrate=calibrate
+    )
 
 
 def replay_history(
@@ -90,17 +94,25 @@ def replay_history(
     seeds: int = WEEK_SEEDS,
     drop: bool = False,
     coverage: float = 0.95,
+    calibrate: str = DEFAULT_POLICY,
 ) -> WindowReplay | None:
     """A window already read (:func:`replay_window`), for a caller that first looks at its
-    size to choose the policies."""
+    size to choose the policies. ``calibrate``: the policy that really ran, replayed
+    beside them (once, when not among them) and held against what happened."""
     if not history.events or not history.inventory.gpu_capacity:
         return None
     results = run_history(history, policies, seeds=seeds, drop=drop, coverage=coverage)
+    baseline = (
+        next((r for r in results if r.policy == calibrate and r.seed == FIRST_SEED), None)
+        or run_history(history, [calibrate], seeds=1, drop=drop, coverage=coverage)[0]
+    )
     # the figures are the week as stored (the first seed); the jittered seeds only give
     # the verdict the spread a difference must exceed
     figures = summarize([r for r in results if r.seed == FIRST_SEED])
     stop = max(e.arrive for e in history.events)
     actual = what_happened(history, stop)
+    # a window built from events alone (no pods recorded) has nothing to calibrate against
+    cal = calibration(history, baseline, actual) if history.pods else None
     for p in figures["policies"].values():
         p["gpus_recovered"] = round(p["allocated_gpus"] - actual["allocated_gpus"], 3)
     figures["summary"].update(
@@ -112,7 +124,8 @@ def replay_history(
             "arrivals_stop": stop,
             "what_happened": actual,
             "most_jobs_policy": most_jobs(figures["policies"]),
-            "verdict": verdict(results).as_dict(),
+            "calibration": cal,
+            "verdict": verdict(results, tolerance(cal)).as_dict(),
         }
     )
     return WindowReplay(history, tuple(results), figures)

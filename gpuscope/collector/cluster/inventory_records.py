@@ -122,6 +122,9 @@ class PodInfo:
     #: Hard node constraints on labels (``nodeSelector``, required node affinity), as
     #: :func:`gpuscope.collector.cluster.node_selection.node_selector_terms` encodes them.
     node_selector_terms: tuple[str, ...] = ()
+    #: Whether the scheduler may preempt lower-priority pods for it: ``spec.preemptionPolicy``
+    #: (copied from its PriorityClass at admission) is not ``Never``.
+    preempts: bool = True
 
     @property
     def gpus(self) -> float:
@@ -378,4 +381,5 @@ def pod_from_json(
         gpu_spec=gpu_spec(spec),
         terminating=bool(meta.get("deletionTimestamp")),
         node_selector_terms=node_selector_terms(spec),
+        preempts=spec.get("preemptionPolicy") != "Never",
     )
