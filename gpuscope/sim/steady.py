@@ -397,7 +397,7 @@ def _pending(job: _Job, cutoff: float) -> WorkloadSpec:
         name=job.name, namespace=job.namespace, kind=job.kind, gpus=job.gpus,
         gpu_fraction=min(1.0, job.fraction), start=math.floor(job.arrival), end=cutoff,
         pending=True, utilization=round(job.utilization, 3), cpu_milli=_cpu(job),
-        preemptible=job.kind == "batch", priority=BACKGROUND_PRIORITY, labels=job.labels,
+        preemptible=True, priority=BACKGROUND_PRIORITY, labels=job.labels,
     )  # fmt: skip
 
 
@@ -420,7 +420,8 @@ def _spec(job: _Job, got: tuple[str, tuple[int, ...]], begin: float, end: float)
         active_seconds=job.active_seconds,
         cpu_milli=_cpu(job),
         memory_fraction=0.3 if job.kind == "interactive" else 0.6,
-        preemptible=job.kind == "batch",
+        # below every planted pod's priority: preemptible as the workload rules read it
+        preemptible=True,
         priority=BACKGROUND_PRIORITY,
         ib_load=0.2 if job.gpus >= 8 else 0.0,
         labels=job.labels,
