@@ -72,6 +72,15 @@ def add_whatif_parser(sub: Any, number: Callable[..., Callable[[str], float]]) -
         help=f"policies to replay (default all: {', '.join(POLICIES)})",
     )
     wi.add_argument(
+        "--calibrate",
+        choices=POLICIES,
+        default="leastallocated",
+        metavar="NAME",
+        help="with --db: the policy the cluster really ran, replayed and held against what "
+        "happened (summary.calibration; default leastallocated, kube-scheduler's default; "
+        "mostallocated for KAI-Scheduler's binpack)",
+    )
+    wi.add_argument(
         "--drop",
         action="store_true",
         help="drop pods that fit nowhere, as the FGD simulator does (default: they wait)",
@@ -114,6 +123,10 @@ def _render(out: dict[str, Any]) -> str:
     lines.append(f"most GPUs allocated: {s['best_policy']}")
     if "most_jobs_policy" in s:
         lines.append(f"most jobs started: {s['most_jobs_policy']}")
+    if s.get("calibration"):
+        from gpuscope.analytics.whatif.calibration import describe
+
+        lines.append(describe(s["calibration"]))
     if "verdict" in s:
         lines.append(s["verdict"]["text"])
     if out.get("topology"):
@@ -207,6 +220,7 @@ def _from_db(args: argparse.Namespace, policies: list[str], settings: Any) -> di
                 seeds=WEEK_SEEDS if args.seeds is None else int(args.seeds),
                 drop=args.drop,
                 coverage=settings.analytics.fgd_task_coverage,
+                calibrate=args.calibrate,
             )
         finally:
             cur.close()

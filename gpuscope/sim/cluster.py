@@ -91,9 +91,7 @@ class _GpuSlot:
         if len(overlapping) < 2:
             return sum(share for *_, share in overlapping)
         instants = {max(start, s) for s, _, _ in overlapping}
-        return max(
-            sum(share for s, e, share in overlapping if s <= t < e) for t in instants
-        )
+        return max(sum(share for s, e, share in overlapping if s <= t < e) for t in instants)
 
 
 class SimulatedCluster:

@@ -34,6 +34,7 @@ import duckdb
 import polars as pl
 
 from gpuscope.analytics.report.week import Week
+from gpuscope.analytics.whatif.calibration import describe
 from gpuscope.analytics.whatif.history import History, read_history
 from gpuscope.analytics.whatif.inputs import FIRST_SEED
 from gpuscope.analytics.whatif.policies import POLICIES
@@ -198,4 +199,7 @@ def whatif_over(
     table = pl.DataFrame(_policy_rows(replayed), schema=COLUMNS, orient="row")
     allocation = pl.DataFrame(series, schema=ALLOCATION_COLUMNS, orient="row")
     verdict: str = replayed.figures["summary"]["verdict"]["text"]
+    cal = replayed.figures["summary"].get("calibration")
+    if cal:  # how far the replay of the policy that ran is from the week: first
+        verdict = f"{describe(cal)} {verdict}"
     return table, allocation, note, verdict
