@@ -22,17 +22,30 @@ test data, not read at run time):
 How: a small event loop, seeded, over the scenario's own placement. The planted workloads
 are placed first (by :class:`~gpuscope.sim.cluster.SimulatedCluster`, as always); the loop
 then keeps the cluster's demand (running and recently queued GPUs) at ``target`` of its
-capacity: when jobs end or the planted load falls, new jobs arrive; each waits in a queue
-(Pending) until a node has room, where the default scheduler's LeastAllocated rule would
-put it (the node with the most free GPUs), fractions packed onto GPUs already shared. A
-job ends early where a planted workload takes one of its GPUs later. A multi-GPU job that
-has waited two hours gets a node kept for it (no new job starts there until it does), as
-gang schedulers do, so it waits hours (up to a few days behind long jobs), not forever:
-spreading makes big jobs wait, which is what the what-if then has to tell. The result is
-ordinary :class:`~gpuscope.sim.scenario.WorkloadSpec` records with their node, GPU
-indices, start, end and arrival: the simulator places them exactly there. Nothing runs
-past ``cutoff``, so the planted state at the end (the fragmentation the 4-GPU job is
-blocked by, the quota story) is the scenario's own.
+capacity: when jobs end or the planted load falls, new jobs arrive. The jobs are placed
+by a scheduler a user runs: kube-scheduler's default profile, event by event (every
+arrival, end and planted start in time order):
+
+- a pod goes to the node NodeResourcesFit's ``LeastAllocated`` scores best over cpu,
+  memory and ``nvidia.com/gpu`` (weight 1 each, the pod counted in), ties at random as
+  ``selectHost`` breaks them, on its lowest-indexed free GPUs (the device plugin's order);
+  a fraction on the fullest GPU it fits (packed, as GPU-sharing schedulers do);
+- a pod that fits nowhere waits (Pending), in creation order (one priority); when a pod
+  ends, the waiting ones are tried again on its node, the oldest first;
+- nothing knows when a GPU's next holder comes, and no node is kept for a big job: under
+  spreading, 8-GPU jobs wait for a node that empties, often all week, as they do on real
+  clusters that run the default scheduler;
+- the background runs at a priority below every planted pod's
+  (:data:`BACKGROUND_PRIORITY`): a planted pod that starts preempts what holds its GPUs
+  (those pods end then), as DefaultPreemption evicts lower-priority pods for it.
+
+An earlier loop placed with knowledge of each GPU's next holder, and kept a node for a big
+job that had waited two hours: no scheduler does the first, and kube-scheduler not the
+second, so a replay of the cluster's own policy could not reproduce the week (18.6 % of
+capacity apart hour by hour). The result is ordinary :class:`~gpuscope.sim.scenario.WorkloadSpec`
+records with their node, GPU indices, start, end and arrival: the simulator places them
+exactly there. Nothing runs past ``cutoff``, so the planted state at the end (the
+fragmentation the 4-GPU job is blocked by, the quota story) is the scenario's own.
 """
 
 from __future__ import annotations
