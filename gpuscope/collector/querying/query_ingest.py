@@ -30,7 +30,7 @@ from gpuscope.collector.querying.query_client import (
 )
 from gpuscope.collector.querying.step_window import StepWindow
 from gpuscope.collector.scraping.batch import Batch
-from gpuscope.collector.storage.schema import GET_META, SET_META
+from gpuscope.collector.storage.schema import GET_META, QUERY_CURSOR_KEY, SET_META
 from gpuscope.collector.storage.store import Store
 from gpuscope.core.errors import SourceError
 from gpuscope.core.query_settings import QuerySettings
@@ -38,7 +38,7 @@ from gpuscope.core.timefmt import rfc3339
 
 log = logging.getLogger(__name__)
 
-CURSOR_KEY = "query_cursor"
+CURSOR_KEY = QUERY_CURSOR_KEY
 
 
 class Write(Protocol):
