@@ -7,13 +7,17 @@ scraped (``stale``). One query per rule, over the series of one metric.
 
 from __future__ import annotations
 
+import json
+import math
 from collections.abc import Iterable
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
 from gpuscope.alerts.config import MetricRule, TargetDownRule
 from gpuscope.alerts.model import Candidate
 from gpuscope.alerts.rules import SeriesWindow, metric_candidates, target_candidates
+from gpuscope.collector.storage.schema import GET_META, QUERY_CURSOR_KEY
 from gpuscope.collector.storage.store_sql import LABEL_COLUMNS, utc
 
 #: Every series of the metric seen since $lookback, with its samples in ($lo, $now].
@@ -47,13 +51,69 @@ _LABEL_COLS = (
 )
 
 
-def series_windows(con: Any, rule: MetricRule, now: datetime) -> list[SeriesWindow]:
-    at = utc(now)
+@dataclass(frozen=True, slots=True)
+class DataView:
+    """What the stored samples can say at a time: the newest time they are complete up to
+    (``horizon``) and their spacing (``step_s``).
+
+    Scraped directly, samples are complete up to now and a window of any length holds
+    some. Read from a query API they are complete only up to the query source's cursors
+    (``meta.query_cursor``), and in fleet mode there is one sample a series per 5-minute
+    bucket, at its last second: a rule judged at ``now`` over 3 minutes would find every
+    node's ``gpuscope_agent_info`` stale (the newest bucket stored ends 1.5 to 6.5 minutes
+    before now), whatever the nodes did. So a rule is judged at the horizon, over its
+    window rounded up to whole steps (a 3-minute staleness is "absent from the newest
+    bucket stored"; an hour's increase is the last twelve buckets'). A shard behind holds
+    the horizon back: no rule calls a node down for a bucket not yet asked (the lag shows
+    in ``/api/v1/status`` and ``gpuscope_collector_query_lag_seconds``).
+    """
+
+    horizon: datetime | None = None
+    step_s: float = 0.0
+
+    def at(self, now: datetime) -> datetime:
+        at = utc(now)
+        return at if self.horizon is None else min(at, self.horizon)
+
+    def window(self, seconds: float) -> float:
+        if self.step_s <= 0:
+            return seconds
+        return max(1, math.ceil(seconds / self.step_s - 1e-9)) * self.step_s
+
+
+DIRECT = DataView()
+
+
+def data_view(con: Any) -> DataView:
+    """The store's :class:`DataView`, from the query source's saved windows (scraped
+    directly: samples complete up to now, at any spacing)."""
+    rows = con.execute(GET_META, [QUERY_CURSOR_KEY]).fetchall()
+    if not rows:
+        return DIRECT
+    try:
+        saved = json.loads(str(rows[0][0]))
+        step = float(saved["step"])
+        cursors = [float(c) for c in saved["cursors"].values() if c is not None]
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return DIRECT
+    if not cursors:
+        return DIRECT
+    # fleet: a bucket's sample is at its last second; pull: a step's at the step
+    newest = min(cursors) - (1.0 if saved.get("mode") == "fleet" else step)
+    fleet = saved.get("mode") == "fleet"
+    return DataView(utc(newest), step if fleet else 0.0)
+
+
+def series_windows(
+    con: Any, rule: MetricRule, now: datetime, view: DataView = DIRECT
+) -> list[SeriesWindow]:
+    at = view.at(now)
+    window = view.window(rule.window)
     params = {
         "metric": rule.metric,
         "now": at,
-        "lo": at - timedelta(seconds=rule.window),
-        "lookback": at - timedelta(seconds=max(rule.lookback, rule.window)),
+        "lo": at - timedelta(seconds=window),
+        "lookback": at - timedelta(seconds=max(rule.lookback, window)),
     }
     out = []
     for row in con.execute(SERIES_WINDOW, params).fetchall():
@@ -66,8 +126,14 @@ def series_windows(con: Any, rule: MetricRule, now: datetime) -> list[SeriesWind
     return out
 
 
-def evaluate_metric(con: Any, rule: MetricRule, now: datetime) -> list[Candidate]:
-    rows = series_windows(con, rule, now)
+def evaluate_metric(
+    con: Any, rule: MetricRule, now: datetime, view: DataView = DIRECT
+) -> list[Candidate]:
+    """The rule's candidates, judged on what the store can say (:class:`DataView`): its
+    window whole steps long (a rate divides by that)."""
+    if view.window(rule.window) != rule.window:
+        rule = rule.model_copy(update={"window": view.window(rule.window)})
+    rows = series_windows(con, rule, now, view)
     if rule.aggregate == "stale":
         # a group is stale only if none of its series is fresh: keep every series seen
         fresh = [r for r in rows if r.age_seconds < rule.window]

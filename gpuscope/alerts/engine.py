@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 from prometheus_client import CollectorRegistry
 
-from gpuscope.alerts.conditions import evaluate_metric, evaluate_targets
+from gpuscope.alerts.conditions import data_view, evaluate_metric, evaluate_targets
 from gpuscope.alerts.config import AlertsConfig, FindingRule, MetricRule, TargetDownRule
 from gpuscope.alerts.delivery import Deliverer
 from gpuscope.alerts.lifecycle import advance, from_record, to_record
@@ -90,10 +90,11 @@ class AlertsEngine:
                 failed |= {r.name for r in finding_rules}
         cur = self.store.cursor()
         try:
+            view = data_view(cur)  # fleet mode: judged at the newest bucket stored
             for rule in self.rules:
                 try:
                     if isinstance(rule, MetricRule):
-                        out += evaluate_metric(cur, rule, now)
+                        out += evaluate_metric(cur, rule, now, view)
                     elif isinstance(rule, TargetDownRule):
                         out += evaluate_targets(cur, rule, now)
                 except Exception:

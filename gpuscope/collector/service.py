@@ -19,7 +19,7 @@ import signal
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -150,8 +150,8 @@ class CollectorService:
         self.fatal = message
         log.critical("%s", message)
 
-    def _write_batch(self, batch: Any) -> int:
-        return self.writer.write_batch(batch)
+    def _write_batch(self, batch: Any, *, meta: Mapping[str, str] | None = None) -> int:
+        return self.writer.write_batch(batch, meta=meta)
 
     def query_cycle(self) -> int:
         """Ask the Prometheus-compatible query API what is due (fleet mode: the closed

@@ -44,3 +44,15 @@ class QuerySettings(BaseModel):
     recording_rules: bool = False
     #: Fleet mode: seconds between cycles (each stores the buckets closed since).
     interval_seconds: float = Field(default=60.0, ge=1, le=3600)
+    #: Fleet mode: shards asked at once.
+    concurrency: int = Field(default=4, ge=1, le=64)
+    #: Fleet mode: the most wall time a cycle may take, all shards together (None: 80 % of
+    #: ``interval_seconds``); shards not answered by then are left for the next cycle,
+    #: which is never starved by the last.
+    cycle_deadline_seconds: float | None = Field(default=None, gt=0, le=3600)
+
+    def cycle_deadline(self) -> float:
+        """The cycle's wall-time bound in seconds."""
+        if self.cycle_deadline_seconds is not None:
+            return self.cycle_deadline_seconds
+        return 0.8 * self.interval_seconds

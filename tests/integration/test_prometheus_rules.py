@@ -101,7 +101,26 @@ tests:
         values: '0 0 0 0 0 0'
       - series: 'gpuscope_findings{{kind="idle_session",severity="info",namespace="team-c",pod="train-0"}}'
         values: '1 1 1 1 1 1'
+      # the collector's query source: c1's cycles fail every minute from 3m; c2 is fine
+      - series: 'gpuscope_collector_query_failed_cycles_total{{instance="c1",url="http://vm",mode="fleet"}}'
+        values: '0 0 0 1 2 3 4 5 6 7 8 9 10 11 12'
+      - series: 'gpuscope_collector_query_lag_seconds{{instance="c1",url="http://vm",mode="fleet"}}'
+        values: '400x15'
+      - series: 'gpuscope_collector_query_failed_cycles_total{{instance="c2",url="http://vm",mode="fleet"}}'
+        values: '0x15'
+      - series: 'gpuscope_collector_query_lag_seconds{{instance="c2",url="http://vm",mode="fleet"}}'
+        values: '380x15'
     alert_rule_test:
+      - eval_time: 5m
+        alertname: GpuscopeQuerySourceFailing
+        exp_alerts: []
+      - eval_time: 12m
+        alertname: GpuscopeQuerySourceFailing
+        exp_alerts:
+          - exp_labels: {{instance: c1, url: "http://vm", mode: fleet, severity: critical}}
+            exp_annotations:
+              summary: "the collector's query source is failing or behind: analytics and alerts judge old data"
+              runbook_url: "https://github.com/gpuscope/gpuscope/blob/main/docs/runbooks.md#gpuscopequerysourcefailing"
       - eval_time: 2m
         alertname: GpuUncorrectedEccErrors
         exp_alerts: []

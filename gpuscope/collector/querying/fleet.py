@@ -36,12 +36,15 @@ from __future__ import annotations
 
 import logging
 import re
+import time
 import zlib
 from collections.abc import Callable, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 
 from gpuscope.collector.querying.promql import LabelCache, batches_from_matrix, matrix_result
-from gpuscope.collector.querying.query_client import QueryClient, QueryRefused
+from gpuscope.collector.querying.query_client import DeadlinePassed, QueryClient, QueryRefused
+from gpuscope.collector.querying.shard_state import ShardState
 from gpuscope.collector.querying.step_window import StepWindow
 from gpuscope.collector.scraping.batch import Batch
 from gpuscope.core.errors import SourceError
@@ -99,12 +102,17 @@ class FleetSource:
     latency_offset: float = 30.0
     max_buckets_per_query: int = 12
     max_lag_buckets: int = 288
+    #: Shards asked at once (each in its own thread; the store is written from the cycle's).
+    concurrency: int = 4
     windows: dict[int, StepWindow] = field(default_factory=dict)
+    state: dict[int, ShardState] = field(default_factory=dict)
     labels: LabelCache = field(default_factory=LabelCache)
+    cycles: int = 0
 
     def __post_init__(self) -> None:
         for s in range(self.shards):
             self.windows.setdefault(s, self._window())
+            self.state.setdefault(s, ShardState())
 
     def _window(self) -> StepWindow:
         return StepWindow(
@@ -123,51 +131,121 @@ class FleetSource:
         """The start of the newest bucket closed (and past the latency offset) at ``now``."""
         return self.windows[0].newest(now - BUCKET_S)
 
-    def cycle(self, now: float, store: Callable[[Batch], object]) -> FleetCycle:
-        """Ask every shard for its buckets not yet stored, hand each bucket's batch to
-        ``store`` as its shard's answer arrives; a failing shard is left for the next cycle
-        (its error in the result), the others go on."""
+    def cycle(
+        self,
+        now: float,
+        store: Callable[[int, Batch, float], object],
+        *,
+        deadline: float | None = None,
+        on_error: Callable[[str], None] | None = None,
+    ) -> FleetCycle:
+        """Ask every shard for its buckets not yet stored, up to ``concurrency`` shards at
+        once, and store each bucket as its shard's answer arrives: ``store(shard, batch,
+        cursor)`` must commit the batch and the shard's cursor after it (``cursor``, the
+        next bucket to ask) in one transaction, so a kill at any point neither repeats nor
+        loses a bucket. A failing shard is left for the next cycle (its error in the
+        result, ``on_error`` told at once), the others go on. Nothing is sent after
+        ``deadline`` (``time.monotonic()``): shards not answered by then are left for the
+        next cycle, which asks the shards most behind first (of two as far behind, the
+        one asked longer ago)."""
         out = FleetCycle()
+        self.cycles += 1
         # bucket starts: the window's grid is of starts; evaluation is at start + 299 s
-        plans = {s: w.next(now - BUCKET_S) for s, w in self.windows.items()}
-        asked = [p for p in plans.values() if p is not None]
-        if not asked:
+        plans = {s: p for s, w in self.windows.items() if (p := w.next(now - BUCKET_S))}
+        if not plans:
             return out
-        lo, hi = min(p[0] for p in asked), max(p[1] for p in asked)
-        nodes = self._nodes(lo, hi)
+        lo = min(p[0] for p in plans.values())
+        hi = max(p[1] for p in plans.values())
+        try:
+            nodes = self._nodes(lo, hi, deadline)
+        except SourceError as exc:
+            for s in plans:
+                self.state[s].enter("not_asked", now, f"node list: {exc}")
+            raise
         by_shard: dict[int, list[str]] = {}
         for node in nodes:
             by_shard.setdefault(shard_of(node, self.shards), []).append(node)
-        for s, plan in plans.items():
-            if plan is None:
-                continue
-            window = self.windows[s]
-            start, end = plan
-            members = by_shard.get(s, [])
+        order = sorted(plans, key=lambda s: (plans[s][0], self.state[s].asked_in, s))
+
+        def ask(s: int) -> list[Batch]:
+            self.state[s].enter("asking", now)
+            self.state[s].asked_in = self.cycles
+            start, end = plans[s]
             try:
-                batches = self._ask(members, start, end, self.target(s)) if members else []
-            except QueryRefused as exc:
-                window.refused(round((end - start) / BUCKET_S) + 1)
-                out.errors.append(str(exc))
-                continue
+                members = by_shard.get(s, [])
+                return self._ask(members, start, end, self.target(s), deadline) if members else []
             except SourceError as exc:
-                out.errors.append(str(exc))
-                continue
-            for b in batches:
-                store(b)
-                out.samples += len(b)
-            steps = {b.ts_ms / 1000 - (BUCKET_S - 1) for b in batches}
-            if not members:  # nothing to ask there: the steps are done, not missing
-                steps = {start + k * BUCKET_S for k in range(round((end - start) / BUCKET_S) + 1)}
-            before = window.cursor
-            window.answered(start, end, steps, now - BUCKET_S)
-            if window.cursor is not None and before is not None:
-                out.buckets += round((window.cursor - before) / BUCKET_S)
+                timed_out = isinstance(exc, DeadlinePassed) or "no answer within" in str(exc)
+                self.state[s].enter("timed_out" if timed_out else "failed", now, str(exc))
+                if on_error is not None:
+                    on_error(str(exc))
+                raise
+
+        pool = ThreadPoolExecutor(max(1, self.concurrency), thread_name_prefix="fleet-shard")
+        pending = {pool.submit(ask, s): s for s in order}
+        try:
+            while pending:
+                left = None if deadline is None else max(0.0, deadline - time.monotonic())
+                done, _ = wait(pending, timeout=left, return_when=FIRST_COMPLETED)
+                if not done:
+                    break  # the deadline: what is not answered waits for the next cycle
+                for fut in done:
+                    s = pending.pop(fut)
+                    self._answered(s, plans[s], fut, now, store, out, by_shard.get(s, []))
+        finally:
+            pool.shutdown(wait=False, cancel_futures=True)
+        for fut, s in pending.items():
+            state = self.state[s]
+            if state.state == "asking" or not fut.cancel():
+                state.enter("timed_out", now, "no answer before the cycle's deadline")
+            else:
+                state.enter("not_asked", now, "the cycle's deadline came first")
+        if pending:
+            out.errors.append(
+                f"query API {self.shown_url}: cycle deadline passed with "
+                f"{len(pending)} of {len(plans)} shards unanswered (left for the next cycle)"
+            )
         return out
 
-    def _nodes(self, lo: float, hi: float) -> list[str]:
+    def _answered(
+        self,
+        s: int,
+        plan: tuple[float, float],
+        fut: Future[list[Batch]],
+        now: float,
+        store: Callable[[int, Batch, float], object],
+        out: FleetCycle,
+        members: Sequence[str],
+    ) -> None:
+        """One shard's answer (or failure): its buckets stored, each with its cursor."""
+        window, (start, end) = self.windows[s], plan
+        try:
+            batches = fut.result()
+        except QueryRefused as exc:
+            window.refused(round((end - start) / BUCKET_S) + 1)
+            out.errors.append(str(exc))
+            return
+        except SourceError as exc:
+            out.errors.append(str(exc))
+            return
+        before = window.cursor
+        for b in batches:
+            after = b.ts_ms / 1000 - (BUCKET_S - 1) + BUCKET_S
+            store(s, b, after)
+            window.cursor = max(window.cursor or after, after)
+            out.samples += len(b)
+        steps = {b.ts_ms / 1000 - (BUCKET_S - 1) for b in batches}
+        if not members:  # nothing to ask there: the steps are done, not missing
+            steps = {start + k * BUCKET_S for k in range(round((end - start) / BUCKET_S) + 1)}
+        window.cursor = before
+        window.answered(start, end, steps, now - BUCKET_S)
+        if window.cursor is not None and before is not None:
+            out.buckets += round((window.cursor - before) / BUCKET_S)
+        self.state[s].enter("ok", now)
+
+    def _nodes(self, lo: float, hi: float, deadline: float | None) -> list[str]:
         data = self.client.query("/api/v1/query_range", self._range(
-            NODES_QUERY.format(w=BUCKET_S), lo, hi))  # fmt: skip
+            NODES_QUERY.format(w=BUCKET_S), lo, hi), deadline=deadline)  # fmt: skip
         nodes: set[str] = set()
         for r in matrix_result(data, self.shown_url):
             metric = r.get("metric")
@@ -206,11 +284,19 @@ class FleetSource:
         close the others' workloads)."""
         return f"{self.shown_url}#shard={shard}/{self.shards}"
 
-    def _ask(self, nodes: Sequence[str], start: float, end: float, target: str) -> list[Batch]:
+    def _ask(
+        self,
+        nodes: Sequence[str],
+        start: float,
+        end: float,
+        target: str,
+        deadline: float | None = None,
+    ) -> list[Batch]:
         """Every question for one shard over buckets ``start..end``: one batch a bucket."""
         merged: dict[int, Batch] = {}
         for query, name in self.questions(nodes):
-            data = self.client.query("/api/v1/query_range", self._range(query, start, end))
+            params = self._range(query, start, end)
+            data = self.client.query("/api/v1/query_range", params, deadline=deadline)
             result = matrix_result(data, self.shown_url)
             if name is not None:
                 for r in result:
@@ -233,6 +319,7 @@ class FleetSource:
             "lag_seconds": lag,
             "buckets_skipped": sum(w.skipped for w in self.windows.values()),
             "buckets_empty": sum(w.empty for w in self.windows.values()),
+            "shard_states": [st.shown(s, self.windows[s].cursor) for s, st in self.state.items()],
         }
 
 

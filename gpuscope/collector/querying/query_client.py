@@ -37,6 +37,10 @@ class QueryCancelled(SourceError):
     """The collector is stopping: the query was abandoned on purpose."""
 
 
+class DeadlinePassed(SourceError):
+    """The cycle's deadline came before the query could be (re)sent."""
+
+
 #: Words in an engine's error that say the query was too big (Prometheus
 #: ``--query.max-samples``, VictoriaMetrics ``-search.maxUniqueTimeseries``/``maxSamplesPerQuery``,
 #: Mimir/Thanos per-tenant limits).
@@ -77,6 +81,7 @@ class QueryClient:
     def __post_init__(self) -> None:
         self._cancelled = threading.Event()
         self._lock = threading.Lock()
+        self._stats_lock = threading.Lock()  # shards are asked from several threads
         self._client = self._new_client()
 
     @property
@@ -117,7 +122,7 @@ class QueryClient:
             self._client.close()
 
     def take_stats(self) -> QueryStats:
-        with self._lock:
+        with self._stats_lock:
             out, self.stats = self.stats, QueryStats()
         return out
 
@@ -126,85 +131,108 @@ class QueryClient:
             return self.sleep(seconds)
         return not self._cancelled.wait(seconds)
 
-    def query(self, path: str, params: dict[str, str]) -> dict[str, Any]:
+    def query(
+        self, path: str, params: dict[str, str], *, deadline: float | None = None
+    ) -> dict[str, Any]:
         """POST ``params`` to ``path`` (``/api/v1/query_range`` ...) and return ``data``.
 
         Retries a connection failure, a timeout or a 5xx with back-off; a refusal for size
         raises :class:`QueryRefused` at once (asking again the same cannot pass); any other
         4xx raises :class:`SourceError` at once. Every error is one line, URL redacted.
+        ``deadline`` (``time.monotonic()``): no attempt, back-off or wait goes past it (each
+        attempt's timeout, the engine's included, is cut to what is left); past it,
+        :class:`DeadlinePassed`.
         """
-        params = {**params, "timeout": f"{self.timeout_seconds:g}s"}
         delay = self.backoff_seconds
         attempt = 0
         while True:
+            timeout = self.timeout_seconds
+            if deadline is not None:
+                left = deadline - time.monotonic()
+                if left <= 0.05:
+                    raise DeadlinePassed(f"query API {self.shown_url}: cycle deadline passed")
+                timeout = min(timeout, left)
             try:
-                return self._once(path, params)
+                return self._once(path, {**params, "timeout": f"{timeout:.3g}s"}, timeout)
             except (QueryRefused, QueryCancelled):
                 raise
             except _Retryable as exc:
                 attempt += 1
                 if attempt > self.retries:
                     raise SourceError(str(exc)) from None
+                if deadline is not None and time.monotonic() + delay >= deadline:
+                    raise SourceError(str(exc)) from None
                 log.debug("query retried in %.1fs error=%s", delay, exc)
                 if not self._wait(delay):
                     raise QueryCancelled(f"query API {self.shown_url}: cancelled") from None
                 delay *= 2
 
-    def _post(self, url: str, params: dict[str, str]) -> httpx.Response:
-        """The POST, in a worker thread the caller stops waiting for on :meth:`cancel`:
-        closing an httpx client does not interrupt a read blocked in another thread, and
-        a shutdown must not wait for the engine (the worker is a daemon; the socket closes
-        with the client or the process, and the engine then stops the query)."""
+    def _post(self, url: str, params: dict[str, str], timeout: float) -> httpx.Response:
+        """The POST, in a worker thread the caller stops waiting for on :meth:`cancel` or
+        after ``timeout`` in all (httpx's own timeout is per read: an engine that trickles
+        bytes would pass it): closing an httpx client does not interrupt a read blocked in
+        another thread, and a shutdown must not wait for the engine (the worker is a
+        daemon; the socket closes with the client or the process, and the engine then
+        stops the query)."""
         headers = self.headers()
         done = threading.Event()
         box: dict[str, Any] = {}
+        limit = httpx.Timeout(timeout, connect=min(5.0, timeout))
 
         def work() -> None:
             try:
-                box["resp"] = self._client.post(url, data=params, headers=headers)
+                box["resp"] = self._client.post(url, data=params, headers=headers, timeout=limit)
             except BaseException as exc:
                 box["exc"] = exc
             finally:
                 done.set()
 
         threading.Thread(target=work, name="query", daemon=True).start()
-        while not done.wait(0.1):
+        end = time.monotonic() + timeout + 0.5
+        while not done.wait(0.05):
             if self._cancelled.is_set():
                 raise QueryCancelled(f"query API {self.shown_url}: cancelled")
+            if time.monotonic() > end:
+                raise httpx.ReadTimeout("no answer in time")
         if "exc" in box:
             raise box["exc"]
         resp: httpx.Response = box["resp"]
         return resp
 
-    def _once(self, path: str, params: dict[str, str]) -> dict[str, Any]:
+    def _count(self, **add: float) -> None:
+        with self._stats_lock:
+            for k, v in add.items():
+                setattr(self.stats, k, getattr(self.stats, k) + v)
+
+    def _once(self, path: str, params: dict[str, str], timeout: float) -> dict[str, Any]:
         if self._cancelled.is_set():
             raise QueryCancelled(f"query API {self.shown_url}: cancelled")
         url = self.base_url.rstrip("/") + path
         start = time.monotonic()
-        self.stats.queries += 1
+        self._count(queries=1)
         try:
-            resp = self._post(url, params)
+            resp = self._post(url, params, timeout)
         except httpx.TimeoutException:
-            self.stats.failures += 1
+            self._count(failures=1)
             raise _Retryable(
-                f"query API {self.shown_url}: no answer within {self.timeout_seconds:g}s"
+                f"query API {self.shown_url}: no answer within {timeout:.3g}s"
             ) from None
         except (httpx.HTTPError, RuntimeError) as exc:  # RuntimeError: client closed
-            self.stats.failures += 1
+            self._count(failures=1)
             if self._cancelled.is_set():
                 raise QueryCancelled(f"query API {self.shown_url}: cancelled") from None
             text = str(exc).replace(self.base_url, self.shown_url)
             raise _Retryable(f"query API {self.shown_url} unreachable: {text}") from None
         except QueryCancelled:
-            self.stats.failures += 1
+            self._count(failures=1)
             raise
         finally:
-            self.stats.seconds += time.monotonic() - start
-        self.stats.bytes += len(resp.content)
+            self._count(seconds=time.monotonic() - start)
+        self._count(bytes=len(resp.content))
         try:
             body = resp.json()
         except ValueError:
-            self.stats.failures += 1
+            self._count(failures=1)
             line = f"query API {self.shown_url} answered HTTP {resp.status_code}, not JSON"
             if resp.status_code >= 500 or resp.status_code == 429:
                 raise _Retryable(line) from None
@@ -214,7 +242,7 @@ class QueryClient:
             if not isinstance(data, dict):
                 raise SourceError(f"query API {self.shown_url}: answer without data")
             return data
-        self.stats.failures += 1
+        self._count(failures=1)
         error = str(body.get("error", "failed")).splitlines()[0] if body.get("error") else "failed"
         line = f"query API {self.shown_url}: {body.get('errorType', resp.status_code)}: {error}"
         if any(w in error.lower() for w in _TOO_BIG):

@@ -12,9 +12,11 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections.abc import Callable, Iterator
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
 
@@ -28,7 +30,7 @@ from gpuscope.collector.querying.query_client import (
 )
 from gpuscope.collector.querying.step_window import StepWindow
 from gpuscope.collector.scraping.batch import Batch
-from gpuscope.collector.storage.schema import GET_META, SET_META
+from gpuscope.collector.storage.schema import GET_META, QUERY_CURSOR_KEY, SET_META
 from gpuscope.collector.storage.store import Store
 from gpuscope.core.errors import SourceError
 from gpuscope.core.query_settings import QuerySettings
@@ -36,7 +38,13 @@ from gpuscope.core.timefmt import rfc3339
 
 log = logging.getLogger(__name__)
 
-CURSOR_KEY = "query_cursor"
+CURSOR_KEY = QUERY_CURSOR_KEY
+
+
+class Write(Protocol):
+    """Stores one batch and, in the same transaction, the ``meta`` keys given."""
+
+    def __call__(self, batch: Batch, *, meta: Mapping[str, str] | None = None) -> int: ...
 
 
 @dataclass
@@ -70,7 +78,7 @@ class QueryIngest:
         q: QuerySettings,
         step_seconds: float,
         store: Store,
-        write: Callable[[Batch], int],
+        write: Write,
         *,
         client: QueryClient | None = None,
     ) -> None:
@@ -95,13 +103,19 @@ class QueryIngest:
             latency_offset=q.latency_offset_seconds,
             max_buckets_per_query=q.max_buckets_per_query,
             max_lag_buckets=q.max_lag_buckets,
+            concurrency=q.concurrency,
         )
         self.last: CycleRecord | None = None
+        #: Guards the cursors' JSON and the error fields (shards fail in their own threads).
+        self._lock = threading.Lock()
+        #: When the cycle in flight started (None between cycles).
+        self.in_flight_since: float | None = None
         self.last_success: float | None = None
         self.last_error = ""
         self.last_error_at: float | None = None
         self.errors = 0
         self.cycles = 0
+        self._now = 0.0
         self._load_cursors()
 
     @property
@@ -137,11 +151,27 @@ class QueryIngest:
             if isinstance(cursors.get(key), int | float):
                 window.cursor = float(cursors[key])
 
-    def _save_cursors(self) -> None:
-        value = json.dumps({
+    def _cursor_json(self, override: Mapping[str, float] | None = None) -> str:
+        cursors: dict[str, float | None] = {k: w.cursor for k, w in self._windows().items()}
+        return json.dumps({
             "mode": self.mode, "step": self.step, "shards": self.settings.shards,
-            "cursors": {k: w.cursor for k, w in self._windows().items()},
+            "cursors": {**cursors, **(override or {})},
         })  # fmt: skip
+
+    def _store_bucket(self, shard: int, batch: Batch, cursor: float) -> int:
+        """A fleet bucket and its shard's cursor past it, committed together: a kill
+        between two buckets neither repeats the first nor loses the second."""
+        with self._lock:
+            value = self._cursor_json({str(shard): cursor})
+        return self.write(batch, meta={CURSOR_KEY: value})
+
+    def _shard_failed(self, error: str) -> None:
+        """A shard's query failed (in its own thread): shown at once, not at cycle end."""
+        with self._lock:
+            self.last_error, self.last_error_at = error, self._now
+
+    def _save_cursors(self) -> None:
+        value = self._cursor_json()
         cur = self.store.cursor()
         try:
             cur.execute(SET_META, [CURSOR_KEY, value])
@@ -155,9 +185,13 @@ class QueryIngest:
     def cycle(self, now: float) -> int:
         """One cycle: ask what is due, store it, advance. Errors are recorded, not raised."""
         record = CycleRecord(at=now)
+        self._now, self.in_flight_since = now, now
         try:
             if self.mode == "fleet":
-                done = self.fleet.cycle(now, self.write)
+                deadline = time.monotonic() + self.settings.cycle_deadline()
+                done = self.fleet.cycle(
+                    now, self._store_bucket, deadline=deadline, on_error=self._shard_failed
+                )
                 record.samples, record.steps = done.samples, done.buckets
                 if done.errors:
                     record.error = done.errors[0]
@@ -167,6 +201,8 @@ class QueryIngest:
             record.error = "cancelled"
         except SourceError as exc:
             record.error = str(exc)
+        finally:
+            self.in_flight_since = None
         self._save_cursors()
         record.stats = self.client.take_stats()
         self.last = record
@@ -189,8 +225,15 @@ class QueryIngest:
         except QueryRefused:
             self.pull_window.refused(round((end - start) / self.step) + 1)
             raise
-        stored = sum(self.write(b) for b in batches)
         before = self.pull_window.cursor or start
+        stored = 0
+        for b in sorted(batches, key=lambda b: b.ts_ms):
+            after = round(b.ts_ms / 1000, 3) + self.step
+            with self._lock:
+                value = self._cursor_json({"pull": after})
+            stored += self.write(b, meta={CURSOR_KEY: value})  # the step and its cursor
+            self.pull_window.cursor = max(self.pull_window.cursor or after, after)
+        self.pull_window.cursor = before
         self.pull_window.answered(start, end, {round(b.ts_ms / 1000, 3) for b in batches}, now)
         after = self.pull_window.cursor or start
         return stored, round((after - before) / self.step)
@@ -220,6 +263,12 @@ class QueryIngest:
             "steps_empty": sum(w.empty for w in self._windows().values()),
             "cycles": self.cycles,
             "failed_cycles": self.errors,
+            "cycle_in_flight_since": rfc3339(self.in_flight_since)
+            if self.in_flight_since is not None else None,
+            "cycle_deadline_seconds": self.settings.cycle_deadline()
+            if self.mode == "fleet" else None,
+            "shards": [st.shown(s, self.fleet.windows[s].cursor)
+                       for s, st in self.fleet.state.items()] if self.mode == "fleet" else None,
             "last_cycle": None if last is None else {
                 "at": rfc3339(last.at), "samples": last.samples, "steps": last.steps,
                 "queries": last.stats.queries, "failed_queries": last.stats.failures,

@@ -21,7 +21,7 @@ import logging
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 import duckdb
@@ -96,16 +96,17 @@ class IngestWriter:
                 self._account(o)
             return stored
 
-    def write_batch(self, batch: Batch) -> int:
+    def write_batch(self, batch: Batch, *, meta: Mapping[str, str] | None = None) -> int:
         """Store one batch of query-API ingest with the same store health and retry, and
-        the same series budgets as a scraped page (``max_series``, churn per hour)."""
+        the same series budgets as a scraped page (``max_series``, churn per hour);
+        ``meta`` is committed with it (the query source's cursor)."""
         batch, dropped = self.churn.admit(batch, self.store.is_new_series, self.store.series_known)
         for why, n in dropped.items():
             self.metrics.samples_dropped.labels(batch.target, why).inc(n)
 
         def append() -> int:
             try:
-                return self.store.append_scrape(batch)
+                return self.store.append_scrape(batch, meta=meta)
             except (duckdb.Error, OSError) as exc:
                 self._check_writable(exc)
                 raise

@@ -249,6 +249,9 @@ HAS_META = (
     "WHERE database_name = current_database() AND table_name = 'meta'"
 )
 SET_META = "INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)"
+#: The meta key of the query source's windows (JSON: mode, step, shards, cursors): written
+#: by gpuscope/collector/querying/query_ingest.py, read by the alerts' data view.
+QUERY_CURSOR_KEY = "query_cursor"
 GET_META = "SELECT value FROM meta WHERE key = ?"
 
 

@@ -107,7 +107,9 @@ class WriterMixin(StoreParts):
     def _writing(self) -> AbstractContextManager[None]:
         raise NotImplementedError
 
-    def append_scrape(self, batch: Batch, *, duration_s: float = 0.0) -> int:
+    def append_scrape(
+        self, batch: Batch, *, duration_s: float = 0.0, meta: Mapping[str, str] | None = None
+    ) -> int:
         """Store one scrape in one transaction; returns the sample rows stored.
 
         ``batch.labels[i]`` are sorted by name; ``batch.types`` maps a family (a counter's
@@ -117,14 +119,18 @@ class WriterMixin(StoreParts):
         counter value is not stored and leaves the counter's last value as it was, so the
         next sample is the increase since the last real value. Raises :class:`BadBatch`,
         before any write, for a sample time outside 1970..2200.
-        Thread-safe: batches are resolved and written one at a time.
+        Thread-safe: batches are resolved and written one at a time. ``meta``: keys of the
+        ``meta`` table set in the same transaction (a query source's cursor: the samples
+        and the cursor that covers them are committed together, or neither).
         """
-        return self.append_cycle([(batch, duration_s)])[0]
+        return self.append_cycle([(batch, duration_s)], meta=meta)[0]
 
     def append_cycle(
         self,
         batches: Sequence[tuple[Batch, float]],
         down: Sequence[tuple[str, float, float, str]] = (),
+        *,
+        meta: Mapping[str, str] | None = None,
     ) -> list[int]:
         """Store a whole scrape cycle in one transaction; returns rows stored per batch.
 
@@ -135,12 +141,13 @@ class WriterMixin(StoreParts):
         safety (committed whole, or not at all).
         """
         with self._writing():
-            return self._append_many(batches, down)
+            return self._append_many(batches, down, meta or {})
 
     def _append_many(
         self,
         batches: Sequence[tuple[Batch, float]],
         down: Sequence[tuple[str, float, float, str]],
+        meta: Mapping[str, str],
     ) -> list[int]:
         ids, new, next_id = self._ids, dict[SeriesKey, int](), self._next_id
         all_sids: list[int] = []
@@ -245,6 +252,8 @@ class WriterMixin(StoreParts):
                 target: self._update_intervals(c, target, when, present)
                 for target, when, present in interval_work
             }
+            for key, value in meta.items():
+                c.execute(Q["set_meta"], [key, value])
         ids.update(new)
         self._next_id += len(new)
         self._last.apply(step)

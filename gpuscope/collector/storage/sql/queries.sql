@@ -30,6 +30,10 @@ FROM batch AS b WHERE series.series_id = b.series_id;
 UPDATE meta SET value = CAST(CAST(value AS HUGEINT) + $n AS VARCHAR)
 WHERE key = 'samples_stored';
 
+-- name: set_meta
+-- A key of the meta table, set in a batch's own transaction (a query source's cursor).
+INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?);
+
 -- name: probe_write
 -- A write that changes nothing but must reach the WAL on commit (store health).
 UPDATE meta SET value = value WHERE key = 'samples_stored';
