@@ -80,8 +80,6 @@ def run_once(seconds: float, nice: int, busy: int, hostile: bool, interval: floa
         targets = list(agents)
         if hostile:
             targets.append(stack.enter_context(serve(responder("churning_labels"))))
-        for _ in range(busy):
-            stack.enter_context(started(["taskset", "-c", collector_core, py, "-c", BUSY]))
         port = free_port()
         base = f"http://127.0.0.1:{port}"
         args = ["taskset", "-c", collector_core, "nice", "-n", str(nice), py, "-m",
@@ -91,6 +89,8 @@ def run_once(seconds: float, nice: int, busy: int, hostile: bool, interval: floa
         for url in targets:
             args += ["--target", url]
         collector = stack.enter_context(started(args, base + "/healthz"))
+        for _ in range(busy):  # once the collector is up: its start is not what is measured
+            stack.enter_context(started(["taskset", "-c", collector_core, py, "-c", BUSY]))
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:  # every target scraped once: the window opens
             st = _status(base)

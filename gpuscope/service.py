@@ -158,7 +158,7 @@ def add_actions(service: CollectorService, notices: AlertsNotices | None = None)
     from gpuscope.actions.api import actions_router
     from gpuscope.actions.kube import ClusterClient, KubeError
     from gpuscope.actions.policy import Policy, load_policies
-    from gpuscope.actions.runner import lift_when_bound, run_policies
+    from gpuscope.actions.runner import check_reservations, lift_when_bound, run_policies
     from gpuscope.core.errors import UserError
 
     cfg = service.settings.actions
@@ -208,10 +208,27 @@ def add_actions(service: CollectorService, notices: AlertsNotices | None = None)
         for rec in recs:
             service.metrics.actions.labels(rec.kind, rec.result, "false").inc()
 
+    def check_at_start() -> None:  # a reservation left by the previous process: looked
+        # at now, not at the first run of the policies (up to their interval later)
+        at = datetime.fromtimestamp(service.clock(), UTC)
+        with lock:
+            recs = check_reservations(
+                service.store, policies, service.settings, client=client, at=at,
+                notifier=notices,
+            )  # fmt: skip
+        for rec in recs:
+            service.metrics.actions.labels(rec.kind, rec.result, "false").inc()
+        log.info("reservations checked at start lifted=%d", len(recs))
+
     if cfg.execute and client is not None:
         service.scheduler.add_job(
             lift, "interval", seconds=service.settings.collector.scrape_interval_seconds,
             id="actions-lift", max_instances=1, coalesce=True,
+        )  # fmt: skip
+        # once, as soon as the scheduler starts (whenever that is: no misfire deadline)
+        service.scheduler.add_job(
+            service._guarded("actions-start", check_at_start), id="actions-start",
+            next_run_time=datetime.now(UTC), misfire_grace_time=None,
         )  # fmt: skip
 
 
