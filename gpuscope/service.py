@@ -240,7 +240,8 @@ def whatif_on_store(store: Store, settings: Settings, clock: Callable[[], float]
     from gpuscope.analytics.report.week import Week
     from gpuscope.analytics.whatif.gangs_actual import week_figures
     from gpuscope.analytics.whatif.policies import POLICIES
-    from gpuscope.analytics.whatif.week import WEEK_SEEDS, replay_window
+    from gpuscope.analytics.whatif.history import read_history
+    from gpuscope.analytics.whatif.week import WEEK_SEEDS, replay_history
     from gpuscope.cli.common import FIRST_YEAR, LAST_YEAR
     from gpuscope.collector.http_api.api_whatif import WhatIfRefused
     from gpuscope.core.errors import UserError
@@ -266,32 +267,55 @@ def whatif_on_store(store: Store, settings: Settings, clock: Callable[[], float]
             raise WhatIfRefused(
                 400, f"unknown policy {unknown[0]!r}; expected one of {', '.join(POLICIES)}"
             )
+        labels = settings.analytics.topology_labels
         cur = store.cursor()
         try:
-            replayed = replay_window(
-                cur,
-                week.start,
-                week.end,
+            history = read_history(cur, week.start, week.end)
+        finally:
+            cur.close()
+        if level:  # a user's error is answered before the replay, not after it (issue 38)
+            check_level(history, labels, level)
+        try:
+            replayed = replay_history(
+                history,
                 names,
                 seeds=WEEK_SEEDS if seeds is None else seeds,
                 drop=drop,
                 coverage=settings.analytics.fgd_task_coverage,
             )
-        finally:
-            cur.close()
-        if replayed is None:
-            raise WhatIfRefused(
-                404, f"no pods and GPU nodes stored in {week.label}; nothing to replay"
-            )
-        out = replayed.figures
-        out["summary"].update({"source": "database", "week": week.label})
-        # the topology-aware replay of the same week, as `gpuscope whatif --db` prints it
-        labels = settings.analytics.topology_labels
-        out["topology"] = week_figures(replayed.history, labels=labels, level=level)
+            if replayed is None:
+                raise WhatIfRefused(
+                    404, f"no pods and GPU nodes stored in {week.label}; nothing to replay"
+                )
+            out = replayed.figures
+            out["summary"].update({"source": "database", "week": week.label})
+            # the topology-aware replay of the same week, as `gpuscope whatif --db` prints it
+            out["topology"] = week_figures(replayed.history, labels=labels, level=level)
+        except UserError as exc:  # whatever else the input makes the replay refuse: a 400
+            raise WhatIfRefused(400, str(exc).splitlines()[0]) from None
         log.info("whatif served week=%s policies=%s", week.label, ",".join(names))
         return out
 
     return run
+
+
+def check_level(history: Any, labels: Sequence[str] | None, level: str) -> None:
+    """A what-if's ``topology_level`` must be a level with domains on the window's nodes
+    (as the topology replay reads them: gpuscope/analytics/whatif/gangs.py); else a 400,
+    checked from the nodes alone, before any replay."""
+    from gpuscope.analytics.domains.topology_levels import topology_of
+    from gpuscope.core.kube_objects import ObjectSet
+    from gpuscope.collector.http_api.api_whatif import WhatIfRefused
+
+    topology = topology_of(history.node_infos, ObjectSet(), labels, [level])
+    if not topology.domains.get(level):
+        known = ", ".join(lv.key for lv in topology.levels if topology.domains.get(lv.key))
+        shown = level if len(level) <= 64 else level[:64] + "..."
+        raise WhatIfRefused(
+            400,
+            f"topology_level {shown!r}: no such level on the week's nodes "
+            f"(levels: {known or 'none'})",
+        )
 
 
 #: Delivers a written report: its Markdown summary and the HTML file (a chat notifier).
@@ -341,7 +365,9 @@ def extend_service(service: CollectorService, deliver: Deliver | None = None) ->
     """Everything above the collector: analytics (and the alerts after each run), the
     actions that read their findings, the weekly report and the what-if replay API."""
     service.whatif = whatif_on_store(service.store, service.settings, service.clock)
-    service.routers.append(analytics_router(service.store, service.settings, service.clock))
+    service.expensive_routers.append(
+        analytics_router(service.store, service.settings, service.clock)
+    )
     service.routers.append(
         partial(topology_router, lambda: service.metrics.analytics.latest("topology"))
     )
