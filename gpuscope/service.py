@@ -158,7 +158,7 @@ def add_actions(service: CollectorService, notices: AlertsNotices | None = None)
     from gpuscope.actions.api import actions_router
     from gpuscope.actions.kube import ClusterClient, KubeError
     from gpuscope.actions.policy import Policy, load_policies
-    from gpuscope.actions.runner import lift_when_bound, run_policies
+    from gpuscope.actions.runner import check_reservations, lift_when_bound, run_policies
     from gpuscope.core.errors import UserError
 
     cfg = service.settings.actions
@@ -208,10 +208,27 @@ def add_actions(service: CollectorService, notices: AlertsNotices | None = None)
         for rec in recs:
             service.metrics.actions.labels(rec.kind, rec.result, "false").inc()
 
+    def check_at_start() -> None:  # a reservation left by the previous process: looked
+        # at now, not at the first run of the policies (up to their interval later)
+        at = datetime.fromtimestamp(service.clock(), UTC)
+        with lock:
+            recs = check_reservations(
+                service.store, policies, service.settings, client=client, at=at,
+                notifier=notices,
+            )  # fmt: skip
+        for rec in recs:
+            service.metrics.actions.labels(rec.kind, rec.result, "false").inc()
+        log.info("reservations checked at start lifted=%d", len(recs))
+
     if cfg.execute and client is not None:
         service.scheduler.add_job(
             lift, "interval", seconds=service.settings.collector.scrape_interval_seconds,
             id="actions-lift", max_instances=1, coalesce=True,
+        )  # fmt: skip
+        # once, as soon as the scheduler starts (whenever that is: no misfire deadline)
+        service.scheduler.add_job(
+            service._guarded("actions-start", check_at_start), id="actions-start",
+            next_run_time=datetime.now(UTC), misfire_grace_time=None,
         )  # fmt: skip
 
 
@@ -223,7 +240,8 @@ def whatif_on_store(store: Store, settings: Settings, clock: Callable[[], float]
     from gpuscope.analytics.report.week import Week
     from gpuscope.analytics.whatif.gangs_actual import week_figures
     from gpuscope.analytics.whatif.policies import POLICIES
-    from gpuscope.analytics.whatif.week import WEEK_SEEDS, replay_window
+    from gpuscope.analytics.whatif.history import read_history
+    from gpuscope.analytics.whatif.week import WEEK_SEEDS, replay_history
     from gpuscope.cli.common import FIRST_YEAR, LAST_YEAR
     from gpuscope.collector.http_api.api_whatif import WhatIfRefused
     from gpuscope.core.errors import UserError
@@ -249,32 +267,55 @@ def whatif_on_store(store: Store, settings: Settings, clock: Callable[[], float]
             raise WhatIfRefused(
                 400, f"unknown policy {unknown[0]!r}; expected one of {', '.join(POLICIES)}"
             )
+        labels = settings.analytics.topology_labels
         cur = store.cursor()
         try:
-            replayed = replay_window(
-                cur,
-                week.start,
-                week.end,
+            history = read_history(cur, week.start, week.end)
+        finally:
+            cur.close()
+        if level:  # a user's error is answered before the replay, not after it (issue 38)
+            check_level(history, labels, level)
+        try:
+            replayed = replay_history(
+                history,
                 names,
                 seeds=WEEK_SEEDS if seeds is None else seeds,
                 drop=drop,
                 coverage=settings.analytics.fgd_task_coverage,
             )
-        finally:
-            cur.close()
-        if replayed is None:
-            raise WhatIfRefused(
-                404, f"no pods and GPU nodes stored in {week.label}; nothing to replay"
-            )
-        out = replayed.figures
-        out["summary"].update({"source": "database", "week": week.label})
-        # the topology-aware replay of the same week, as `gpuscope whatif --db` prints it
-        labels = settings.analytics.topology_labels
-        out["topology"] = week_figures(replayed.history, labels=labels, level=level)
+            if replayed is None:
+                raise WhatIfRefused(
+                    404, f"no pods and GPU nodes stored in {week.label}; nothing to replay"
+                )
+            out = replayed.figures
+            out["summary"].update({"source": "database", "week": week.label})
+            # the topology-aware replay of the same week, as `gpuscope whatif --db` prints it
+            out["topology"] = week_figures(replayed.history, labels=labels, level=level)
+        except UserError as exc:  # whatever else the input makes the replay refuse: a 400
+            raise WhatIfRefused(400, str(exc).splitlines()[0]) from None
         log.info("whatif served week=%s policies=%s", week.label, ",".join(names))
         return out
 
     return run
+
+
+def check_level(history: Any, labels: Sequence[str] | None, level: str) -> None:
+    """A what-if's ``topology_level`` must be a level with domains on the window's nodes
+    (as the topology replay reads them: gpuscope/analytics/whatif/gangs.py); else a 400,
+    checked from the nodes alone, before any replay."""
+    from gpuscope.analytics.domains.topology_levels import topology_of
+    from gpuscope.core.kube_objects import ObjectSet
+    from gpuscope.collector.http_api.api_whatif import WhatIfRefused
+
+    topology = topology_of(history.node_infos, ObjectSet(), labels, [level])
+    if not topology.domains.get(level):
+        known = ", ".join(lv.key for lv in topology.levels if topology.domains.get(lv.key))
+        shown = level if len(level) <= 64 else level[:64] + "..."
+        raise WhatIfRefused(
+            400,
+            f"topology_level {shown!r}: no such level on the week's nodes "
+            f"(levels: {known or 'none'})",
+        )
 
 
 #: Delivers a written report: its Markdown summary and the HTML file (a chat notifier).
@@ -324,7 +365,9 @@ def extend_service(service: CollectorService, deliver: Deliver | None = None) ->
     """Everything above the collector: analytics (and the alerts after each run), the
     actions that read their findings, the weekly report and the what-if replay API."""
     service.whatif = whatif_on_store(service.store, service.settings, service.clock)
-    service.routers.append(analytics_router(service.store, service.settings, service.clock))
+    service.expensive_routers.append(
+        analytics_router(service.store, service.settings, service.clock)
+    )
     service.routers.append(
         partial(topology_router, lambda: service.metrics.analytics.latest("topology"))
     )

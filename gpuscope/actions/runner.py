@@ -192,6 +192,35 @@ def lift_when_bound(
     return list(executor.records)
 
 
+def check_reservations(
+    store: Store,
+    policies: Sequence[Policy],
+    settings: Settings,
+    *,
+    client: ClusterClient | None,
+    at: datetime,
+    notifier: Notifier | None = None,
+) -> list[ActionRecord]:
+    """The reservations' check of a policies' run (:meth:`Executor.reconcile`) alone, for
+    a collector that starts: a reservation a run left behind (the node tainted for a pending
+    job, its run interrupted, its pod bound or gone, its deadline passed) is lifted now,
+    not at the first run of the policies, up to their interval later (issue 38). Lifting
+    only, as :func:`lift_when_bound`; nothing is planned or evicted."""
+    if client is None:
+        return []
+    executor = Executor(
+        store=store,
+        client=client,
+        settings=settings.actions,
+        protected_namespaces=frozenset(settings.workloads.protected_namespaces),
+        execute=True,
+        notifier=notifier,
+        clock=lambda: at,
+    )
+    executor.reconcile(policies)
+    return list(executor.records)
+
+
 def _budgets(client: ClusterClient | None, notes: list[str], store: Store) -> list[Budget]:
     """The cluster's PodDisruptionBudgets, read now; without a Kubernetes API, or when the
     list is refused, the ones the collector's inventory stored last (a note says so). With

@@ -280,7 +280,7 @@ def check_database(path: Path) -> None:
     import duckdb
 
     from gpuscope.collector.storage import schema
-    from gpuscope.collector.storage.store_sql import is_duckdb_file
+    from gpuscope.collector.storage.store_sql import is_duckdb_file, missing_bytes
 
     if not is_duckdb_file(path):
         raise UserError(f"{path} is not a DuckDB database; refusing to open or overwrite it")
@@ -289,6 +289,12 @@ def check_database(path: Path) -> None:
     except duckdb.Error as exc:
         raise open_error(path, exc, "stop the other process first") from None
     try:
+        missing = missing_bytes(con, path)  # as Store.open checks it, first
+        if missing:
+            raise UserError(
+                f"database {path} is truncated: its last {missing} bytes are missing "
+                "(restore it from a backup, or move it away to start a new one)"
+            )
         version = schema.schema_version(con)
     except duckdb.Error as exc:
         raise open_error(path, exc, "") from None

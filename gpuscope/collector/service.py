@@ -121,6 +121,8 @@ class CollectorService:
         self.token = token
         #: API routers added by the layers above (see ApiState.routers).
         self.routers: list[Callable[[list[Any], list[Any]], Any]] = []
+        #: Routers of expensive read routes (see ApiState.expensive_routers).
+        self.expensive_routers: list[Callable[[list[Any], list[Any]], Any]] = []
         #: The what-if replay for GET /api/v1/whatif (see ApiState.whatif).
         self.whatif: WhatIf | None = None
 
@@ -289,6 +291,10 @@ class CollectorService:
             clock=self.clock,
             routers=list(self.routers),
             whatif=self.whatif,
+            expensive_routers=list(self.expensive_routers),
+            expensive_reads_require_token=self.settings.collector.expensive_reads_require_token,
+            expensive_reads_concurrency=self.settings.collector.expensive_reads_concurrency,
+            whatif_max_seeds=self.settings.collector.whatif_max_seeds,
             # the file it holds: the CLI beside it checks it is the one it was given
             extra_status={"database": str(Path(self.settings.collector.db).resolve())},
         )

@@ -230,6 +230,15 @@ class CollectorSettings(_Section):
     api_token_env: str = ""
     #: Whether read endpoints need the token too.
     read_requires_token: bool = False
+    #: Whether the expensive read routes (GET /api/v1/whatif, /api/v1/analyze and
+    #: /api/v1/report/weekly: seconds to minutes of CPU and up to gigabytes of memory each)
+    #: need the token even where reads are open.
+    expensive_reads_require_token: bool = False
+    #: How many expensive reads may run at once; one more is answered 429 with Retry-After.
+    expensive_reads_concurrency: int = Field(default=1, ge=1, le=16)
+    #: Replays per policy one GET /api/v1/whatif may ask for (``seeds``); the CLI's own
+    #: --seeds on a database file goes up to 100.
+    whatif_max_seeds: int = Field(default=10, ge=1, le=100)
     projects: list[ProjectSettings] = Field(default_factory=list)
 
     @field_validator("listen")

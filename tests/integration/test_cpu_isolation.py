@@ -179,7 +179,7 @@ def test_healthy_targets_keep_their_scrapes_beside_a_churning_one(tmp_path: Path
         scrapes = sorted(outcomes[url], key=lambda o: o.scheduled_at)
         assert len(scrapes) >= 2, "a churning target is still scraped, less often"
         for prev, nxt in itertools.pairwise(scrapes):
-            owed = ticks_to_skip(prev.cpu_seconds, INTERVAL, budget / INTERVAL)
+            owed = ticks_to_skip(prev.cost_seconds, INTERVAL, budget / INTERVAL)
             # every page that cost more than its budget (late or not) gave its next ticks
             # to the others, and the skips are counted on the next outcome
             assert nxt.skipped_ticks >= owed, (url, prev, nxt)

@@ -26,6 +26,7 @@ from pydantic import BaseModel
 from gpuscope import __version__
 from gpuscope.collector.gauges.metrics import CollectorMetrics
 from gpuscope.collector.http_api import api_queries as Q
+from gpuscope.collector.http_api.api_expensive import expensive_gate
 from gpuscope.collector.http_api.api_input import MAX_OFFSET, BodyLimit, parse_time, token_matches
 from gpuscope.collector.http_api.api_json import TimesJSONResponse, validation_error
 from gpuscope.collector.http_api.api_openapi import declare_errors
@@ -70,6 +71,17 @@ class ApiState:
     #: Replays a stored week under placement policies (GET /api/v1/whatif); given by the
     #: assembled service, since the replay is in analytics (None: the route answers 503).
     whatif: WhatIf | None = None
+    #: Routers of expensive read routes (analyses, reports), built with the expensive
+    #: routes' gate (api_expensive.py) in place of the reader's checks.
+    expensive_routers: list[Callable[[list[Any], list[Any]], APIRouter]] = field(
+        default_factory=list
+    )
+    #: The expensive routes need the token even where reads are open.
+    expensive_reads_require_token: bool = False
+    #: How many expensive requests run at once (one more: 429).
+    expensive_reads_concurrency: int = 1
+    #: The most replays per policy GET /api/v1/whatif may ask for.
+    whatif_max_seeds: int = 10
 
 
 class Page(BaseModel):
@@ -136,6 +148,14 @@ def create_app(state: ApiState) -> FastAPI:
 
     reader = [Depends(check_read)]
     writer = [Depends(check_token)]
+    expensive = [
+        Depends(
+            expensive_gate(
+                state.expensive_reads_concurrency,
+                check_token if state.expensive_reads_require_token else check_read,
+            )
+        )
+    ]
 
     @app.get("/healthz", tags=["health"])
     def healthz() -> dict[str, str]:
@@ -397,8 +417,10 @@ def create_app(state: ApiState) -> FastAPI:
             raise HTTPException(409, "retention is not available")
         return state.retention_now()
 
-    app.include_router(whatif_router(lambda: state.whatif, reader))
+    app.include_router(whatif_router(lambda: state.whatif, expensive, state.whatif_max_seeds))
     for make_router in state.routers:
         app.include_router(make_router(reader, writer))
+    for make_router in state.expensive_routers:
+        app.include_router(make_router(expensive, writer))
     declare_errors(app)  # 401, 403, 400, 404, 413, 503 in the OpenAPI document too
     return app

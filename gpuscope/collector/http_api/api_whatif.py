@@ -38,7 +38,8 @@ class WhatIf(Protocol):
 _WEEK = re.compile(r"^(\d{4})-W(\d{2})$")
 #: Policies one request may name at most (there are six).
 MAX_POLICIES = 16
-#: Replays per policy one request may ask for (the CLI's --seeds bound).
+#: Replays per policy one request may ask for at most (the CLI's --seeds bound); the
+#: collector's own bound, ``collector.whatif_max_seeds``, is lower by default.
 MAX_SEEDS = 100
 
 
@@ -64,8 +65,12 @@ def check_week(text: str) -> str:
     return text
 
 
-def whatif_router(get_whatif: Callable[[], WhatIf | None], reader: list[Any]) -> APIRouter:
-    """The route; ``get_whatif`` returns the service's replay, or None where there is none."""
+def whatif_router(
+    get_whatif: Callable[[], WhatIf | None], reader: list[Any], max_seeds: int = MAX_SEEDS
+) -> APIRouter:
+    """The route; ``get_whatif`` returns the service's replay, or None where there is none;
+    ``reader`` its checks (the expensive routes' gate), ``max_seeds`` the most replays per
+    policy a request may ask for."""
     router = APIRouter()
 
     @router.get("/api/v1/whatif", dependencies=reader, tags=["analytics"])
@@ -85,6 +90,12 @@ def whatif_router(get_whatif: Callable[[], WhatIf | None], reader: list[Any]) ->
         if run is None:
             raise HTTPException(
                 503, "what-if replay is not configured on this collector (run `gpuscope collector`)"
+            )
+        if seeds is not None and seeds > max_seeds:
+            raise HTTPException(
+                400,
+                f"seeds {seeds}: this collector replays at most {max_seeds} per policy "
+                "(collector.whatif_max_seeds; or run `gpuscope whatif --db` on a copy)",
             )
         if week is not None:
             check_week(week)

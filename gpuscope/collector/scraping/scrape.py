@@ -4,9 +4,10 @@ One ingest path for two kinds of page: a gpuscope agent's (already in catalogue 
 dcgm-exporter's (translated). Every scrape gives an outcome with ``up``; a target that fails
 gives no samples at all, so its last values are never repeated as if fresh (staleness is
 visible as a gap plus ``up = 0``). A page is fetched with its size capped while it inflates
-(gpuscope/collector/scraping/fetch.py), parsed one page at a time (a big page in a worker
-thread, so that it neither blocks the other targets' I/O nor doubles the memory peak; a
-small one in the event loop, where a hand-off to a thread would cost more than its parse),
+(gpuscope/collector/scraping/fetch.py), parsed one page at a time per lane (a big page in
+a worker thread, so that it neither blocks the other targets' I/O nor doubles the memory
+peak; a small one in the event loop, where a hand-off to a thread would cost more than its
+parse; a small page never waits for a big one's parse),
 and checked against the limits (gpuscope/collector/scraping/limits.py) before it becomes a
 batch: bad input never reaches the store half-way.
 """
@@ -27,7 +28,7 @@ import aiohttp
 import yarl
 
 from gpuscope.collector.scraping.batch import Batch, Labels
-from gpuscope.collector.scraping.cpu_budget import own_cpu_seconds
+from gpuscope.collector.scraping.cpu_budget import Meter, page_cost
 from gpuscope.collector.scraping.dcgm_ingest import dcgm_batch
 from gpuscope.collector.scraping.fetch import (
     ACCEPT,
@@ -85,6 +86,9 @@ class ScrapeOutcome:
     dropped: Mapping[str, int] = field(default_factory=dict)
     #: CPU the page's parse and admission took (gpuscope/collector/scraping/cpu_budget.py).
     cpu_seconds: float = 0.0
+    #: What the budget charges: that CPU stretched by its thread's wait for a CPU (the wall
+    #: time it needed on a starved CPU; gpuscope/collector/scraping/cpu_budget.py).
+    cost_seconds: float = 0.0
     #: Ticks of the target's schedule that passed without a scrape since its previous one
     #: (the previous scrape, the collector, or its CPU budget, ran past them): counted,
     #: never silent.
@@ -97,12 +101,18 @@ class ScrapeOutcome:
         return len(self.batch) if self.batch is not None else 0
 
 
-#: One page is parsed at a time in the whole process: what a parse holds in memory
-#: (the page's text, its lines and samples) is then bounded by one page, not by targets.
+#: One small page (up to INLINE_PARSE_BYTES) is parsed at a time in the whole process, and
+#: one big page: what parses hold in memory (the pages' text, lines and samples) is then
+#: bounded by one page of each lane, not by targets. Two lanes, so that a small page never
+#: waits for a big page's parse: on a starved CPU a churning target's page (20,000 new label
+#: sets, ~600 KB, 0.1-0.2 s of CPU) held the one lock for seconds of wall time, and every
+#: healthy target's page of the tick missed its timeout behind it (issue 38). A small page's
+#: parse is short by its size (a 128 KB page of new label sets takes ~0.04 s of CPU).
 _PARSE_LOCK = threading.Lock()
-#: A page up to this size (inflated) is parsed in the event loop when no other parse runs:
-#: even a first, full-grammar parse of it takes a few milliseconds, and an agent's steady
-#: page (~45 KB) a tenth of one, against the thread hand-off's own cost per page.
+_BIG_PARSE_LOCK = threading.Lock()
+#: A page up to this size (inflated) is parsed in the event loop when no other small page's
+#: parse runs: even a first, full-grammar parse of it takes a few milliseconds, and an
+#: agent's steady page (~45 KB) a tenth of one, against the thread hand-off's own cost.
 INLINE_PARSE_BYTES = 128 * 1024
 
 
@@ -136,9 +146,9 @@ class Scraper:
         #: :class:`TargetCache`): a steady page then parses by lookup, not by grammar.
         self._caches: dict[str, TargetCache] = {}
         self._caches_lock = threading.Lock()
-        #: CPU seconds the last parse of each target took
+        #: (CPU seconds, cost seconds) the last parse of each target took
         # (gpuscope/collector/scraping/cpu_budget.py).
-        self.cpu_spent: dict[str, float] = {}
+        self.cpu_spent: dict[str, tuple[float, float]] = {}
 
     def scrape(self, targets: Sequence[Target]) -> list[ScrapeOutcome]:
         """Scrape all targets once (blocking; for scheduler threads)."""
@@ -181,7 +191,8 @@ class Scraper:
             outcome = self._down(target, started, str(exc), exc.reason)
         except LimitExceeded as exc:
             outcome = self._down(target, started, str(exc), exc.reason)
-            outcome = dataclasses.replace(outcome, cpu_seconds=self.cpu_spent.get(target.url, 0.0))
+            cpu, cost = self.cpu_spent.get(target.url, (0.0, 0.0))
+            outcome = dataclasses.replace(outcome, cpu_seconds=cpu, cost_seconds=cost)
         except (aiohttp.ClientError, ValueError) as exc:  # ValueError: a URL yarl refuses
             outcome = self._down(target, started, *_describe(exc, target))
         elapsed = time.perf_counter() - t0
@@ -200,22 +211,24 @@ class Scraper:
             outcome.reason,
             outcome.dropped,
             outcome.cpu_seconds,
+            cost_seconds=outcome.cost_seconds,
         )
 
     def _ingest(self, target: Target, body: bytes, started: float) -> ScrapeOutcome:
-        with _PARSE_LOCK:
+        with _PARSE_LOCK if len(body) <= INLINE_PARSE_BYTES else _BIG_PARSE_LOCK:
             return self._ingest_locked(target, body, started)
 
     def _ingest_locked(self, target: Target, body: bytes, started: float) -> ScrapeOutcome:
-        """Parse and check a page; the caller holds ``_PARSE_LOCK``."""
+        """Parse and check a page; the caller holds the lock of its lane."""
         with self._caches_lock:
             cache = self._caches.setdefault(target.url, TargetCache())
-        cpu = own_cpu_seconds()  # garbage collection is not the page's (cpu_budget.py)
+        start = Meter.now()  # garbage collection is not the page's (cpu_budget.py)
         try:
             outcome = page_to_outcome(target, body, started, limits=self.limits, cache=cache)
         finally:  # a page refused by a limit cost CPU up to the refusal too
-            self.cpu_spent[target.url] = own_cpu_seconds() - cpu
-        return dataclasses.replace(outcome, cpu_seconds=self.cpu_spent[target.url])
+            self.cpu_spent[target.url] = page_cost(start, Meter.now())
+        cpu, cost = self.cpu_spent[target.url]
+        return dataclasses.replace(outcome, cpu_seconds=cpu, cost_seconds=cost)
 
     def forget(self, keep: Sequence[Target]) -> None:
         """Drop the caches of targets not in ``keep`` (targets come and go by discovery)."""
@@ -242,7 +255,7 @@ def past_timeout(outcome: ScrapeOutcome, elapsed: float, timeout_seconds: float)
     error = f"scrape took {elapsed:.3g}s, past its {timeout_seconds:g}s timeout"
     return ScrapeOutcome(
         outcome.target, outcome.started_at, 0.0, False, error,
-        reason="timeout", cpu_seconds=outcome.cpu_seconds,
+        reason="timeout", cpu_seconds=outcome.cpu_seconds, cost_seconds=outcome.cost_seconds,
     )  # fmt: skip
 
 

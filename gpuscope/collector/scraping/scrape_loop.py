@@ -164,7 +164,7 @@ class ScrapeLoop:
             skip = 0
             try:
                 outcome = await self.scraper.scrape_one(client, target)
-                skip = ticks_to_skip(outcome.cpu_seconds, self.interval, self.cpu_share)
+                skip = ticks_to_skip(outcome.cost_seconds, self.interval, self.cpu_share)
                 self._offer(dataclasses.replace(outcome, skipped_ticks=skipped, scheduled_at=tick))
             except Exception:  # a bug, not a target's fault: log it, keep the schedule
                 log.exception("scrape failed target=%s", target.url)
@@ -177,8 +177,8 @@ class ScrapeLoop:
             if skip:  # over its CPU budget: its next ticks go to the other targets
                 self.skipped[target.url] = self.skipped.get(target.url, 0) + skip
                 log.info(
-                    "target over its CPU budget; ticks skipped target=%s cpu_s=%.3f skip=%d",
-                    target.url, outcome.cpu_seconds, skip,
+                    "target over its CPU budget; ticks skipped target=%s cpu_s=%.3f cost_s=%.3f "
+                    "skip=%d", target.url, outcome.cpu_seconds, outcome.cost_seconds, skip,
                 )  # fmt: skip
             now = time.time()
             tick, skipped = next_tick(tick, now, self.interval)

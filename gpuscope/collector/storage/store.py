@@ -40,6 +40,7 @@ from gpuscope.collector.storage.store_sql import (
     Q,
     Retention,
     is_duckdb_file,
+    missing_bytes,
     series_kind,
     utc,
 )
@@ -106,6 +107,12 @@ class Store(WriterMixin, MaintenanceMixin, ReclaimMixin, RecordsMixin, AlertsMix
         except duckdb.Error as exc:
             raise UserError(f"cannot open database {path}: {str(exc).splitlines()[0]}") from None
         try:
+            missing = missing_bytes(con, path)
+            if missing:
+                raise UserError(
+                    f"database {path} is truncated: its last {missing} bytes are missing "
+                    "(restore it from a backup, or move it away to start a new one)"
+                )
             version = schema.schema_version(con)
             if version > schema.LATEST_VERSION:
                 raise UserError(
@@ -128,7 +135,14 @@ class Store(WriterMixin, MaintenanceMixin, ReclaimMixin, RecordsMixin, AlertsMix
         except BaseException:
             con.close()
             raise
-        return cls(con, path, read_only, retention or Retention(), config)
+        try:
+            return cls(con, path, read_only, retention or Retention(), config)
+        except duckdb.Error as exc:  # the writer's state (every series) read from damaged pages
+            con.close()
+            first = (str(exc).splitlines() or [type(exc).__name__])[0]
+            raise UserError(
+                f"cannot read database {path} (damaged or truncated?): {first}"
+            ) from None
 
     def __enter__(self) -> Store:
         return self

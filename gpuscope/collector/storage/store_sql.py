@@ -175,6 +175,26 @@ def is_duckdb_file(path: Path) -> bool:
         return f.read(12)[8:12] == b"DUCK"
 
 
+#: A DuckDB file starts with three 4 KiB headers (the main one and two alternating database
+#: headers), then its blocks.
+_FILE_HEADERS_BYTES = 3 * 4096
+
+
+def missing_bytes(con: duckdb.DuckDBPyConnection, path: Path) -> int:
+    """How many bytes of its blocks the database file at ``path`` (open on ``con``) lacks:
+    its checkpointed header counts ``total_blocks`` of ``block_size``, and a file cut short
+    (a copy or a disk that filled up) lacks the end of them. Truncated at 75-99 % a file
+    still gives its schema version and fails only at the first read of a missing block
+    (issue 38), so every open checks this first. 0 for a whole file (a larger one is
+    whole: free blocks at the end)."""
+    row = con.execute("PRAGMA database_size").fetchone()
+    if row is None:
+        return 0
+    block_size, total_blocks = int(row[2]), int(row[3])
+    expected = _FILE_HEADERS_BYTES + block_size * total_blocks if total_blocks else 0
+    return max(0, expected - path.stat().st_size)
+
+
 class StoreParts:
     """What the store's mixins use of :class:`gpuscope.collector.storage.store.Store` (which defines
     it)."""
