@@ -15,14 +15,19 @@ server answers it:
   resourceVersion) answer 409 with the storage layer's message;
 - an eviction (policy/v1) of a pending, finished or Terminating pod is a plain delete;
   otherwise the pod's PodDisruptionBudget must allow a disruption, decided as kube-apiserver's
-  eviction handler does, from the budget's status (``disruptionsAllowed``, kept here as the
-  disruption controller would, :func:`pdb_status`): 429 with the ``DisruptionBudget`` cause
-  when it allows none or its status lags its generation, 500 when two budgets select the
-  pod, and an empty selector selects nothing.
+  eviction handler does (pkg/registry/core/pod/storage/eviction.go), from the budget's status
+  (``disruptionsAllowed``, kept here as the disruption controller would, :func:`pdb_status`,
+  pkg/controller/disruption/disruption.go): 500 when two budgets select the pod; a pod that
+  is not Ready goes without spending the budget under ``unhealthyPodEvictionPolicy:
+  AlwaysAllow``, or under ``IfHealthyBudget`` (the default) while ``currentHealthy >=
+  desiredHealthy > 0``; else 429 with the ``DisruptionBudget`` cause when the status lags
+  its generation or allows none (403 when negative). In policy/v1 an empty selector
+  (``{}``) selects every pod of the namespace and an absent one none.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -128,48 +133,140 @@ def evict(
         delete(store, res, namespace, name, options, dry_run=dry_run)
 
 
-def _healthy(pod: Obj) -> bool:
-    return (pod.get("status") or {}).get("phase") == "Running" and not pod["metadata"].get(
-        "deletionTimestamp"
+def _ready(pod: Obj) -> bool:
+    """``IsPodReady``: the pod's ``Ready`` condition is ``True``."""
+    return any(
+        c.get("type") == "Ready" and c.get("status") == "True"
+        for c in (pod.get("status") or {}).get("conditions") or ()
     )
 
 
+def _healthy(pod: Obj) -> bool:
+    """``countHealthyPods``: not being deleted, and Ready."""
+    return not pod["metadata"].get("deletionTimestamp") and _ready(pod)
+
+
 def _selects(pdb: Obj, pod: Obj) -> bool:
-    """A budget's selector; an empty or absent one selects nothing (as the eviction
-    handler reads it)."""
-    selector = (pdb.get("spec") or {}).get("selector") or {}
-    if not selector.get("matchLabels") and not selector.get("matchExpressions"):
+    """``LabelSelectorAsSelector`` of the budget's selector: a null or absent selector
+    matches nothing, an empty one (``{}``) everything (policy/v1)."""
+    selector = (pdb.get("spec") or {}).get("selector")
+    if selector is None:
         return False
     return object_selector_matches(selector, _labels(pod))
 
 
-def _count(value: Any, of: int) -> int:
-    """An IntOrString of a budget: a number, or a percentage of ``of`` rounded up."""
-    if isinstance(value, str) and value.endswith("%"):
-        return -(-int(value[:-1]) * of // 100)
-    return int(value)
+class _SyncFailed(Exception):
+    """The disruption controller could not compute the budget's status (failSafe)."""
+
+
+def _scaled(value: Any, total: int) -> int:
+    """``intstr.GetScaledValueFromIntOrPercent(value, total, roundUp=true)``."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    text = str(value)
+    if not text.endswith("%"):
+        raise _SyncFailed(
+            "invalid value for IntOrString: invalid type: string is not a percentage"
+        )
+    try:
+        percent = int(text[:-1])
+    except ValueError:
+        raise _SyncFailed(f"invalid value for IntOrString: {text}") from None
+    return math.ceil(percent * total / 100)
+
+
+def _controller(obj: Obj) -> Obj | None:
+    owners = obj["metadata"].get("ownerReferences") or []
+    return next((o for o in owners if o.get("controller")), None)
+
+
+def _scale_of(store: KubeStore, ref: Obj, ns: str) -> int | None:
+    """The finders of the controller: a ReplicationController, a Deployment (through its
+    ReplicaSet), a ReplicaSet, a StatefulSet; None when none of them is the pod's."""
+    plural = {
+        "ReplicationController": "replicationcontrollers",
+        "ReplicaSet": "replicasets",
+        "StatefulSet": "statefulsets",
+    }.get(str(ref.get("kind")))
+    if plural is None:
+        return None
+    try:
+        owner = store.get(store.resource(plural), ns, str(ref.get("name")))
+    except ApiError:
+        return None
+    if owner["metadata"].get("uid") != ref.get("uid"):
+        return None
+    if plural == "replicasets":
+        up = _controller(owner)
+        if up is not None and up.get("kind") == "Deployment":
+            try:
+                dep = store.get(store.resource("deployments"), ns, str(up.get("name")))
+            except ApiError:
+                dep = None
+            if dep is not None and dep["metadata"].get("uid") == up.get("uid"):
+                return int((dep.get("spec") or {}).get("replicas", 1))
+    return int((owner.get("spec") or {}).get("replicas", 1))
+
+
+def _expected_scale(store: KubeStore, ns: str, pods: list[Obj]) -> int:
+    """``getExpectedScale``: the replicas of the selected pods' controllers, each counted
+    once; pods without a controller are left out; a controller of a kind with no finder
+    fails the sync."""
+    scales: dict[str, int] = {}
+    for pod in pods:
+        ref = _controller(pod)
+        if ref is None:
+            continue
+        if str(ref.get("uid")) in scales:
+            continue
+        scale = _scale_of(store, ref, ns)
+        if scale is None:
+            raise _SyncFailed(f'found no controllers for pod "{pod["metadata"]["name"]}"')
+        scales[str(ref.get("uid"))] = scale
+    return sum(scales.values())
+
+
+def _expected_and_desired(store: KubeStore, ns: str, spec: Obj, pods: list[Obj]) -> tuple[int, int]:
+    """``getExpectedPodCount``."""
+    if spec.get("maxUnavailable") is not None:
+        expected = _expected_scale(store, ns, pods)
+        return expected, max(0, expected - _scaled(spec["maxUnavailable"], expected))
+    min_available = spec.get("minAvailable")
+    if min_available is None:
+        return 0, 0
+    if isinstance(min_available, int) and not isinstance(min_available, bool):
+        return len(pods), min_available
+    expected = _expected_scale(store, ns, pods)
+    return expected, _scaled(min_available, expected)
 
 
 def pdb_status(store: KubeStore, pdb: Obj) -> Obj:
     """The status the disruption controller keeps on a budget, as if it had just caught up
-    (healthy: Running and not Terminating; the expected count is the pods it selects)."""
+    (``trySync``/``updatePdbStatus``; on a failed sync, ``failSafe``: no disruption allowed
+    and a ``SyncFailed`` condition, the generation not marked observed)."""
     ns = pdb["metadata"].get("namespace", "")
     spec: dict[str, Any] = pdb.get("spec") or {}
     pods, _ = store.list(store.resource("pods"), ns)
     members = [p for p in pods if _selects(pdb, p)]
-    healthy = sum(_healthy(p) for p in members)
-    if "minAvailable" in spec:
-        desired = _count(spec["minAvailable"], len(members))
-    else:
-        desired = len(members) - _count(spec.get("maxUnavailable", 0), len(members))
     generation = int(pdb["metadata"].get("generation") or 1)
-    allowed = max(0, healthy - desired)
+    when = pdb["metadata"].get("creationTimestamp") or "1970-01-01T00:00:00Z"
+    try:
+        expected, desired = _expected_and_desired(store, ns, spec, members)
+    except _SyncFailed as e:
+        failed = {"type": "DisruptionAllowed", "status": "False", "observedGeneration": 0,
+                  "lastTransitionTime": when, "reason": "SyncFailed", "message": str(e)}  # fmt: skip
+        return {"observedGeneration": 0, "disruptionsAllowed": 0, "currentHealthy": 0,
+                "desiredHealthy": 0, "expectedPods": 0, "conditions": [failed]}  # fmt: skip
+    healthy = sum(_healthy(p) for p in members)
+    allowed = healthy - desired
+    if expected <= 0 or allowed <= 0:
+        allowed = 0
     # the controller's condition, as policy/v1 has it (meta/v1 Condition, every field)
     condition = {
         "type": "DisruptionAllowed",
         "status": "True" if allowed else "False",
         "observedGeneration": generation,
-        "lastTransitionTime": pdb["metadata"].get("creationTimestamp") or "1970-01-01T00:00:00Z",
+        "lastTransitionTime": when,
         "reason": "SufficientPods" if allowed else "InsufficientPods",
         "message": "",
     }
@@ -178,7 +275,7 @@ def pdb_status(store: KubeStore, pdb: Obj) -> Obj:
         "disruptionsAllowed": allowed,
         "currentHealthy": healthy,
         "desiredHealthy": desired,
-        "expectedPods": len(members),
+        "expectedPods": expected,
         "conditions": [condition],
     }
 
@@ -192,9 +289,11 @@ def with_pdb_status(store: KubeStore, pdb: Obj) -> Obj:
 
 
 def disruption_blocker(store: KubeStore, pod: Obj) -> ApiError | None:
-    """What the Eviction API answers for ``pod`` from its budgets' status: 500 when more
-    than one selects it, 429 (``DisruptionBudget`` cause) while the budget is still being
-    processed or allows no disruption."""
+    """What the Eviction API answers for a Running, not Terminating ``pod`` from its
+    budgets: 500 when more than one selects it; nothing for a pod that is not Ready where
+    the budget lets it go (``AlwaysAllow``, or ``currentHealthy >= desiredHealthy > 0``);
+    else ``checkAndDecrement``: 429 (``DisruptionBudget`` cause) while the budget is still
+    being processed or allows no disruption, 403 when its count is negative."""
     ns = pod["metadata"].get("namespace", "")
     pdbs, _ = store.list(store.resource("poddisruptionbudgets"), ns)
     mine = [with_pdb_status(store, p) for p in pdbs if _selects(p, pod)]
@@ -209,10 +308,25 @@ def disruption_blocker(store: KubeStore, pod: Obj) -> ApiError | None:
         return None
     pdb = mine[0]
     status, name = pdb["status"], pdb["metadata"]["name"]
+    desired, current = (
+        int(status.get("desiredHealthy") or 0),
+        int(status.get("currentHealthy") or 0),
+    )
+    if not _ready(pod):
+        if (pdb.get("spec") or {}).get("unhealthyPodEvictionPolicy") == "AlwaysAllow":
+            return None
+        if current >= desired > 0:
+            return None
     if int(status.get("observedGeneration") or 0) < int(pdb["metadata"].get("generation") or 0):
         return disruption_budget_refusal(name, 0, 0, processing=True)
-    if int(status.get("disruptionsAllowed") or 0) == 0:
-        return disruption_budget_refusal(
-            name, int(status.get("desiredHealthy") or 0), int(status.get("currentHealthy") or 0)
+    allowed = int(status.get("disruptionsAllowed") or 0)
+    if allowed < 0:
+        return ApiError(
+            403,
+            "Forbidden",
+            f'poddisruptionbudget.policy "{name}" is forbidden: pdb disruptions allowed is '
+            "negative",
         )
+    if allowed == 0:
+        return disruption_budget_refusal(name, desired, current)
     return None

@@ -41,6 +41,11 @@ RESOURCES = (
     Resource("resourcequotas", "ResourceQuota", "v1", True),
     Resource("events", "Event", "v1", True),
     Resource("poddisruptionbudgets", "PodDisruptionBudget", "policy/v1", True),
+    # the workload controllers whose scale the disruption controller reads (kube_rules)
+    Resource("replicationcontrollers", "ReplicationController", "v1", True),
+    Resource("replicasets", "ReplicaSet", "apps/v1", True),
+    Resource("deployments", "Deployment", "apps/v1", True),
+    Resource("statefulsets", "StatefulSet", "apps/v1", True),
     Resource("clusterqueues", "ClusterQueue", "kueue.x-k8s.io/v1beta1", False),
     Resource("localqueues", "LocalQueue", "kueue.x-k8s.io/v1beta1", True),
     Resource("cohorts", "Cohort", "kueue.x-k8s.io/v1beta1", False),
@@ -56,7 +61,14 @@ RESOURCES = (
 #: API groups served unless told otherwise: KAI's queues CRD is not installed; DRA's
 #: resource.k8s.io/v1 is, as on Kubernetes 1.34 and later.
 DEFAULT_INSTALLED = frozenset(
-    {"v1", "policy/v1", "kueue.x-k8s.io/v1beta1", "kubeflow.org/v1", "resource.k8s.io/v1"}
+    {
+        "v1",
+        "apps/v1",
+        "policy/v1",
+        "kueue.x-k8s.io/v1beta1",
+        "kubeflow.org/v1",
+        "resource.k8s.io/v1",
+    }
 )
 
 

@@ -93,6 +93,8 @@ def pod_obj(
         "status": {
             "phase": "Running" if node else "Pending",
             "startTime": T0.strftime("%Y-%m-%dT%H:%M:%SZ"),
+            # a running pod passed its readiness probe (what budgets count as healthy)
+            "conditions": [{"type": "Ready", "status": "True" if node else "False"}],
         },
     }
 

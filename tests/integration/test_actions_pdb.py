@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from tests.fakes.kube_rules import disruption_blocker
 from tests.integration.test_actions import (  # noqa: F401  (fixtures)
     AT,
     Cluster,
@@ -104,3 +105,64 @@ def test_unreadable_budgets_are_a_note_and_the_api_server_still_guards(
     run = packed.run([consolidation_policy()], execute=True)
     assert any("PodDisruptionBudgets not read" in n and "403" in n for n in run.notes)
     assert [r[2] for r in results(run)] == ["done", "done", "blocked", "done"]
+
+
+# -- issue 38: a budget read as kube-apiserver reads it -------------------------------------
+#: policy/v1: ``selector: {}`` selects every pod of the namespace. minAvailable 7 = the seven
+#: Running, Ready pods of ``ml`` (the cluster's three, big-0, small-0 and the two fills): no
+#: disruption allowed.
+KEEP_ALL_OF_ML: dict[str, Any] = {
+    "kind": "PodDisruptionBudget",
+    "apiVersion": "policy/v1",
+    "metadata": {"name": "keep-all", "namespace": "ml"},
+    "spec": {"minAvailable": 7, "selector": {}},
+}
+
+
+@pytest.fixture
+def other_namespace_way(packed: Cluster) -> Cluster:  # noqa: F811
+    """packed, plus node-d whose pods live in ``batch``, outside the budget's namespace:
+    evicting spare-0 there frees room for the pending job as well."""
+    packed.record(
+        node_obj("node-d"),
+        pod_obj("batch", "big-d-0", "node-d", 4, kind="batch"),
+        pod_obj("batch", "spare-0", "node-d", 2, kind="batch", preemptible=True),
+    )
+    packed.api.requests.clear()
+    return packed
+
+
+def test_an_empty_selector_protects_every_pod_of_its_namespace(
+    other_namespace_way: Cluster,
+) -> None:
+    """Seen: the budget with ``selector: {}`` was read as selecting nothing; ``act
+    --execute`` evicted small-0, got 429, lifted the taint, exited 3, and the next run
+    repeated the plan. Now the fake refuses as kube-apiserver does and the planner walks
+    around the protected pod to the unprotected victim in ``batch``."""
+    c = other_namespace_way
+    c.api.store.load(KEEP_ALL_OF_ML)
+    pdb_res = c.api.store.resource("poddisruptionbudgets")
+    pod_res = c.api.store.resource("pods")
+    small = c.api.store.get(pod_res, "ml", "small-0")
+    blocked = disruption_blocker(c.api.store, small)
+    assert blocked is not None and blocked.code == 429  # the fake, corrected
+    assert c.api.store.get(pdb_res, "ml", "keep-all")
+    policy = consolidation_policy(cooldown_minutes=0, cordon_minutes=1)
+    run = c.run([policy], execute=True)
+    assert not run.refused
+    assert evictions(c) == ["/api/v1/namespaces/batch/pods/spare-0/eviction"]
+    assert not c.going("ml", "small-0") and c.going("batch", "spare-0")
+    [note] = [n for n in run.notes if "keep-all" in n]
+    assert "ml/small-0" in note and "needs 7 healthy pods, has 7" in note
+
+
+def test_a_budget_without_a_selector_protects_nothing(packed: Cluster) -> None:  # noqa: F811
+    """An absent (null) selector selects no pod: small-0, the only way, goes."""
+    c = packed
+    c.api.store.load(
+        {**KEEP_ALL_OF_ML, "spec": {"minAvailable": 7}},
+    )
+    run = c.run([consolidation_policy(cooldown_minutes=0)], execute=True)
+    assert not any("keep-all" in n for n in run.notes)
+    assert not run.refused
+    assert evictions(c) == ["/api/v1/namespaces/ml/pods/small-0/eviction"]

@@ -18,7 +18,9 @@ from tests.fakes.kube_store import KubeStore
 APPS = ["a", "b", "c"]
 
 
-def pod(name: str, app: str, phase: str, terminating: bool) -> dict[str, Any]:
+def pod(
+    name: str, app: str, phase: str, terminating: bool, ready: bool | None = None
+) -> dict[str, Any]:
     meta: dict[str, Any] = {"name": name, "namespace": "ml", "uid": f"u-{name}"}
     meta["labels"] = {"app": app}
     if terminating:
@@ -27,7 +29,8 @@ def pod(name: str, app: str, phase: str, terminating: bool) -> dict[str, Any]:
         "kind": "Pod",
         "metadata": meta,
         "spec": {"nodeName": "n1", "containers": [{"name": "c"}]},
-        "status": {"phase": phase},
+        "status": {"phase": phase}
+        | ({} if ready is None else {"conditions": [{"type": "Ready", "status": str(ready)}]}),
     }
 
 
@@ -36,12 +39,14 @@ pods_st = st.lists(
         st.sampled_from(APPS),
         st.sampled_from(["Running", "Running", "Pending", "Succeeded"]),
         st.booleans(),
+        st.sampled_from([None, True, False]),
     ),
     min_size=1,
     max_size=6,
 )
 selector_st = st.one_of(
-    st.just({}),
+    st.just(None),  # absent: selects no pod
+    st.just({}),  # policy/v1: every pod of the namespace
     st.builds(lambda a: {"matchLabels": {"app": a}}, st.sampled_from(APPS)),
     st.builds(
         lambda vs: {"matchExpressions": [{"key": "app", "operator": "In", "values": vs}]},
@@ -55,13 +60,15 @@ budget_st = st.tuples(
         st.builds(lambda n: {"maxUnavailable": n}, st.integers(0, 2)),
         st.builds(lambda n: {"minAvailable": f"{n}%"}, st.sampled_from([0, 50, 100])),
     ),
+    st.sampled_from([None, "IfHealthyBudget", "AlwaysAllow"]),
 )
 
 
 @settings(max_examples=150, deadline=None)
 @given(pods_st, st.lists(budget_st, max_size=3))
 def test_held_exactly_when_the_eviction_api_refuses(
-    pod_specs: list[tuple[str, str, bool]], budget_specs: list[tuple[dict[str, Any], Any]]
+    pod_specs: list[tuple[str, str, bool, bool | None]],
+    budget_specs: list[tuple[dict[str, Any] | None, Any, str | None]],
 ) -> None:
     store = KubeStore()
     objs = [pod(f"p{i}", *spec) for i, spec in enumerate(pod_specs)]
@@ -70,9 +77,11 @@ def test_held_exactly_when_the_eviction_api_refuses(
             "kind": "PodDisruptionBudget",
             "apiVersion": "policy/v1",
             "metadata": {"name": f"b{i}", "namespace": "ml"},
-            "spec": {"selector": sel, **count},
+            "spec": ({} if sel is None else {"selector": sel})
+            | count
+            | ({} if policy is None else {"unhealthyPodEvictionPolicy": policy}),
         }
-        for i, (sel, count) in enumerate(budget_specs)
+        for i, (sel, count, policy) in enumerate(budget_specs)
     ]
     store.load(*objs, *pdbs)
     pdb_res = store.resource("poddisruptionbudgets")

@@ -144,6 +144,8 @@ budgets = st.builds(
     min_available=int_or_percent,
     max_unavailable=int_or_percent,
     expected_pods=st.integers(0, 10),
+    has_selector=st.booleans(),
+    unhealthy_policy=st.sampled_from(["IfHealthyBudget", "AlwaysAllow"]),
 )
 
 

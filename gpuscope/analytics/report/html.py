@@ -155,6 +155,18 @@ def slots_64(df: pl.DataFrame | None) -> list[tuple[str, int, float]]:
     return out
 
 
+def slots_64_lines(df: pl.DataFrame | None) -> list[tuple[str, int, float]]:
+    """:func:`slots_64` with the levels that read the same (same fewest, same mean to one
+    decimal) said once: ``("rack, zone", fewest, mean)``."""
+    groups: dict[tuple[int, str], list[str]] = {}
+    means: dict[tuple[int, str], float] = {}
+    for level, fewest, mean in slots_64(df):
+        key = (fewest, f"{mean:.1f}")
+        groups.setdefault(key, []).append(level)
+        means.setdefault(key, mean)
+    return [(", ".join(levels), key[0], means[key]) for key, levels in groups.items()]
+
+
 def render_html(report: WeeklyReport) -> str:
     """The whole page: no external script, style sheet, font or image."""
     env = Environment(
@@ -172,7 +184,7 @@ def render_html(report: WeeklyReport) -> str:
     whatif = report.tables["whatif"]
     return env.get_template("report.html.j2").render(
         report=report,
-        topo_slots=slots_64(report.tables.get("topology_slots")),
+        topo_slots=slots_64_lines(report.tables.get("topology_slots")),
         topo_whatif=whatif_topology_line(report.tables.get("whatif_topology")),
         week_end=report.week.end,
         cluster=_cluster_rows(report),

@@ -13,7 +13,7 @@ import polars as pl
 
 from gpuscope.analytics.report.data import WeeklyReport
 from gpuscope.analytics.report.fragmentation import weighted_mean
-from gpuscope.analytics.report.html import format_cell, slots_64
+from gpuscope.analytics.report.html import format_cell, slots_64_lines
 from gpuscope.analytics.report.tables import EPS
 from gpuscope.analytics.report.whatif_topology import whatif_topology_line
 
@@ -105,7 +105,7 @@ def render_markdown(report: WeeklyReport, html: Path | None = None) -> str:
             f"- Fragmentation: mean {fmt('ratio', weighted_mean(frag))} (time-weighted), "
             f"worst {fmt('ratio', frag['fgd_fragmentation_ratio'].max())} of free GPU capacity"
         )
-    for level, fewest, mean in slots_64(report.tables.get("topology_slots")):
+    for level, fewest, mean in slots_64_lines(report.tables.get("topology_slots")):
         lines.append(f"- 64-GPU slots ({level}): mean {mean:.1f}, fewest {fewest}")
     worst = report.tables.get("topology_domains")
     if worst is not None and worst.height:

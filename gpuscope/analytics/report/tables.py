@@ -51,7 +51,9 @@ def with_cost(df: pl.DataFrame, price: float | None, *columns: str) -> pl.DataFr
 def breakdown(
     this: pl.DataFrame, prev: pl.DataFrame, key: str, keys: pl.DataFrame, price: float | None
 ) -> pl.DataFrame:
-    """Per ``key``: this week's sums and rates, last week's, and the change."""
+    """Per ``key``: this week's sums and rates, last week's, and the change. With no
+    allocation stored for the previous week at all, the changes are empty (null), as in
+    the cluster table: "no previous week" is not "zero last week"."""
     now = rates(sum_by(this, key))
     before = rates(sum_by(prev, key)).select(
         key,
@@ -60,10 +62,12 @@ def breakdown(
     )
     out = keys.join(now, on=key, how="left").join(before, on=key, how="left")
     out = out.with_columns(pl.col(c).fill_null(0.0) for c in SUMS)
+    # a key new this week changed from 0; without any previous week there is no change
+    previous = pl.col("previous_allocated_gpu_hours").fill_null(0.0) if prev.height else None
     out = out.with_columns(
-        (pl.col("allocated") - pl.col("previous_allocated_gpu_hours").fill_null(0.0)).alias(
-            "allocated_change_gpu_hours"
-        ),
+        (pl.col("allocated") - previous if previous is not None else pl.lit(None))
+        .cast(pl.Float64)
+        .alias("allocated_change_gpu_hours"),
         (pl.col("efficiency") - pl.col("previous_efficiency")).alias("efficiency_change"),
     )
     out = gpu_hours_names(out).sort("allocated_gpu_hours", key, descending=[True, False])

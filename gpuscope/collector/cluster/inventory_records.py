@@ -119,6 +119,9 @@ class PodInfo:
     gpu_spec: str = ""
     #: Deleted and going (``metadata.deletionTimestamp`` set): never an action's target.
     terminating: bool = False
+    #: The ``Ready`` condition is ``True`` (what the Eviction API and the disruption
+    #: controller call healthy); records stored without it read as ready.
+    ready: bool = True
     #: Hard node constraints on labels (``nodeSelector``, required node affinity), as
     #: :func:`gpuscope.collector.cluster.node_selection.node_selector_terms` encodes them.
     node_selector_terms: tuple[str, ...] = ()
@@ -380,6 +383,10 @@ def pod_from_json(
         ),
         gpu_spec=gpu_spec(spec),
         terminating=bool(meta.get("deletionTimestamp")),
+        ready=any(
+            c.get("type") == "Ready" and c.get("status") == "True"
+            for c in status.get("conditions") or ()
+        ),
         node_selector_terms=node_selector_terms(spec),
         preempts=spec.get("preemptionPolicy") != "Never",
     )

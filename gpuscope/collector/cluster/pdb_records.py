@@ -5,9 +5,17 @@ The Eviction API (policy/v1) decides from the budget's *status*, which the disru
 controller keeps: it refuses (429, ``DisruptionBudget`` cause) while
 ``status.disruptionsAllowed`` is 0, or while ``status.observedGeneration`` is behind
 ``metadata.generation`` (the budget "is still being processed"), and it refuses a pod that
-more than one budget selects. A budget with an empty or absent selector selects nothing.
-Pods that are not Running (Pending, Succeeded, Failed) or are Terminating are evicted
-without asking their budget. This module reads those same fields and rules, without I/O:
+more than one budget selects. In policy/v1 an empty selector (``selector: {}``) selects
+every pod of the budget's namespace and an absent (null) one selects none (kube-apiserver's
+``getPodDisruptionBudgets`` and the disruption controller both read it so). Pods that are
+not Running (Pending, Succeeded, Failed) or are Terminating are evicted without asking their
+budget; a Running pod that is not Ready (its ``Ready`` condition not ``True``) is evicted
+without spending the budget when the budget's ``unhealthyPodEvictionPolicy`` is
+``AlwaysAllow``, or, under ``IfHealthyBudget`` (the default), while the budget is met
+(``currentHealthy >= desiredHealthy > 0``). ``minAvailable``/``maxUnavailable`` are kept as
+written; :func:`desired_healthy` turns them into the count the controller wants healthy
+(a percentage of the expected pods rounded up). This module reads those same fields and
+rules, without I/O:
 the actions runner lists the budgets live (gpuscope/actions/kube.py), the collector's
 inventory lists them and stores them with the other inventory kinds (``inventory_pdbs``,
 one JSON record per version: :func:`budget_record`), and plans made from a database read
@@ -26,6 +34,10 @@ import duckdb
 
 from gpuscope.collector.cluster.inventory_records import PodInfo
 from gpuscope.core.kube_objects import ObjectSet
+
+#: ``spec.unhealthyPodEvictionPolicy`` values (policy/v1).
+IF_HEALTHY_BUDGET = "IfHealthyBudget"
+ALWAYS_ALLOW = "AlwaysAllow"
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,18 +60,20 @@ class Budget:
     max_unavailable: str | None = None
     #: ``status.expectedPods``: the pods the controller counted for the budget.
     expected_pods: int = 0
+    #: ``spec.selector`` was given (``{}`` included); an absent one selects no pod.
+    has_selector: bool = True
+    #: ``spec.unhealthyPodEvictionPolicy``: ``IfHealthyBudget`` (also when unset) or
+    #: ``AlwaysAllow``.
+    unhealthy_policy: str = IF_HEALTHY_BUDGET
 
     @property
     def key(self) -> str:
         return f"{self.namespace}/{self.name}"
 
-    @property
-    def empty(self) -> bool:
-        return not self.match_labels and not self.expressions
-
     def selects(self, labels: Mapping[str, str]) -> bool:
-        """The LabelSelector's answer for a pod's labels; an empty selector selects none."""
-        if self.empty:
+        """The LabelSelector's answer for a pod's labels (policy/v1): an empty selector
+        selects every pod, an absent one none."""
+        if not self.has_selector:
             return False
         if any(labels.get(k) != v for k, v in self.match_labels.items()):
             return False
@@ -74,11 +88,20 @@ class Budget:
                 return False
         return True
 
+    def lets_unready_pod_go(self) -> bool:
+        """Whether a Running pod that is not Ready is evicted without spending the budget
+        (the eviction handler's check before its budget check)."""
+        if self.unhealthy_policy == ALWAYS_ALLOW:
+            return True
+        return self.current_healthy >= self.desired_healthy > 0
+
     def why_blocked(self) -> str:
         """Why the budget refuses an eviction now ("" when it allows one)."""
         if self.stale:
             return "is still being processed by its controller"
-        if self.disruptions_allowed <= 0:
+        if self.disruptions_allowed < 0:
+            return "has a negative disruptionsAllowed (the API server forbids evictions)"
+        if self.disruptions_allowed == 0:
             return (
                 f"allows no disruption (needs {self.desired_healthy} healthy pods, "
                 f"has {self.current_healthy})"
@@ -97,12 +120,50 @@ def _int_or_percent(value: Any) -> str | None:
     return None if value is None else str(value)
 
 
+def scaled_value(value: int | str, total: int) -> int:
+    """An IntOrString of a budget against ``total`` pods, as the disruption controller
+    reads it (``intstr.GetScaledValueFromIntOrPercent`` rounding up): a number as it is,
+    ``"N%"`` as N percent of ``total`` rounded up. Anything else (``"1"`` as a string,
+    ``"x%"``) raises ValueError, which makes the controller set no disruption allowed."""
+    if isinstance(value, bool):
+        raise ValueError(f"invalid IntOrString {value!r}")
+    if isinstance(value, int):
+        return value
+    text = str(value)
+    if not text.endswith("%") or not text[:-1].lstrip("-").isdigit():
+        raise ValueError(f"invalid value for IntOrString: {text!r} is not a percentage")
+    return -(-int(text[:-1]) * total // 100)
+
+
+def desired_healthy(
+    min_available: int | str | None, max_unavailable: int | str | None, expected: int
+) -> int:
+    """The healthy pods a budget wants, given the pods the controller expects: ``expected``
+    less ``maxUnavailable`` (never below 0) when that is set, else ``minAvailable`` (a
+    number as it is, a percentage of ``expected`` rounded up), else 0. For a number
+    ``minAvailable`` the controller expects the pods the budget selects; for the other
+    forms, the replicas of their controllers (pods without one are not counted)."""
+    if max_unavailable is not None:
+        return max(0, expected - scaled_value(max_unavailable, expected))
+    if min_available is not None:
+        return scaled_value(min_available, expected)
+    return 0
+
+
+def disruptions_allowed(current_healthy: int, desired: int, expected: int) -> int:
+    """``status.disruptionsAllowed`` as the controller sets it: healthy pods over the wanted
+    count, and none while it expects no pod."""
+    allowed = current_healthy - desired
+    return allowed if expected > 0 and allowed > 0 else 0
+
+
 def budget_from_json(obj: Mapping[str, Any]) -> Budget:
     """A policy/v1 PodDisruptionBudget as the API server returns it."""
     meta = obj.get("metadata") or {}
     spec = obj.get("spec") or {}
     status = obj.get("status") or {}
-    selector = spec.get("selector") or {}
+    raw_selector = spec.get("selector")
+    selector = raw_selector if isinstance(raw_selector, Mapping) else {}
     expressions = tuple(
         (str(e.get("key", "")), str(e.get("operator", "")), frozenset(e.get("values") or ()))
         for e in selector.get("matchExpressions") or ()
@@ -121,7 +182,13 @@ def budget_from_json(obj: Mapping[str, Any]) -> Budget:
         min_available=_int_or_percent(spec.get("minAvailable")),
         max_unavailable=_int_or_percent(spec.get("maxUnavailable")),
         expected_pods=_int(status.get("expectedPods")),
+        has_selector=isinstance(raw_selector, Mapping),
+        unhealthy_policy=_policy(spec.get("unhealthyPodEvictionPolicy")),
     )
+
+
+def _policy(value: Any) -> str:
+    return ALWAYS_ALLOW if value == ALWAYS_ALLOW else IF_HEALTHY_BUDGET
 
 
 def budget_record(b: Budget) -> dict[str, Any]:
@@ -138,6 +205,8 @@ def budget_record(b: Budget) -> dict[str, Any]:
         "min_available": b.min_available,
         "max_unavailable": b.max_unavailable,
         "expected_pods": b.expected_pods,
+        "has_selector": b.has_selector,
+        "unhealthy_policy": b.unhealthy_policy,
     }
 
 
@@ -158,6 +227,9 @@ def budget_from_record(rec: Mapping[str, Any]) -> Budget:
         min_available=_int_or_percent(rec.get("min_available")),
         max_unavailable=_int_or_percent(rec.get("max_unavailable")),
         expected_pods=_int(rec.get("expected_pods")),
+        # records stored before the key kept only budgets with a selector that mattered
+        has_selector=bool(rec.get("has_selector", True)),
+        unhealthy_policy=_policy(rec.get("unhealthy_policy")),
     )
 
 
@@ -184,7 +256,7 @@ def stored_budgets(con: duckdb.DuckDBPyConnection) -> list[Budget]:
 
 def _needs_budget(pod: PodInfo) -> bool:
     """Whether an eviction of the pod asks its budgets (the API server skips them for
-    pods not Running and for Terminating pods)."""
+    Pending, Succeeded and Failed pods and for Terminating pods)."""
     return pod.phase not in ("Pending", "Succeeded", "Failed") and not pod.terminating
 
 
@@ -205,8 +277,8 @@ def blocked_by_budgets(budgets: Iterable[Budget], pods: Sequence[PodInfo]) -> di
                 f"PodDisruptionBudgets {names} all select it (the Eviction API refuses a pod "
                 "with more than one)"
             )
-        elif mine and mine[0].why_blocked():
-            out[f"{pod.namespace}/{pod.name}"] = (
-                f"PodDisruptionBudget {mine[0].key} {mine[0].why_blocked()}"
-            )
+        elif mine and not (not pod.ready and mine[0].lets_unready_pod_go()):
+            why = mine[0].why_blocked()
+            if why:
+                out[f"{pod.namespace}/{pod.name}"] = f"PodDisruptionBudget {mine[0].key} {why}"
     return out
