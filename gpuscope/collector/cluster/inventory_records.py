@@ -122,6 +122,10 @@ class PodInfo:
     #: Hard node constraints on labels (``nodeSelector``, required node affinity), as
     #: :func:`gpuscope.collector.cluster.node_selection.node_selector_terms` encodes them.
     node_selector_terms: tuple[str, ...] = ()
+    #: ``metadata.creationTimestamp`` (unix seconds); None if not given. Kueue orders and
+    #: compares workloads by when they were created (its queue-order timestamp), not by
+    #: when they started.
+    created: float | None = None
 
     @property
     def gpus(self) -> float:
@@ -162,6 +166,15 @@ class QuotaInfo:
     borrow_max_priority: int | None = None
     #: The ResourceFlavors its GPU quota is spread over (their quotas are added up).
     flavors: tuple[str, ...] = ()
+    #: False for a ClusterQueue whose ``resourceGroups`` do not cover ``nvidia.com/gpu``:
+    #: Kueue never admits a GPU job to it, not even by borrowing.
+    gpu_covered: bool = True
+    #: The namespaces a ClusterQueue's ``namespaceSelector`` selected when recorded (Kueue
+    #: refuses a workload from any other as inadmissible); None: every namespace (``{}``,
+    #: or a record from before the selector was read).
+    selected_namespaces: tuple[str, ...] | None = None
+    #: The ``namespaceSelector`` as compact JSON ("null": unset, which selects none).
+    namespace_selector: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -378,4 +391,5 @@ def pod_from_json(
         gpu_spec=gpu_spec(spec),
         terminating=bool(meta.get("deletionTimestamp")),
         node_selector_terms=node_selector_terms(spec),
+        created=parse_time(meta.get("creationTimestamp")),
     )
