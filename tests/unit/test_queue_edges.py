@@ -120,5 +120,5 @@ def test_namespace_selector_refuses_other_namespaces() -> None:
     # a selector on a label of the Namespace objects
     objects[0] = cluster_queue("z", 8, namespace_selector={"matchLabels": {"tier": "gold"}})
     objects[3] = namespace("team-a", {"tier": "gold"})
-    got = {v.namespace: v.rule for v in _judge(objects, pods)}
-    assert got == {"team-a": "kueue.fits_quota", "team-z": "kueue.namespace_not_selected"}
+    rules = {v.namespace: v.rule for v in _judge(objects, pods)}
+    assert rules == {"team-a": "kueue.fits_quota", "team-z": "kueue.namespace_not_selected"}
