@@ -27,7 +27,7 @@ lending and borrowing limits, usage that bubbles up a cohort tree) is in
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -287,6 +287,25 @@ def judge(pods: Iterable[Any], quotas: Iterable[Any], *, free_gpus: float = math
 Verdict = tuple[str, str, str, tuple[Job, ...]]
 
 
+class _Running(Mapping[str, list[Job]]):
+    """The running jobs of each Kueue ClusterQueue, read through (no copy per job)."""
+
+    def __init__(self, projects: Mapping[str, Project]) -> None:
+        self._projects = projects
+
+    def __getitem__(self, name: str) -> list[Job]:
+        p = self._projects[name]
+        if p.scheduler != "kueue":
+            raise KeyError(name)
+        return p.running
+
+    def __iter__(self) -> Iterator[str]:
+        return (n for n, p in self._projects.items() if p.scheduler == "kueue")
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+
 def _kueue(
     p: Project, job: Job, tree: CohortTree, projects: dict[str, Project], charger: Charger
 ) -> Verdict:
@@ -337,9 +356,7 @@ def _kueue(
             "Kueue admits it; it waits for a node",
             (),
         )
-    choice = kueue_preemption(
-        q, job, tree, {n: pr.running for n, pr in projects.items() if pr.scheduler == "kueue"}, rec
-    )
+    choice = kueue_preemption(q, job, tree, _Running(projects), rec)
     if choice.victims:
         for victim_queue, victim in choice.taken:
             projects[victim_queue].running.remove(victim)
