@@ -122,3 +122,29 @@ def test_namespace_selector_refuses_other_namespaces() -> None:
     objects[3] = namespace("team-a", {"tier": "gold"})
     rules = {v.namespace: v.rule for v in _judge(objects, pods)}
     assert rules == {"team-a": "kueue.fits_quota", "team-z": "kueue.namespace_not_selected"}
+
+
+def test_a_head_admitted_this_round_is_a_victim_in_the_verdict_never_in_a_finding() -> None:
+    """``vision`` (nominal 4, reclaimWithinCohort Any) and ``batch`` (nominal 0) share a
+    cohort; batch's high-priority 4-GPU job is the first head and borrows vision's unused
+    quota; then vision's own job reclaims it. Kueue would do so in its next cycle, so the
+    verdict names it; but that job is still a pending pod: the finding names no victim to
+    evict and counts nothing reclaimable."""
+    from datetime import datetime
+
+    from gpuscope.analytics.queueing.quota import quota_analysis
+
+    objects = [
+        cluster_queue("vision", 4, "c", preemption={"reclaimWithinCohort": "Any"}),
+        cluster_queue("batch", 0, "c"),
+        local_queue("vision", "vision"), local_queue("batch", "batch"),
+    ]  # fmt: skip
+    pods = [pod("batch", "b-0", 4, None, job="b", minute=1, priority=9),
+            pod("vision", "v-0", 4, None, job="v", minute=2)]  # fmt: skip
+    quotas = quotas_from_objects(objects_from_documents([("o", kubectl_list(objects + pods))]))
+    state = judge([pod_from_json(p) for p in pods], quotas)
+    got = {v.job: [x.job for x in v.victims] for v in state.verdicts}
+    assert got == {"Job/b": [], "Job/v": ["Job/b"]}
+    found = quota_analysis(state, datetime(2026, 11, 23, 9), lambda: {})
+    assert found.summary["total_reclaimable_gpus"] == 0
+    assert all("victims" not in f.evidence for f in found.findings)

@@ -159,6 +159,10 @@ def quota_analysis(
     taken: dict[str, list[tuple[QueueVerdict, Any]]] = {}
     for v in verdicts:
         for victim in v.victims:
+            if math.isinf(victim.start_time):
+                # a job still pending, which the model admitted earlier this round: the
+                # verdict says Kueue would preempt it then; there is nothing to evict now
+                continue
             owner = _owner(projects, victim)
             taken.setdefault(owner, []).append((v, victim))
     managed = {n: p for n, p in projects.items() if p.managed}
