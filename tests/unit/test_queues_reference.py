@@ -4,7 +4,9 @@ states on every run, in seconds): tree-shaped cohorts (Cohort objects with their
 quota, borrowing and lending limits, nested two deep, queues at every level and in none),
 creation times apart from start times, namespace selectors (unset, ``{}``, by label, by
 name), queues whose resource groups cover no GPU, LocalQueues in two namespaces each,
-and every preemption policy. Each state goes in as the objects ``--objects`` reads, and
+``fairSharing`` weights on queues and cohorts (read as ``over_quota_weight``; under
+Kueue's classic preemption, which is what is modelled, they decide nothing) and every
+preemption policy. Each state goes in as the objects ``--objects`` reads, and
 the same records go through the collector's store and ``run_quota`` (``--db``); both
 must name, job by job, what the reference says: admitted, never fits, refused for its
 namespace or for a resource its queue lacks, preempting whom, or waiting.
@@ -86,6 +88,13 @@ class State:
                 rng.choice([None, rng.randint(0, 2)]) if borrow != "Never" else None,
                 rng.random() > 0.1, admits,
             ))  # fmt: skip
+        # Kueue's fairSharing weights on some queues and cohorts: with fair sharing off in
+        # Kueue's configuration (classic preemption) they must change no decision
+        self.weights = {
+            n: str(rng.choice(["0", "0.5", "1", "2"]))
+            for n in [q.name for q in self.queues] + [c.name for c in self.cohorts]
+            if rng.random() < 0.4
+        }
         minutes = iter(rng.sample(range(1, 500), 60))
         ref = KueueReference(self.queues, self.cohorts, [])
         self.running: list[RJob] = []
@@ -128,12 +137,20 @@ class State:
                 pre["borrowWithinCohort"] = {"policy": q.borrow}
                 if q.threshold is not None:
                     pre["borrowWithinCohort"]["maxPriorityThreshold"] = q.threshold
-            out.append(cluster_queue(q.name, q.nominal, q.cohort, preemption=pre,
-                                     borrowing_limit=q.borrowing, lending_limit=q.lending,
-                                     namespace_selector=self.selectors[q.name],
-                                     gpu_resource=q.covers_gpu))  # fmt: skip
+            cq = cluster_queue(q.name, q.nominal, q.cohort, preemption=pre,
+                               borrowing_limit=q.borrowing, lending_limit=q.lending,
+                               namespace_selector=self.selectors[q.name],
+                               gpu_resource=q.covers_gpu)  # fmt: skip
+            if q.name in self.weights:  # read as over_quota_weight; classic preemption
+                cq["spec"]["fairSharing"] = {"weight": self.weights[q.name]}
+            out.append(cq)
             out += [local_queue(f"{q.name}-a", q.name), local_queue(f"{q.name}-b", q.name)]
-        return out + [_cohort_object(c) for c in self.cohorts]
+        for c in self.cohorts:
+            obj = _cohort_object(c)
+            if c.name in self.weights:
+                obj["spec"]["fairSharing"] = {"weight": self.weights[c.name]}
+            out.append(obj)
+        return out
 
     def pods(self) -> list[PodInfo]:
         out = [pod_from_json(pod(j.namespace, j.name, j.gpus, "node-0", job=j.name,
