@@ -11,6 +11,8 @@ KUEUE = "kueue.x-k8s.io/v1beta1"
 GPU = "nvidia.com/gpu"
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 T0 = "2026-11-23T08:00:00Z"
+#: ``namespaceSelector`` left out of a ClusterQueue (Kueue: selects no namespace).
+UNSET = object()
 
 
 def rfc3339(minute: int) -> str:
@@ -36,14 +38,18 @@ def cluster_queue(
     borrowing_limit: int | None = None,
     lending_limit: int | None = None,
     flavor: str = "default-flavor",
+    namespace_selector: Any = None,
+    gpu_resource: bool = True,
 ) -> dict[str, Any]:
+    """``namespace_selector`` None: ``{}`` (every namespace); :data:`UNSET` leaves it out;
+    ``gpu_resource`` False: the resource group covers cpu and memory only."""
     gpu: dict[str, Any] = {"name": GPU, "nominalQuota": nominal}
     if borrowing_limit is not None:
         gpu["borrowingLimit"] = borrowing_limit
     if lending_limit is not None:
         gpu["lendingLimit"] = lending_limit
     spec: dict[str, Any] = {
-        "namespaceSelector": {},
+        "namespaceSelector": {} if namespace_selector is None else namespace_selector,
         "queueingStrategy": "BestEffortFIFO",
         "resourceGroups": [{
             "coveredResources": ["cpu", "memory", GPU],
@@ -56,12 +62,25 @@ def cluster_queue(
         "flavorFungibility": {"whenCanBorrow": "Borrow", "whenCanPreempt": "TryNextFlavor"},
         "stopPolicy": "None",
     }  # fmt: skip
+    if namespace_selector is UNSET:
+        del spec["namespaceSelector"]
+    if not gpu_resource:
+        group = spec["resourceGroups"][0]
+        group["coveredResources"] = ["cpu", "memory"]
+        group["flavors"][0]["resources"] = group["flavors"][0]["resources"][:2]
     if cohort:
         spec["cohort"] = cohort
     if preemption is not None:
         spec["preemption"] = preemption
     return {"apiVersion": KUEUE, "kind": "ClusterQueue",
             "metadata": {"name": name, "uid": f"uid-cq-{name}"}, "spec": spec}  # fmt: skip
+
+
+def namespace(name: str, labels: dict[str, str] | None = None) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Namespace",
+            "metadata": {"name": name, "uid": f"uid-ns-{name}",
+                         "labels": {"kubernetes.io/metadata.name": name, **(labels or {})}},
+            "spec": {"finalizers": ["kubernetes"]}, "status": {"phase": "Active"}}  # fmt: skip
 
 
 def local_queue(
@@ -95,9 +114,11 @@ def pod(
     minute: int = 0,
     priority: int = 0,
     queue: str | None = "user-queue",
+    started: int | None = None,
 ) -> dict[str, Any]:
     """A Job's pod (``job``) or a bare pod; bound to ``node_name`` and Running, or Pending
-    and Unschedulable; created (and started) ``minute`` minutes after T0."""
+    and Unschedulable; created ``minute`` minutes after T0 and started then (or at
+    ``started``)."""
     labels = {QUEUE_LABEL: queue} if queue else {}
     meta: dict[str, Any] = {"name": name, "namespace": namespace, "uid": f"uid-{namespace}-{name}",
                             "labels": labels, "creationTimestamp": rfc3339(minute)}  # fmt: skip
@@ -114,7 +135,8 @@ def pod(
     }  # fmt: skip
     if node_name:
         spec["nodeName"] = node_name
-        status: dict[str, Any] = {"phase": "Running", "startTime": rfc3339(minute),
+        begun = rfc3339(minute if started is None else started)
+        status: dict[str, Any] = {"phase": "Running", "startTime": begun,
                                   "conditions": [{"type": "PodScheduled", "status": "True"}]}  # fmt: skip
     else:
         status = {"phase": "Pending", "conditions": [

@@ -1,22 +1,32 @@
 """Which running jobs a scheduler would preempt for a job its quota holds back.
 
-Kueue's classic preemption (its "Preemption" page; docs/analytics.md, "Queues"):
+Kueue's classic preemption, as its scheduler does it (kubernetes-sigs/kueue
+``pkg/scheduler/flavorassigner/flavorassigner.go`` ``fitsResourceQuota``,
+``pkg/scheduler/preemption/preemption.go`` ``classicalPreemptions``,
+``pkg/scheduler/preemption/classical/hierarchical_preemption.go`` and
+``candidate_generator.go``; docs/analytics.md, "Queues"):
 
-* a job may preempt only when it asks no more than its ClusterQueue's nominal quota, or
-  ``borrowWithinCohort`` is ``LowerPriority``;
-* candidates: jobs of its own ClusterQueue that ``withinClusterQueue`` allows
-  (``LowerPriority``: lower priority; ``LowerOrNewerEqualPriority``: lower, or equal and
-  newer), and jobs of the other ClusterQueues of its cohort tree that are borrowing, as
-  ``reclaimWithinCohort`` allows (``Any``; ``LowerPriority``: lower priority) or, while
-  borrowing itself, ``borrowWithinCohort: LowerPriority`` (lower priority, at most
-  ``maxPriorityThreshold``); ``Never`` (the default of all three) allows none;
-* order: other queues' jobs first, then lower priority, then the most recently started;
-* targets: taken greedily until the job fits (a candidate of another queue only while
-  that queue still borrows): with borrowing allowed when every candidate is its own
-  queue's, or under ``borrowWithinCohort``; else without borrowing while its queue is
-  under its nominal quota; else its own queue's candidates with borrowing. Then the set
-  is made minimal: walking back from the second-last, a job whose GPUs are not needed
-  is given back.
+* a job that does not fit may preempt when it asks no more than its ClusterQueue's
+  nominal quota, or fits within the quota of a cohort below the root on its path
+  (hierarchical reclaim), or ``borrowWithinCohort`` is ``LowerPriority``;
+* candidates: its own queue's jobs as ``withinClusterQueue`` allows (``LowerPriority``;
+  ``LowerOrNewerEqualPriority``: lower, or equal and *created* later: Kueue's
+  queue-order timestamp); other queues' jobs, walking up from its parent: at each
+  cohort, the queues and child cohorts (not the one walked up from) over their own
+  quota, as ``reclaimWithinCohort`` allows. Once the job fits within the quota of the
+  subtree walked so far, the candidates found further up are *hierarchical* (taken
+  whether it borrows or not); before that they may be taken while it borrows only under
+  ``borrowWithinCohort: LowerPriority`` (lower priority, at most
+  ``maxPriorityThreshold``), else only if it then stays within its nominal quota;
+* order: hierarchical candidates, then the other queues', then its own; within each,
+  lower priority first, then the most recently started;
+* a candidate of another queue counts only while its queue, and every cohort between it
+  and the cohort it was found at, is over its quota;
+* runs: with borrowing, or first without it where ``borrowWithinCohort`` is not set and
+  no candidate is hierarchical (with borrowing only, when no candidate is another
+  queue's, or it is at or over its nominal quota with ``borrowWithinCohort`` unset);
+  candidates are taken greedily until the job fits, then, walking back from the
+  second-last, a job whose GPUs are not needed is given back.
 
 KAI-Scheduler's reclaim (its "Fairness" and "Scheduling Queues" pages): a queue within
 its deserved quota may evict whole preemptible jobs (priority below 100: KAI's ``train``
@@ -31,7 +41,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from gpuscope.analytics.queueing.queue_tree import CohortTree
+from gpuscope.analytics.queueing.queue_tree import CohortTree, Key
 
 EPSILON = 1e-6
 #: KAI: workloads of priority 100 and above (``build``, ``inference``) are not preemptible.
@@ -51,6 +61,9 @@ class Job:
     start_time: float
     preemptible: bool = False
     protected: bool = False
+    #: The earliest creation time of its pods, unix seconds: what Kueue orders and compares
+    #: workloads by (its queue-order timestamp); the start time where not known.
+    created: float = 0.0
 
     def merge(
         self,
@@ -60,6 +73,7 @@ class Job:
         start: float,
         preemptible: bool,
         protected: bool,
+        created: float | None = None,
     ) -> Job:
         return replace(
             self,
@@ -69,6 +83,7 @@ class Job:
             start_time=max(self.start_time, start),
             preemptible=self.preemptible and preemptible,
             protected=self.protected or protected,
+            created=min(self.created, start if created is None else created),
         )
 
     def as_json(self) -> dict[str, Any]:
@@ -98,14 +113,90 @@ def _policy(rec: Any, key: str) -> str:
     return str(value or "Never")
 
 
-def _within_allows(policy: str, victim: Job, job: Job) -> bool:
+def _allows(policy: str, victim: Job, job: Job) -> bool:
+    """Kueue's ``priorityTooHighToPreempt``, negated: may ``policy`` take ``victim``?"""
+    lower = victim.priority < job.priority
     if policy == "LowerPriority":
-        return victim.priority < job.priority
+        return lower
     if policy == "LowerOrNewerEqualPriority":
-        return victim.priority < job.priority or (
-            victim.priority == job.priority and victim.start_time > job.start_time
+        return lower or (victim.priority == job.priority and job.created < victim.created)
+    return policy == "Any"
+
+
+@dataclass(frozen=True, slots=True)
+class _Candidate:
+    queue: str
+    job: Job
+    #: ``within`` (its own queue), ``hierarchical``, ``while_borrowing`` or
+    #: ``without_borrowing`` (only if the preemptor then stays within its nominal quota).
+    variant: str
+    #: The cohort it was found at (None for its own queue's).
+    lca: Key | None = None
+
+
+def _order(c: _Candidate) -> tuple[int, float, str, str]:
+    return (c.job.priority, -c.job.start_time, c.job.namespace, c.job.job)
+
+
+def _candidates(
+    q: str, job: Job, tree: CohortTree, running: Mapping[str, Sequence[Job]], rec: Any
+) -> tuple[list[_Candidate], int, int]:
+    """Ordered candidates, how many are hierarchical and how many another queue's."""
+    within, reclaim = _policy(rec, "within_cluster_queue"), _policy(rec, "reclaim_within_cohort")
+    borrow = _policy(rec, "borrow_within_cohort") == "LowerPriority"
+    threshold = (
+        rec.get("borrow_max_priority")
+        if isinstance(rec, Mapping)
+        else getattr(rec, "borrow_max_priority", None)
+    )
+    same = [
+        _Candidate(q, v, "within")
+        for v in running.get(q, ())
+        if within != "Never" and _allows(within, v, job)
+    ]
+    hier: list[_Candidate] = []
+    prio: list[_Candidate] = []
+    key: Key = ("cq", q)
+
+    def variant(v: Job, advantage: bool) -> str:
+        if advantage:
+            return "hierarchical"
+        if not borrow or v.priority >= job.priority:
+            return "without_borrowing"
+        return (
+            "without_borrowing"
+            if threshold is not None and v.priority > threshold
+            else ("while_borrowing")
         )
-    return False
+
+    def collect(
+        node: Key, lca: Key, skip: Key | None, advantage: bool, out: list[_Candidate]
+    ) -> None:
+        for child in tree.children(node):
+            if child[0] != "cohort" or child == skip or tree.within_nominal(child):
+                continue
+            collect(child, lca, skip, advantage, out)
+        for child in tree.children(node):
+            if child[0] != "cq" or child == key or tree.within_nominal(child):
+                continue
+            out += [
+                _Candidate(child[1], v, variant(v, advantage), lca)
+                for v in running.get(child[1], ())
+                if _allows(reclaim, v, job)
+            ]
+
+    if tree.parent(key) is not None and reclaim != "Never":
+        advantage = tree.usage(key) + job.gpus <= tree.subtree(key) + EPSILON
+        remaining = max(0.0, job.gpus - tree.local_available(key))
+        previous: Key | None = None
+        for node in tree.ancestors(key):
+            collect(node, node, previous, advantage, hier if advantage else prio)
+            fits = tree.usage(node) + remaining <= tree.subtree(node) + EPSILON
+            remaining = max(0.0, remaining - tree.local_available(node))
+            advantage = advantage or fits
+            previous = node
+    ordered = sorted(hier, key=_order) + sorted(prio, key=_order) + sorted(same, key=_order)
+    return ordered, len(hier), len(hier) + len(prio)
 
 
 def kueue_preemption(
@@ -116,11 +207,6 @@ def kueue_preemption(
     reclaim = _policy(rec, "reclaim_within_cohort")
     within = _policy(rec, "within_cluster_queue")
     borrow = _policy(rec, "borrow_within_cohort")
-    threshold = (
-        rec.get("borrow_max_priority")
-        if isinstance(rec, Mapping)
-        else getattr(rec, "borrow_max_priority", None)
-    )
 
     def said(key: str, name: str, value: str) -> str:
         unset = not (rec.get(key) if isinstance(rec, Mapping) else getattr(rec, key, ""))
@@ -138,86 +224,81 @@ def kueue_preemption(
         else f"ClusterQueue {q} is in no cohort: {cohort_quota:g} nominal, {cohort_used:g} in use"
     )
     nominal = tree.nominal(q)
-    if job.gpus > nominal + EPSILON and borrow != "LowerPriority":
+    if (
+        job.gpus > nominal + EPSILON
+        and borrow != "LowerPriority"
+        and not tree.reclaim_in_hierarchy(q, job.gpus)
+    ):
         return Choice(
             (),
             (),
             "kueue.exceeds_nominal",
             f"asks {job.gpus:g} GPUs, more than ClusterQueue {q}'s nominal quota "
-            f"{nominal:g}: Kueue admits it only from unused quota it may borrow, "
-            f"never by preempting (borrowWithinCohort {borrow}); {where}",
+            f"{nominal:g} and more than any cohort below the root on its path has unused: "
+            f"Kueue admits it only from unused quota it may borrow, never by preempting "
+            f"(borrowWithinCohort {borrow}); {where}",
         )
-
-    def lower_within_threshold(v: Job) -> bool:
-        return v.priority < job.priority and (threshold is None or v.priority <= threshold)
-
-    candidates: list[tuple[str, Job]] = [
-        (q, v) for v in running.get(q, ()) if _within_allows(within, v, job)
-    ]
-    root = tree.root(q)
-    for other in tree.members(root) if root is not None else ():
-        if other == q or not tree.borrowing(other):
-            continue
-        for v in running.get(other, ()):
-            if (
-                reclaim == "Any"
-                or (reclaim == "LowerPriority" and v.priority < job.priority)
-                or (borrow == "LowerPriority" and lower_within_threshold(v))
-            ):
-                candidates.append((other, v))
+    candidates, n_hier, n_other = _candidates(q, job, tree, running, rec)
     if not candidates:
         rule = "kueue.preemption_never" if reclaim == within == "Never" else "kueue.no_candidates"
         why = (
             "no policy lets it preempt"
             if rule == "kueue.preemption_never"
-            else "no running job is one these policies let it preempt (a borrowing queue's, "
-            "or of lower priority)"
+            else "no running job is one these policies let it preempt (a queue's over its "
+            "quota, or of lower priority)"
         )
         return Choice((), (), rule, f"{policies}: {why}; it waits until quota frees up ({where})")
-    candidates.sort(
-        key=lambda c: (c[0] == q, c[1].priority, -c[1].start_time, c[1].namespace, c[1].job)
-    )
+    forbidden = borrow != "LowerPriority"
+    under_nominal = tree.cq_usage(q) < nominal - EPSILON
+    if n_other == 0 or (forbidden and not under_nominal):
+        runs = [True]
+    elif forbidden and n_hier == 0:
+        runs = [False, True]
+    else:
+        runs = [True, False]
+    key: Key = ("cq", q)
 
-    def fits(allow_borrowing: bool) -> bool:
-        if job.gpus > tree.available(q) + EPSILON:
+    def valid(c: _Candidate, borrowing: bool) -> bool:
+        if c.queue == q:
+            return True
+        if borrowing and c.variant == "without_borrowing":
             return False
-        return allow_borrowing or tree.cq_usage(q) + job.gpus <= nominal + EPSILON
+        node: Key | None = ("cq", c.queue)
+        while node is not None and node != c.lca:
+            if tree.within_nominal(node):
+                return False
+            node = tree.parent(node)
+        return True
 
-    def minimal(cands: list[tuple[str, Job]], allow_borrowing: bool) -> list[tuple[str, Job]]:
-        taken: list[tuple[str, Job]] = []
+    def fits(borrowing: bool) -> bool:
+        if not borrowing and tree.borrowing_with(key, job.gpus):
+            return False
+        return job.gpus <= max(0.0, tree.available(q)) + EPSILON
+
+    targets: list[_Candidate] = []
+    for borrowing in runs:
+        taken: list[_Candidate] = []
         fit = False
-        for queue, v in cands:
-            if queue != q and not tree.borrowing(queue):
+        for c in candidates:
+            if not valid(c, borrowing):
                 continue
-            tree.add_usage(queue, -v.gpus)
-            taken.append((queue, v))
-            if fits(allow_borrowing):
+            tree.add_usage(c.queue, -c.job.gpus)
+            taken.append(c)
+            if fits(borrowing):
                 fit = True
                 break
         if fit:
-            for queue, v in reversed(taken[:-1]):
-                tree.add_usage(queue, v.gpus)
-                if fits(allow_borrowing):
-                    taken.remove((queue, v))
+            for c in reversed(taken[:-1]):
+                tree.add_usage(c.queue, c.job.gpus)
+                if fits(borrowing):
+                    taken.remove(c)
                 else:
-                    tree.add_usage(queue, -v.gpus)
-        for queue, v in taken:  # the caller applies the preemption
-            tree.add_usage(queue, v.gpus)
-        return taken if fit else []
-
-    rule = ""
-    if all(queue == q for queue, _ in candidates):
-        targets, rule = minimal(candidates, True), "kueue.withinClusterQueue"
-    else:
-        targets = []
-        if borrow == "LowerPriority":
-            targets = minimal([c for c in candidates if lower_within_threshold(c[1])], True)
-            rule = "kueue.borrowWithinCohort"
-        if not targets and tree.cq_usage(q) < nominal - EPSILON:
-            targets, rule = minimal(candidates, False), "kueue.reclaimWithinCohort"
-        if not targets:
-            own = [c for c in candidates if c[0] == q]
-            targets, rule = minimal(own, True), "kueue.withinClusterQueue"
+                    tree.add_usage(c.queue, -c.job.gpus)
+        for c in taken:  # the caller applies the preemption
+            tree.add_usage(c.queue, c.job.gpus)
+        if fit:
+            targets = taken
+            break
     if not targets:
         return Choice(
             (),
@@ -226,17 +307,17 @@ def kueue_preemption(
             f"{policies}: preempting every job they allow would not make room for "
             f"{job.gpus:g} GPUs; it waits until quota frees up ({where})",
         )
-    if rule == "kueue.withinClusterQueue" and any(queue != q for queue, _ in targets):
-        rule = "kueue.reclaimWithinCohort"
-    policy = {
-        "kueue.withinClusterQueue": f"withinClusterQueue {within}",
-        "kueue.reclaimWithinCohort": f"reclaimWithinCohort {reclaim}",
-        "kueue.borrowWithinCohort": f"borrowWithinCohort {borrow}",
-    }[rule]
-    victims = tuple(v for _, v in targets)
+    variants = {c.variant for c in targets}
+    if "while_borrowing" in variants:
+        rule, policy = "kueue.borrowWithinCohort", f"borrowWithinCohort {borrow}"
+    elif variants - {"within"}:
+        rule, policy = "kueue.reclaimWithinCohort", f"reclaimWithinCohort {reclaim}"
+    else:
+        rule, policy = "kueue.withinClusterQueue", f"withinClusterQueue {within}"
+    victims = tuple(c.job for c in targets)
     return Choice(
         victims,
-        tuple(targets),
+        tuple((c.queue, c.job) for c in targets),
         rule,
         f"{policy}: Kueue preempts {len(victims)} job(s) "
         f"({sum(v.gpus for v in victims):g} GPUs) to admit it ({where})",

@@ -123,6 +123,49 @@ class CohortTree:
             out = min(self.subtree(key) + node.borrowing_limit, out)
         return out
 
+    # -- nodes, as Kueue's hierarchical preemption walks them ----------------------------------
+    def local_available(self, key: Key) -> float:
+        """The node's guaranteed part it does not use (invisible to its parent)."""
+        return max(0.0, self.guaranteed(key) - self.usage(key))
+
+    def within_nominal(self, key: Key) -> bool:
+        """Uses no more than its subtree quota (a ClusterQueue: its nominal quota)."""
+        return self.usage(key) <= self.subtree(key) + 1e-9
+
+    def borrowing_with(self, key: Key, gpus: float) -> bool:
+        return self.usage(key) + gpus > self.subtree(key) + 1e-9
+
+    def parent(self, key: Key) -> Key | None:
+        return self.nodes[key].parent
+
+    def ancestors(self, key: Key) -> list[Key]:
+        """From the node's parent up to its root."""
+        out: list[Key] = []
+        cur = self.nodes[key].parent
+        while cur is not None:
+            out.append(cur)
+            cur = self.nodes[cur].parent
+        return out
+
+    def children(self, key: Key) -> list[Key]:
+        return list(self.nodes[key].children)
+
+    def reclaim_in_hierarchy(self, cq: str, gpus: float) -> bool:
+        """Kueue's ``FindHeightOfLowestSubtreeThatFits``: does ``gpus`` more fit within
+        the quota of some cohort below the root on ``cq``'s path (or within ``cq``'s own
+        nominal quota, for a queue with a parent)? Then it may preempt for it even beyond
+        its nominal quota."""
+        key: Key = ("cq", cq)
+        has_parent = self.nodes[key].parent is not None
+        if not (has_parent and self.borrowing_with(key, gpus)):
+            return has_parent
+        remaining = gpus - self.local_available(key)
+        for node in self.ancestors(key):
+            if not self.borrowing_with(node, remaining):
+                return self.nodes[node].parent is not None
+            remaining -= self.local_available(node)
+        return False
+
     # -- ClusterQueues ---------------------------------------------------------------------
     def available(self, cq: str) -> float:
         """GPUs ClusterQueue ``cq`` may still be admitted now (may be negative when over)."""

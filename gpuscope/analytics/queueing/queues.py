@@ -27,8 +27,8 @@ lending and borrowing limits, usage that bubbles up a cohort tree) is in
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from gpuscope.analytics.queueing.queue_charge import (
@@ -153,6 +153,8 @@ def _jobs(pods: list[tuple[Any, float]]) -> dict[tuple[str, str], Job]:
         job = jobs.get(key)
         priority = int(field_of(pod, "priority", 0) or 0)
         start = float(field_of(pod, "start_time", 0.0) or 0.0)
+        created = field_of(pod, "created", None)
+        created = start if created is None else float(created)
         if job is None:
             jobs[key] = Job(
                 key[0],
@@ -163,6 +165,7 @@ def _jobs(pods: list[tuple[Any, float]]) -> dict[tuple[str, str], Job]:
                 start,
                 bool(field_of(pod, "preemptible", False)),
                 bool(field_of(pod, "protected", False)),
+                created,
             )
         else:
             jobs[key] = job.merge(
@@ -172,6 +175,7 @@ def _jobs(pods: list[tuple[Any, float]]) -> dict[tuple[str, str], Job]:
                 start,
                 bool(field_of(pod, "preemptible", False)),
                 bool(field_of(pod, "protected", False)),
+                created,
             )
     return jobs
 
@@ -214,7 +218,7 @@ def judge(pods: Iterable[Any], quotas: Iterable[Any], *, free_gpus: float = math
     for name, job in pending:
         projects[name].largest = max(projects[name].largest, job.gpus)
     # Kueue's heads: higher priority first, then the oldest (creation time)
-    pending.sort(key=lambda nj: (-nj[1].priority, nj[1].start_time, nj[1].namespace, nj[1].job))
+    pending.sort(key=lambda nj: (-nj[1].priority, nj[1].created, nj[1].namespace, nj[1].job))
     tree = CohortTree(charger.cqs.values(), charger.cohorts.values())
     for name, p in projects.items():
         if p.scheduler == "kueue":
@@ -283,10 +287,51 @@ def judge(pods: Iterable[Any], quotas: Iterable[Any], *, free_gpus: float = math
 Verdict = tuple[str, str, str, tuple[Job, ...]]
 
 
+class _Running(Mapping[str, list[Job]]):
+    """The running jobs of each Kueue ClusterQueue, read through (no copy per job)."""
+
+    def __init__(self, projects: Mapping[str, Project]) -> None:
+        self._projects = projects
+
+    def __getitem__(self, name: str) -> list[Job]:
+        p = self._projects[name]
+        if p.scheduler != "kueue":
+            raise KeyError(name)
+        return p.running
+
+    def __iter__(self) -> Iterator[str]:
+        return (n for n, p in self._projects.items() if p.scheduler == "kueue")
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+
 def _kueue(
     p: Project, job: Job, tree: CohortTree, projects: dict[str, Project], charger: Charger
 ) -> Verdict:
     q = p.name
+    rec = charger.cqs[q]
+    selected = field_of(rec, "selected_namespaces", None)
+    if selected is not None and job.namespace not in selected:
+        selector = field_of(rec, "namespace_selector", "") or "null"
+        return (
+            "quota",
+            "kueue.namespace_not_selected",
+            f"namespace {job.namespace} is not selected by ClusterQueue {q}'s "
+            f"namespaceSelector {selector}"
+            f"{' (unset: selects no namespace)' if selector == 'null' else ''}: Kueue "
+            "leaves the workload inadmissible",
+            (),
+        )
+    if not field_of(rec, "gpu_covered", True):
+        return (
+            "quota",
+            "kueue.resource_not_covered",
+            f"ClusterQueue {q}'s resourceGroups do not cover nvidia.com/gpu: Kueue finds no "
+            "flavor for it and never admits a GPU job there, not even by borrowing "
+            "(a queue must define a quota, even 0, for a resource to borrow it)",
+            (),
+        )
     if job.gpus > tree.potential_available(q) + EPSILON:
         return (
             "quota",
@@ -300,6 +345,8 @@ def _kueue(
     if job.gpus <= available + EPSILON:
         tree.add_usage(q, job.gpus)
         p.used += job.gpus
+        # admitted now: a later head may preempt it (the most recently admitted of all)
+        p.running.append(replace(job, start_time=math.inf))
         borrowing = p.used > p.guaranteed + EPSILON
         return (
             "placement",
@@ -309,10 +356,7 @@ def _kueue(
             "Kueue admits it; it waits for a node",
             (),
         )
-    rec = charger.cqs[q]
-    choice = kueue_preemption(
-        q, job, tree, {n: pr.running for n, pr in projects.items() if pr.scheduler == "kueue"}, rec
-    )
+    choice = kueue_preemption(q, job, tree, _Running(projects), rec)
     if choice.victims:
         for victim_queue, victim in choice.taken:
             projects[victim_queue].running.remove(victim)
@@ -321,6 +365,7 @@ def _kueue(
             tree.add_usage(victim_queue, -victim.gpus)
         tree.add_usage(q, job.gpus)
         p.used += job.gpus
+        p.running.append(replace(job, start_time=math.inf))
     return ("quota", choice.rule, choice.reason, choice.victims)
 
 

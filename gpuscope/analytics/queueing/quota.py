@@ -159,11 +159,18 @@ def quota_analysis(
     taken: dict[str, list[tuple[QueueVerdict, Any]]] = {}
     for v in verdicts:
         for victim in v.victims:
+            if math.isinf(victim.start_time):
+                # a job still pending, which the model admitted earlier this round: the
+                # verdict says Kueue would preempt it then; there is nothing to evict now
+                continue
             owner = _owner(projects, victim)
             taken.setdefault(owner, []).append((v, victim))
     managed = {n: p for n, p in projects.items() if p.managed}
     total_guaranteed = sum(p.guaranteed for p in managed.values())
     total_hours = sum(hours.values())
+    by_project: dict[str, list[QueueVerdict]] = {}
+    for v in verdicts:
+        by_project.setdefault(v.project, []).append(v)
     summary_projects: dict[str, dict[str, Any]] = {}
     for name, p in sorted(projects.items()):
         if not (p.managed or p.held_gpus or p.pending or hours.get(name)):
@@ -184,7 +191,7 @@ def quota_analysis(
             "guaranteed_share": round(g_share, 4),
             "fairness_ratio": round(share / g_share, 4) if g_share > 0 else None,
         }
-        mine = [v for v in verdicts if v.project == name]
+        mine = by_project.get(name, [])
         if mine:
             held = [v for v in mine if v.waits_on == "quota"]
             first = held[0] if held else mine[0]
@@ -270,20 +277,18 @@ def _findings(
     """A warning for each project the scheduler would preempt jobs of; an info for each
     borrower in the pool of a job that waits within its guarantee while the scheduler
     takes nothing back for it (the rule says why)."""
-    verdicts = list(verdicts)
+    # jobs that wait within their guarantee with nobody taken for them, by pool (once:
+    # a cluster has thousands of queues and jobs)
+    owed_in: dict[tuple[str, str], list[QueueVerdict]] = {}
+    for v in verdicts:
+        where = _pool(projects[v.project])
+        if where is not None and not v.victims and _within(projects, v):
+            owed_in.setdefault(where, []).append(v)
     findings: list[Finding] = []
     for name, p in sorted(projects.items()):
         mine = taken.get(name, [])
         pool = _pool(p)
-        owed = [
-            v
-            for v in verdicts
-            if v.project != name
-            and not v.victims
-            and _within(projects, v)
-            and pool is not None
-            and _pool(projects[v.project]) == pool
-        ]
+        owed = [v for v in owed_in.get(pool, []) if v.project != name] if pool else []
         if not mine and not (p.over > EPSILON and owed):
             continue
         victims = [victim.as_json() for _, victim in mine]

@@ -47,6 +47,7 @@ from gpuscope.collector.cluster.kube_config import (
 )
 from gpuscope.collector.cluster.pdb_records import Budget, budget_from_json
 from gpuscope.collector.cluster.queue_records import (
+    namespace_labels,
     quota_from_clusterqueue,
     quota_from_cohort,
     quota_from_kai_queue,
@@ -232,7 +233,13 @@ class KubeInventory:
             "list resourcequotas", self._core.list_resource_quota_for_all_namespaces
         )
         quotas = [q for q in map(quota_from_resourcequota, rq.get("items") or ()) if q]
-        quotas += [quota_from_clusterqueue(o) for o in self._optional_crd(*KUEUE)]
+        with self._lock:  # a pod's namespace is known even before the next namespace list
+            pod_namespaces = {
+                str((o.get("metadata") or {}).get("namespace") or "")
+                for o in self._objects["pods"].values()
+            }
+        labels = namespace_labels(ns.get("items") or (), pod_namespaces)
+        quotas += [quota_from_clusterqueue(o, labels) for o in self._optional_crd(*KUEUE)]
         # a pod's queue-name names a LocalQueue, which names the ClusterQueue that holds
         # the quota; Cohort objects give a cohort its own quota and a parent
         quotas += [quota_from_localqueue(o) for o in self._optional_crd(*KUEUE_LOCAL)]

@@ -128,6 +128,10 @@ class PodInfo:
     #: Whether the scheduler may preempt lower-priority pods for it: ``spec.preemptionPolicy``
     #: (copied from its PriorityClass at admission) is not ``Never``.
     preempts: bool = True
+    #: ``metadata.creationTimestamp`` (unix seconds); None if not given. Kueue orders and
+    #: compares workloads by when they were created (its queue-order timestamp), not by
+    #: when they started.
+    created: float | None = None
 
     @property
     def gpus(self) -> float:
@@ -168,6 +172,15 @@ class QuotaInfo:
     borrow_max_priority: int | None = None
     #: The ResourceFlavors its GPU quota is spread over (their quotas are added up).
     flavors: tuple[str, ...] = ()
+    #: False for a ClusterQueue whose ``resourceGroups`` do not cover ``nvidia.com/gpu``:
+    #: Kueue never admits a GPU job to it, not even by borrowing.
+    gpu_covered: bool = True
+    #: The namespaces a ClusterQueue's ``namespaceSelector`` selected when recorded (Kueue
+    #: refuses a workload from any other as inadmissible); None: every namespace (``{}``,
+    #: or a record from before the selector was read).
+    selected_namespaces: tuple[str, ...] | None = None
+    #: The ``namespaceSelector`` as compact JSON ("null": unset, which selects none).
+    namespace_selector: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -389,4 +402,5 @@ def pod_from_json(
         ),
         node_selector_terms=node_selector_terms(spec),
         preempts=spec.get("preemptionPolicy") != "Never",
+        created=parse_time(meta.get("creationTimestamp")),
     )

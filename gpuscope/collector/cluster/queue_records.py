@@ -10,6 +10,7 @@ read (``nvidia.com/gpu``); each rule's source is in docs/analytics.md ("Queues")
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -19,6 +20,10 @@ from gpuscope.sim import kube as names
 
 KUEUE_GROUP = "kueue.x-k8s.io"
 KAI_GROUP = "scheduling.run.ai"
+#: The label the API server puts on every Namespace: its own name.
+NAME_LABEL = "kubernetes.io/metadata.name"
+#: Namespaces by name, each with its labels.
+NamespaceLabels = Mapping[str, Mapping[str, str]]
 
 
 def _opt_num(value: Any) -> float | None:
@@ -33,6 +38,75 @@ def _gpu_quotas(spec: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any]]]:
             for res in flavor.get("resources") or ():
                 if res.get("name") == names.GPU_RESOURCE:
                     out.append((str(flavor.get("name") or ""), res))
+    return out
+
+
+def _covers_gpu(spec: Mapping[str, Any]) -> bool:
+    """Does a resource group cover ``nvidia.com/gpu``? (Kueue's flavor assigner finds no
+    flavor for a resource no group covers: the workload never fits.)"""
+    return any(
+        names.GPU_RESOURCE in (group.get("coveredResources") or ())
+        for group in spec.get("resourceGroups") or ()
+    ) or bool(_gpu_quotas(spec))
+
+
+def selects(selector: Mapping[str, Any] | None, labels: Mapping[str, str]) -> bool:
+    """A LabelSelector's answer for a namespace's labels, as Kueue reads a ClusterQueue's
+    ``namespaceSelector`` (metav1.LabelSelectorAsSelector): None (unset) selects nothing,
+    ``{}`` everything; ``matchLabels`` and every ``matchExpressions`` entry must hold."""
+    if selector is None:
+        return False
+    if any(labels.get(k) != str(v) for k, v in (selector.get("matchLabels") or {}).items()):
+        return False
+    for expr in selector.get("matchExpressions") or ():
+        key, op = str(expr.get("key", "")), str(expr.get("operator", ""))
+        values = {str(v) for v in expr.get("values") or ()}
+        ok = {
+            "In": key in labels and labels[key] in values,
+            "NotIn": key not in labels or labels[key] not in values,
+            "Exists": key in labels,
+            "DoesNotExist": key not in labels,
+        }.get(op, False)
+        if not ok:
+            return False
+    return True
+
+
+def _namespace_fields(
+    spec: Mapping[str, Any], namespaces: NamespaceLabels | None
+) -> dict[str, Any]:
+    """``namespace_selector`` (as text) and ``selected_namespaces``: the namespaces of
+    ``namespaces`` it selects (None where no namespace is known, or for ``{}``)."""
+    selector = spec.get("namespaceSelector")
+    text = json.dumps(selector, sort_keys=True, separators=(",", ":"))
+    if selector is None:  # unset: Kueue's nothing selector
+        return {"namespace_selector": text, "selected_namespaces": ()}
+    if not selector.get("matchLabels") and not selector.get("matchExpressions"):
+        return {"namespace_selector": text, "selected_namespaces": None}
+    if namespaces is None:
+        return {"namespace_selector": text, "selected_namespaces": None}
+    chosen = tuple(
+        sorted(
+            ns for ns, labels in namespaces.items() if selects(selector, {NAME_LABEL: ns, **labels})
+        )
+    )
+    return {"namespace_selector": text, "selected_namespaces": chosen}
+
+
+def namespace_labels(
+    objects: Iterable[Mapping[str, Any]], also: Iterable[str] = ()
+) -> dict[str, dict[str, str]]:
+    """Labels of each Namespace object, plus the namespaces in ``also`` with only the label
+    the API server gives every namespace (its name)."""
+    out: dict[str, dict[str, str]] = {ns: {NAME_LABEL: ns} for ns in also if ns}
+    for obj in objects:
+        meta = obj.get("metadata") or {}
+        name = str(meta.get("name") or "")
+        if name:
+            out[name] = {
+                NAME_LABEL: name,
+                **{str(k): str(v) for k, v in (meta.get("labels") or {}).items()},
+            }
     return out
 
 
@@ -53,10 +127,13 @@ def _quotas(spec: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def quota_from_clusterqueue(obj: Mapping[str, Any]) -> QuotaInfo:
+def quota_from_clusterqueue(
+    obj: Mapping[str, Any], namespaces: NamespaceLabels | None = None
+) -> QuotaInfo:
     """A Kueue ClusterQueue: nominal quota, borrowing and lending limits summed over its GPU
-    flavors, its cohort (``spec.cohort`` in v1beta1, ``spec.cohortName`` in v1beta2) and
-    its preemption policies ("" where unset: Kueue's default, Never)."""
+    flavors, its cohort (``spec.cohort`` in v1beta1, ``spec.cohortName`` in v1beta2), its
+    preemption policies ("" where unset: Kueue's default, Never), whether it covers GPUs
+    at all, and which of ``namespaces`` (name: labels) its ``namespaceSelector`` selects."""
     spec = obj.get("spec") or {}
     pre = spec.get("preemption") or {}
     borrow = pre.get("borrowWithinCohort") or {}
@@ -69,6 +146,8 @@ def quota_from_clusterqueue(obj: Mapping[str, Any]) -> QuotaInfo:
         within_cluster_queue=str(pre.get("withinClusterQueue") or ""),
         borrow_within_cohort=str(borrow.get("policy") or ""),
         borrow_max_priority=int(threshold) if isinstance(threshold, int | float) else None,
+        gpu_covered=_covers_gpu(spec),
+        **_namespace_fields(spec, namespaces),
         **_quotas(spec),
     )
 
@@ -134,7 +213,17 @@ def quotas_from_objects(objects: ObjectSet) -> list[QuotaInfo]:
     """Every queue and quota object of an ``--objects`` set, as the inventory records them."""
     quotas: list[QuotaInfo] = []
     quotas += [q for q in map(quota_from_resourcequota, objects.of("ResourceQuota")) if q]
-    quotas += map(quota_from_clusterqueue, objects.of("ClusterQueue", group=KUEUE_GROUP))
+    # a Namespace object's labels where the files hold one; any other namespace they name
+    # has the one label the API server gives every namespace (its name)
+    named = {
+        str((o.get("metadata") or {}).get("namespace") or "")
+        for kind in objects.kinds()
+        for o in objects.of(kind)
+    }
+    labels = namespace_labels(objects.of("Namespace", group=""), named)
+    quotas += [
+        quota_from_clusterqueue(o, labels) for o in objects.of("ClusterQueue", group=KUEUE_GROUP)
+    ]
     quotas += map(quota_from_localqueue, objects.of("LocalQueue", group=KUEUE_GROUP))
     quotas += map(quota_from_cohort, objects.of("Cohort", group=KUEUE_GROUP))
     quotas += map(quota_from_kai_queue, objects.of("Queue", group=KAI_GROUP))
