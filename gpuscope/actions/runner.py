@@ -22,6 +22,7 @@ from gpuscope.actions.executor import Executor, Notifier
 from gpuscope.actions.kube import ClusterClient, KubeError
 from gpuscope.actions.plan import consolidation_blocked, plan_consolidation_steps, plan_idle
 from gpuscope.actions.policy import Policy
+from gpuscope.analytics.consolidation.budgets import budget_spend
 from gpuscope.analytics.consolidation.model import Placed
 from gpuscope.analytics.consolidation.plan import (
     Plan,
@@ -255,6 +256,9 @@ def _consolidation_steps(
         at=at,
         gpu_indices=indices,
         protected_namespaces=settings.workloads.protected_namespaces,
+        # each budget's disruptionsAllowed is spent across the whole plan, as the Eviction
+        # API's checkAndDecrement spends it (consolidation/budgets.py)
+        pdb_spend=budget_spend(budgets, pods),
     )
     allow = settings.actions.allowlist_namespaces
     if allow:  # allowlist mode: only pods of listed namespaces may move
