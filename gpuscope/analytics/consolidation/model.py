@@ -36,7 +36,7 @@ from gpuscope.analytics.placement.allocation import (
     task_of,
 )
 from gpuscope.analytics.placement.allocation_sharing import is_reservation
-from gpuscope.collector.cluster.dra_apply import STANDALONE_CLAIMS_ANNOTATION
+from gpuscope.collector.cluster.dra_apply import STANDALONE_CLAIMS_ANNOTATION, claim_holder
 from gpuscope.collector.cluster.inventory_records import PodInfo
 from gpuscope.core.records import WorkloadKind
 
@@ -176,6 +176,8 @@ def _fixed_reason(
 ) -> str:
     if pod.terminating:
         return "terminating"
+    if claim_holder(pod):
+        return "allocated ResourceClaim no running pod reserves: not a pod, nothing to evict"
     if is_reservation(pod):
         return "gpu reservation"
     if pod.owner_kind == "DaemonSet":
