@@ -41,8 +41,8 @@ from gpuscope.actions.executor_core import (
     log,
     result_of,
 )
+from gpuscope.actions.group_freeing import GroupFreeing
 from gpuscope.actions.kube import KUBEFLOW_STOPPED, ClusterClient, KubeError, Obj
-from gpuscope.actions.node_freeing import NodeFreeing
 from gpuscope.actions.plan import Step
 from gpuscope.actions.reservation import terminating
 
@@ -50,9 +50,10 @@ GUARDED = "(uid, resourceVersion guarded)"
 __all__ = ["Executor", "ExecutorCore", "Notifier", "OwnerNotice", "StopRun"]
 
 
-class Executor(NodeFreeing):
+class Executor(GroupFreeing):
     """Carries out steps; ``execute`` False makes the whole run a dry run. The idle and
-    time-limit steps are here; consolidation's are in :class:`NodeFreeing`."""
+    time-limit steps are here; consolidation's are in :class:`GroupFreeing` (pod groups)
+    and :class:`NodeFreeing` (single pods)."""
 
     def run_idle(self, steps: Sequence[Step]) -> None:
         """Warn, act on or clear each idle session; stops at 401, 403, 5xx or no answer."""

@@ -37,6 +37,7 @@ from gpuscope.actions.policy import Policy
 from gpuscope.actions.reservation import (
     RESERVED_FOR,
     RESERVED_KEY,
+    RESERVED_MEMBERS,
     RESERVED_UNTIL,
     other_taints,
     our_taints,
@@ -69,6 +70,10 @@ class NodeFreeing(ExecutorCore):
 
     def run_consolidation(self, steps: Sequence[Step]) -> None:
         """Reserve, let the pending pod tolerate the reservation, evict; node by node."""
+        self._free_nodes(steps)
+        self._mark_run(steps)
+
+    def _free_nodes(self, steps: Sequence[Step]) -> None:
         for node, group in steps_by_node(steps).items():
             try:
                 if not self._free_node(node, group):
@@ -76,6 +81,9 @@ class NodeFreeing(ExecutorCore):
             except StopRun as exc:
                 log.warning("consolidation stopped node=%s error=%s", node, exc)
                 break
+
+    def _mark_run(self, steps: Sequence[Step]) -> None:
+        """The cool-down's start: an executed run that had steps."""
         if steps and not self.dry_run_for(steps[0].policy):
             row = {
                 "key": LAST_CONSOLIDATION,
@@ -128,7 +136,9 @@ class NodeFreeing(ExecutorCore):
                 raise StopRun(str(why)) from None
         return True
 
-    def _reserve(self, step: Step, dry: bool, goal_uid: str) -> bool:
+    def _reserve(
+        self, step: Step, dry: bool, goal_uid: str, members: Mapping[str, str] | None = None
+    ) -> bool:
         goal = step.goal or ""
         if self.client is None:
             self._outcome(step, dry, Answer("would-do", "planned (no Kubernetes API)"))
@@ -147,8 +157,11 @@ class NodeFreeing(ExecutorCore):
             self._outcome(step, dry, Answer("skipped", note))
             return False
         until = step.due_at.isoformat() if step.due_at else ""
+        annotations = {RESERVED_FOR: goal, RESERVED_UNTIL: until}
+        if members:  # a pod group's: lifted once every member is bound
+            annotations[RESERVED_MEMBERS] = ",".join(sorted(members))
         change = {
-            "metadata": {"annotations": {RESERVED_FOR: goal, RESERVED_UNTIL: until}},
+            "metadata": {"annotations": annotations},
             "spec": {"taints": [*other_taints(node), taint(goal)]},
         }
         mark = taint(goal)
@@ -160,6 +173,8 @@ class NodeFreeing(ExecutorCore):
             self._outcome(step, dry, answer)
             return self._stop_if(answer.result, answer.message)
         row = {**self._state_row(step, "reserved", step.due_at, dry=False), "uid": goal_uid}
+        if members:
+            row["members"] = dict(members)
         self._outcome(step, dry, answer, save=[] if dry else [row])
         return True
 
@@ -273,7 +288,10 @@ class NodeFreeing(ExecutorCore):
                     self._forget(step, dry)
                     return
                 change = {
-                    "metadata": {"annotations": {RESERVED_FOR: None, RESERVED_UNTIL: None}},
+                    "metadata": {
+                        "annotations": {RESERVED_FOR: None, RESERVED_UNTIL: None}
+                        | ({RESERVED_MEMBERS: None} if RESERVED_MEMBERS in annotations else {})
+                    },
                     "spec": {"taints": other_taints(node) or None},
                 }
                 what = f"patch node {step.node} remove taint {RESERVED_KEY} {GUARDED}"
@@ -376,11 +394,18 @@ class NodeFreeing(ExecutorCore):
             "reserve", policy, why, node=str(row.get("node")), key=key, goal=row.get("goal")
         )
 
-    def _lift_reason(self, node: Obj, row: Mapping[str, Any], now: datetime) -> str:
-        assert self.client is not None
+    @staticmethod
+    def _deadline_passed(node: Obj, row: Mapping[str, Any], now: datetime) -> str:
         until = reserved_until(node) or row.get("due_at")
         if until is not None and until <= now:
             return "reservation deadline passed"
+        return ""
+
+    def _lift_reason(self, node: Obj, row: Mapping[str, Any], now: datetime) -> str:
+        assert self.client is not None
+        why = self._deadline_passed(node, row, now)
+        if why:
+            return why
         goal = str(row.get("goal") or reserved_goal(node))
         if "/" not in goal:
             return f"reservation names no pod ({goal!r})"

@@ -58,6 +58,9 @@ class Step:
     gpu_hours_freed: float | None = None
     #: For stop-notebook: the Kubeflow Notebook that owns the pod.
     notebook: str = ""
+    #: A pending pod group's plan (gpuscope/actions/group_freeing.py): its member pods
+    #: (``namespace/pod`` -> UID), on every step of it; empty for a single pod's plan.
+    members: tuple[tuple[str, str], ...] = ()
 
 
 def idle_key(policy: Policy, pod: PodInfo) -> str:

@@ -25,6 +25,10 @@ RESERVED_KEY = "gpuscope.io/reserved-for"
 #: time even when the database lost its state.
 RESERVED_FOR = "gpuscope.io/reserved-for"
 RESERVED_UNTIL = "gpuscope.io/reserved-until"
+#: On a node reserved for a pending pod group: its member pods (``namespace/pod``, comma
+#: separated), so the reservation is lifted when the whole group is bound even when the
+#: database lost its state.
+RESERVED_MEMBERS = "gpuscope.io/reserved-members"
 EFFECT = "NoSchedule"
 _BAD = re.compile(r"[^A-Za-z0-9_.-]+")
 
@@ -79,3 +83,8 @@ def reserved_goal(node: Mapping[str, Any]) -> str:
 
 def terminating(obj: Mapping[str, Any]) -> bool:
     return bool((obj.get("metadata") or {}).get("deletionTimestamp"))
+
+
+def reserved_members(node: Mapping[str, Any]) -> list[str]:
+    text = ((node.get("metadata") or {}).get("annotations") or {}).get(RESERVED_MEMBERS, "")
+    return [m for m in str(text).split(",") if m]

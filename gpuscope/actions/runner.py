@@ -8,7 +8,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from gpuscope.actions.audit import REFUSED, ActionRecord
@@ -19,9 +19,14 @@ from gpuscope.actions.disruption import (
     stored_budgets,
 )
 from gpuscope.actions.executor import Executor, Notifier
+from gpuscope.actions.group_plan import group_steps
 from gpuscope.actions.kube import ClusterClient, KubeError
-from gpuscope.actions.plan import consolidation_blocked, plan_consolidation_steps, plan_idle
+from gpuscope.actions.node_freeing import FREED
+from gpuscope.actions.plan import Step, consolidation_blocked, plan_consolidation_steps, plan_idle
 from gpuscope.actions.policy import Policy
+from gpuscope.actions.reservation import RESERVED_KEY
+from gpuscope.analytics.consolidation.budgets import budget_spend
+from gpuscope.analytics.consolidation.gangs import GangOutcome, plan_with_gangs
 from gpuscope.analytics.consolidation.model import Placed
 from gpuscope.analytics.consolidation.plan import (
     Plan,
@@ -162,22 +167,25 @@ def lift_when_bound(
     at: datetime,
     notifier: Notifier | None = None,
 ) -> list[ActionRecord]:
-    """Between the policies' runs (the collector calls this each inventory interval): when
-    the inventory shows the pod a reservation waits for bound, reconcile at once, so the
-    taint closing the node's other free GPUs is lifted minutes, not a run's interval, after
-    the bind. Nothing is sent while no reservation's pod is bound."""
+    """Between the policies' runs (the collector calls this each scrape interval): when
+    the inventory shows the pod a reservation waits for bound (for a pod group: every
+    member), reconcile at once, so the taint closing the node's other free GPUs is lifted
+    minutes, not a run's interval, after the bind. The same check lifts, within one such
+    cycle, a reservation whose deadline passed or whose run died before it finished (not
+    marked ``freed`` a cycle after it was made, or a taint of ours with no state row): a
+    crash at any step leaves no reservation behind for longer than a cycle. Nothing is
+    sent while none of these holds (:func:`_reconcile_now`)."""
     if client is None:
         return []
     rows = store.action_state(dry_run=False)
-    goals = {str(r.get("goal")) for k, r in rows.items() if k.startswith("reserve:")}
-    if not goals:
-        return []
+    reserves = [r for k, r in rows.items() if k.startswith("reserve:")]
     cur = store.cursor()
     try:
-        _, pods = records_from_inventory(cur)
+        nodes, pods = records_from_inventory(cur)
     finally:
         cur.close()
-    if not any(p.node and f"{p.namespace}/{p.name}" in goals for p in pods):
+    lease = timedelta(seconds=settings.collector.scrape_interval_seconds)
+    if not _reconcile_now(reserves, nodes, pods, at, lease):
         return []
     executor = Executor(
         store=store,
@@ -219,6 +227,37 @@ def check_reservations(
     )
     executor.reconcile(policies)
     return list(executor.records)
+
+
+def _reconcile_now(
+    reserves: Sequence[Mapping[str, Any]],
+    nodes: Sequence[Any],
+    pods: Sequence[PodInfo],
+    at: datetime,
+    lease: timedelta,
+) -> bool:
+    """Whether a reservation may be due for lifting, read from the state rows and the
+    inventory alone (nothing is sent otherwise): its pod, or every member of its pod group,
+    is bound, or a member is gone; its deadline passed; it is not marked ``freed`` a
+    collector cycle (``lease``) after it was made (its run died on the way); or a node
+    carries a reservation taint of ours with no state row (the run died between the taint
+    and the row)."""
+    where = {f"{p.namespace}/{p.name}": p.node for p in pods}
+    for row in reserves:
+        members = dict(row.get("members") or {})
+        if members:
+            if any(m not in where for m in members) or all(where[m] for m in members):
+                return True
+        elif where.get(str(row.get("goal"))):
+            return True
+        due, made = row.get("due_at"), row.get("created_at")
+        if due is not None and due <= at:
+            return True
+        if not row.get(FREED) and made is not None and made + lease <= at:
+            return True
+    rowed = {str(r.get("node")) for r in reserves}
+    prefix = f"{RESERVED_KEY}="
+    return any(n.name not in rowed and any(t.startswith(prefix) for t in n.taints) for n in nodes)
 
 
 def _budgets(client: ClusterClient | None, notes: list[str], store: Store) -> list[Budget]:
@@ -268,6 +307,26 @@ def pdb_blocked_plans(plan: Plan, blocked: Mapping[str, str]) -> list[str]:
     return lines
 
 
+def _group_steps(
+    policy: Policy,
+    plan: Plan,
+    outcomes: Sequence[GangOutcome],
+    pods: Mapping[str, PodInfo],
+    at: datetime,
+) -> tuple[list[Step], list[str]]:
+    """Each pending pod group's steps (gpuscope/actions/group_plan.py), within the run's
+    eviction limit, and why any was left out."""
+    steps: list[Step] = []
+    notes: list[str] = []
+    for outcome in outcomes:
+        spent = sum(1 for s in steps if s.action == "evict")
+        mine, why = group_steps(policy, plan, outcome, pods, at, spent)
+        steps.extend(mine)
+        if why:
+            notes.append(why)
+    return steps, notes
+
+
 def _consolidation_steps(
     policy: Policy,
     nodes: Sequence[Any],
@@ -284,36 +343,48 @@ def _consolidation_steps(
         at=at,
         gpu_indices=indices,
         protected_namespaces=settings.workloads.protected_namespaces,
+        # each budget's disruptionsAllowed is spent across the whole plan, as the Eviction
+        # API's checkAndDecrement spends it (consolidation/budgets.py)
+        pdb_spend=budget_spend(budgets, pods),
     )
     allow = settings.actions.allowlist_namespaces
     if allow:  # allowlist mode: only pods of listed namespaces may move
         outside = "namespace not in the allowlist"
         placed = [p if p.namespace in allow or not p.movable else hold(p, outside) for p in placed]
-    # a pending pod group starts whole, inside one domain of its level, or not at all: its
-    # pods planned one by one would reserve nodes across domains and free room it cannot
-    # use. `analyze consolidation` plans it whole; the executor does not carry out such
-    # plans yet, so its pods are no goals here and a note says so.
+    # a pending pod group starts whole, inside one domain of its level, or not at all: it
+    # is planned whole (consolidation/gangs.py) and carried out whole (group_freeing.py);
+    # its pods are no goals of their own
     gangs = gang_goals(nodes, pods, None, settings.analytics.topology_labels)
     members = {m for g in gangs for m in g.members}
     goals = [g for g in goals_from_pending(pods) if g.label not in members]
-    plan = plan_consolidation(
-        state.nodes, placed, goals, max_evictions=policy.max_evictions_per_run
-    )
+
+    def make(placed: Sequence[Placed]) -> tuple[Plan, list[GangOutcome]]:
+        if gangs:
+            return plan_with_gangs(
+                state.nodes, placed, goals, gangs, max_evictions=policy.max_evictions_per_run
+            )
+        plan = plan_consolidation(
+            state.nodes, placed, goals, max_evictions=policy.max_evictions_per_run
+        )
+        return plan, []
+
+    plan, outcomes = make(placed)
     blocked = blocked_by_budgets(budgets, pods)
     pdb_notes = pdb_blocked_plans(plan, blocked)
     if pdb_notes:  # plan again with those pods held in place: another node may do
         placed = [hold(p, blocked[p.key]) if p.key in blocked and p.movable else p for p in placed]
-        plan = plan_consolidation(
-            state.nodes, placed, goals, max_evictions=policy.max_evictions_per_run
-        )
+        plan, outcomes = make(placed)
     by_key = {f"{p.namespace}/{p.name}": p for p in pods}
-    steps, left_out = plan_consolidation_steps(policy, plan, by_key, at)
-    left_out[:0] = pdb_notes
-    left_out.extend(f"{goal}: {reason}" for goal, reason in plan.unplaceable)
-    left_out.extend(
-        f"pod group {g.goal.name} ({len(g.members)} pods): a group is planned whole inside "
-        "one domain (gpuscope analyze consolidation); act does not carry out pod-group "
-        "plans yet"
-        for g in gangs
+    group_steps_, left_out = _group_steps(policy, plan, outcomes, by_key, at)
+    taken = {s.node for s in group_steps_ if s.action == "reserve"}
+    groups = {o.gang.goal.name for o in outcomes}
+    singles = replace(
+        plan, targets=[(g, n) for g, n in plan.targets if g not in groups and n not in taken]
     )
+    spent = sum(1 for s in group_steps_ if s.action == "evict")
+    rest = policy.model_copy(update={"max_evictions_per_run": policy.max_evictions_per_run - spent})
+    steps, single_left_out = plan_consolidation_steps(rest, singles, by_key, at)
+    steps = [*group_steps_, *steps]
+    left_out = [*pdb_notes, *left_out, *single_left_out]
+    left_out.extend(f"{goal}: {reason}" for goal, reason in plan.unplaceable)
     return steps, left_out

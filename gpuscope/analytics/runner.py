@@ -158,6 +158,7 @@ def _consolidation(
     """The consolidation plan from records, from the store or from files alike: pending pod
     groups planned whole inside one domain of their level, pods the budgets keep in place
     held, and ``pdb_blocked`` in the summary."""
+    from gpuscope.analytics.consolidation.budgets import budget_spend
     from gpuscope.analytics.consolidation.plan import analyze_consolidation
     from gpuscope.analytics.domains.topology_gangs import gang_goals
     from gpuscope.analytics.placement.allocation import state_from_records
@@ -173,6 +174,8 @@ def _consolidation(
             protected_namespaces=settings.workloads.protected_namespaces,
             gangs=gang_goals(nodes, pods, objects, settings.analytics.topology_labels),
             pdb_blocked=frozenset(blocked),
+            # a budget's disruptions are spent across the whole plan (checkAndDecrement)
+            pdb_spend=budget_spend(budgets, pods),
         ),
         blocked,
     )

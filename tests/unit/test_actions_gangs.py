@@ -1,11 +1,10 @@
-"""`gpuscope act`'s consolidation leaves pending pod groups to `analyze consolidation`.
+"""`gpuscope act`'s consolidation carries out a pending pod group's plan whole.
 
-Seen in the demo: the pack policy planned the two pending pods of the 16-GPU group
-`nlp/gpt-16` (which must stay inside one leaf switch) as two single-pod goals, and reserved
-nodes for them in different leaves, evicting pods to free room the group could never use.
-A group starts whole inside one domain or not at all; the executor does not carry out such
-plans yet, so act plans no step for its pods and says why, while single pods are planned
-as before.
+Seen in the demo (issue 32): the pack policy planned the two pending pods of the 16-GPU
+group `nlp/gpt-16` (which must stay inside one leaf switch) as two single-pod goals, and
+reserved nodes for them in different leaves. Then (issue 37) act left groups out. Now a
+group is planned whole inside one domain (consolidation/gangs.py) and its steps reserve
+that domain's nodes for every member, while single pods are planned as before elsewhere.
 """
 
 from __future__ import annotations
@@ -21,7 +20,7 @@ from tests.unit.kubectl_topology import LEAF, node, pod
 NOW = datetime(2026, 1, 5, 12, 0, tzinfo=UTC)
 
 
-def test_a_pending_pod_group_gets_no_steps_and_a_note_single_pods_still_do() -> None:
+def test_a_pending_pod_group_is_planned_whole_inside_one_leaf_single_pods_still_are() -> None:
     nodes = [node("a1", "leaf-a"), node("a2", "leaf-a"), node("b1", "leaf-b"), node("b2", "leaf-b")]
     running = [
         pod(f"small-{n}", 4, node_name=n, job=f"small-{n}", kind="batch")
@@ -39,8 +38,15 @@ def test_a_pending_pod_group_gets_no_steps_and_a_note_single_pods_still_do() -> 
     ]
     [pack] = parse_policies({"policies": [{"name": "pack", "type": "consolidation"}]})
     steps, notes = _consolidation_steps(pack, node_records, pods, {}, load_settings(env={}), NOW)
-    touched = {s.pod for s in steps if s.action == "tolerate"}
-    assert touched == {"solo-0"}, steps  # the single 8-GPU pod is planned as before
-    assert not any("train" in s.goal for s in steps)
-    [note] = [n for n in notes if "pod group" in n]
-    assert "train" in note and "2 pods" in note and "analyze consolidation" in note
+    group = [s for s in steps if s.members]
+    leaf_of = {"a1": "a", "a2": "a", "b1": "b", "b2": "b"}
+    reserved = sorted(s.node for s in group if s.action == "reserve")
+    assert len(reserved) == 2 and len({leaf_of[n] for n in reserved}) == 1, group
+    assert sorted(s.pod for s in group if s.action == "tolerate") == ["train-0", "train-1"]
+    assert sorted(s.node for s in group if s.action == "evict") == reserved
+    assert {s.goal for s in group} == {"kueue-pod-group:ml/train"}
+    # the single 8-GPU pod is planned as before, on a node of the other leaf
+    single = [s for s in steps if not s.members]
+    assert {s.pod for s in single if s.action == "tolerate"} == {"solo-0"}
+    assert {s.node for s in single}.isdisjoint(reserved)
+    assert not [n for n in notes if "pod group" in n], notes

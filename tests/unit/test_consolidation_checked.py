@@ -18,7 +18,7 @@ small optimum of a random instance, the optimum itself), with as many goals met.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -201,10 +201,15 @@ def check_plan(
             assert n >= 0, f"{name} over-committed on {r} by {-n}"
 
 
-def exact(nodes: dict[str, K8sNode], pods: list[K8sPod]) -> tuple[int, int, int]:
+def exact(
+    nodes: dict[str, K8sNode],
+    pods: list[K8sPod],
+    budgets: Sequence[tuple[Sequence[str], int]] = (),
+) -> tuple[int, int, int]:
     """(most goals met, fewest evictions for that, fewest evicted pods sent back to the
     queue for those), by HiGHS on the checker's numbers: lexicographic weights, an evicted
-    pod either re-placed on a node that admits it and has its room, or re-queued."""
+    pod either re-placed on a node that admits it and has its room, or re-queued.
+    ``budgets``: (pods, evictions allowed among them in all) per PodDisruptionBudget."""
     free = free_after_running(nodes, pods)
     movable = [p for p in pods if p.node is not None and p.movable]
     jobs = [p for p in pods if p.node is None]
@@ -261,6 +266,10 @@ def exact(nodes: dict[str, K8sNode], pods: list[K8sPod]) -> tuple[int, int, int]
                     [v for _, v in terms],
                 )
             )
+    for members, allowed in budgets:
+        terms = [e[k] for k in members if k in e]
+        if terms:
+            rows.append((0.0, float(allowed), terms, [1.0] * len(terms)))
     for cost in cols:
         h.addCol(cost, 0.0, 1.0, 0, [], [])
     h.changeColsIntegrality(

@@ -14,6 +14,7 @@ greedy planner in :mod:`gpuscope.analytics.consolidation.plan`. The model is the
          sum_u r_u z_{u,n} - sum_{p on n} r_p e_p <= free_r(n)  for r in CPU, memory,
                                                       storage (where the node counts it)
          sum_u m_u z_{u,n} - sum_{p on n} m_p e_p <= free_m(n)  for every MIG profile m
+         sum_{p in B} e_p <= disruptionsAllowed(B)            for every PodDisruptionBudget B
 
 A unit's eligible nodes are the world's (:meth:`World.eligible`: Ready, taints tolerated,
 GPU model and node selector allowed, MIG profile offered); every movable pod may be
@@ -117,6 +118,12 @@ def exact_min_evictions(
             rows.append((-highspy.kHighsInf, have, [i for i, _ in terms], [v for _, v in terms]))
     if max_evictions is not None and e:
         rows.append((0.0, float(max_evictions), list(e.values()), [1.0] * len(e)))
+    by_budget: dict[int, list[int]] = {}
+    for p in movable:
+        if p.budget >= 0:
+            by_budget.setdefault(p.budget, []).append(e[p.idx])
+    for b, cols_b in by_budget.items():  # a budget's disruptions, spent across the plan
+        rows.append((0.0, float(world.allow[b]), cols_b, [1.0] * len(cols_b)))
 
     h = highspy.Highs()
     h.setOptionValue("output_flag", False)

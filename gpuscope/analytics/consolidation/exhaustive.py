@@ -127,7 +127,11 @@ class _Search:
                 tuple(world.res[name]),
                 tuple(sorted(world.mig[name].items())),
                 world.counted[name],
-                tuple(sorted((p.gpus, p.share, p.movable, p.res, p.mig) for p in world.on[name])),
+                tuple(
+                    sorted(
+                        (p.gpus, p.share, p.movable, p.res, p.mig, p.budget) for p in world.on[name]
+                    )
+                ),
             )
             if signature in seen:
                 continue
@@ -184,7 +188,7 @@ def _eviction_sets(world: World, name: str, unit: Unit, allow: int) -> list[Opti
             budget -= 1
             if budget < 0:
                 break
-            if not world.room_after(name, unit, combo):
+            if not world.within_budgets(combo) or not world.room_after(name, unit, combo):
                 continue
             if any(world.room_after(name, unit, combo[:j] + combo[j + 1 :]) for j in range(r)):
                 continue  # not minimal

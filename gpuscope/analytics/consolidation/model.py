@@ -10,7 +10,10 @@ or memory a job needs is as much in its way as a GPU pod). Never interactive pod
 inference or unclassified ones, never a DaemonSet's pod or a scheduler's GPU reservation
 pod, never a pod of a protected namespace or one marked ``gpuscope.io/protect``, never a
 pod whose PodDisruptionBudget has no disruptions left (``pdb_blocked``). A pod is moved at
-most once per plan.
+most once per plan. A pod whose one budget allows some disruptions carries the budget's key
+and ``status.disruptionsAllowed`` (``pdb_spend``): the Eviction API decrements that count
+on every eviction it grants (kube-apiserver's ``checkAndDecrement``), so a plan evicts at
+most that many pods of the budget in all, wherever they run.
 
 Goals from pending pods (:func:`goals_from_pending`) carry everything the fragmentation
 detector checks: the GPU-model pin, the node selector and required node affinity, the
@@ -33,7 +36,7 @@ from gpuscope.analytics.placement.allocation import (
     task_of,
 )
 from gpuscope.analytics.placement.allocation_sharing import is_reservation
-from gpuscope.collector.cluster.dra_apply import STANDALONE_CLAIMS_ANNOTATION
+from gpuscope.collector.cluster.dra_apply import STANDALONE_CLAIMS_ANNOTATION, claim_holder
 from gpuscope.collector.cluster.inventory_records import PodInfo
 from gpuscope.core.records import WorkloadKind
 
@@ -71,6 +74,10 @@ class Placed:
     #: Where it may be re-placed: GPU models and node selector terms (empty: anywhere).
     gpu_models: frozenset[str] = frozenset()
     node_terms: tuple[str, ...] = ()
+    #: The PodDisruptionBudget (``namespace/name``) whose disruptions its eviction spends,
+    #: "" when none asks; and how many evictions that budget allows across the whole plan.
+    budget: str = ""
+    budget_allows: int = 0
 
     @property
     def key(self) -> str:
@@ -169,6 +176,8 @@ def _fixed_reason(
 ) -> str:
     if pod.terminating:
         return "terminating"
+    if claim_holder(pod):
+        return "allocated ResourceClaim no running pod reserves: not a pod, nothing to evict"
     if is_reservation(pod):
         return "gpu reservation"
     if pod.owner_kind == "DaemonSet":
@@ -199,11 +208,14 @@ def placement_from_state(
     gpu_indices: GpuIndices | None = None,
     protected_namespaces: Iterable[str] = (),
     pdb_blocked: frozenset[str] | set[str] = frozenset(),
+    pdb_spend: Mapping[str, tuple[str, int]] | None = None,
 ) -> list[Placed]:
     """The pods on each node with their GPUs, placed as
     :mod:`gpuscope.analytics.placement.allocation_gpus` does (the same reconstruction as the
-    state's), and whether each may move (module docstring)."""
+    state's), and whether each may move (module docstring); ``pdb_spend`` gives the budget
+    each pod's eviction spends (``namespace/pod`` -> (budget, disruptions allowed))."""
     known = gpu_indices or {}
+    spend = pdb_spend or {}
     protected = frozenset(protected_namespaces)
     sizes = {n.name: len(n.gpus) for n in state.nodes}
     by_node: dict[str, list[PodInfo]] = {}
@@ -220,6 +232,7 @@ def placement_from_state(
                 continue
             reason = _fixed_reason(pod, protected, pdb_blocked)
             idx = taken.get(key, ())
+            budget, allows = spend.get(key, ("", 0))
             out.append(
                 Placed(
                     namespace=pod.namespace,
@@ -237,6 +250,8 @@ def placement_from_state(
                     mig=task.mig,
                     gpu_models=task.gpu_models,
                     node_terms=task.node_terms,
+                    budget=budget,
+                    budget_allows=allows,
                 )
             )
     return out

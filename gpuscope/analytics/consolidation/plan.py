@@ -42,11 +42,12 @@ hold no GPU but may stand in a job's way (CPU, memory); policy decides whether t
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from gpuscope.analytics.base import Analysis
+from gpuscope.analytics.consolidation.budgets import budgets_spent
 from gpuscope.analytics.consolidation.exhaustive import search_small
 from gpuscope.analytics.consolidation.model import (
     CHECKPOINT_ANNOTATION,
@@ -185,12 +186,17 @@ def analyze_consolidation(
     gpu_indices: GpuIndices | None = None,
     protected_namespaces: Iterable[str] | None = None,
     pdb_blocked: frozenset[str] | set[str] = frozenset(),
+    pdb_spend: Mapping[str, tuple[str, int]] | None = None,
     max_evictions: int | None = None,
     gangs: Sequence[GangGoal] = (),
 ) -> Analysis:
     """The plan for the goals (the pending pods when not given), as findings and summary;
     pending pod groups (``gangs``) are planned whole, each inside one domain of its level
-    (:mod:`gpuscope.analytics.consolidation.gangs`), their pods no goals of their own."""
+    (:mod:`gpuscope.analytics.consolidation.gangs`), their pods no goals of their own.
+    ``pdb_spend`` (:func:`gpuscope.analytics.consolidation.budgets.budget_spend`) gives the
+    PodDisruptionBudget each pod's eviction spends: the plan stays within each budget's
+    disruptions across all its evictions, and the summary's ``pdb_spent`` says how much of
+    each it spends."""
     del settings  # no thresholds yet; kept for the shape every analysis has
     if protected_namespaces is None:
         protected_namespaces = WorkloadSettings().protected_namespaces
@@ -201,6 +207,7 @@ def analyze_consolidation(
         gpu_indices=gpu_indices,
         protected_namespaces=protected_namespaces,
         pdb_blocked=pdb_blocked,
+        pdb_spend=pdb_spend,
     )
     goal_list = list(goals) if goals is not None else goals_from_pending(pods)
     outcomes: list[GangOutcome] = []
@@ -265,6 +272,8 @@ def analyze_consolidation(
         # pending pod groups, each planned whole inside one domain (consolidation/gangs.py)
         "pod_groups": [o.as_dict() for o in outcomes],
         "movable_pods": sum(1 for p in placed if p.movable),
+        # each PodDisruptionBudget the plan's evictions spend: allowed, planned, which pods
+        "pdb_spent": budgets_spent(plan.evictions, pdb_spend or {}),
         # DRA: pods whose shared standalone claims keep their devices; evicting frees none
         "held_by_standalone_claims": [
             {"pod": p.key, "node": p.node, "reason": p.reason_fixed}

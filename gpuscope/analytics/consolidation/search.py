@@ -4,7 +4,8 @@ The planner (:func:`choose_planner`) takes a node where the unit fits now (best 
 the node where it needs the fewest evictions (ties: fewest GPU-hours lost). On a node, which
 pods to evict is a small covering knapsack: greedily the eviction that makes the most GPUs
 usable per pod, then redundant evictions dropped, then, where the node has few movable pods,
-an exhaustive search over smaller sets. The baselines (:data:`choose_hnu`,
+an exhaustive search over smaller sets. Every set stays within the PodDisruptionBudgets'
+disruptions left (:meth:`World.within_budgets`). The baselines (:data:`choose_hnu`,
 :data:`choose_ffd`) choose the way the tools people use today do. :func:`plan_with` runs a
 chooser over every unit and turns the result into a :class:`Plan`.
 """
@@ -68,6 +69,8 @@ def greedy_node(world: World, name: str, unit: Unit) -> Option | None:
             for p in on_g:
                 if acc >= share - EPS:
                     break
+                if not world.within_budgets([*chosen, *took, p]):
+                    continue  # its PodDisruptionBudget has no disruption left for it
                 took.append(p)
                 acc += p.share
             gain = usable_count(free, took, share) - usable
@@ -99,6 +102,8 @@ def greedy_node(world: World, name: str, unit: Unit) -> Option | None:
             ),
         )
         for p in rest:
+            if not world.within_budgets([*chosen, p]):
+                continue
             chosen.append(p)
             if world.room_after(name, unit, chosen):
                 break
@@ -125,7 +130,7 @@ def _exhaustive_node(world: World, name: str, unit: Unit, bound: Option) -> Opti
             budget -= 1
             if budget < 0:
                 return best
-            if world.room_after(name, unit, combo):
+            if world.within_budgets(combo) and world.room_after(name, unit, combo):
                 option = Option(combo, sum(p.gph for p in combo))
                 if option.rank < best.rank:
                     best = option
@@ -196,6 +201,8 @@ def _evict_in_order(
     if world.room_after(name, unit):
         return Option((), 0.0)
     for pod in movable:
+        if not world.within_budgets([*taken, pod]):
+            continue  # its PodDisruptionBudget has no disruption left for it
         taken.append(pod)
         if world.room_after(name, unit, taken):
             return Option(tuple(taken), sum(p.gph for p in taken))

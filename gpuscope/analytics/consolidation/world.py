@@ -15,6 +15,12 @@ pin and node selector allow. Every room test goes through :meth:`World.room_afte
 :func:`gpuscope.analytics.placement.allocation.admits`, so the planner and the fragmentation
 detector take the same constraints). Nodes without GPUs are in the world too: CPU-only pods may be
 evicted from GPU nodes and re-placed on them.
+
+PodDisruptionBudgets are spent across the plan: the world keeps how many evictions each
+budget still allows (``status.disruptionsAllowed`` less the pods of it evicted so far, as
+the Eviction API decrements it), and every eviction set a chooser considers is tested with
+:meth:`World.within_budgets`, so no plan asks for an eviction the API server would refuse
+with a 429. An eviction that spends a budget re-scores every node holding pods of it.
 """
 
 from __future__ import annotations
@@ -48,13 +54,15 @@ class Pod:
     mig: tuple[tuple[str, int], ...] = ()
     #: The task it is, for the admission test where it is re-placed.
     task: Task = field(default_factory=Task)
+    #: Index of the PodDisruptionBudget its eviction spends (World.allow), -1 for none.
+    budget: int = -1
 
     def clone(self) -> Pod:
         """A copy to move independently (a search branches worlds by the thousand; the
         positional constructor is several times cheaper than ``dataclasses.replace``)."""
         return Pod(
             self.idx, self.node, self.gpus, self.share, self.movable, self.gph,
-            self.res, self.tolerations, self.mig, self.task,
+            self.res, self.tolerations, self.mig, self.task, self.budget,
         )  # fmt: skip
 
 
@@ -82,6 +90,7 @@ class World:
     """Free shares and pods per node while a plan is made (mutable)."""
 
     def __init__(self, nodes: Sequence[NodeState], placed: Sequence[Placed]) -> None:
+        budgets: dict[str, int] = {}
         self.nodes = list(nodes)
         self.info = {n.name: n for n in self.nodes}
         self.free: dict[str, list[float]] = {n.name: list(n.gpus) for n in self.nodes}
@@ -105,9 +114,20 @@ class World:
                 p.tolerations,
                 p.mig,
                 Task(gpu_models=p.gpu_models, tolerations=p.tolerations, node_terms=p.node_terms),
+                budgets.setdefault(p.budget, len(budgets)) if p.budget else -1,
             )
             for i, p in enumerate(placed)
         ]
+        #: Evictions each budget still allows in this plan, by index.
+        self.allow: list[int] = [0] * len(budgets)
+        for p, pod in zip(placed, self.pods, strict=True):
+            if pod.budget >= 0:
+                self.allow[pod.budget] = max(0, p.budget_allows)
+        #: Nodes holding pods of each budget (re-scored when the budget is spent).
+        self.budget_nodes: dict[int, set[str]] = {}
+        for pod in self.pods:
+            if pod.budget >= 0:
+                self.budget_nodes.setdefault(pod.budget, set()).add(pod.node)
         self.on: dict[str, list[Pod]] = {n.name: [] for n in self.nodes}
         for pod in self.pods:
             if pod.node in self.on:
@@ -143,6 +163,17 @@ class World:
         """Ready, every hard taint (a cordon included) tolerated, GPU model and node
         selector allowed: :func:`gpuscope.analytics.placement.allocation.admits`."""
         return admits(self.info[name], task)
+
+    def within_budgets(self, pods: Iterable[Pod]) -> bool:
+        """Whether evicting ``pods`` (besides those evicted already) stays within every
+        PodDisruptionBudget's disruptions left."""
+        spent: dict[int, int] = {}
+        for pod in pods:
+            if pod.budget >= 0:
+                spent[pod.budget] = spent.get(pod.budget, 0) + 1
+                if spent[pod.budget] > self.allow[pod.budget]:
+                    return False
+        return True
 
     def res_fit(self, name: str, need: Resources, pods: Iterable[Pod] = ()) -> bool:
         """Whether the node's free CPU, memory and storage, with ``pods`` evicted, hold
@@ -194,6 +225,11 @@ class World:
             pod.movable = False
             self.evicted.append(pod)
             self.touch(pod.node)
+            if pod.budget >= 0:  # one disruption fewer for every pod of its budget
+                self.allow[pod.budget] -= 1
+                for node in sorted(self.budget_nodes[pod.budget] - {pod.node}):
+                    if node in self.version:
+                        self.touch(node)
 
     def copy(self) -> World:
         """An independent copy (pods included, indexes left behind) for a search to branch."""
@@ -203,6 +239,7 @@ class World:
         new.res = {name: list(res) for name, res in self.res.items()}
         new.mig = {name: dict(mig) for name, mig in self.mig.items()}
         new.counted = self.counted
+        new.allow, new.budget_nodes = list(self.allow), self.budget_nodes
         new.pods = [p.clone() for p in self.pods]
         new.on = {name: [new.pods[p.idx] for p in pods] for name, pods in self.on.items()}
         new.evicted = [new.pods[p.idx] for p in self.evicted]
@@ -374,6 +411,15 @@ def no_room(world: World, unit: Unit) -> str:
         if missing:
             return f"no node offers MIG profile {', '.join(missing)}"
         return "no node it may run on has enough GPUs of the model asked for"
+    if world.allow and any(
+        world.eligible(n.name, unit)
+        and world.room_after(n.name, unit, [p for p in world.on[n.name] if p.movable])
+        for n in world.nodes
+    ):
+        return (
+            "no node has room within the disruptions its pods' PodDisruptionBudgets allow "
+            "(each budget's disruptionsAllowed is spent across the whole plan)"
+        )
     return "no node has room even after moving every pod that may move"
 
 

@@ -18,7 +18,7 @@ from gpuscope.analytics.domains.topology import analyze_topology
 from gpuscope.analytics.domains.topology_groups import pod_groups
 from gpuscope.analytics.domains.topology_levels import topology_of
 from gpuscope.analytics.placement.allocation import state_from_records
-from gpuscope.analytics.placement.allocation_sources import records_from_kubectl
+from gpuscope.analytics.placement.allocation_sources import kubectl_records
 from gpuscope.collector.cluster.inventory_records import NodeInfo, PodInfo
 from gpuscope.core.errors import UserError
 from gpuscope.core.kube_objects import ObjectSet
@@ -69,7 +69,12 @@ def read_kubectl_list(path: Path) -> dict[str, object]:
 def topology_from_files(
     nodes: Path, pods: Path, objects: ObjectSet, *, at: datetime, settings: Settings
 ) -> Analysis:
-    node_infos, pod_infos = records_from_kubectl(
-        read_kubectl_list(nodes), read_kubectl_list(pods), settings.workloads
+    """The analysis of kubectl files, with the DRA objects among ``objects`` counted in
+    (ResourceSlices' GPUs, claims' allocations, pending pods' claim templates) as
+    fragmentation and consolidation count them, and the GPUs each claim says a pod holds."""
+    node_infos, pod_infos, known = kubectl_records(
+        read_kubectl_list(nodes), read_kubectl_list(pods), settings.workloads, objects
     )
-    return topology_analysis(node_infos, pod_infos, objects, at=at, settings=settings)
+    return topology_analysis(
+        node_infos, pod_infos, objects, at=at, settings=settings, gpu_indices=known
+    )

@@ -29,6 +29,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from gpuscope.analytics.placement.allocation_gpus import EPS, Holder, assign_gpus
+from gpuscope.collector.cluster.dra_apply import claim_holder
 from gpuscope.collector.cluster.inventory_records import PodInfo
 
 #: Namespaces of the schedulers' GPU reservation pods (KAI, Run:ai / KAI before v0.6).
@@ -50,8 +51,10 @@ class Demand:
 
 
 def is_reservation(pod: PodInfo) -> bool:
-    """A scheduler's GPU reservation pod (module docstring)."""
-    return pod.namespace in RESERVATION_NAMESPACES
+    """A scheduler's GPU reservation pod (module docstring), or the record holding the
+    devices of an allocated DRA claim no running pod reserves
+    (:func:`gpuscope.collector.cluster.dra_apply.claim_holder`): GPUs taken, not a task."""
+    return pod.namespace in RESERVATION_NAMESPACES or claim_holder(pod)
 
 
 def gpu_groups(pod: PodInfo) -> list[str]:

@@ -40,6 +40,7 @@ from gpuscope.analytics.queueing.queue_charge import (
 )
 from gpuscope.analytics.queueing.queue_preemption import Job, kai_reclaim, kueue_preemption
 from gpuscope.analytics.queueing.queue_tree import CohortTree
+from gpuscope.collector.cluster.dra_apply import CLAIM_HOLDER_KIND
 
 __all__ = ["KAI_LABEL", "KUEUE_LABEL", "Charger", "Project", "QueueState", "QueueVerdict", "judge"]
 #: GPU amounts below this are rounding noise of fractional sums.
@@ -194,8 +195,8 @@ def judge(pods: Iterable[Any], quotas: Iterable[Any], *, free_gpus: float = math
     local_of: dict[tuple[str, str], str] = {}
     for pod in pods:
         gpus = pod_gpus(pod)
-        if gpus <= EPSILON:
-            continue
+        if gpus <= EPSILON or field_of(pod, "owner_kind", "") == CLAIM_HOLDER_KIND:
+            continue  # (an allocated DRA claim no pod reserves: taken, but no workload)
         phase, node = field_of(pod, "phase", ""), field_of(pod, "node", None)
         name, scheduler, lq = charger.charge(pod)
         project = projects.setdefault(name, Project(name, scheduler))

@@ -37,6 +37,12 @@ through a claim counts exactly as one held through the device plugin:
   :data:`STANDALONE_CLAIMS_ANNOTATION` in their record, which the consolidation planner
   and the quota reclaim read as a reason not to pick them, and are listed, with why, in
   :attr:`DraApplied.pinned`.
+- **an allocated claim no running pod reserves keeps its devices**: kube-scheduler
+  counts every device of every claim with ``status.allocation`` as in use until the
+  allocation is cleared (its allocated-devices tracker), whether ``reservedFor`` is empty or
+  names a pod that is gone. Such a claim's devices are held by a record of their own per
+  node (``owner_kind`` :data:`CLAIM_HOLDER_KIND`, name ``resourceclaim:<claim>``,
+  protected): taken for every placement question, never moved, and not a workload.
 
 Pure: records and objects in, records out.
 """
@@ -67,6 +73,10 @@ _MIB = 2**20
 #: read it to say why evicting the pod frees nothing.
 STANDALONE_CLAIMS_ANNOTATION = "gpuscope.io/dra-standalone-claims"
 _ACTIVE = frozenset({"Pending", "Running", "Unknown"})
+#: ``owner_kind`` of the records that hold the devices of an allocated claim no running
+#: pod reserves (:func:`claim_holder`); their name is the claim's with this prefix.
+CLAIM_HOLDER_KIND = "ResourceClaim"
+CLAIM_HOLDER_PREFIX = "resourceclaim:"
 
 
 @dataclass(frozen=True, slots=True)
@@ -316,9 +326,74 @@ def apply_dra(
             held = ",".join(sorted(set(standalone)))
             changes["annotations"] = {**pod.annotations, STANDALONE_CLAIMS_ANNOTATION: held}
         out.append(replace(pod, **changes))
+    for holder_record, held in _unreserved_claims(b, holder, referrers):
+        out.append(holder_record)
+        if held:
+            indices[f"{holder_record.namespace}/{holder_record.name}"] = held
     for line in [*b.notes, *(f"pool {p} left out" for p in dra.skipped_pools)]:
         _say_once(line)
     return DraApplied(new_nodes, tuple(out), indices, pinned, tuple(b.notes))
+
+
+def claim_holder(pod: PodInfo) -> bool:
+    """Whether the record stands for an allocated claim no running pod holds
+    (:func:`_unreserved_claims`), not for a pod."""
+    return pod.owner_kind == CLAIM_HOLDER_KIND
+
+
+def _unreserved_claims(
+    b: _Builder, holder: Any, referrers: Mapping[tuple[str, str], list[str]]
+) -> list[tuple[PodInfo, tuple[int, ...]]]:
+    """One record per node for each allocated claim that no running pod holds (its
+    ``reservedFor`` empty, or naming pods gone or finished): kube-scheduler's allocated-devices
+    tracker (``dynamicresources/allocateddevices.go``) counts every device of every claim
+    with ``status.allocation`` as taken, whoever reserves it, until the allocation is
+    cleared; so the devices stay taken here too, held by a record that is no pod
+    (:data:`CLAIM_HOLDER_KIND`: never moved, never a workload, never charged to a queue)."""
+    out: list[tuple[PodInfo, tuple[int, ...]]] = []
+    for (namespace, name), claim in sorted(b.claims.items()):
+        if not claim.allocated or holder(claim, referrers.get((namespace, name), [])):
+            continue
+        per_node: dict[str, dict[str, Any]] = {}
+        for alloc in claim.allocated:
+            dev = b.devices.get(alloc.key)
+            if alloc.admin or dev is None or not dev.node or dev.node not in b.nodes:
+                continue
+            held = per_node.setdefault(dev.node, {"whole": 0, "shares": [], "mig": {}, "idx": []})
+            if dev.is_mig:
+                held["mig"][dev.profile] = held["mig"].get(dev.profile, 0) + 1
+            elif dev.is_gpu:
+                if dev.key in b.index:
+                    held["idx"].append(b.index[dev.key])
+                share = b.share(alloc, dev)
+                if share >= 1.0 - 1e-9:
+                    held["whole"] += 1
+                else:
+                    held["shares"].append(share)
+        for node, held in sorted(per_node.items()):
+            if not (held["whole"] or held["shares"] or held["mig"]):
+                continue
+            b.note(
+                f"ResourceClaim {namespace}/{name} is allocated on node {node} but no running "
+                "pod reserves it: its devices stay taken until the allocation is cleared"
+            )
+            record = PodInfo(
+                namespace=namespace,
+                name=f"{CLAIM_HOLDER_PREFIX}{name}",
+                uid=f"{CLAIM_HOLDER_PREFIX}{claim.uid or namespace + '/' + name}",
+                node=node,
+                phase="Running",
+                start_time=None,
+                owner_kind=CLAIM_HOLDER_KIND,
+                owner_name=name,
+                gpu_request=held["whole"],
+                gpu_fraction=max(held["shares"]) if held["shares"] else None,
+                fraction_devices=len(held["shares"]) or 1,
+                mig=held["mig"],
+                protected=True,
+            )
+            out.append((record, tuple(sorted(set(held["idx"])))))
+    return out
 
 
 def apply_object_set(
