@@ -65,8 +65,9 @@ def _frame(con: duckdb.DuckDBPyConnection, name: str, params: dict[str, Any]) ->
 @dataclass(frozen=True, slots=True)
 class ReplayInputs:
     """What the replay reads for [start, end): ``sessions`` (pid, namespace, pod, kind,
-    project, owner, pod_labels as JSON text, started, ended, in_range), ``held`` (pid, share, s, e: clipped
-    to [lo, end)) and ``runs`` (pid, state B/I/U, t0, t1, gpu_hours in [start, end))."""
+    project, owner, pod_labels as JSON text, started, ended, in_range), ``held`` (pid,
+    share, s, e: clipped to [lo, end)) and ``runs`` (pid, state B/I/U, t0, t1, gpu_hours
+    in [start, end))."""
 
     start: datetime
     end: datetime
