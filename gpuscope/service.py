@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from gpuscope.analytics.api import analytics_router
 from gpuscope.analytics.base import Analysis
+from gpuscope.analytics.idle_whatif.api import idle_whatif_router
 from gpuscope.analytics.report.weekly import ReportResult, weekly_report
 from gpuscope.analytics.runner import DETECTORS, run_on_store
 from gpuscope.collector.http_api.api_topology import topology_router
@@ -325,6 +326,7 @@ def extend_service(service: CollectorService, deliver: Deliver | None = None) ->
     actions that read their findings, the weekly report and the what-if replay API."""
     service.whatif = whatif_on_store(service.store, service.settings, service.clock)
     service.routers.append(analytics_router(service.store, service.settings, service.clock))
+    service.routers.append(idle_whatif_router(service.store, service.settings, service.clock))
     service.routers.append(
         partial(topology_router, lambda: service.metrics.analytics.latest("topology"))
     )

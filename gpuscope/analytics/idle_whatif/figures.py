@@ -112,7 +112,11 @@ def recommend(
                 "more_cost_freed": _money(diff, price),
             }
         )
-        name = f"policy {e['policy']}" if e.get("policy") else "the configured setting"
+        name = (
+            f"policy {e['policy']}"
+            if e.get("policy")
+            else "the idle detector's window (no idle policy configured)"
+        )
         money = _money(diff, price)
         text += (
             f" Against {name} ({e['idle_minutes']:g} min"

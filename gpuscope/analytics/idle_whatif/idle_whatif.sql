@@ -10,7 +10,7 @@
 -- name: create_held
 -- The sessions the replay can stop, one row per pod, GPU and interval held in
 -- [$lo, $end) (a pod's containers on one GPU count once: its first container's intervals),
--- clipped to it (s, e), with the interval's real start and end (end_ts NULL: still held).
+-- clipped to it (s, e), with the interval's real start and end.
 -- An interactive session is a pod any of whose intervals says so (interactive, or kind
 -- interactive), as the idle detector reads it; with $every every GPU pod. Protected
 -- namespaces and pods (the pod's record says protected, or gpuscope.io/protect=true) are
@@ -34,9 +34,13 @@ protected_pods AS (
            OR coalesce((record->'labels'->>'gpuscope.io/protect') = 'true', false))
 ),
 held AS (
-    SELECT namespace, pod, container, gpu_uuid, kind, interactive, project, start_ts, end_ts
+    -- an interval never closed (the store's data stops: a copy, a collector stopped) is
+    -- held until it was last seen (written once a minute) and a few minutes more, not to
+    -- the range's end: its pod may be long gone
+    SELECT namespace, pod, container, gpu_uuid, kind, interactive, project, start_ts,
+           coalesce(end_ts, last_seen + INTERVAL 5 MINUTE) AS end_ts
     FROM workload_intervals
-    WHERE start_ts < $end AND (end_ts IS NULL OR end_ts > $lo)
+    WHERE start_ts < $end AND coalesce(end_ts, last_seen + INTERVAL 5 MINUTE) > $lo
       AND NOT list_contains($protected, namespace)
     QUALIFY container = min(container) OVER (PARTITION BY namespace, pod, gpu_uuid)
 ),
@@ -48,24 +52,23 @@ SELECT dense_rank() OVER (ORDER BY h.namespace, h.pod) AS pid,
        h.namespace, h.pod, h.container, h.gpu_uuid AS uuid,
        CASE WHEN v.fraction > 0 AND v.fraction < 1 THEN v.fraction ELSE 1.0 END AS share,
        h.start_ts, h.end_ts,
-       greatest(h.start_ts, $lo) AS s, least(coalesce(h.end_ts, $end), $end) AS e,
+       greatest(h.start_ts, $lo) AS s, least(h.end_ts, $end) AS e,
        h.kind, h.project, v.pod_start, v.pod_labels, v.owner_kind, v.owner_name
 FROM held AS h
 JOIN chosen USING (namespace, pod)
 LEFT JOIN pod_versions AS v ON v.key = h.namespace || '/' || h.pod
 WHERE h.namespace || '/' || h.pod NOT IN (SELECT key FROM protected_pods)
-  AND least(coalesce(h.end_ts, $end), $end) > greatest(h.start_ts, $lo);
+  AND least(h.end_ts, $end) > greatest(h.start_ts, $lo);
 
 -- name: sessions
 -- One row per session: its real start (its first interval's, or the pod's start time in
 -- the inventory when earlier, as the idle detector takes it), its real end (NULL: held at
--- $end), whether it was held in [$start, $end) at all, and what names its owner.
+-- $end or later), whether it was held in [$start, $end) at all, and what names its owner.
 SELECT pid, namespace, pod,
        coalesce(any_value(kind), 'unknown') AS kind,
        coalesce(any_value(nullif(project, '')), namespace) AS project,
        least(min(start_ts), coalesce(min(pod_start), min(start_ts))) AS started,
-       CASE WHEN bool_or(end_ts IS NULL OR end_ts >= $end) THEN NULL ELSE max(end_ts) END
-           AS ended,
+       CASE WHEN bool_or(end_ts >= $end) THEN NULL ELSE max(end_ts) END AS ended,
        bool_or(e > $start) AS in_range,
        any_value(pod_labels) AS pod_labels, any_value(owner_kind) AS owner_kind,
        any_value(owner_name) AS owner_name
