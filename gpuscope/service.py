@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from gpuscope.analytics.api import analytics_router
 from gpuscope.analytics.base import Analysis
+from gpuscope.analytics.idle_whatif.api import idle_whatif_router
 from gpuscope.analytics.report.weekly import ReportResult, weekly_report
 from gpuscope.analytics.runner import DETECTORS, run_on_store
 from gpuscope.collector.http_api.api_topology import topology_router
@@ -239,8 +240,8 @@ def whatif_on_store(store: Store, settings: Settings, clock: Callable[[], float]
     deserve."""
     from gpuscope.analytics.report.week import Week
     from gpuscope.analytics.whatif.gangs_actual import week_figures
-    from gpuscope.analytics.whatif.policies import POLICIES
     from gpuscope.analytics.whatif.history import read_history
+    from gpuscope.analytics.whatif.policies import POLICIES
     from gpuscope.analytics.whatif.week import WEEK_SEEDS, replay_history
     from gpuscope.cli.common import FIRST_YEAR, LAST_YEAR
     from gpuscope.collector.http_api.api_whatif import WhatIfRefused
@@ -304,8 +305,8 @@ def check_level(history: Any, labels: Sequence[str] | None, level: str) -> None:
     (as the topology replay reads them: gpuscope/analytics/whatif/gangs.py); else a 400,
     checked from the nodes alone, before any replay."""
     from gpuscope.analytics.domains.topology_levels import topology_of
-    from gpuscope.core.kube_objects import ObjectSet
     from gpuscope.collector.http_api.api_whatif import WhatIfRefused
+    from gpuscope.core.kube_objects import ObjectSet
 
     topology = topology_of(history.node_infos, ObjectSet(), labels, [level])
     if not topology.domains.get(level):
@@ -367,6 +368,10 @@ def extend_service(service: CollectorService, deliver: Deliver | None = None) ->
     service.whatif = whatif_on_store(service.store, service.settings, service.clock)
     service.expensive_routers.append(
         analytics_router(service.store, service.settings, service.clock)
+    )
+    # the idle-threshold replay reads the whole range: gated as the other expensive reads
+    service.expensive_routers.append(
+        idle_whatif_router(service.store, service.settings, service.clock)
     )
     service.routers.append(
         partial(topology_router, lambda: service.metrics.analytics.latest("topology"))

@@ -14,6 +14,7 @@ from typing import Any
 
 from gpuscope.cli.beside import add_collector_argument, beside, whatif_through
 from gpuscope.cli.common import add_objects_argument, objects_of
+from gpuscope.cli.whatif_idle import add_idle_parser, cmd_whatif_idle
 
 #: The policies' names, as ``gpuscope.analytics.whatif.policies.POLICIES`` has them (a test holds
 #: them equal). Named here so that building the CLI's parser, which every command does,
@@ -95,6 +96,7 @@ def add_whatif_parser(sub: Any, number: Callable[..., Callable[[str], float]]) -
     wi.add_argument("--json", action="store_true", help="print one JSON object")
     wi.add_argument("--config", type=Path, help="YAML settings file (analytics:, workloads:)")
     add_collector_argument(wi)
+    add_idle_parser(wi, number)  # `whatif idle`: idle-termination thresholds (issue 36)
     return wi
 
 
@@ -258,6 +260,8 @@ def _topology_of_files(workload: Any, args: argparse.Namespace, settings: Any) -
 
 def cmd_whatif(args: argparse.Namespace) -> int:
     """Replay the workload under each policy and print what each allocated."""
+    if getattr(args, "whatif_what", None) == "idle":
+        return cmd_whatif_idle(args)
     from gpuscope.analytics.whatif.inputs import read_workload, run_policies
     from gpuscope.analytics.whatif.results import summarize
     from gpuscope.core.settings import load_settings

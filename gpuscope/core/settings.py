@@ -356,6 +356,9 @@ class AnalyticsSettings(_Section):
     startup_grace_minutes: float = Field(default=10, ge=0, le=WEEK_MINUTES)
     #: Interactive sessions older than this get a session_time_limit finding (0: off).
     max_session_age_hours: float = Field(default=72, ge=0, le=MAX_DAYS * 24)
+    #: ``gpuscope whatif idle`` recommends the idle threshold that frees the most
+    #: GPU-hours while at most this share of the sessions it stops come back.
+    idle_policy_max_comeback_share: float = Field(default=0.05, ge=0, le=1)
     #: A port is hot when its throughput stays over this share of link rate for the window.
     ib_hot_ratio: float = Field(default=0.8, gt=0, le=1)
     ib_hot_window_minutes: float = Field(default=5, gt=0, le=WEEK_MINUTES)

@@ -24,6 +24,7 @@ from matplotlib.dates import DateFormatter, DayLocator
 from matplotlib.figure import Figure
 
 from gpuscope.analytics.report.data import WeeklyReport
+from gpuscope.analytics.report.idle_policies import idle_policies_chart
 
 #: Colour per quantity, the same in every chart (colour-blind safe: Okabe-Ito).
 COLOURS = {
@@ -313,6 +314,7 @@ CHARTS: dict[str, Callable[[WeeklyReport], str | None]] = {
     "hourly": hourly_gpus,
     "projects": projects,
     "idle_sessions": idle_sessions,
+    "idle_policies": idle_policies_chart,
     "quotas": quotas,
     "fragmentation": fragmentation,
     "whatif": whatif,

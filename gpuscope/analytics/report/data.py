@@ -64,6 +64,7 @@ TABLES = (
     "projects",
     "namespaces",
     "idle_sessions",
+    "idle_policies",
     "quotas",
     "fragmentation",
     "topology_slots",
@@ -99,6 +100,8 @@ class WeeklyReport:
     whatif_verdict: str = ""
     #: Why the topology-aware What-if replayed nothing (a week over its budget), else "".
     whatif_topology_note: str = ""
+    #: The idle-policy section's headline: the recommended threshold and its rule.
+    idle_policy_text: str = ""
 
     def metric(self, name: str, column: str = "this_week") -> Any:
         """A value of the cluster table (``column``: this_week, previous_week, change)."""
@@ -216,6 +219,7 @@ def build_report(
         "projects": projects,
         "namespaces": namespaces,
         "idle_sessions": idle,
+        "idle_policies": alloc.idle_policies[0],
         "quotas": quota_table(this, guarantees, week, alloc.over_quota),
         "fragmentation": alloc.fragmentation,
         "topology_slots": alloc.topology_slots,
@@ -242,6 +246,7 @@ def build_report(
         notes=tuple(notes),
         whatif_note=whatif_note,
         whatif_topology_note=whatif_topology_note,
+        idle_policy_text=alloc.idle_policies[1],
         price_is_estimate=estimated,
         whatif_verdict=whatif_verdict,
     )

@@ -29,6 +29,8 @@ _COUNTS = (
     "rank",
     "jobs_started",
     "jobs_never_started",
+    "sessions_stopped",
+    "stopped_then_busy",
 )
 #: Rows of a table shown in the page at most (the CSV beside it has every row).
 MAX_ROWS = 50
@@ -42,6 +44,15 @@ SECTIONS: dict[str, tuple[str, str]] = {
     "idle_sessions": (
         "Top idle workloads",
         "The workloads that held GPUs idle the longest, and who owns them.",
+    ),
+    "idle_policies": (
+        "Idle policies: what each threshold would have freed",
+        "The week's interactive sessions replayed as if a policy had stopped each at the "
+        "first instant it had been idle for N minutes (by the idle detector's definition, "
+        "gaps included, at 5-minute resolution), or at an age (time limits): the sessions "
+        "it would have stopped, how many came back (busy again later: the policy's cost), "
+        "the GPU-hours freed from each stop to the session's real end, and the busy "
+        "GPU-hours it would have cut off. Per namespace and owner: gpuscope whatif idle.",
     ),
     "quotas": ("Quota use", "Each project's guarantee against the GPUs it held, hour by hour."),
     "fragmentation": (

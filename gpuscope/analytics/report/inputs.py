@@ -24,6 +24,7 @@ import polars as pl
 from gpuscope.analytics.detectors.idle_gaps import MAX_BRIDGED_GAP
 from gpuscope.analytics.queueing.quota import over_quota_hours
 from gpuscope.analytics.report.fragmentation import fragmentation_over
+from gpuscope.analytics.report.idle_policies import idle_policies_over
 from gpuscope.analytics.report.sql import Q, frame, run
 from gpuscope.analytics.report.states import week_states
 from gpuscope.analytics.report.topology import topology_over
@@ -119,6 +120,8 @@ class AllocationInputs:
     whatif: tuple[pl.DataFrame, pl.DataFrame, str, str]
     whatif_topology: tuple[pl.DataFrame, str]
     ib: pl.DataFrame
+    #: the idle-policy replay's table and headline (report/idle_policies.py)
+    idle_policies: tuple[pl.DataFrame, str]
     #: per project: (GPU-hours over its guarantee, hours over it)
     over_quota: dict[str, tuple[float, float]]
 
@@ -190,6 +193,7 @@ def _allocation_lane(
             whatif=whatif_over(cur, week, an, history=history),
             whatif_topology=whatif_topology_over(history, an),
             ib=frame(cur, Q["ib_hot_ports"], **params),
+            idle_policies=idle_policies_over(cur, week, settings),
             over_quota=over_quota_hours(cur, week.start, week.end),
         )
     finally:

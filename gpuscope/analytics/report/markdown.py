@@ -69,6 +69,8 @@ def render_markdown(report: WeeklyReport, html: Path | None = None) -> str:
             ).iter_rows()
         ]
         lines.append("- Idlest: " + "; ".join(items))
+    if report.idle_policy_text and report.tables["idle_policies"].height:
+        lines.append(f"- Idle policy: {report.idle_policy_text}")
     over = report.tables["quotas"].filter(pl.col("gpu_hours_over_guarantee") > EPS)
     if over.height:
         items = [
