@@ -58,6 +58,9 @@ SIZE_CLASSES = ("fraction", "1", "2-4", "5-8", ">8")
 #: The cuts of queued GPU-hours the search answers, and their keys.
 CUTS = (("fewest_gpus_half", 0.5), ("fewest_gpus_90", 0.9))
 DEFAULT_POLICY = "leastallocated"
+#: Replays one search may run at most (a replay of 10,000 GPUs x 7 days takes 30-50 s on
+#: 2 cores: bench/capacity.py).
+MAX_REPLAYS = 48
 
 #: (history, policy) -> the replay's result (the default: run_history's first seed).
 Replayer = Callable[[History, str], PolicyResult]
@@ -139,19 +142,26 @@ def changed(history: History, change: Change) -> History:
     return dataclasses.replace(history, inventory=inventory, node_infos=infos)
 
 
-def first_seed(coverage: float) -> Replayer:
+def first_seed(coverage: float, *, drop: bool = False) -> Replayer:
     """The replay the policy what-if runs for its first seed (module docstring)."""
 
     def run(history: History, policy: str) -> PolicyResult:
-        return run_history(history, [policy], seeds=1, coverage=coverage)[0]
+        return run_history(history, [policy], seeds=1, drop=drop, coverage=coverage)[0]
 
     return run
 
 
 def _models(inventory: Inventory) -> list[str]:
-    return sorted(
-        {n.gpu_model for n in inventory.nodes if n.schedulable and n.gpus and n.gpu_model}
-    )
+    """The GPU models of the cluster's schedulable whole-GPU nodes, most GPUs first."""
+    gpus: dict[str, int] = {}
+    for n in inventory.nodes:
+        if n.schedulable and n.gpus and n.gpu_model:
+            gpus[n.gpu_model] = gpus.get(n.gpu_model, 0) + len(n.gpus)
+    return sorted(gpus, key=lambda m: (-gpus[m], m))
+
+
+class _OutOfReplays(Exception):
+    """The search spent its replays."""
 
 
 def fewest_gpus(
@@ -160,45 +170,65 @@ def fewest_gpus(
     baseline_queued: float,
     replayer: Replayer,
     start: PolicyResult | None = None,
+    *,
+    max_replays: int = MAX_REPLAYS,
 ) -> dict[str, Any]:
     """The search (module docstring) on ``history``'s cluster: ``{"fewest_gpus_half": ...,
     "fewest_gpus_90": ..., "search": {...}}``; ``start``: the replay of ``history`` as is,
-    where the caller has it."""
+    where the caller has it. Models are tried most GPUs first; once a cut has an answer of
+    G GPUs, another model is tried only up to G GPUs (one replay at that count says whether
+    it can do as well). After ``max_replays`` replays the search stops: the answers so far
+    stand and ``search.complete`` is false."""
     replays = 0
 
     def run(h: History) -> PolicyResult:
         nonlocal replays
+        if replays >= max_replays:
+            raise _OutOfReplays
         replays += 1
         return replayer(h, policy)
 
     at_zero = start or run(history)
     bound = max(1, min(MAX_ADD, figures(history, at_zero)["jobs_waited"]))
     per_model: dict[str, dict[str, Any]] = {}
-    for model in _models(history.inventory):
-        template = template_of(history.inventory.nodes, model)
-        if not template.gpus:  # MIG-split: whole nodes of it are not whole GPUs
-            continue
-        memo: dict[int, float] = {0: at_zero.queued_gpu_hours}
+    best: dict[str, dict[str, Any]] = {}
+    complete = True
+    try:
+        for model in _models(history.inventory):
+            template = template_of(history.inventory.nodes, model)
+            g = len(template.gpus)
+            memo: dict[int, float] = {0: at_zero.queued_gpu_hours}
 
-        def queued(k: int, model: str = model, memo: dict[int, float] = memo) -> float:
-            if k not in memo:
-                memo[k] = run(changed(history, Change(add=(AddNodes(model, k),)))).queued_gpu_hours
-                log.info("capacity search %s +%d nodes: %.1f queued GPU-h", model, k, memo[k])
-            return memo[k]
+            def queued(k: int, model: str = model, memo: dict[int, float] = memo) -> float:
+                if k not in memo:
+                    grown = changed(history, Change(add=(AddNodes(model, k),)))
+                    memo[k] = run(grown).queued_gpu_hours
+                    log.info("capacity search %s +%d nodes: %.1f queued GPU-h", model, k, memo[k])
+                return memo[k]
 
-        answers: dict[str, Any] = {}
-        for key, cut in CUTS:
-            target = baseline_queued * (1.0 - cut)
-            k = _least(queued, target, bound)
-            answers[key] = None if k is None else {
-                "model": model, "nodes": k, "gpus_per_node": len(template.gpus),
-                "gpus": k * len(template.gpus), "queued_gpu_hours": round(memo[k], 3),
-            }  # fmt: skip
-        per_model[model] = answers
-    out: dict[str, Any] = {}
-    for key, cut in CUTS:
-        found = [a[key] for a in per_model.values() if a[key] is not None]
-        out[key] = min(found, key=lambda a: (a["gpus"], a["nodes"], a["model"]), default=None)
+            answers: dict[str, Any] = per_model.setdefault(model, {})
+            lo = 0
+            for key, cut in CUTS:
+                target = baseline_queued * (1.0 - cut) + 1e-9
+                limit = bound if key not in best else min(bound, best[key]["gpus"] // g)
+                k = None
+                if limit < bound and (limit <= lo or queued(limit) > target):
+                    limit = -1  # cannot do as well as the answer found
+                if limit >= 0:
+                    k = _least(queued, target, limit, lo)
+                answers[key] = None if k is None else {
+                    "model": model, "nodes": k, "gpus_per_node": g, "gpus": k * g,
+                    "queued_gpu_hours": round(memo[k], 3),
+                }  # fmt: skip
+                if k is not None:
+                    lo = max(0, k - 1)  # the next, deeper cut needs at least as many
+                    order = (k * g, k, model)
+                    old = best.get(key)
+                    if old is None or order < (old["gpus"], old["nodes"], old["model"]):
+                        best[key] = answers[key]
+    except _OutOfReplays:
+        complete = False
+    out: dict[str, Any] = {key: best.get(key) for key, _ in CUTS}
     out["search"] = {
         "policy": policy,
         "targets_gpu_hours": {
@@ -207,22 +237,25 @@ def fewest_gpus(
         "max_nodes": bound,
         "models": per_model,
         "replays": replays,
+        "complete": complete,
     }
     return out
 
 
-def _least(queued: Callable[[int], float], target: float, bound: int) -> int | None:
-    """The fewest nodes k <= bound with queued(k) <= target: galloping, then bisection."""
-    if queued(0) <= target + 1e-9:
-        return 0
-    lo, hi = 0, 1
-    while queued(hi) > target + 1e-9:
+def _least(queued: Callable[[int], float], target: float, bound: int, lo: int = 0) -> int | None:
+    """The fewest nodes k in [lo, bound] with queued(k) <= target: galloping up from ``lo``,
+    then bisection (the queue taken as falling with k)."""
+    if queued(lo) <= target:
+        return lo
+    step, hi = 1, min(bound, lo + 1)
+    while queued(hi) > target:
         if hi >= bound:
             return None
-        lo, hi = hi, min(bound, hi * 2)
+        lo, step = hi, step * 2
+        hi = min(bound, hi + step)
     while hi - lo > 1:
         mid = (lo + hi) // 2
-        if queued(mid) <= target + 1e-9:
+        if queued(mid) <= target:
             hi = mid
         else:
             lo = mid

@@ -16,7 +16,7 @@ take (a bad one is a :class:`~gpuscope.core.errors.UserError`, one line):
   the nodes that have that label. Selecting no node is an error.
 - ``POOL:LAYOUT`` (:func:`parse_mig`): every GPU of the pool's GPU nodes re-partitioned to
   LAYOUT, per GPU: ``PROFILE[=N]`` comma-separated (``3g.40gb=2``; a profile without ``=N``
-  as many times as it fits a GPU's 7 compute slices), or ``none`` for whole GPUs. A node's
+  as many times as the compute slices the others leave of a GPU's 7 hold), or ``none`` for whole GPUs. A node's
   physical GPUs are its ``nvidia.com/gpu.count`` label where set, else its whole GPUs
   plus its MIG instances' slices over 7 (rounded up).
 
@@ -193,15 +193,21 @@ def parse_mig(text: str) -> MigLayout:
     if layout == "none":
         return MigLayout(pool, ())
     per_gpu: dict[str, int] = {}
+    fill: list[str] = []
     for item in layout.split(","):
         profile, eq, count_text = item.strip().partition("=")
-        m = _PROFILE.match(profile)
-        if m is None:
+        if _PROFILE.match(profile) is None:
             raise UserError(f"--mig-layout {text!r}: {profile!r} is not a MIG profile (3g.40gb)")
         if eq and not count_text.isdigit():
             raise UserError(f"--mig-layout {text!r}: {item!r}: expected PROFILE=N")
-        count = int(count_text) if eq else MIG_SLICES // int(m.group(1))
-        per_gpu[profile] = per_gpu.get(profile, 0) + count
+        if eq:
+            per_gpu[profile] = per_gpu.get(profile, 0) + int(count_text)
+        else:
+            fill.append(profile)
+    for profile in fill:  # without =N: as many as the slices left hold
+        left = MIG_SLICES - sum(int(p[0]) * n for p, n in per_gpu.items())
+        per_gpu[profile] = per_gpu.get(profile, 0) + max(0, left) // int(profile[0])
+    per_gpu = {p: n for p, n in per_gpu.items() if n}
     slices = sum(int(p[0]) * n for p, n in per_gpu.items())
     if slices > MIG_SLICES or slices == 0:
         raise UserError(
