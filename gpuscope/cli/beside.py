@@ -248,9 +248,10 @@ def whatif_through(
     seeds: int | None,
     drop: bool,
     level: str | None = None,
+    extra: list[tuple[str, str]] | None = None,
 ) -> dict[str, Any]:
     """``gpuscope whatif --db`` run in the collector (``GET /api/v1/whatif``): the figures
-    ``--json`` prints."""
+    ``--json`` prints (``extra``: more parameters, the capacity what-if's)."""
     params = [("week", week)] + [("policy", p) for p in policies]
     if seeds is not None:
         params.append(("seeds", str(int(seeds))))
@@ -258,4 +259,5 @@ def whatif_through(
         params.append(("drop", "true"))
     if level:
         params.append(("topology_level", level))
+    params += extra or []
     return collector.get("/api/v1/whatif", params)

@@ -14,6 +14,15 @@ from typing import Any
 
 from gpuscope.cli.beside import add_collector_argument, beside, whatif_through
 from gpuscope.cli.common import add_objects_argument, objects_of
+from gpuscope.cli.whatif_capacity import (
+    add_capacity_arguments,
+    capacity_of_history,
+    capacity_of_workload,
+    capacity_params,
+    check_capacity,
+    render_capacity,
+    wants_capacity,
+)
 from gpuscope.cli.whatif_idle import add_idle_parser, cmd_whatif_idle
 
 #: The policies' names, as ``gpuscope.analytics.whatif.policies.POLICIES`` has them (a test holds
@@ -93,6 +102,7 @@ def add_whatif_parser(sub: Any, number: Callable[..., Callable[[str], float]]) -
         "level (a node label, or topology.volcano.sh/tier-N; default: the level the pod "
         "groups ask for, else the finest)",
     )
+    add_capacity_arguments(wi, POLICIES)
     wi.add_argument("--json", action="store_true", help="print one JSON object")
     wi.add_argument("--config", type=Path, help="YAML settings file (analytics:, workloads:)")
     add_collector_argument(wi)
@@ -133,6 +143,8 @@ def _render(out: dict[str, Any]) -> str:
         lines.append(s["verdict"]["text"])
     if out.get("topology"):
         lines += ["", *_render_topology(out["topology"])]
+    if out.get("capacity"):
+        lines += ["", *render_capacity(out["capacity"])]
     return "\n".join(lines) + "\n"
 
 
@@ -189,7 +201,9 @@ def _check_inputs(args: argparse.Namespace) -> None:
         raise UserError("--arrivals applies to files; a stored week replays its own arrivals")
 
 
-def _from_db(args: argparse.Namespace, policies: list[str], settings: Any) -> dict[str, Any]:
+def _from_db(
+    args: argparse.Namespace, policies: list[str], settings: Any, change: Any
+) -> dict[str, Any]:
     from datetime import UTC, datetime
 
     from gpuscope.analytics.report.week import Week
@@ -205,8 +219,9 @@ def _from_db(args: argparse.Namespace, policies: list[str], settings: Any) -> di
     collector = beside(args, settings, args.db)
     if collector is not None:  # a running collector holds it: replay there (cli/beside.py)
         return whatif_through(
-            collector, week.label, policies, args.seeds, args.drop, args.topology_level
-        )
+            collector, week.label, policies, args.seeds, args.drop, args.topology_level,
+            capacity_params(args),
+        )  # fmt: skip
     if args.db.is_dir():
         raise UserError(f"--db {args.db} is a folder; expected a database file")
     if not args.db.exists():
@@ -231,6 +246,9 @@ def _from_db(args: argparse.Namespace, policies: list[str], settings: Any) -> di
     out = replayed.figures
     out["summary"].update({"source": "database", "week": week.label})
     out["topology"] = _topology_of_history(replayed.history, args, settings)
+    if wants_capacity(args):
+        coverage = settings.analytics.fgd_task_coverage
+        out["capacity"] = capacity_of_history(replayed.history, change, args, coverage)
     return out
 
 
@@ -267,10 +285,11 @@ def cmd_whatif(args: argparse.Namespace) -> int:
     from gpuscope.core.settings import load_settings
 
     _check_inputs(args)
+    change = check_capacity(args)
     settings = load_settings(args.config)
     policies = list(dict.fromkeys(args.policy or POLICIES))
     if args.db is not None or args.collector:
-        out = _from_db(args, policies, settings)
+        out = _from_db(args, policies, settings, change)
     else:
         workload = read_workload(args.nodes, args.pods, settings, objects=objects_of(args))
         seeds = 1 if args.seeds is None else int(args.seeds)
@@ -289,6 +308,9 @@ def cmd_whatif(args: argparse.Namespace) -> int:
             }
         )
         out["topology"] = _topology_of_files(workload, args, settings)
+        if wants_capacity(args):
+            coverage = settings.analytics.fgd_task_coverage
+            out["capacity"] = capacity_of_workload(workload, change, args, coverage)
     if args.json:
         print(json.dumps(out, indent=2))
     else:
