@@ -103,8 +103,12 @@ def test_demo_finds_what_the_scenario_planted(tmp_path: Path) -> None:
     assert len(hourly) >= 40 and min(hourly) >= 0.75, hourly
     [whatif] = [line for line in summary.splitlines() if line.startswith("- What if:")]
     assert "would have started the most jobs" not in whatif
-    assert "more than the spread across them" in whatif or (
-        "No placement policy would have made a material difference" in whatif
+    # issue 35: the replay of the policy that ran is held against the week first
+    assert "Calibration: the replay of leastallocated (the policy that ran)" in whatif
+    assert (
+        "more than the spread across them" in whatif
+        or "No placement policy would have made a material difference" in whatif
+        or "The replay cannot tell" in whatif
     )
     assert (week / "tables" / "projects.csv").is_file()
     # the policies ran as a dry run: the idle notebooks would be stopped after their warning
