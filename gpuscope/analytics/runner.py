@@ -280,13 +280,15 @@ def _quota_from_files(
     node_infos, pod_infos, known = kubectl_records(nodes_doc, pods_doc, settings.workloads, objects)
     quotas = quotas_from_objects(objects)
     held = sum(p.gpus for p in pod_infos if p.node and p.phase in ("Running", "Pending"))
-    free = max(0.0, sum(n.allocatable_gpus for n in node_infos) - held)
+    capacity = float(sum(n.allocatable_gpus for n in node_infos if n.ready))
+    free = max(0.0, capacity - held)
 
     def placement() -> dict[str, Any]:
         state = state_from_records(node_infos, pod_infos, known)
         return dict(analyze_fragmentation(state, at=at, settings=settings.analytics).summary)
 
-    found = quota_analysis(judge(pod_infos, quotas, free_gpus=free), utc(at), placement)
+    state = judge(pod_infos, quotas, free_gpus=free, capacity_gpus=capacity)
+    found = quota_analysis(state, utc(at), placement)
     found.summary["data_until"] = None
     return found
 

@@ -2,8 +2,8 @@
 
 ClusterQueues are leaves; cohorts (named by ``spec.cohort``/``cohortName``, with or without
 a Cohort object) are inner nodes, and a Cohort object's ``parent`` links cohorts into a
-tree. Kueue's documented rules (docs/analytics.md, "Queues", and Kueue's "Cluster Queue"
-and "Cohort" pages):
+tree. Kueue's rules as its source has them (``pkg/cache/resource_node.go``: SubtreeQuota,
+guaranteedQuota, ``available``, ``potentialAvailable``; docs/analytics.md, "Queues"):
 
 * a node's *subtree quota* is its own nominal quota plus what each child lends it: the
   child's subtree quota less the part it keeps for itself;
@@ -194,17 +194,6 @@ class CohortTree:
         while cur is not None and self.nodes[cur].parent is not None:
             cur = self.nodes[cur].parent
         return cur
-
-    def members(self, root: Key) -> list[str]:
-        """The ClusterQueues under ``root``."""
-        out: list[str] = []
-        stack = [root]
-        while stack:
-            key = stack.pop()
-            if key[0] == "cq":
-                out.append(key[1])
-            stack.extend(self.nodes[key].children)
-        return sorted(out)
 
     def cohort_figures(self, cq: str) -> tuple[str, float, float]:
         """(root cohort, its subtree quota, its usage) for reasons; ("", nominal, usage)

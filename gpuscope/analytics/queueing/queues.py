@@ -27,10 +27,11 @@ lending and borrowing limits, usage that bubbles up a cohort tree) is in
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from gpuscope.analytics.queueing.kai_share import kai_queue_shares
 from gpuscope.analytics.queueing.queue_charge import (
     KAI_LABEL,
     KUEUE_LABEL,
@@ -112,6 +113,9 @@ class Project:
 class QueueState:
     projects: Mapping[str, Project]
     verdicts: tuple[QueueVerdict, ...]
+    #: KAI's fair share of each KAI Queue (gpuscope/analytics/queueing/kai_share.py);
+    #: empty where the cluster's GPUs were not given.
+    fair_shares: Mapping[str, float] = field(default_factory=dict)
 
 
 def _projects(charger: Charger) -> dict[str, Project]:
@@ -181,12 +185,19 @@ def _jobs(pods: list[tuple[Any, float]]) -> dict[tuple[str, str], Job]:
     return jobs
 
 
-def judge(pods: Iterable[Any], quotas: Iterable[Any], *, free_gpus: float = math.inf) -> QueueState:
+def judge(
+    pods: Iterable[Any],
+    quotas: Iterable[Any],
+    *,
+    free_gpus: float = math.inf,
+    capacity_gpus: float | None = None,
+) -> QueueState:
     """The queue model as of one instant: every pending job's verdict.
 
     ``pods`` and ``quotas`` are PodInfo/QuotaInfo records or their JSON mappings;
     ``free_gpus`` (the cluster's unallocated GPUs) is what KAI's over-quota share draws
-    on (Kueue's quotas do not depend on it).
+    on (Kueue's quotas do not depend on it); ``capacity_gpus`` (the GPUs of ready nodes)
+    gives KAI's fair shares.
     """
     charger = Charger(quotas)
     projects = _projects(charger)
@@ -215,6 +226,11 @@ def judge(pods: Iterable[Any], quotas: Iterable[Any], *, free_gpus: float = math
         projects[name].running = list(_jobs(members).values())
     for p in projects.values():
         p.held_gpus = p.used
+    shares: dict[str, float] = {}
+    if capacity_gpus is not None and charger.kai:
+        outside = sum(p.held_gpus for p in projects.values() if p.scheduler != "kai")
+        demand = {n: p.held_gpus + p.pending for n, p in projects.items() if p.scheduler == "kai"}
+        shares = kai_queue_shares(charger.kai, demand, max(0.0, capacity_gpus - outside))
     pending = [(name, job) for name, members in waiting.items() for job in _jobs(members).values()]
     for name, job in pending:
         projects[name].largest = max(projects[name].largest, job.gpus)
@@ -227,12 +243,15 @@ def judge(pods: Iterable[Any], quotas: Iterable[Any], *, free_gpus: float = math
             root = tree.root(name)
             p.root = root[1] if root else ""
     kai_free = free_gpus
+    # each Kueue queue's running jobs: the lists themselves, which admissions and
+    # preemptions below change in place
+    running = {n: pr.running for n, pr in projects.items() if pr.scheduler == "kueue"}
     verdicts: list[QueueVerdict] = []
     for name, job in pending:
         p = projects[name]
         lq = local_of.get((job.namespace, name), "")
         if p.scheduler == "kueue":
-            verdict = _kueue(p, job, tree, projects, charger)
+            verdict = _kueue(p, job, tree, projects, charger, running)
         elif p.scheduler == "kai":
             verdict, kai_free = _kai(p, job, projects, kai_free)
         elif p.scheduler == "inadmissible":
@@ -282,33 +301,19 @@ def judge(pods: Iterable[Any], quotas: Iterable[Any], *, free_gpus: float = math
                 p.cohort,
             )
         )
-    return QueueState(projects, tuple(verdicts))
+    return QueueState(projects, tuple(verdicts), shares)
 
 
 Verdict = tuple[str, str, str, tuple[Job, ...]]
 
 
-class _Running(Mapping[str, list[Job]]):
-    """The running jobs of each Kueue ClusterQueue, read through (no copy per job)."""
-
-    def __init__(self, projects: Mapping[str, Project]) -> None:
-        self._projects = projects
-
-    def __getitem__(self, name: str) -> list[Job]:
-        p = self._projects[name]
-        if p.scheduler != "kueue":
-            raise KeyError(name)
-        return p.running
-
-    def __iter__(self) -> Iterator[str]:
-        return (n for n, p in self._projects.items() if p.scheduler == "kueue")
-
-    def __len__(self) -> int:
-        return sum(1 for _ in self)
-
-
 def _kueue(
-    p: Project, job: Job, tree: CohortTree, projects: dict[str, Project], charger: Charger
+    p: Project,
+    job: Job,
+    tree: CohortTree,
+    projects: dict[str, Project],
+    charger: Charger,
+    running: Mapping[str, list[Job]],
 ) -> Verdict:
     q = p.name
     rec = charger.cqs[q]
@@ -357,7 +362,7 @@ def _kueue(
             "Kueue admits it; it waits for a node",
             (),
         )
-    choice = kueue_preemption(q, job, tree, _Running(projects), rec)
+    choice = kueue_preemption(q, job, tree, running, rec)
     if choice.victims:
         for victim_queue, victim in choice.taken:
             projects[victim_queue].running.remove(victim)

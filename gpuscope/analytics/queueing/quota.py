@@ -118,12 +118,13 @@ def run_quota(
         # no quota, pod or workload known as of ``at`` (no inventory yet): nothing to say,
         # and no gauge may claim 0 GPUs guaranteed or used before the data exists
         return Analysis(kinds=KINDS, findings=[], summary={})
-    free = math.inf
+    free, capacity = math.inf, None
     if charger.kai:
-        (capacity,) = con.execute(Q["gpus_at"], {"at": at}).fetchone() or (0.0,)
+        (found,) = con.execute(Q["gpus_at"], {"at": at}).fetchone() or (0.0,)
+        capacity = float(found)
         held = sum(_held(p) for p in pods)
-        free = max(0.0, float(capacity) - held)
-    state = judge(pods, quotas, free_gpus=free)
+        free = max(0.0, capacity - held)
+    state = judge(pods, quotas, free_gpus=free, capacity_gpus=capacity)
     cache: dict[str, Any] = {}
 
     def placement() -> Mapping[str, Any]:
@@ -191,6 +192,8 @@ def quota_analysis(
             "guaranteed_share": round(g_share, 4),
             "fairness_ratio": round(share / g_share, 4) if g_share > 0 else None,
         }
+        if name in state.fair_shares:  # KAI's, as its proportion plugin divides GPUs
+            entry["fair_share_gpus"] = _gpus(state.fair_shares[name])
         mine = by_project.get(name, [])
         if mine:
             held = [v for v in mine if v.waits_on == "quota"]

@@ -101,10 +101,12 @@ SELECT CAST(record AS VARCHAR), epoch(valid_from) FROM quotas
 WHERE valid_from <= $at AND (valid_to IS NULL OR valid_to > $at);
 
 -- name: gpus_at
--- The GPUs the nodes valid at $at offer (KAI's over-quota share draws on what is free).
+-- The GPUs the ready nodes valid at $at offer (KAI's over-quota share draws on what is
+-- free; its fair shares divide them).
 SELECT coalesce(sum(TRY_CAST(record->>'allocatable_gpus' AS DOUBLE)), 0)
 FROM inventory_nodes
-WHERE valid_from <= $at AND (valid_to IS NULL OR valid_to > $at);
+WHERE valid_from <= $at AND (valid_to IS NULL OR valid_to > $at)
+  AND coalesce(TRY_CAST(record->>'ready' AS BOOLEAN), true);
 
 -- name: pod_gpu_hours
 -- GPU-hours each pod held over [$lo, $at], with its last version's record (the queue

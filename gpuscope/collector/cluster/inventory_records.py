@@ -181,6 +181,9 @@ class QuotaInfo:
     selected_namespaces: tuple[str, ...] | None = None
     #: The ``namespaceSelector`` as compact JSON ("null": unset, which selects none).
     namespace_selector: str = ""
+    #: ``metadata.creationTimestamp`` of a KAI Queue (unix seconds): KAI's last
+    #: tie-break when it hands out what is left of the fair shares.
+    created: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,7 +14,7 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from gpuscope.collector.cluster.inventory_records import QuotaInfo, parse_quantity
+from gpuscope.collector.cluster.inventory_records import QuotaInfo, parse_quantity, parse_time
 from gpuscope.core.kube_objects import ObjectSet
 from gpuscope.sim import kube as names
 
@@ -194,6 +194,7 @@ def quota_from_kai_queue(obj: Mapping[str, Any]) -> QuotaInfo:
         limit=nonneg("limit"),
         source="kai",
         cohort=str(spec.get("parentQueue") or ""),
+        created=parse_time((obj.get("metadata") or {}).get("creationTimestamp")),
     )
 
 
