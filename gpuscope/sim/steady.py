@@ -37,7 +37,9 @@ arrival, end and planted start in time order):
   clusters that run the default scheduler;
 - the background runs at a priority below every planted pod's
   (:data:`BACKGROUND_PRIORITY`): a planted pod that starts preempts what holds its GPUs
-  (those pods end then), as DefaultPreemption evicts lower-priority pods for it.
+  (those pods end then), as DefaultPreemption evicts lower-priority pods for it, and each
+  victim's Job makes a new pod (``<job>-r``) that arrives then with the run time it had
+  left.
 
 An earlier loop placed with knowledge of each GPU's next holder, and kept a node for a big
 job that had waited two hours: no scheduler does the first, and kube-scheduler not the
@@ -50,6 +52,7 @@ fragmentation the 4-GPU job is blocked by, the quota story) is the scenario's ow
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import math
 import random
@@ -350,6 +353,16 @@ def steady_workloads(
                 queue.remove(job)
                 start_job(job, h, now)
 
+    def replace(victim: _Holder, now: float) -> None:
+        """A preempted job's controller makes a new pod: it arrives now and runs what the
+        victim had left (a Job's pod restarts; its work since the start is lost)."""
+        job, _, begin = placed[victim.spec]
+        left = job.duration - (now - begin)
+        if left < SHORTEST_HOURS * HOUR or now >= cutoff:
+            return
+        again = dataclasses.replace(job, name=f"{job.name}-r", arrival=now, duration=left)
+        arrivals.insert(0, again)  # it arrives now, before the arrivals still to come
+
     def advance(until: float) -> None:
         """Every event before ``until`` in time order: ends, then planted pods, then
         arrivals."""
@@ -368,6 +381,7 @@ def steady_workloads(
             elif t_pl == now:
                 event = planted_events.pop(0)
                 for victim in loop.planted_event(event):
+                    replace(victim, now)
                     retry(victim.node, now)
                 if not event[1]:
                     retry(event[2], now)

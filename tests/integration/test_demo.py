@@ -111,6 +111,22 @@ def test_demo_finds_what_the_scenario_planted(tmp_path: Path) -> None:
         or "The replay cannot tell" in whatif
     )
     assert (week / "tables" / "projects.csv").is_file()
+    # issue 35's figures on the demo's own history: the replay of the policy that ran
+    # (kube-scheduler's LeastAllocated) reproduces it
+    whatif_json = subprocess.run(
+        [sys.executable, "-m", "gpuscope.cli.main", "whatif", "--db",
+         str(tmp_path / "gpuscope.duckdb"), "--json"],
+        capture_output=True, text=True, timeout=300, env=ENV,
+    )  # fmt: skip
+    assert whatif_json.returncode == 0, whatif_json.stderr
+    cal = json.loads(whatif_json.stdout)["summary"]["calibration"]
+    assert cal["policy"] == "leastallocated"
+    assert cal["hourly_allocation_mae_share"] <= 0.03, cal
+    assert abs(cal["allocated_at_stop_error_share"]) <= 0.03, cal
+    assert abs(cal["queued_gpu_hours"] - cal["queued_gpu_hours_real"]) <= 0.25 * max(
+        1.0, cal["queued_gpu_hours_real"]
+    ), cal
+    assert cal["multi_node_jobs_started"] == cal["multi_node_jobs_started_real"], cal
     # the policies ran as a dry run: the idle notebooks would be stopped after their warning
     # (never the busy one), and the blocked 4-GPU job would get a node freed for it
     runs = json.loads((tmp_path / "actions.json").read_text())

@@ -76,8 +76,11 @@ def test_jobs_come_and_go_with_openb_like_sizes_and_durations(cluster: Simulated
 def test_notebooks_keep_working_hours_and_inference_follows_the_day(
     cluster: SimulatedCluster,
 ) -> None:
-    notebooks = [p for p in cluster.pods if p.name.startswith("nb-day")]
-    serving = [p for p in cluster.pods if p.name.startswith("chat-serve")]
+    # a replacement of a preempted pod (``<name>-r``) arrives when its original was
+    # preempted, not in working hours: the originals keep the schedule
+    first = [p for p in cluster.pods if not p.workload.name.endswith("-r")]
+    notebooks = [p for p in first if p.name.startswith("nb-day")]
+    serving = [p for p in first if p.name.startswith("chat-serve")]
     assert len(notebooks) > 40 and len(serving) > 20
     for p in notebooks + serving:
         arrival = p.workload.arrival if p.workload.arrival is not None else p.start
@@ -106,3 +109,31 @@ def test_the_scenario_is_deterministic() -> None:
     default_scenario.cache_clear()
     assert default_scenario(nodes=8) == a
     assert default_scenario(nodes=8, seed=7) != a
+
+
+def test_a_preempted_pod_is_replaced_and_no_gpu_is_kept_for_a_future_holder(
+    cluster: SimulatedCluster,
+) -> None:
+    """Issue 35: the background's scheduler is one a user runs. A background pod ends
+    early only where a planted pod starts on its GPU (DefaultPreemption); its Job's new pod
+    (``<name>-r``) arrives right then. And nothing knows a GPU's next holder: some
+    background pods are preempted (with knowledge of the next holder the old loop avoided
+    those GPUs, or cut the job short at placement)."""
+    planted_starts = {
+        (p.node, a.gpu_index, p.start)
+        for p in cluster.pods
+        if p.node and not p.workload.name.startswith(("nlp-job", "vision-job", "nb-day", "chat"))
+        for a in p.assignments
+    }
+    by_name = {p.workload.name: p for p in cluster.pods}
+    replaced = [p for p in cluster.pods if p.workload.name.endswith("-r")]
+    assert replaced
+    for again in replaced:
+        original = by_name[again.workload.name[: -len("-r")]]
+        assert original.end is not None and again.workload.arrival in (None, original.end)
+        arrival = again.workload.arrival if again.workload.arrival is not None else again.start
+        assert arrival == original.end
+        assert any(
+            (original.node, a.gpu_index, original.end) in planted_starts
+            for a in original.assignments
+        )

@@ -8,7 +8,8 @@ now replays the policy that ran (``leastallocated``, kube-scheduler's default pr
 unless told otherwise: ``mostallocated`` for KAI-Scheduler's default binpack) and
 compares, from the same rows:
 
-- ``hourly_allocation_mae_gpus`` / ``_share``: the mean, over the window's hours, of
+- ``hourly_allocation_mae_gpus`` / ``_share``: the mean, over the window's hours (from
+  where its stored history begins), of
   |replayed - real| time-weighted allocated GPUs in the hour (share: of capacity);
 - ``allocated_at_stop_error_share``: allocated GPUs when arrivals stop, replayed less
   real, over capacity;
@@ -61,7 +62,8 @@ def _add(hours: list[float], start: float, end: float, gpus: float, t0: float) -
 
 
 def hours_of(history: History) -> int:
-    return max(1, int((history.end - history.start) // SECONDS_PER_HOUR))
+    """The window's hours from where its stored history begins."""
+    return max(1, int((history.end - history.first) // SECONDS_PER_HOUR))
 
 
 def real_hourly(history: History) -> list[float]:
@@ -70,7 +72,7 @@ def real_hourly(history: History) -> list[float]:
     for h in history.pods:
         if h.started is not None:
             end = history.end if h.ended is None else h.ended
-            _add(out, h.started, end, h.pod.gpus, history.start)
+            _add(out, h.started, end, h.pod.gpus, history.first)
     return out
 
 
@@ -80,7 +82,7 @@ def replay_hourly(history: History, result: PolicyResult) -> list[float]:
     out = [0.0] * hours_of(history)
     for p in result.placements:
         end = history.end if p.end is None else p.end
-        _add(out, p.start, end, gpus.get(_base(p.key), 0.0), history.start)
+        _add(out, p.start, end, gpus.get(_base(p.key), 0.0), history.first)
     return out
 
 

@@ -82,6 +82,15 @@ class History:
     end: float
     #: the node records (labels included: the topology-aware what-if's domains)
     node_infos: tuple[NodeInfo, ...] = ()
+    #: Where the stored history of the window begins: its start, or later when the store
+    #: holds nothing before (a new collector, the demo's shorter history); the replay
+    #: starts from the real state there.
+    begin: float | None = None
+
+    @property
+    def first(self) -> float:
+        """The first instant the window has data for."""
+        return self.start if self.begin is None else self.begin
 
 
 def _pod(data: dict[str, Any]) -> PodInfo:
@@ -148,9 +157,13 @@ def read_history(con: duckdb.DuckDBPyConnection, start: datetime, end: datetime)
             pods.append(h)
     pods.sort(key=lambda h: (h.arrive, h.key))
     typical = typical_run_times(pods)
-    events = [_event(h, t0, typical) for h in pods]
+    # the replay starts from the real state where the stored history begins: the window's
+    # start, or the first listing when the store holds nothing before it
+    first_seen = min((rows[0][1] for rows in by_pod.values()), default=t0)
+    begin = max(t0, first_seen)
+    events = [_event(h, begin, typical) for h in pods]
     inventory = Inventory(empty_nodes(nodes.values()))
-    return History(inventory, tuple(pods), tuple(events), t0, t1, tuple(nodes.values()))
+    return History(inventory, tuple(pods), tuple(events), t0, t1, tuple(nodes.values()), begin)
 
 
 def _event(h: PodHistory, t0: float, typical: dict[float | None, float]) -> PodEvent:
@@ -203,7 +216,7 @@ def what_happened(history: History, at: float) -> dict[str, float]:
         if h.started is None:
             never += 1
         wait_end = h.started if h.started is not None else history.end
-        waited = min(wait_end, history.end) - max(h.arrive, history.start)
+        waited = min(wait_end, history.end) - max(h.arrive, history.first)
         queued += max(0.0, waited) * gpus / 3600
     capacity = history.inventory.gpu_capacity
     return {
