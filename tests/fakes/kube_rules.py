@@ -165,9 +165,7 @@ def _scaled(value: Any, total: int) -> int:
         return value
     text = str(value)
     if not text.endswith("%"):
-        raise _SyncFailed(
-            "invalid value for IntOrString: invalid type: string is not a percentage"
-        )
+        raise _SyncFailed("invalid value for IntOrString: invalid type: string is not a percentage")
     try:
         percent = int(text[:-1])
     except ValueError:
