@@ -203,6 +203,7 @@ def _scale_of(store: KubeStore, ref: Obj, ns: str) -> int | None:
                 dep = None
             if dep is not None and dep["metadata"].get("uid") == up.get("uid"):
                 return int((dep.get("spec") or {}).get("replicas", 1))
+            return None  # getPodReplicaSet skips a ReplicaSet a Deployment controls
     return int((owner.get("spec") or {}).get("replicas", 1))
 
 

@@ -154,6 +154,9 @@ def test_an_empty_selector_protects_every_pod_of_its_namespace(
     assert not c.going("ml", "small-0") and c.going("batch", "spare-0")
     [note] = [n for n in run.notes if "keep-all" in n]
     assert "ml/small-0" in note and "needs 7 healthy pods, has 7" in note
+    # the next run (the first one's reservation lifted for lack of a bind) does not try it
+    c.run([policy], execute=True, at=AT + timedelta(minutes=2))
+    assert "/api/v1/namespaces/ml/pods/small-0/eviction" not in evictions(c)
 
 
 def test_a_budget_without_a_selector_protects_nothing(packed: Cluster) -> None:  # noqa: F811

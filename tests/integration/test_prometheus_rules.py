@@ -235,6 +235,12 @@ tests:
         values: '0.25x5'
       - series: 'gpuscope_gpu_workload_memory_used_bytes{{node="n1",gpu="0",uuid="GPU-a",namespace="ml",pod="p1",container="c"}}'
         values: '2097152x5'
+      - series: 'gpuscope_gpu_info{{node="n1",gpu="2",uuid="GPU-c",model="NVIDIA H100",driver_version="550"}}'
+        values: '1x5'
+      - series: 'gpuscope_gpu_utilization_ratio{{node="n1",gpu="2",uuid="GPU-c"}}'
+        values: '0.9x5'
+      - series: 'gpuscope_gpu_workload_utilization_ratio{{node="n1",gpu="2",uuid="GPU-c",namespace="ml",pod="p3",container="c"}}'
+        values: '0.9x5'
       - series: 'gpuscope_gpu_memory_used_bytes{{node="n1",gpu="1",uuid="GPU-b"}}'
         values: '1048576x5'
       - series: 'gpuscope_gpu_temperature_celsius{{node="n1",gpu="1",uuid="GPU-b"}}'
@@ -247,8 +253,12 @@ tests:
             value: 50
           - labels: 'DCGM_FI_DEV_GPU_UTIL{{node="n1",gpu="0",uuid="GPU-a",namespace="ml",pod="p2",container="c",model="NVIDIA H100",UUID="GPU-a",Hostname="n1",modelName="NVIDIA H100",device="nvidia0"}}'
             value: 25
+          - labels: 'DCGM_FI_DEV_GPU_UTIL{{node="n1",gpu="0",uuid="GPU-a",model="NVIDIA H100",UUID="GPU-a",Hostname="n1",modelName="NVIDIA H100",device="nvidia0"}}'
+            value: 75
           - labels: 'DCGM_FI_DEV_GPU_UTIL{{node="n1",gpu="1",uuid="GPU-b",model="NVIDIA H100",UUID="GPU-b",Hostname="n1",modelName="NVIDIA H100",device="nvidia1"}}'
             value: 25
+          - labels: 'DCGM_FI_DEV_GPU_UTIL{{node="n1",gpu="2",uuid="GPU-c",namespace="ml",pod="p3",container="c",model="NVIDIA H100",UUID="GPU-c",Hostname="n1",modelName="NVIDIA H100",device="nvidia2"}}'
+            value: 90
       - expr: DCGM_FI_DEV_FB_USED
         eval_time: 2m
         exp_samples:
@@ -266,7 +276,9 @@ tests:
 
 def test_dcgm_compat_rules_give_dcgm_exporter_names_per_workload(tmp_path: Path) -> None:
     """A dcgm-exporter dashboard's queries find gpuscope's data: per pod on a shared GPU, the
-    GPU's own value where no pod holds it, in dcgm-exporter's units and labels."""
+    GPU's own value where no pod holds it, in dcgm-exporter's units and labels. Issue 38: on
+    a shared GPU (GPU-a: p1 and p2) the GPU's own utilization (75) is kept beside each pod's
+    share, as dcgm-exporter keeps both; a GPU one pod holds (GPU-c) has its pod's series only."""
     check = subprocess.run([_promtool(), "check", "rules", str(COMPAT)], capture_output=True,
                            text=True)  # fmt: skip
     assert check.returncode == 0, check.stdout + check.stderr
@@ -336,3 +348,63 @@ def test_nvidias_dcgm_dashboard_finds_every_panels_metric(tmp_path: Path) -> Non
     out = subprocess.run([_promtool(), "test", "rules", str(test_file)], capture_output=True,
                          text=True)  # fmt: skip
     assert out.returncode == 0, out.stdout + out.stderr
+
+
+#: NVIDIA's DCGM dashboard as published on grafana.com (12239; the Grafana 6.7 JSON in
+#: dcgm-exporter's grafana/ folder, gnetId 12239): variables ``instance`` and ``gpu`` from
+#: ``label_values(DCGM_FI_DEV_GPU_TEMP, ...)``, and each panel reads
+#: ``METRIC{instance=~"$instance", gpu=~"$gpu"}``: the metric and the value one GPU's inputs
+#: give in the metric's unit.
+DCGM_12239 = {
+    "DCGM_FI_DEV_GPU_TEMP": 41,  # GPU Temperature, GPU Avg. Temp
+    "DCGM_FI_DEV_POWER_USAGE": 300,  # GPU Power Usage, GPU Power Total
+    "DCGM_FI_DEV_SM_CLOCK": 1980,  # GPU SM Clocks (MHz; the panel multiplies by 10^6)
+    "DCGM_FI_DEV_GPU_UTIL": 75,  # GPU Utilization (percent)
+    "DCGM_FI_DEV_FB_USED": 1024,  # GPU Framebuffer Mem Used (MiB)
+    "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE": 0.5,  # Tensor Core Utilization
+}
+
+
+def test_dashboard_12239_as_published_finds_every_panels_metric(tmp_path: Path) -> None:
+    """Issue 38: docs/metrics.md described 12239 with dcgm-exporter's newer JSON (Hostname,
+    DCGM_FI_PROF_GR_ENGINE_ACTIVE); the one grafana.com publishes lists instances and GPUs
+    from DCGM_FI_DEV_GPU_TEMP and reads DCGM_FI_DEV_GPU_UTIL. The recorded series keep the
+    scrape's ``instance`` and gpuscope's ``gpu``, so its variables and panels find them."""
+    instance = "10.0.0.5:9402"
+    cases = "".join(
+        f"""      - expr: max by (instance, gpu) ({name}{{instance=~"{instance}", gpu=~"0"}})
+        eval_time: 2m
+        exp_samples:
+          - labels: '{{instance="{instance}",gpu="0"}}'
+            value: {value}
+"""
+        for name, value in DCGM_12239.items()
+    )
+    # the variables: label_values(DCGM_FI_DEV_GPU_TEMP, instance) and (..., gpu)
+    cases += f"""      - expr: count by (instance, gpu) (DCGM_FI_DEV_GPU_TEMP)
+        eval_time: 2m
+        exp_samples:
+          - labels: '{{instance="{instance}",gpu="0"}}'
+            value: 1
+"""
+    tests = DCGM_DASHBOARD_TESTS.replace('{{node="n1"', f'{{{{instance="{instance}",node="n1"')
+    test_file = tmp_path / "dcgm_12239_test.yaml"
+    test_file.write_text(tests.format(rules=COMPAT, cases=cases))
+    out = subprocess.run([_promtool(), "test", "rules", str(test_file)], capture_output=True,
+                         text=True)  # fmt: skip
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_the_metrics_docs_describe_12239_as_published() -> None:
+    """Issue 38: docs/metrics.md gave 12239 variables and queries it does not have. Its
+    table now names the published variables and each panel's metric of the JSON above."""
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "metrics.md").read_text()
+    section = docs.split("### Keeping dcgm-exporter dashboards working", 1)[1]
+    section = section.split("dcgm-exporter's repository carries a later version", 1)[0]
+    assert "label_values(DCGM_FI_DEV_GPU_TEMP, ...)" in section
+    rows = [line for line in section.splitlines() if line.startswith("| ")]
+    assert any("`instance`, `gpu` variables" in r and "DCGM_FI_DEV_GPU_TEMP" in r for r in rows)
+    [util] = [r for r in rows if r.startswith("| GPU Utilization ")]
+    assert "`DCGM_FI_DEV_GPU_UTIL`" in util and "GR_ENGINE" not in util
+    for metric in DCGM_12239:
+        assert any(f"`{metric}`" in r.split("|")[2] for r in rows[2:]), metric

@@ -3,7 +3,9 @@ following the jobs, and the opt-in pieces (priority class, NetworkPolicy, folder
 
 from __future__ import annotations
 
+import json
 import re
+from pathlib import Path
 from typing import Any
 
 import kubernetes_validate
@@ -139,3 +141,86 @@ def test_service_monitor_extras_validate_against_the_operator_crd() -> None:
         assert {"action": "labeldrop", "regex": "(namespace|pod|container)"} in ep["relabelings"]
         assert ep["scheme"] == "https" and ep["tlsConfig"] == {"insecureSkipVerify": True}
         assert ep["metricRelabelings"][0]["action"] == "drop"
+
+
+# -- issue 38: two releases in one namespace -------------------------------------------------
+def _dashboards(name: str, namespace: str = "gpuscope") -> dict[str, dict[str, Any]]:
+    """Release ``name``'s dashboards ConfigMap data: key -> the dashboard JSON."""
+    (cm,) = [
+        d for d in _release(name, namespace)
+        if d["kind"] == "ConfigMap" and d["metadata"]["name"].endswith("-grafana-dashboards")
+    ]  # fmt: skip
+    return {key: json.loads(text) for key, text in cm["data"].items()}
+
+
+def test_two_releases_in_one_namespace_share_no_dashboard_file_uid_or_title() -> None:
+    """Seen: releases prod and staging gave two dashboards ConfigMaps with the same data keys
+    (the files Grafana's sidecar writes into one folder) and the same dashboard UIDs: the
+    second overwrote the first, and uninstalling it deleted the first's dashboards."""
+    prod, staging = _dashboards("prod"), _dashboards("staging")
+    assert len(prod) == len(staging) == 6
+    assert not set(prod) & set(staging)
+    for field in ("uid", "title"):
+        assert not {d[field] for d in prod.values()} & {d[field] for d in staging.values()}
+    for data in (prod, staging):
+        uids = {d["uid"] for d in data.values()}
+        assert all(len(u) <= 40 for u in uids)
+        assert {f"{u}.json" for u in uids} == set(data)
+        # the overview's links lead to the same release's dashboards
+        text = json.dumps(data)
+        linked = set(re.findall(r"/d/([A-Za-z0-9_-]+)/", text))
+        assert linked and linked <= uids, (linked, uids)
+    assert "gpuscope (staging) / Cluster overview" in {d["title"] for d in staging.values()}
+
+
+def test_the_release_named_gpuscope_keeps_the_documented_uids() -> None:
+    """docs and report.dashboard_url link /d/gpuscope-overview: the default release keeps it."""
+    data = _dashboards("gpuscope")
+    assert "gpuscope-overview.json" in data
+    assert data["gpuscope-overview.json"]["uid"] == "gpuscope-overview"
+    assert data["gpuscope-overview.json"]["title"] == "gpuscope / Cluster overview"
+
+
+def test_a_long_release_name_gets_a_uid_grafana_accepts() -> None:
+    data = _dashboards("a-very-long-release-name-for-the-staging-cluster")
+    assert all(len(d["uid"]) <= 40 for d in data.values())
+    assert len({d["uid"] for d in data.values()}) == 6
+
+
+def test_namespace_create_leaves_a_namespace_another_release_made(tmp_path: Path) -> None:
+    """Seen: with namespace.create=true on both releases the second install failed Helm's
+    ownership check (the Namespace belonged to the first). The chart renders the Namespace
+    only where lookup finds none or finds this release's own; ``helm template`` finds none,
+    so the rule is rendered here against the live objects Helm's lookup would return."""
+    import shutil
+
+    from deploy.render import CHART
+
+    chart = tmp_path / "gpuscope"
+    shutil.copytree(CHART, chart)
+    (chart / "templates" / "zz-namespace-probe.yaml").write_text(
+        "{{- range $case, $live := .Values.probe }}\n"
+        '{{ $case }}: "{{ include "gpuscope.createsNamespace" '
+        '(dict "live" $live "release" $.Release.Name) }}"\n'
+        "{{- end }}\n"
+    )
+    # the schema refuses unknown values: let the probe's through
+    schema = json.loads((chart / "values.schema.json").read_text())
+    schema.get("properties", {})["probe"] = {"type": "object"}
+    (chart / "values.schema.json").write_text(json.dumps(schema))
+    mine = {"metadata": {"name": "gpuscope", "annotations": {
+        "meta.helm.sh/release-name": "staging"}}}  # fmt: skip
+    theirs = {"metadata": {"name": "gpuscope", "annotations": {
+        "meta.helm.sh/release-name": "prod"}}}  # fmt: skip
+    by_hand = {"metadata": {"name": "gpuscope", "labels": {"team": "ml"}}}
+    probe = {"none": {}, "mine": mine, "theirs": theirs, "by_hand": by_hand}
+    out = render({"probe": probe}, release="staging", namespace="gpuscope", chart=chart)
+    got = yaml.safe_load(out["zz-namespace-probe.yaml"])
+    assert got == {"none": "true", "mine": "true", "theirs": "", "by_hand": ""}
+
+
+def test_the_namespace_outlives_the_release_that_made_it() -> None:
+    """Uninstalling production must not delete staging's objects with the namespace."""
+    (ns,) = [d for d in _release("prod", "gpuscope") if d["kind"] == "Namespace"]
+    assert ns["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
+    assert ns["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "privileged"

@@ -312,3 +312,19 @@ def test_scaled_values_round_up(value: int | str, total: int, want: int) -> None
 def test_a_string_that_is_not_a_percentage_is_refused(bad: str) -> None:
     with pytest.raises(ValueError, match="IntOrString"):
         scaled_value(bad, 10)
+
+
+def test_a_deployments_replicas_count_through_its_replicaset() -> None:
+    """TestDeploymentFinderFunction's happy path: a pod of a ReplicaSet (5) that a
+    Deployment (10) controls counts the Deployment's scale."""
+    dep = _controller("Deployment", "dep", 10)
+    rs = _controller("ReplicaSet", "rs", 5)
+    rs["metadata"]["ownerReferences"] = [{**_ref("Deployment", "dep"), "controller": True}]
+    pods = _ready_pods(1, owner=_ref("ReplicaSet", "rs"))
+    store = KubeStore()
+    store.load(dep, rs, *pods, _budget({"minAvailable": "50%", "selector": FOO_BAR}))
+    pdb = store.get(store.resource("poddisruptionbudgets"), NS, "foo")
+    status = kube_rules.pdb_status(store, pdb)
+    assert (status["expectedPods"], status["desiredHealthy"]) == (10, 5)
+    store.delete(store.resource("deployments"), NS, "dep")
+    assert kube_rules.pdb_status(store, pdb)["conditions"][0]["reason"] == "SyncFailed"

@@ -179,3 +179,27 @@ def test_a_secret_of_the_sites_own_is_read_under_the_name_and_key_given() -> Non
     pod = next(d for d in docs if d["kind"] == "Deployment")["spec"]["template"]["spec"]
     secret_volume = next(v for v in pod["volumes"] if v["name"] == "secret")["secret"]
     assert secret_volume["secretName"] == name
+
+
+def _install_commands(text: str) -> list[list[str]]:
+    """The `helm install` commands of a text's ```sh blocks, as words."""
+    commands = []
+    for block in re.findall(r"```sh\n(.*?)```", text, flags=re.DOTALL):
+        for line in block.replace("\\\n", " ").splitlines():
+            words = shlex.split(line, comments=True)
+            if words[:2] == ["helm", "install"]:
+                commands.append(words)
+    return commands
+
+
+def test_the_charts_readme_and_the_quickstart_give_one_install_path() -> None:
+    """Issue 38: the chart's README installed with --create-namespace (no pod-security
+    label) while the quickstart used namespace.create=true."""
+    readme = _install_commands((CHART / "README.md").read_text())
+    quick = _install_commands(section())
+    assert readme and quick
+    for words in readme + quick:
+        assert "--create-namespace" not in words, words
+        assert "namespace.create=true" in words, words
+    # the README's production command is the quickstart's, word for word
+    assert quick[0] in readme

@@ -26,6 +26,7 @@ from pydantic import BaseModel
 from gpuscope import __version__
 from gpuscope.collector.gauges.metrics import CollectorMetrics
 from gpuscope.collector.http_api import api_queries as Q
+from gpuscope.collector.http_api.api_docs import add_docs
 from gpuscope.collector.http_api.api_expensive import expensive_gate
 from gpuscope.collector.http_api.api_input import MAX_OFFSET, BodyLimit, parse_time, token_matches
 from gpuscope.collector.http_api.api_json import TimesJSONResponse, validation_error
@@ -126,11 +127,12 @@ def create_app(state: ApiState) -> FastAPI:
         description="GPU cluster utilization, inventory, findings and actions.",
         default_response_class=TimesJSONResponse,  # every time RFC 3339 with Z
         # FastAPI's /docs and /redoc pages load their scripts from a public CDN: blank in an
-        # air-gapped cluster, and a third-party fetch from an operator's browser. Off; the
-        # OpenAPI document stays at /openapi.json for any local viewer (docs/api.md).
+        # air-gapped cluster, and a third-party fetch from an operator's browser. Off; /docs
+        # is Swagger UI served from the package instead (api_docs.py), on /openapi.json.
         docs_url=None,
         redoc_url=None,
     )
+    add_docs(app)
     app.add_middleware(BodyLimit)
     app.add_exception_handler(RequestValidationError, validation_error)  # no 500 for NaN
 

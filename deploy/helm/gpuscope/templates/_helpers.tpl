@@ -122,3 +122,46 @@ tlsConfig:
   {{- toYaml . | nindent 2 }}
 {{- end }}
 {{- end }}
+
+{{/* Whether this release renders the Namespace (namespace.create): when none exists yet
+(and always in `helm template`, where lookup finds nothing), or when this release made it.
+A namespace another release made (a second release with namespace.create in the same
+namespace) or that someone made by hand is left alone: Helm would refuse to adopt it. Takes
+(dict "live" <lookup result> "release" <release name>); "true" or "". */}}
+{{- define "gpuscope.createsNamespace" -}}
+{{- $meta := (.live | default dict).metadata | default dict -}}
+{{- $owner := index ($meta.annotations | default dict) "meta.helm.sh/release-name" | default "" -}}
+{{- if or (not .live) (eq $owner .release) -}}true{{- end -}}
+{{- end -}}
+
+{{/* A dashboard's UID for this release: the file's own for the release named gpuscope (as
+the docs and links give them), else the release's fullname before the dashboard's short
+name (a hash of the fullname where it is long), at most 40 characters, Grafana's limit. */}}
+{{- define "gpuscope.dashboardUid" -}}
+{{- $full := include "gpuscope.fullname" .root -}}
+{{- $short := .uid | trimPrefix "gpuscope-" -}}
+{{- if eq $full "gpuscope" -}}
+{{- .uid -}}
+{{- else if le (len (printf "%s-%s" $full $short)) 40 -}}
+{{- printf "%s-%s" $full $short -}}
+{{- else -}}
+{{- printf "%s-%s-%s" ($full | trunc 17 | trimSuffix "-") (sha256sum $full | trunc 8) $short | trunc 40 -}}
+{{- end -}}
+{{- end -}}
+
+{{/* A dashboard file's text for this release: its UID, the links to the chart's other
+dashboards and its title ("gpuscope (staging) / Nodes") made the release's own, so two
+releases' dashboards neither overwrite nor shadow each other in Grafana. */}}
+{{- define "gpuscope.dashboardText" -}}
+{{- $root := .root -}}
+{{- $text := $root.Files.Get .path -}}
+{{- if ne (include "gpuscope.fullname" $root) "gpuscope" -}}
+{{- range $other, $_ := $root.Files.Glob "files/dashboards/*.json" -}}
+{{- $uid := base $other | trimSuffix ".json" -}}
+{{- $new := include "gpuscope.dashboardUid" (dict "root" $root "uid" $uid) -}}
+{{- $text = $text | replace (printf "\"uid\": \"%s\"" $uid) (printf "\"uid\": \"%s\"" $new) | replace (printf "/d/%s/" $uid) (printf "/d/%s/" $new) -}}
+{{- end -}}
+{{- $text = $text | replace "\"title\": \"gpuscope / " (printf "\"title\": \"gpuscope (%s) / " $root.Release.Name) -}}
+{{- end -}}
+{{- $text -}}
+{{- end -}}
