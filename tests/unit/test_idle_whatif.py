@@ -171,7 +171,7 @@ def test_the_rule_takes_the_most_freed_within_the_comeback_bound() -> None:
             configured=True,
             policy="ns-only",
             selects={"namespaces": ["a"], "match_labels": {}},
-        ),  # fmt: skip
+        ),
     ]
     rec = recommend(entries, 0.05, 2.0, "EUR")
     assert rec["idle_minutes"] == 60
