@@ -111,6 +111,111 @@ def measure(h: History, runs: int) -> list[Figure]:
     return figures
 
 
+#: The synthetic week's sessions: each GPU hosts one notebook a day, open 8 to 20 hours,
+#: used (busy in 60 % of its 5-minute buckets) for its first 1 to 7 hours, idle after.
+SYNTH_SQL = """
+WITH g AS (SELECT range AS g FROM range($gpus)),
+sessions AS (
+    SELECT g, k,
+           $t0 + to_seconds(k * 86400 + hash(g, k, 1) % 14400) AS s,
+           to_seconds(28800 + hash(g, k, 2) % 43200) AS open_for,
+           to_seconds(3600 + hash(g, k, 3) % 21600) AS used_for
+    FROM g, range($days) AS d(k)
+)
+"""
+
+
+def synthetic(path: Path, gpus: int, days: int, end: datetime) -> tuple[int, int]:
+    """A history for the replay alone, ``days`` days to ``end``: ``gpus`` GPUs'
+    ``gpuscope_gpu_utilization_ratio`` every 300 s and the notebooks holding them (see
+    :data:`SYNTH_SQL`), written by SQL into ``samples``, ``series`` and
+    ``workload_intervals`` and rolled up by the store's own ``apply_retention``. Returns
+    (samples, sessions)."""
+    t0 = end - timedelta(days=days)
+    params = {"gpus": gpus, "days": days, "t0": t0}
+    with Store.open(path, memory_limit="3GB") as store:
+        with store._transaction() as con:
+            con.execute(
+                "INSERT INTO series SELECT 1 + range, 'gpuscope_gpu_utilization_ratio', "
+                "'gauge', 'node-' || (range // 8), CAST(range % 8 AS VARCHAR), "
+                "'GPU-synth-' || range, '', NULL, NULL, NULL, NULL, NULL, "
+                "map(['node', 'gpu', 'uuid'], ['node-' || (range // 8), "
+                "CAST(range % 8 AS VARCHAR), 'GPU-synth-' || range]), $t0, $end, 0.01 "
+                "FROM range($gpus)",
+                {"gpus": gpus, "t0": t0, "end": end},
+            )
+            con.execute(
+                SYNTH_SQL
+                + """
+INSERT INTO workload_intervals
+SELECT 'research', 'nb-' || g || '-' || k, 'main', 'node-' || (g // 8),
+       CAST(g % 8 AS VARCHAR), 'GPU-synth-' || g, 'interactive', 'research', true,
+       'http://node-' || (g // 8) || ':9400/metrics', s, least(s + open_for, $end),
+       CASE WHEN s + open_for < $end THEN s + open_for END
+FROM sessions WHERE s < $end
+""",
+                {**params, "end": end},
+            )
+            con.execute(
+                SYNTH_SQL
+                + """,
+steps AS (SELECT $t0 + to_seconds(range * 300) AS ts FROM range($steps))
+INSERT INTO samples
+SELECT 1 + g.g, st.ts,
+       CASE WHEN x.s IS NOT NULL AND st.ts < x.s + x.used_for
+                 AND hash(g.g, epoch(st.ts)) % 10 < 6 THEN 0.5 ELSE 0.01 END
+FROM g CROSS JOIN steps AS st
+LEFT JOIN sessions AS x ON x.g = g.g AND st.ts >= x.s AND st.ts < x.s + x.open_for
+ORDER BY 1, 2
+""",
+                {**params, "steps": days * 288},
+            )
+        store.apply_retention(end + timedelta(minutes=10))
+        store.checkpoint()
+        cur = store.cursor()
+        n = cur.execute("SELECT count(*) FROM samples").fetchall()[0][0]
+        k = cur.execute("SELECT count(*) FROM workload_intervals").fetchall()[0][0]
+        cur.close()
+    return int(n), int(k)
+
+
+def measure_synthetic(gpus: int, days: int, runs: int) -> list[Figure]:
+    """The whole ladder on :func:`synthetic`'s history (a week and the look-back day)."""
+    end = datetime(2025, 3, 10)
+    with tempfile.TemporaryDirectory(prefix="gpuscope-idle-policy-") as tmp:
+        db = Path(tmp) / "synthetic.duckdb"
+        samples, sessions = synthetic(db, gpus, days + 1, end)
+        start = end - timedelta(days=days)
+        bounded = peak.measure(once, str(db), start, end, False, LIMIT)
+        with Store.open(db, read_only=True, memory_limit=LIMIT) as store:
+            timed = time_alternating(
+                lambda: idle_whatif(store.cursor(), start, end, Settings()), n=runs
+            )
+    label = (
+        f"idle-policy what-if, synthetic {days} d of {gpus:,} GPUs, every GPU a notebook a "
+        "day (SQL-written samples every 300 s, rolled up by apply_retention): whole ladder"
+    )
+    notes = f"{describe(timed.result)}; {samples:,} samples, {sessions:,} sessions stored"
+    return [
+        Figure.timed(
+            label,
+            timed.product,
+            "s",
+            aim="60 s at 10,000 GPUs x 7 days",
+            notes=notes,
+            key=gpus >= 10_000,
+        ),
+        Figure(
+            f"same, peak RSS with collector.db_memory_limit ({LIMIT})",
+            bounded.rss_bytes / 2**30,
+            "GiB",
+            aim="4 GB at 10,000 GPUs",
+            notes=peak.figure_notes(bounded),
+            key=gpus >= 10_000,
+        ),
+    ]
+
+
 def run(quick: bool = False, size: HistorySize | None = None) -> list[Figure]:
     """The whole ladder on the shared history (quick: 3 h of 48 GPUs; default 1 d of 104,
     then :data:`WEEK_10K`, unless the chosen history is already 10,000 GPUs)."""
@@ -130,7 +235,11 @@ def main() -> None:
     ap.add_argument("--nodes", type=int, help="8-GPU nodes of the history (with --days)")
     ap.add_argument("--days", type=float, default=7.0)
     ap.add_argument("--step", type=int, default=15, help="seconds between samples")
+    ap.add_argument("--synthetic", type=int, metavar="GPUS", help="the SQL-written week only")
     args = ap.parse_args()
+    if args.synthetic:
+        print_figures(measure_synthetic(args.synthetic, int(args.days), 3))
+        return
     size = None
     if args.nodes:
         tail = 3600 if args.days * 86_400 > 3600 else None
