@@ -5,8 +5,8 @@ area: what, measured, reference measured in the same run, aim) to ``--out``
 (``bench/results`` for a full run, ``bench/results-quick`` for ``--quick``), and with
 ``--update-readme`` rewrites the README's generated performance tables. ``--only`` re-runs
 some benchmarks and keeps the other modules' figures from the previous full run in
-``--out``. ``--large`` gives the analytics benchmarks (idle, quota_bandwidth, report) the
-7-day, 10,000-GPU history, built through the same ingest path and maintenance as the
+``--out``. ``--large`` gives the analytics benchmarks (idle, idle_policy, quota_bandwidth,
+report) the 7-day, 10,000-GPU history, built through the same ingest path and maintenance as the
 default one (bench/history.py; hours on 2 cores).
 """
 

@@ -39,6 +39,7 @@ BENCHMARKS: tuple[Benchmark, ...] = (
     Benchmark("hostile_targets", "Collector"),
     Benchmark("fleet", "Collector"),
     Benchmark("idle", "Analytics"),
+    Benchmark("idle_policy", "Analytics"),
     Benchmark("quota_bandwidth", "Analytics"),
     Benchmark("fragmentation", "Analytics"),
     Benchmark("consolidation", "Consolidation planner"),

@@ -101,7 +101,10 @@ def render(out: dict[str, Any]) -> str:
             f"{e['stopped_then_busy']:9d} {e['gpu_hours_freed']:11,.1f} "
             f"{e['busy_gpu_hours_after_stop']:16,.1f}{_money(e['cost_freed'], cur)}  {source}"
         )
-    lines.append(f"{'time limit h':>12s} {'stopped':>7s} {'cut busy':>9s}")
+    lines.append(
+        f"{'time limit h':>12s} {'stopped':>7s} {'cut busy':>9s} {'GPU-h freed':>11s} "
+        f"{'busy GPU-h after':>16s}  source"
+    )
     for e in out["time_limits"]:
         source = e["source"] + (f" {e['policy']}" if e.get("policy") else "")
         lines.append(

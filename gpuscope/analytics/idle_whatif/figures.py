@@ -112,16 +112,17 @@ def recommend(
                 "more_cost_freed": _money(diff, price),
             }
         )
+        what = f"{e['idle_minutes']:g} min" + (
+            f" + {e['warning_minutes']:g} min warning" if e["warning_minutes"] else ""
+        )
         name = (
-            f"policy {e['policy']}"
+            f"policy {e['policy']} ({what})"
             if e.get("policy")
-            else "the idle detector's window (no idle policy configured)"
+            else f"the idle detector's window ({what}; no idle policy configured)"
         )
         money = _money(diff, price)
         text += (
-            f" Against {name} ({e['idle_minutes']:g} min"
-            + (f" + {e['warning_minutes']:g}" if e["warning_minutes"] else "")
-            + f"): {diff:+,.1f} GPU-hours"
+            f" Against {name}: {diff:+,.1f} GPU-hours"
             + (f" ({money:+,.2f} {currency})" if money is not None else "")
             + f", {best['stopped_then_busy'] - e['stopped_then_busy']:+d} sessions cut off "
             "that came back."

@@ -93,6 +93,8 @@ def idle_policies_over(
     """The section's table and its headline (the recommendation and its rule)."""
     out = idle_whatif(con, week.start, week.end, settings)
     table = pl.DataFrame(_rows(out), schema=COLUMNS)
+    if out["price_per_gpu_hour"] is None:  # no price: no money column, as every section
+        table = table.drop("freed_cost")
     rec = out["recommendation"]
     text = f"{rec['text']} Rule: {rec['rule']}."
     if not out["sessions"]:
