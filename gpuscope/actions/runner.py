@@ -200,6 +200,11 @@ def lift_when_bound(
     return list(executor.records)
 
 
+def _utc(at: datetime | None) -> datetime | None:
+    """A stored time (naive UTC in the database) as an aware one."""
+    return at.replace(tzinfo=UTC) if at is not None and at.tzinfo is None else at
+
+
 def _reconcile_now(
     reserves: Sequence[Mapping[str, Any]],
     nodes: Sequence[Any],
@@ -221,7 +226,7 @@ def _reconcile_now(
                 return True
         elif where.get(str(row.get("goal"))):
             return True
-        due, made = row.get("due_at"), row.get("created_at")
+        due, made = _utc(row.get("due_at")), _utc(row.get("created_at"))
         if due is not None and due <= at:
             return True
         if not row.get(FREED) and made is not None and made + lease <= at:
