@@ -313,6 +313,10 @@ def _consolidation_steps(
     budgets: Sequence[Budget] = (),
 ) -> tuple[list[Any], list[str]]:
     state = state_from_records(nodes, pods, indices)
+    # the pods a budget keeps in place altogether are planned with first, then held and
+    # the plan made again, so the notes say which budget blocked which plan
+    blocked = blocked_by_budgets(budgets, pods)
+    spend = {k: v for k, v in budget_spend(budgets, pods).items() if k not in blocked}
     placed = placement_from_state(
         state,
         pods,
@@ -321,7 +325,7 @@ def _consolidation_steps(
         protected_namespaces=settings.workloads.protected_namespaces,
         # each budget's disruptionsAllowed is spent across the whole plan, as the Eviction
         # API's checkAndDecrement spends it (consolidation/budgets.py)
-        pdb_spend=budget_spend(budgets, pods),
+        pdb_spend=spend,
     )
     allow = settings.actions.allowlist_namespaces
     if allow:  # allowlist mode: only pods of listed namespaces may move
@@ -345,7 +349,6 @@ def _consolidation_steps(
         return plan, []
 
     plan, outcomes = make(placed)
-    blocked = blocked_by_budgets(budgets, pods)
     pdb_notes = pdb_blocked_plans(plan, blocked)
     if pdb_notes:  # plan again with those pods held in place: another node may do
         placed = [hold(p, blocked[p.key]) if p.key in blocked and p.movable else p for p in placed]
