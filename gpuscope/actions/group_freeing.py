@@ -92,10 +92,12 @@ class GroupFreeing(NodeFreeing):
                 self._tolerate(step, dry, pods.get(step.pod))
             for step in evicts:
                 self._evict(step, dry)
-        except Abandon as why:
+        except (Abandon, StopRun) as why:
             if not dry and self.client is not None:
                 for step in made:
                     self._lift(step, f"pod group plan abandoned after a {why} answer")
+            if isinstance(why, StopRun):
+                raise
             if str(why) in STOPS_RUN:
                 raise StopRun(str(why)) from None
             return True

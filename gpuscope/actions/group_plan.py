@@ -91,7 +91,7 @@ def group_steps(
         )
     for node, vs in victims.items():
         for victim in sorted(vs):
-            info = pods.get(victim)
+            victim_info = pods.get(victim)
             ns, _, name = victim.partition("/")
             steps.append(
                 Step(
@@ -100,9 +100,9 @@ def group_steps(
                     reason,
                     namespace=ns,
                     pod=name,
-                    uid=info.uid if info is not None else "",
+                    uid=victim_info.uid if victim_info is not None else "",
                     node=node,
-                    gpus=float(info.gpu_request) if info is not None else 0.0,
+                    gpus=float(victim_info.gpu_request) if victim_info is not None else 0.0,
                     goal=label,
                     key=reserve_key(node),
                     members=members,

@@ -229,6 +229,11 @@ def check_reservations(
     return list(executor.records)
 
 
+def _utc(at: datetime | None) -> datetime | None:
+    """A stored time (naive UTC in the database) as an aware one."""
+    return at.replace(tzinfo=UTC) if at is not None and at.tzinfo is None else at
+
+
 def _reconcile_now(
     reserves: Sequence[Mapping[str, Any]],
     nodes: Sequence[Any],
@@ -250,7 +255,7 @@ def _reconcile_now(
                 return True
         elif where.get(str(row.get("goal"))):
             return True
-        due, made = row.get("due_at"), row.get("created_at")
+        due, made = _utc(row.get("due_at")), _utc(row.get("created_at"))
         if due is not None and due <= at:
             return True
         if not row.get(FREED) and made is not None and made + lease <= at:
@@ -337,6 +342,10 @@ def _consolidation_steps(
     budgets: Sequence[Budget] = (),
 ) -> tuple[list[Any], list[str]]:
     state = state_from_records(nodes, pods, indices)
+    # the pods a budget keeps in place altogether are planned with first, then held and
+    # the plan made again, so the notes say which budget blocked which plan
+    blocked = blocked_by_budgets(budgets, pods)
+    spend = {k: v for k, v in budget_spend(budgets, pods).items() if k not in blocked}
     placed = placement_from_state(
         state,
         pods,
@@ -345,7 +354,7 @@ def _consolidation_steps(
         protected_namespaces=settings.workloads.protected_namespaces,
         # each budget's disruptionsAllowed is spent across the whole plan, as the Eviction
         # API's checkAndDecrement spends it (consolidation/budgets.py)
-        pdb_spend=budget_spend(budgets, pods),
+        pdb_spend=spend,
     )
     allow = settings.actions.allowlist_namespaces
     if allow:  # allowlist mode: only pods of listed namespaces may move
@@ -369,7 +378,6 @@ def _consolidation_steps(
         return plan, []
 
     plan, outcomes = make(placed)
-    blocked = blocked_by_budgets(budgets, pods)
     pdb_notes = pdb_blocked_plans(plan, blocked)
     if pdb_notes:  # plan again with those pods held in place: another node may do
         placed = [hold(p, blocked[p.key]) if p.key in blocked and p.movable else p for p in placed]

@@ -37,6 +37,9 @@ from gpuscope.core.kube_objects import objects_from_documents
 from gpuscope.core.settings import Settings
 from tests.unit.test_consolidation_checked import (
     AT,
+    GPU,
+    MODEL_LABEL,
+    _pod,
     check_plan,
     exact,
     expression_holds,
@@ -89,10 +92,39 @@ def controller_status(
 
 
 @st.composite
+def crowded(draw: st.DrawFn) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Full GPU nodes of preemptible pods and pending jobs that need evictions: where the
+    budgets decide the plan."""
+    nodes: list[dict[str, Any]] = []
+    pods: list[dict[str, Any]] = []
+    serial = iter(range(10_000))
+    for i in range(draw(st.integers(2, 4))):
+        name = f"c{i}"
+        alloc = {"cpu": "64", "memory": "512Gi", "pods": "110", GPU: "8"}
+        labels = {"kubernetes.io/hostname": name, MODEL_LABEL: "H100"}
+        nodes.append(
+            {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": labels},
+             "spec": {}, "status": {"allocatable": alloc, "capacity": alloc,
+                                    "conditions": [{"type": "Ready", "status": "True"}]}}
+        )  # fmt: skip
+        left = 8
+        while left:
+            size = min(left, draw(st.sampled_from([2, 4, 4])))
+            left -= size
+            movable = draw(st.integers(0, 4)) > 0
+            want = {"cpu": 4000, "mem": 16, GPU: size}
+            pods.append(_pod(f"r{next(serial)}", name, want, movable=movable, tolerate=False))
+    for _ in range(draw(st.integers(1, 3))):
+        want = {"cpu": 4000, "mem": 16, GPU: draw(st.sampled_from([4, 8, 8]))}
+        pods.append(_pod(f"job{next(serial)}", None, want, movable=True, tolerate=False))
+    return nodes, pods
+
+
+@st.composite
 def with_budgets(
     draw: st.DrawFn,
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
-    nodes, pods = draw(instances())
+    nodes, pods = draw(st.one_of(instances(), crowded()))
     pods = copy.deepcopy(pods)
     replicas: dict[str, int] = {}
     for p in pods:
@@ -225,9 +257,9 @@ def test_plans_spend_each_budget_within_what_the_eviction_api_grants(
 
 
 def test_zz_the_budgets_mattered() -> None:
-    """Guards against vacuity: in some instances (2 %) the budgets changed the optimum, and some
-    plans spent a budget whole."""
+    """Guards against vacuity: in many instances (10 %) the budgets changed the optimum, and
+    in some (5 %) the plan spent a budget whole (seen: 60 and 43 of 500)."""
     if SEEN["instances"]:
         print(SEEN)
-        assert SEEN["budget_binds"] >= SEEN["instances"] // 50
-        assert SEEN["budget_spent_whole"] >= SEEN["instances"] // 50
+        assert SEEN["budget_binds"] >= SEEN["instances"] // 10
+        assert SEEN["budget_spent_whole"] >= SEEN["instances"] // 20

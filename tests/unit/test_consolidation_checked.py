@@ -267,9 +267,9 @@ def exact(
                 )
             )
     for members, allowed in budgets:
-        terms = [e[k] for k in members if k in e]
-        if terms:
-            rows.append((0.0, float(allowed), terms, [1.0] * len(terms)))
+        spent = [e[k] for k in members if k in e]
+        if spent:
+            rows.append((0.0, float(allowed), spent, [1.0] * len(spent)))
     for cost in cols:
         h.addCol(cost, 0.0, 1.0, 0, [], [])
     h.changeColsIntegrality(

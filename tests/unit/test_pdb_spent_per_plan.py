@@ -104,3 +104,31 @@ def test_the_planner_evicts_an_unbudgeted_pod_rather_than_over_spend(tmp_path: P
     assert out["goals_met"] == 1
     assert out["evictions"] == ["team/x-a", "team/x-b"]
     assert out["pdb_spent"] == {}
+
+
+def test_act_plans_within_the_budget_too() -> None:
+    """``gpuscope act`` plans with the same spend: for the minimal case no step is planned
+    (the second eviction would be a 429), and the note says why."""
+    from gpuscope.actions.policy import parse_policies
+    from gpuscope.actions.runner import _consolidation_steps
+    from gpuscope.collector.cluster.inventory_records import node_from_json, pod_from_json
+    from gpuscope.collector.cluster.pdb_records import budget_from_json
+    from gpuscope.core.settings import load_settings
+
+    nodes = [node_from_json(node("n1", gpus=8))]
+    pods = [
+        pod_from_json(p, node=nodes[0] if p["spec"].get("nodeName") else None)
+        for p in (
+            pod("web-a", "n1", gpus=4, labels={"app": "web"}),
+            pod("web-b", "n1", gpus=4, labels={"app": "web"}),
+            pod("job", None, gpus=8),
+        )
+    ]
+    [pack] = parse_policies({"policies": [{"name": "pack", "type": "consolidation"}]})
+    settings = load_settings(env={})
+    for allowed, evicted in ((1, []), (2, ["web-a", "web-b"])):
+        budgets = [budget_from_json(budget("web", "web", allowed))]
+        steps, notes = _consolidation_steps(pack, nodes, pods, {}, settings, AT, budgets)
+        assert sorted(s.pod for s in steps if s.action == "evict") == evicted, (steps, notes)
+        if not evicted:
+            assert any("PodDisruptionBudget" in n for n in notes), notes

@@ -326,10 +326,10 @@ def apply_dra(
             held = ",".join(sorted(set(standalone)))
             changes["annotations"] = {**pod.annotations, STANDALONE_CLAIMS_ANNOTATION: held}
         out.append(replace(pod, **changes))
-    for holder_record, held in _unreserved_claims(b, holder, referrers):
+    for holder_record, gpus in _unreserved_claims(b, holder, referrers):
         out.append(holder_record)
-        if held:
-            indices[f"{holder_record.namespace}/{holder_record.name}"] = held
+        if gpus:
+            indices[f"{holder_record.namespace}/{holder_record.name}"] = gpus
     for line in [*b.notes, *(f"pool {p} left out" for p in dra.skipped_pools)]:
         _say_once(line)
     return DraApplied(new_nodes, tuple(out), indices, pinned, tuple(b.notes))
