@@ -60,7 +60,9 @@ def _status(base: str) -> dict[str, dict[str, Any]]:
     return {t["url"]: t for t in targets}
 
 
-def run_once(seconds: float, nice: int, busy: int, hostile: bool, interval: float) -> dict[str, Any]:
+def run_once(
+    seconds: float, nice: int, busy: int, hostile: bool, interval: float
+) -> dict[str, Any]:
     cores = sorted(os.sched_getaffinity(0))
     collector_core = str(cores[0])
     others = ",".join(map(str, cores[1:] or cores[:1]))

@@ -239,8 +239,8 @@ def whatif_on_store(store: Store, settings: Settings, clock: Callable[[], float]
     deserve."""
     from gpuscope.analytics.report.week import Week
     from gpuscope.analytics.whatif.gangs_actual import week_figures
-    from gpuscope.analytics.whatif.policies import POLICIES
     from gpuscope.analytics.whatif.history import read_history
+    from gpuscope.analytics.whatif.policies import POLICIES
     from gpuscope.analytics.whatif.week import WEEK_SEEDS, replay_history
     from gpuscope.cli.common import FIRST_YEAR, LAST_YEAR
     from gpuscope.collector.http_api.api_whatif import WhatIfRefused
@@ -304,8 +304,8 @@ def check_level(history: Any, labels: Sequence[str] | None, level: str) -> None:
     (as the topology replay reads them: gpuscope/analytics/whatif/gangs.py); else a 400,
     checked from the nodes alone, before any replay."""
     from gpuscope.analytics.domains.topology_levels import topology_of
-    from gpuscope.core.kube_objects import ObjectSet
     from gpuscope.collector.http_api.api_whatif import WhatIfRefused
+    from gpuscope.core.kube_objects import ObjectSet
 
     topology = topology_of(history.node_infos, ObjectSet(), labels, [level])
     if not topology.domains.get(level):

@@ -125,10 +125,16 @@ def test_healthy_targets_keep_their_ticks_at_nice_10_beside_a_busy_loop(tmp_path
     spanned = sum(_span(outcomes[u], opened) for u in healthy)
     failures = [o.error for u in healthy for o in outcomes[u] if not o.up][:3]
     t0 = min(o.scheduled_at for u in urls for o in outcomes[u])
-    lost = sorted((round((o.scheduled_at - t0) / INTERVAL), o.skipped_ticks)
-                  for u in healthy for o in outcomes[u] if o.skipped_ticks)
-    churned = [(round((o.scheduled_at - t0) / INTERVAL), round(o.cpu_seconds, 3),
-                round(o.cost_seconds, 3)) for o in outcomes[churning]]
+    lost = sorted(
+        (round((o.scheduled_at - t0) / INTERVAL), o.skipped_ticks)
+        for u in healthy
+        for o in outcomes[u]
+        if o.skipped_ticks
+    )
+    churned = [
+        (round((o.scheduled_at - t0) / INTERVAL), round(o.cpu_seconds, 3), round(o.cost_seconds, 3))
+        for o in outcomes[churning]
+    ]
     assert kept >= 0.95 * spanned, (kept, spanned, failures, loop.skipped, lost, churned)
     scrapes = outcomes[churning]
     # it was starved: its pages were charged more than their CPU, and it gave ticks away

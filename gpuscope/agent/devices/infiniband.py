@@ -119,6 +119,10 @@ class _Job:
     def step(self) -> None:
         self.files += 1
 
+    def given_up(self) -> bool:
+        """Whether the source left this job's thread to a stuck read (call under lock)."""
+        return self.abandoned
+
 
 class SysfsIbSource:
     """Reads every InfiniBand port of this node from sysfs (an :class:`IbSource`).
@@ -249,7 +253,7 @@ class SysfsIbSource:
         try:
             for i, (device, port, path) in enumerate(job.ports):
                 with job.lock:
-                    if job.abandoned:
+                    if job.given_up():
                         return
                     job.at = i
                 files = self._ports[(device, port)]
@@ -263,7 +267,7 @@ class SysfsIbSource:
                         files.lock.release()
                 job.step()
                 with job.lock:
-                    if job.abandoned:  # given up on meanwhile: its reading is not used
+                    if job.given_up():  # given up on meanwhile: its reading is not used
                         return
                     if reading is not None:
                         job.readings.append(reading)
