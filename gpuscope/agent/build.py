@@ -152,6 +152,10 @@ def build_agent(settings: AgentConfig) -> AgentCollector:
 
         node = agent.node or socket.gethostname()
         gpu = _gpu_source(agent)
-        ib = SysfsIbSource(agent.sysfs_root or Path("/sys"))
+        from gpuscope.agent.devices.infiniband import STALL_SECONDS
+
+        # a stuck port gives up a quarter of the source's deadline at most
+        stall = max(0.05, min(STALL_SECONDS, agent.source_timeout_seconds / 4))
+        ib = SysfsIbSource(agent.sysfs_root or Path("/sys"), stall_seconds=stall)
         attributor = _real_attributor(settings, node)
     return AgentCollector(node, gpu, ib, attributor, timeout_seconds=agent.source_timeout_seconds)

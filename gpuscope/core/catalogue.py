@@ -166,6 +166,13 @@ AGENT_METRICS: tuple[MetricSpec, ...] = (
         IB_LABELS,
         "infiniband",
     ),
+    _g(
+        "gpuscope_ib_port_unreadable_files",
+        "Files of the port that gave no value this scrape, by reason (unreadable: an error "
+        "on open or read; stuck: a read of the port that has not returned).",
+        (*IB_LABELS, "reason"),
+        "infiniband",
+    ),
     # Agent health
     _g(
         "gpuscope_agent_source_up",

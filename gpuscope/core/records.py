@@ -136,6 +136,12 @@ class IbPortReading:
     data_counter_saturated: bool = False
     errors: tuple[tuple[str, int], ...] = field(default_factory=tuple)
     hw_counters: tuple[tuple[str, int], ...] = field(default_factory=tuple)
+    #: Files of the port that gave no value this scrape, by reason (``unreadable``: an
+    #: error on open or read; ``stuck``: a read of the port that has not returned).
+    unreadable: tuple[tuple[str, int], ...] = field(default_factory=tuple)
+    #: The port could not be read at all this scrape (a read of it still hangs): only
+    #: ``unreadable`` says anything.
+    stuck: bool = False
 
 
 Severity = Literal["info", "warning", "critical"]

@@ -87,6 +87,10 @@ def workload_series(
 
 def port_series(node: str, p: IbPortReading) -> Iterator[Series]:
     labels = [node, p.device, p.port]
+    for reason, count in p.unreadable:
+        yield "gpuscope_ib_port_unreadable_files", [*labels, reason], float(count)
+    if p.stuck:  # nothing was read: no state, no counters (never zeros)
+        return
     yield "gpuscope_ib_port_info", [*labels, p.link_layer, p.state, p.phys_state], 1.0
     for name, attr in IB_VALUES:
         value = getattr(p, attr)

@@ -112,7 +112,8 @@ def test_every_catalogue_metric_appears_when_sources_give_it() -> None:
     """With full readings, every catalogued family is in the exposition."""
     got = scrape(AgentCollector("n1", Gpus([FULL]), Ports(), Attr()))
     missing = {m.sample_name for m in AGENT_METRICS} - set(got)
-    assert missing == {"gpuscope_agent_errors_total"}  # nothing was skipped (tested below)
+    # nothing was skipped (tested below), every file read
+    assert missing == {"gpuscope_agent_errors_total", "gpuscope_ib_port_unreadable_files"}
 
 
 def test_unavailable_fields_are_absent_not_zero() -> None:
@@ -215,6 +216,7 @@ def test_catalogue_follows_prometheus_conventions(spec: object) -> None:
         "_up",
         "_second",
         "_saturated",
+        "_files",  # a count of files (gpuscope_ib_port_unreadable_files)
     )
     if spec.type == "gauge":
         assert spec.name.endswith(units), spec.name

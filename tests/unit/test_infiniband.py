@@ -395,7 +395,8 @@ def test_unreadable_and_non_numeric_files_are_omitted(
     monkeypatch.setattr(os, "open", fake_open)
     monkeypatch.setattr(os, "pread", fake_pread)
     with caplog.at_level(logging.DEBUG, logger="gpuscope.agent.devices.infiniband"):
-        (r,) = make_source(tmp_path).read()
+        source = make_source(tmp_path)
+        (r,) = source.read()
     assert r.transmit_bytes_total == 400
     assert r.receive_bytes_total is None
     assert r.transmit_packets_total is None
@@ -404,8 +405,13 @@ def test_unreadable_and_non_numeric_files_are_omitted(
     assert r.errors == ()
     assert r.hw_counters == (("out_of_buffer", 5),)
     assert r.up is True
-    assert f"ib file skipped path={denied} reason=Permission denied" in caplog.messages
-    assert f"ib file skipped path={einval} reason=Invalid argument" in caplog.messages
+    # counted on the port (issue 38: they used to vanish silently): the directory where a
+    # file belongs, the denied file and the one whose read fails
+    assert r.unreadable == (("unreadable", 3),)
+    assert ("infiniband", "unreadable", 3) in source.errors.items()
+    logged = "\n".join(caplog.messages)
+    assert f"path={denied} error=Permission denied reason=unreadable" in logged
+    assert f"path={einval} error=Invalid argument reason=unreadable" in logged
 
 
 def test_missing_class_infiniband_returns_empty(make_source: MakeSource, tmp_path: Path) -> None:

@@ -34,6 +34,18 @@ not an integer is counted (``not_an_integer``), except what drivers write on pur
 give 0 and, at the next good scrape, a jump of the whole 32-bit count. A device or port
 that disappears while it is being read is skipped.
 
+The source degrades per port, never as a whole. Each port is read with its own state and
+lock (gpuscope/agent/devices/ib_port.py) by a reader thread the source watches: a read that
+makes no progress for ``stall_seconds`` (a FIFO, a hung driver file: a read that never
+returns) leaves its port to that thread and the source goes on with the next ports in a
+new one, so the other ports are exported in the same scrape. The stuck port is shown as
+``gpuscope_ib_port_unreadable_files{reason="stuck"} 1`` with no other series (never zeros),
+and skipped at once while its read still hangs; ``gpuscope_agent_errors_total{source=
+"infiniband",reason="read_stuck"}`` counts it. A counter file that cannot be read (a FIFO,
+whose read fails, a permission, ``EIO``) gives no value and is counted on its port
+(``gpuscope_ib_port_unreadable_files{reason="unreadable"}``, and ``reason="unreadable"`` in
+the agent's errors), where it used to disappear silently.
+
 What no working kernel writes is skipped and counted in :attr:`SysfsIbSource.errors` (the
 agent exports it as ``gpuscope_agent_errors_total{source="infiniband",reason}``), so that
 one bad file never fails the page: a device or port whose name is not UTF-8
@@ -49,83 +61,25 @@ import logging
 import os
 import resource
 import threading
-from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from gpuscope.agent.devices.ib_values import (
-    _after_colon,
-    _not_an_integer,
-    _parse_rate,
-    _prefer_64,
-    _words_to_bytes,
-    parse_rate,
-)
+from gpuscope.agent.devices.ib_port import STUCK, PortFiles
+from gpuscope.agent.devices.ib_values import parse_rate
 from gpuscope.agent.devices.sources import ErrorCounts
 from gpuscope.core.errors import SourceError
 from gpuscope.core.records import IbPortReading
 
 logger = logging.getLogger(__name__)
 
-#: sysfs counters are unsigned 64-bit integers; a value past this is not a counter reading.
-_U64_MAX = (1 << 64) - 1
-#: Largest sysfs attribute (one page); a single read returns the whole value.
-_READ_SIZE = 4096
 #: Files kept open between scrapes at most (8 ports need ~360; never over a quarter of the
 #: process's file limit); more are opened and closed on each read.
 _MAX_OPEN_FILES = 1024
 #: How long :meth:`SysfsIbSource.close` waits for a read under way.
 _CLOSE_WAIT_SECONDS = 1.0
-#: ``O_NONBLOCK``: opening a FIFO planted in the tree does not wait for a writer (its
-#: read then fails with ESPIPE and the file is skipped); no effect on sysfs attributes.
-_OPEN_FLAGS = os.O_RDONLY | os.O_NONBLOCK
-
-#: Error counters in ``counters/``, in the order they appear in a reading's ``errors``.
-_ERROR_COUNTERS: tuple[tuple[str, str], ...] = tuple(
-    (name, name.lower())
-    for name in (
-        "symbol_error",
-        "link_error_recovery",
-        "link_downed",
-        "port_rcv_errors",
-        "port_rcv_remote_physical_errors",
-        "port_rcv_switch_relay_errors",
-        "port_xmit_discards",
-        "port_xmit_constraint_errors",
-        "port_rcv_constraint_errors",
-        "local_link_integrity_errors",
-        "excessive_buffer_overrun_errors",
-        "VL15_dropped",
-    )
-)
-#: Files of ``counters/`` worth opening; the rest (unicast/multicast packets...) are not read.
-_COUNTERS_WANTED = frozenset(
-    {
-        "port_xmit_data",
-        "port_rcv_data",
-        "port_xmit_packets",
-        "port_rcv_packets",
-        "port_xmit_wait",
-        *(name for name, _ in _ERROR_COUNTERS),
-    }
-)
-#: 64-bit files of ``counters_ext/`` (mlx4-style) that replace their ``counters/`` twin.
-_EXT_WANTED = frozenset(
-    {"port_xmit_data_64", "port_rcv_data_64", "port_xmit_packets_64", "port_rcv_packets_64"}
-)
-#: ``counters/`` files that have a 64-bit twin in ``counters_ext/``.
-_EXT_TWINS = frozenset(name.removesuffix("_64") for name in _EXT_WANTED)
-#: Files of ``hw_counters/`` that are settings, not counters.
-_HW_NOT_COUNTERS = frozenset({"lifespan"})
-#: The counter directories of a port, and which of their files to read.
-_COUNTER_DIRS: tuple[tuple[str, Callable[[str], bool]], ...] = (
-    ("counters", _COUNTERS_WANTED.__contains__),
-    ("counters_ext", _EXT_WANTED.__contains__),
-    ("hw_counters", lambda name: name not in _HW_NOT_COUNTERS),
-)
-#: The files of a counter directory worth reading, as (name, path).
-_Listing = tuple[tuple[str, str], ...]
-#: Counter values by file name; ``None`` when the directory vanished while being read.
-_Counters = dict[str, int] | None
+#: A port read that makes no progress (no file read returns) this long is stuck: a file
+#: read takes microseconds, and the agent's deadline for the whole source is 2 s.
+STALL_SECONDS = 0.4
 
 
 def _utf8(name: str) -> bool:
@@ -144,6 +98,32 @@ def _port_sort_key(reading: IbPortReading) -> tuple[str, int, str]:
     return (reading.device, int(port) if port.isdigit() else 1 << 30, port)
 
 
+_Port = tuple[str, str, str]  # (device, port, path)
+
+
+@dataclass(eq=False)
+class _Job:
+    """Ports one reader thread reads in turn, and what it has read."""
+
+    ports: list[_Port]
+    readings: list[IbPortReading] = field(default_factory=list)
+    #: The port being read, or the next one (an index into ``ports``).
+    at: int = 0
+    #: Files read so far: the source watches it for a read that never returns.
+    files: int = 0
+    abandoned: bool = False
+    error: BaseException | None = None
+    done: threading.Event = field(default_factory=threading.Event)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def step(self) -> None:
+        self.files += 1
+
+    def given_up(self) -> bool:
+        """Whether the source left this job's thread to a stuck read (call under lock)."""
+        return self.abandoned
+
+
 class SysfsIbSource:
     """Reads every InfiniBand port of this node from sysfs (an :class:`IbSource`).
 
@@ -152,39 +132,41 @@ class SysfsIbSource:
     listed is not seen, and a deleted file that is still held open keeps its last value.
     """
 
-    def __init__(self, sysfs_root: Path, name: str = "infiniband") -> None:
+    def __init__(
+        self, sysfs_root: Path, name: str = "infiniband", *, stall_seconds: float = STALL_SECONDS
+    ) -> None:
         self.name = name
         self.sysfs_root = sysfs_root
+        self.stall_seconds = stall_seconds
         self._class_dir = os.path.join(os.fspath(sysfs_root), "class", "infiniband")
         self._lock = threading.Lock()
         soft_limit = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
         self._max_open = (
             _MAX_OPEN_FILES if soft_limit < 0 else min(_MAX_OPEN_FILES, soft_limit // 4)
         )
-        # What the last scrape kept (open files by path; listings by directory path, with
-        # the directory's inode), and what the scrape under way is keeping.
-        self._fds: dict[str, int] = {}
-        self._next_fds: dict[str, int] = {}
-        self._listings: dict[str, tuple[int, _Listing]] = {}
-        self._next_listings: dict[str, tuple[int, _Listing]] = {}
-        #: Files listed but gone by the time they were opened (a port going away).
-        self._files_gone = 0
+        #: Each port's files and lock, by (device, port).
+        self._ports: dict[tuple[str, str], PortFiles] = {}
         #: Devices and values skipped as unusable, by reason (see the module's docstring).
         self.errors = ErrorCounts()
-        #: Counter files of the scrape under way that hold no integer.
-        self._unusable: set[str] = set()
 
     def close(self) -> None:
         """Closes the files held open; a later :meth:`read` opens them again. A read stuck
-        in the kernel holds the lock: then the files are left to the process's exit, and
-        closing does not wait (the agent stops within its deadline, not when sysfs answers)."""
+        in the kernel holds its port's lock: that port's files are left to the process's
+        exit, and closing does not wait (the agent stops within its deadline, not when
+        sysfs answers)."""
         if not self._lock.acquire(timeout=_CLOSE_WAIT_SECONDS):
             logger.warning("ib files left open: a sysfs read is stuck")
             return
         try:
-            for fd in self._fds.values():
-                os.close(fd)
-            self._fds, self._listings = {}, {}
+            for files in self._ports.values():
+                if files.lock.acquire(blocking=False):
+                    try:
+                        files.close()
+                    finally:
+                        files.lock.release()
+                else:
+                    logger.warning("ib port files left open: a sysfs read is stuck")
+            self._ports = {}
         finally:
             self._lock.release()
 
@@ -194,17 +176,23 @@ class SysfsIbSource:
         Raises :class:`SourceError` only when ``class/infiniband`` exists but cannot be listed.
         """
         with self._lock:
-            self._next_fds, self._next_listings = {}, {}
-            self._unusable = set()
-            try:
-                return self._read_all()
-            finally:  # drop what this scrape did not use: its port or counter is gone
-                for fd in self._fds.values():
-                    os.close(fd)
-                self._fds, self._next_fds = self._next_fds, {}
-                self._listings, self._next_listings = self._next_listings, {}
+            ports = self._list_ports()
+            wanted = {(device, port) for device, port, _ in ports}
+            for key in [k for k in self._ports if k not in wanted]:  # ports gone
+                files = self._ports.pop(key)
+                if files.lock.acquire(blocking=False):  # else its stuck reader keeps them
+                    try:
+                        files.close()
+                    finally:
+                        files.lock.release()
+            per_port = max(8, self._max_open // max(1, len(ports)))
+            for device, port, _ in ports:
+                self._ports.setdefault((device, port), PortFiles()).max_open = per_port
+            readings = self._read_ports(ports)
+        readings.sort(key=_port_sort_key)
+        return readings
 
-    def _read_all(self) -> list[IbPortReading]:
+    def _list_ports(self) -> list[_Port]:
         try:
             with os.scandir(self._class_dir) as it:
                 devices = [(entry.name, entry.path) for entry in it]
@@ -212,7 +200,7 @@ class SysfsIbSource:
             return []
         except OSError as exc:
             raise SourceError(f"cannot list {self._class_dir}: {exc.strerror or exc}") from exc
-        readings: list[IbPortReading] = []
+        out: list[_Port] = []
         for device, device_path in devices:
             if not _utf8(device):
                 self._skipped("name_not_utf8", f"device={device!r}")
@@ -227,167 +215,76 @@ class SysfsIbSource:
                 if not _utf8(port):
                     self._skipped("name_not_utf8", f"device={device} port={port!r}")
                     continue
-                reading = self._read_port(device, port, port_path)
-                if reading is not None:
-                    readings.append(reading)
-        readings.sort(key=_port_sort_key)
-        return readings
+                out.append((device, port, port_path))
+        return out
+
+    def _read_ports(self, ports: list[_Port]) -> list[IbPortReading]:
+        """Every port's reading, each read in a reader thread watched for progress: a port
+        whose read makes none for ``stall_seconds`` is left to its thread (stuck), and the
+        ports after it are read by a new one."""
+        out: list[IbPortReading] = []
+        todo = ports
+        while todo:
+            job = _Job(list(todo))
+            threading.Thread(target=self._run, args=(job,), name="ib-ports", daemon=True).start()
+            while True:
+                seen = job.files
+                if job.done.wait(self.stall_seconds) or job.files == seen:
+                    break
+            with job.lock:
+                job.abandoned = not job.done.is_set()
+                out.extend(job.readings)
+                at = job.at
+            if job.error is not None:
+                raise job.error
+            if not job.abandoned or at >= len(todo):  # done (maybe just now)
+                break
+            device, port, _ = todo[at]
+            logger.warning(
+                "ib port read stuck; the other ports go on device=%s port=%s", device, port
+            )
+            out.append(self._stuck(device, port))
+            todo = todo[at + 1 :]
+        return out
+
+    def _run(self, job: _Job) -> None:
+        """A reader thread: the job's ports in turn, each under its own lock; a port whose
+        lock a stuck read holds is reported stuck at once."""
+        try:
+            for i, (device, port, path) in enumerate(job.ports):
+                with job.lock:
+                    if job.given_up():
+                        return
+                    job.at = i
+                files = self._ports[(device, port)]
+                if not files.lock.acquire(blocking=False):  # an earlier read still hangs
+                    reading: IbPortReading | None = self._stuck(device, port)
+                else:
+                    try:
+                        files.progress = job.step
+                        reading = files.read(device, port, path, self._skipped)
+                    finally:
+                        files.lock.release()
+                job.step()
+                with job.lock:
+                    if job.given_up():  # given up on meanwhile: its reading is not used
+                        return
+                    if reading is not None:
+                        job.readings.append(reading)
+                    job.at = i + 1
+        except BaseException as exc:  # handed to the scrape (a bug, not a port's fault)
+            job.error = exc
+        finally:
+            job.done.set()
+
+    def _stuck(self, device: str, port: str) -> IbPortReading:
+        self._skipped("read_stuck", f"device={device} port={port}")
+        return IbPortReading(device=device, port=port, unreadable=((STUCK, 1),), stuck=True)
 
     def _skipped(self, reason: str, what: str) -> None:
         """Count one unusable device or value (logged at debug: it recurs every scrape)."""
         self.errors.add(self.name, reason)
         logger.debug("ib value skipped %s reason=%s", what, reason)
-
-    def _read(self, path: str) -> bytes:
-        """The content of one file, kept open for the next scrape; raises ``OSError``."""
-        fd = self._fds.pop(path, None)
-        if fd is None:  # maybe read already this scrape, before its directory was re-listed
-            fd = self._next_fds.pop(path, None)
-        if fd is not None:  # the hot path: re-read a file held open since the last scrape
-            try:
-                raw = os.pread(fd, _READ_SIZE, 0)
-            except OSError:  # ENODEV: the file was removed (maybe replaced): reopen it
-                os.close(fd)
-            else:
-                self._next_fds[path] = fd
-                return raw
-        try:
-            fd = os.open(path, _OPEN_FLAGS)
-        except FileNotFoundError:
-            self._files_gone += 1
-            raise
-        try:
-            raw = os.pread(fd, _READ_SIZE, 0)
-        except OSError:  # EINVAL from some drivers, EIO, EISDIR...
-            os.close(fd)
-            raise
-        if len(self._next_fds) < self._max_open:
-            self._next_fds[path] = fd
-        else:
-            os.close(fd)
-        return raw
-
-    def _read_text(self, path: str) -> str:
-        """A text attribute stripped of whitespace; ``""`` if unreadable or empty."""
-        try:
-            return self._read(path).decode("utf-8", "replace").strip()
-        except OSError as exc:
-            logger.debug("ib file skipped path=%s reason=%s", path, exc.strerror or exc)
-            return ""
-
-    def _read_counters(self, path: str, inode: int, keep: Callable[[str], bool]) -> _Counters:
-        """The integer files of one counter directory whose name ``keep`` accepts.
-
-        ``None`` means the directory vanished after its port was listed (the port is gone);
-        an unreadable directory gives ``{}``.
-        """
-        cached = self._listings.pop(path, None)
-        listing = cached[1] if cached is not None and cached[0] == inode else None
-        if listing is not None:
-            self._next_listings[path] = (inode, listing)
-            values = self._read_ints(listing, from_cache=True)
-            if values is not None:
-                return values
-        try:  # not listed yet, or a file of the cached listing has gone: list it (again)
-            with os.scandir(path) as it:
-                listing = tuple((entry.name, entry.path) for entry in it if keep(entry.name))
-        except FileNotFoundError:
-            return None
-        except OSError as exc:
-            logger.debug("ib directory skipped path=%s reason=%s", path, exc.strerror or exc)
-            return {}
-        self._next_listings[path] = (inode, listing)
-        return self._read_ints(listing, from_cache=False)
-
-    def _read_ints(self, listing: _Listing, from_cache: bool) -> _Counters:
-        """The integer value of each listed file that has one; ``None`` if a cached file is gone."""
-        read = self._read
-        values: dict[str, int] = {}
-        for name, path in listing:
-            try:
-                raw = read(path)
-            except OSError as exc:
-                if from_cache and isinstance(exc, FileNotFoundError):
-                    return None
-                logger.debug("ib file skipped path=%s reason=%s", path, exc.strerror or exc)
-                continue
-            try:
-                value = int(raw)  # int() takes bytes and ignores surrounding whitespace
-            except ValueError:
-                self._unusable.add(path)
-                reason = _not_an_integer(raw)
-                if reason:
-                    self._skipped(reason, f"path={path} content={raw[:40]!r}")
-                continue
-            if 0 <= value <= _U64_MAX:
-                values[name] = value
-            else:
-                self._skipped("negative" if value < 0 else "out_of_range", f"path={path}")
-        return values
-
-    def _read_port(self, device: str, port: str, path: str) -> IbPortReading | None:
-        """One port, or ``None`` if it vanished (or cannot be listed) while being read."""
-        try:
-            with os.scandir(path) as it:
-                present = {entry.name: entry.inode() for entry in it}
-        except OSError as exc:
-            logger.debug(
-                "ib port skipped device=%s port=%s reason=%s", device, port, exc.strerror or exc
-            )
-            return None
-        if not present:  # emptied while being listed
-            return None
-        files_gone = self._files_gone
-        found: dict[str, dict[str, int]] = {}
-        for subdir, keep in _COUNTER_DIRS:
-            if subdir in present:
-                values = self._read_counters(f"{path}/{subdir}", present[subdir], keep)
-                if values is None:  # vanished after the port was listed
-                    logger.debug("ib port skipped device=%s port=%s reason=vanished", device, port)
-                    return None
-                found[subdir] = values
-        counters, ext, hw = (found.get(subdir, {}) for subdir, _ in _COUNTER_DIRS)
-
-        text = self._read_text
-        state = _after_colon(text(path + "/state")) if "state" in present else ""
-        phys = _after_colon(text(path + "/phys_state")) if "phys_state" in present else ""
-        rate, rate_problem = _parse_rate(text(path + "/rate")) if "rate" in present else (None, "")
-        link_layer = text(path + "/link_layer") if "link_layer" in present else ""
-        if self._files_gone != files_gone and not os.path.isdir(path):
-            logger.debug("ib port skipped device=%s port=%s reason=vanished", device, port)
-            return None
-        garbage = {name for name in _EXT_TWINS if f"{path}/counters/{name}" in self._unusable}
-        tx_bytes, tx_saturated, tx_problem = _words_to_bytes(
-            ext, counters, "port_xmit_data", garbage
-        )
-        rx_bytes, rx_saturated, rx_problem = _words_to_bytes(
-            ext, counters, "port_rcv_data", garbage
-        )
-        tx_packets, tx_packets_problem = _prefer_64(ext, counters, "port_xmit_packets", garbage)
-        rx_packets, rx_packets_problem = _prefer_64(ext, counters, "port_rcv_packets", garbage)
-        problems = (rate_problem, tx_problem, rx_problem, tx_packets_problem, rx_packets_problem)
-        for problem in problems:
-            if problem:
-                self._skipped(problem, f"device={device} port={port}")
-        return IbPortReading(
-            device=device,
-            port=port,
-            link_layer=link_layer,
-            state=state,
-            phys_state=phys,
-            up=(state == "ACTIVE") if state else None,
-            rate_bytes_per_second=rate,
-            transmit_bytes_total=tx_bytes,
-            receive_bytes_total=rx_bytes,
-            transmit_packets_total=tx_packets,
-            receive_packets_total=rx_packets,
-            transmit_wait_total=counters.get("port_xmit_wait"),
-            data_counter_saturated=tx_saturated or rx_saturated,
-            errors=tuple(
-                (label, counters[name]) for name, label in _ERROR_COUNTERS if name in counters
-            ),
-            hw_counters=tuple(sorted(hw.items())),
-        )
 
 
 __all__ = ["SysfsIbSource", "parse_rate"]

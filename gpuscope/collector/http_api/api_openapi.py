@@ -3,7 +3,8 @@
 FastAPI documents each operation's success code and, where it has parameters, 422. The
 API also answers, from its dependencies and middleware, codes FastAPI cannot see: 401 and
 403 (the bearer token checks), 400 (a value out of range), 404 (no such object), 413 (a body
-over the limit) and 503 (not ready, or a feature this collector does not serve). A client
+over the limit), 429 (an expensive read while others run: api_expensive.py) and 503 (not
+ready, or a feature this collector does not serve). A client
 generated from the document, or a fuzzer checking answers against it (schemathesis, in
 tests/integration/test_api_schema.py), must find each of them declared, with the one body
 shape they share: ``{"detail": ...}``.
@@ -24,6 +25,7 @@ ERRORS: dict[str, str] = {
     "404": "No such object",
     "413": "The request body is over the limit",
     "422": "Validation error",
+    "429": "Too many expensive requests running at once; retry after Retry-After seconds",
     "503": "Not ready, or not served by this collector",
 }
 _ERROR_SCHEMA: dict[str, Any] = {

@@ -25,9 +25,11 @@ stretched by how long its thread waited for a CPU while it was runnable (the ker
 run-queue wait, ``/proc/thread-self/schedstat``): the time the page needed on this CPU as it
 is, without the time its thread slept on a lock, on the GIL or on I/O (those are the other
 pages' and the process's, not this page's). Where schedstat is not there, the cost is the
-CPU alone. Measured (issue 38): 8 agents and a churning target at a 2 s interval, the
-collector at nice 10 beside a busy loop on its core: the churning page cost ~0.1 s of CPU and
-~1 s of stretched time, and is now scraped every tenth tick instead of every other one.
+CPU alone. Measured (issue 38, on a loaded 2-core machine): 8 healthy pages and a churning
+target at a 2 s interval, the scrape loop at nice 10 beside a busy loop on its core: the
+churning page cost 0.14 s of CPU (under the 0.2 s budget: never skipped before) and 7.2 s
+stretched, and gave its next 30 ticks away; the healthy targets kept 100 % of their ticks in
+the 3-minute runs (12 % before; bench/starved_isolation.py).
 """
 
 from __future__ import annotations
@@ -126,17 +128,41 @@ class Meter:
         return cls(own_cpu_seconds(), run_and_wait())
 
 
-def page_cost(start: Meter, end: Meter) -> tuple[float, float]:
+class Stretch:
+    """How much longer than their CPU the process's parses took lately: ``(ran + waited) /
+    ran`` over decayed sums of their threads' time on a CPU and waiting for one, each
+    sample's weight halving with every ``half_life`` seconds of CPU observed after it. A
+    big page (tens of milliseconds of CPU or more) is charged mostly its own stretch; a
+    page of a millisecond is charged the recent one, not the noise of one preemption that
+    happened to fall inside it (a healthy page's first parse charged 100 times its CPU
+    skipped a tick in a test run)."""
+
+    def __init__(self, half_life: float = 0.05) -> None:
+        self.half_life = half_life
+        self._ran = 0.0
+        self._total = 0.0
+        self._lock = threading.Lock()
+
+    def add(self, ran: float, waited: float) -> float:
+        """Take one parse's times in; the stretch to charge it."""
+        ran, waited = max(0.0, ran), max(0.0, waited)
+        with self._lock:
+            keep = 0.5 ** (ran / self.half_life)
+            self._ran = self._ran * keep + ran
+            self._total = self._total * keep + ran + waited
+            return self._total / self._ran if self._ran > 0 else 1.0
+
+
+STRETCH = Stretch()
+
+
+def page_cost(start: Meter, end: Meter, stretch: Stretch = STRETCH) -> tuple[float, float]:
     """(CPU seconds, cost seconds) of the work between two meters of one thread: the cost
-    is the CPU stretched by the thread's run-queue wait meanwhile (``cpu * (ran + waited)
-    / ran``), the wall time the work needed on the CPU the process got. The stretch is the
-    whole interval's, so the garbage collector's share stays out of it as it stays out of
-    the CPU."""
+    is the CPU stretched by the run-queue wait it met (:class:`Stretch`), the wall time the
+    work needed on the CPU the process got. The garbage collector's share stays out of it
+    as it stays out of the CPU."""
     cpu = max(0.0, end.own_cpu - start.own_cpu)
     if start.sched is None or end.sched is None:
         return cpu, cpu
-    ran = end.sched[0] - start.sched[0]
-    waited = end.sched[1] - start.sched[1]
-    if ran <= 0 or waited <= 0:
-        return cpu, cpu
-    return cpu, cpu * (ran + waited) / ran
+    factor = stretch.add(end.sched[0] - start.sched[0], end.sched[1] - start.sched[1])
+    return cpu, cpu * max(1.0, factor)
