@@ -82,7 +82,8 @@ def fleet_mode(vm: str, run: SimRun, db: Path, minutes: list[float]) -> Fired:
             w.cursor = run.start
         for minute in minutes:  # a cycle a minute, as the collector runs them
             ingest.cycle(minute)
-            assert ingest.last is not None and not ingest.last.error, ingest.last.error
+            last = ingest.last
+            assert last is not None and not last.error, last
             out[minute] = fired(engine, minute)
         ingest.client.close()
         engine.close()
