@@ -23,7 +23,7 @@ from gpuscope.analytics.base import Analysis
 from gpuscope.analytics.report.weekly import ReportResult, weekly_report
 from gpuscope.analytics.runner import DETECTORS, run_on_store
 from gpuscope.collector.http_api.api_topology import topology_router
-from gpuscope.collector.http_api.api_whatif import WhatIf
+from gpuscope.collector.http_api.api_whatif import CapacityQuery, WhatIf
 from gpuscope.collector.service import CollectorService, run_collector
 from gpuscope.collector.storage.store import Store
 from gpuscope.core.settings import Settings
@@ -221,9 +221,11 @@ def whatif_on_store(store: Store, settings: Settings, clock: Callable[[], float]
     :class:`~gpuscope.collector.http_api.api_whatif.WhatIfRefused` with the HTTP status they
     deserve."""
     from gpuscope.analytics.report.week import Week
+    from gpuscope.analytics.whatif.capacity import capacity_whatif, first_seed
     from gpuscope.analytics.whatif.gangs_actual import week_figures
     from gpuscope.analytics.whatif.policies import POLICIES
     from gpuscope.analytics.whatif.week import WEEK_SEEDS, replay_window
+    from gpuscope.cli.whatif_capacity import CAPACITY_POLICY, change_of
     from gpuscope.cli.common import FIRST_YEAR, LAST_YEAR
     from gpuscope.collector.http_api.api_whatif import WhatIfRefused
     from gpuscope.core.errors import UserError
@@ -234,6 +236,7 @@ def whatif_on_store(store: Store, settings: Settings, clock: Callable[[], float]
         seeds: int | None = None,
         drop: bool = False,
         level: str | None = None,
+        capacity: CapacityQuery | None = None,
     ) -> dict[str, Any]:
         now = datetime.fromtimestamp(clock(), UTC)
         try:
@@ -243,6 +246,16 @@ def whatif_on_store(store: Store, settings: Settings, clock: Callable[[], float]
             week.check_over(now)
         except UserError as exc:
             raise WhatIfRefused(400, str(exc)) from None
+        change: Any = None
+        if capacity is not None:
+            try:
+                change = change_of(capacity.add_nodes, capacity.remove_nodes, capacity.mig_layout)
+            except UserError as exc:
+                raise WhatIfRefused(400, str(exc)) from None
+            if capacity.policy is not None and capacity.policy not in POLICIES:
+                raise WhatIfRefused(
+                    400, f"capacity_policy {capacity.policy!r}; expected one of {', '.join(POLICIES)}"
+                )
         names = list(dict.fromkeys(policies or POLICIES))
         unknown = [p for p in names if p not in POLICIES]
         if unknown:
@@ -271,6 +284,15 @@ def whatif_on_store(store: Store, settings: Settings, clock: Callable[[], float]
         # the topology-aware replay of the same week, as `gpuscope whatif --db` prints it
         labels = settings.analytics.topology_labels
         out["topology"] = week_figures(replayed.history, labels=labels, level=level)
+        if capacity is not None:
+            try:
+                out["capacity"] = capacity_whatif(
+                    replayed.history, change, capacity.policy or CAPACITY_POLICY,
+                    search=capacity.search, coverage=settings.analytics.fgd_task_coverage,
+                    replayer=first_seed(settings.analytics.fgd_task_coverage, drop=drop),
+                )  # fmt: skip
+            except UserError as exc:  # a change this week's cluster cannot take
+                raise WhatIfRefused(400, str(exc)) from None
         log.info("whatif served week=%s policies=%s", week.label, ",".join(names))
         return out
 

@@ -60,13 +60,17 @@ def test_one_more_node_of_the_model_clears_the_queue_exactly() -> None:
     assert base["queued_gpu_hours"] == pytest.approx(80.0)
     assert base["mean_wait_hours"]["5-8"] == {"jobs": 2, "never_started": 0, "mean_wait_hours": 5.0}
     assert base["gpus"] == 8 and new["gpus"] == 16
+    assert base["mean_wait_hours_all"] == 5.0
     assert new["queued_gpu_hours"] == 0.0
     assert new["mean_wait_hours"]["5-8"]["mean_wait_hours"] == 0.0
     assert cap["difference"]["queued_gpu_hours"] == pytest.approx(-80.0)
     # both cuts need exactly one more node: 8 GPUs
     for key in ("fewest_gpus_half", "fewest_gpus_90"):
         assert cap[key] == {
-            "model": "A", "nodes": 1, "gpus_per_node": 8, "gpus": 8, "queued_gpu_hours": 0.0
+            "model": "A", "nodes": 1, "gpus_per_node": 8, "gpus": 8, "queued_gpu_hours": 0.0,
+            "jobs_never_started": 0, "mean_wait_hours_all": 0.0,
+            # 8 GPUs for 10 h and 8 for 2 h over the week's 168 h
+            "mean_allocated_gpus": round(8 * 12 / 168, 3),
         }  # fmt: skip
     assert cap["search"]["complete"] is True
 

@@ -29,6 +29,7 @@ from gpuscope.analytics.report.states import week_states
 from gpuscope.analytics.report.topology import topology_over
 from gpuscope.analytics.report.week import Week
 from gpuscope.analytics.report.whatif import whatif_over
+from gpuscope.analytics.report.whatif_capacity import whatif_capacity_over
 from gpuscope.analytics.report.whatif_topology import whatif_topology_over
 from gpuscope.analytics.whatif.history import read_history
 from gpuscope.core.gpu_prices import estimated_price
@@ -118,6 +119,7 @@ class AllocationInputs:
     topology_domains: pl.DataFrame
     whatif: tuple[pl.DataFrame, pl.DataFrame, str, str]
     whatif_topology: tuple[pl.DataFrame, str]
+    whatif_capacity: tuple[pl.DataFrame, str]
     ib: pl.DataFrame
     #: per project: (GPU-hours over its guarantee, hours over it)
     over_quota: dict[str, tuple[float, float]]
@@ -189,6 +191,7 @@ def _allocation_lane(
             topology_domains=domains,
             whatif=whatif_over(cur, week, an, history=history),
             whatif_topology=whatif_topology_over(history, an),
+            whatif_capacity=whatif_capacity_over(history, an),
             ib=frame(cur, Q["ib_hot_ports"], **params),
             over_quota=over_quota_hours(cur, week.start, week.end),
         )

@@ -62,6 +62,10 @@ DEFAULT_POLICY = "leastallocated"
 #: 2 cores: bench/capacity.py).
 MAX_REPLAYS = 48
 
+#: The figures of the replay each answer of the search gives.
+ANSWER_FIGURES = ("queued_gpu_hours", "jobs_never_started", "mean_wait_hours_all",
+                  "mean_allocated_gpus")  # fmt: skip
+
 #: (history, policy) -> the replay's result (the default: run_history's first seed).
 Replayer = Callable[[History, str], PolicyResult]
 
@@ -125,6 +129,12 @@ def figures(history: History, result: PolicyResult) -> dict[str, Any]:
         "allocated_gpus": round(result.allocated_gpus, 3),
         "allocation_ratio": round(result.allocation_ratio, 6),
         "mean_allocated_gpus": round(_mean_allocated(result, history.start, end), 3),
+        "mean_wait_hours_all": round(
+            sum(c["wait_s"] for c in classes.values())
+            / max(1, sum(int(c["jobs"]) for c in classes.values()))
+            / 3600,
+            4,
+        ),
         "mean_wait_hours": {
             cls: {
                 "jobs": int(c["jobs"]),
@@ -188,8 +198,8 @@ def fewest_gpus(
         replays += 1
         return replayer(h, policy)
 
-    at_zero = start or run(history)
-    bound = max(1, min(MAX_ADD, figures(history, at_zero)["jobs_waited"]))
+    zero = figures(history, start or run(history))
+    bound = max(1, min(MAX_ADD, zero["jobs_waited"]))
     per_model: dict[str, dict[str, Any]] = {}
     best: dict[str, dict[str, Any]] = {}
     complete = True
@@ -197,19 +207,23 @@ def fewest_gpus(
         for model in _models(history.inventory):
             template = template_of(history.inventory.nodes, model)
             g = len(template.gpus)
-            memo: dict[int, float] = {0: at_zero.queued_gpu_hours}
+            memo: dict[int, dict[str, Any]] = {0: zero}
 
-            def queued(k: int, model: str = model, memo: dict[int, float] = memo) -> float:
+            def queued(k: int, model: str = model, memo: dict[int, Any] = memo) -> float:
                 if k not in memo:
                     grown = changed(history, Change(add=(AddNodes(model, k),)))
-                    memo[k] = run(grown).queued_gpu_hours
-                    log.info("capacity search %s +%d nodes: %.1f queued GPU-h", model, k, memo[k])
-                return memo[k]
+                    memo[k] = figures(grown, run(grown))
+                    log.info(
+                        "capacity search %s +%d nodes: %.1f queued GPU-h",
+                        model, k, memo[k]["queued_gpu_hours"],
+                    )  # fmt: skip
+                value: float = memo[k]["queued_gpu_hours"]
+                return value
 
             answers: dict[str, Any] = per_model.setdefault(model, {})
             lo = 0
             for key, cut in CUTS:
-                target = baseline_queued * (1.0 - cut) + 1e-9
+                target = baseline_queued * (1.0 - cut) + 5e-4  # the figures round to 1e-3
                 limit = bound if key not in best else min(bound, best[key]["gpus"] // g)
                 k = None
                 if limit < bound and (limit <= lo or queued(limit) > target):
@@ -218,7 +232,7 @@ def fewest_gpus(
                     k = _least(queued, target, limit, lo)
                 answers[key] = None if k is None else {
                     "model": model, "nodes": k, "gpus_per_node": g, "gpus": k * g,
-                    "queued_gpu_hours": round(memo[k], 3),
+                    **{f: memo[k][f] for f in ANSWER_FIGURES},
                 }  # fmt: skip
                 if k is not None:
                     lo = max(0, k - 1)  # the next, deeper cut needs at least as many
@@ -276,8 +290,10 @@ def capacity_whatif(
     search: bool = False,
     coverage: float = 0.95,
     replayer: Replayer | None = None,
+    max_replays: int = MAX_REPLAYS,
 ) -> dict[str, Any]:
-    """The ``capacity`` object of ``gpuscope whatif --json`` (module docstring)."""
+    """The ``capacity`` object of ``gpuscope whatif --json`` (module docstring);
+    ``max_replays``: the search's budget (:func:`fewest_gpus`)."""
     if policy not in POLICIES:
         raise UserError(f"unknown policy {policy!r}; expected one of {', '.join(POLICIES)}")
     replay = replayer or first_seed(coverage)
@@ -289,7 +305,12 @@ def capacity_whatif(
         out["changed"] = figures(target, replay(target, policy))
         out["difference"] = _difference(base, out["changed"])
     if search:
-        out.update(fewest_gpus(history, policy, base_result.queued_gpu_hours, replay, base_result))
+        out.update(
+            fewest_gpus(
+                history, policy, base_result.queued_gpu_hours, replay, base_result,
+                max_replays=max_replays,
+            )
+        )  # fmt: skip
     log.info(
         "capacity whatif policy=%s change=%s queued %.1f GPU-h baseline",
         policy, change.as_dict(), base_result.queued_gpu_hours,
