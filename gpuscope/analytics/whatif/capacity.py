@@ -20,8 +20,10 @@ policy's row there:
   then a tenth, of the baseline's; the answer is the model needing the fewest GPUs (ties:
   fewer nodes, then the model's name). The replay is not monotone in general (a greedy
   policy may place worse with more room), the search takes it to be, and reports the
-  replayed figures at its answer. A model whose nodes no waiting pod fits, or that does not
-  reach the target with as many nodes as pods waited, has no answer (None).
+  replayed figures at its answer. A model that does not reach the target with as many
+  nodes as the cluster has or as pods waited, whichever is more (a spreading policy puts
+  small pods on every new node, so one node per waiting pod is not enough), has no
+  answer (None).
 
 What it leaves out: the workload is the window's own (more capacity does not bring more
 arrivals, nor shorter runs); added nodes cost nothing and are there all window; preemption
@@ -199,7 +201,7 @@ def fewest_gpus(
         return replayer(h, policy)
 
     zero = figures(history, start or run(history))
-    bound = max(1, min(MAX_ADD, zero["jobs_waited"]))
+    bound = max(1, min(MAX_ADD, max(zero["jobs_waited"], len(history.inventory.nodes))))
     per_model: dict[str, dict[str, Any]] = {}
     best: dict[str, dict[str, Any]] = {}
     complete = True
