@@ -221,11 +221,11 @@ def whatif_on_store(store: Store, settings: Settings, clock: Callable[[], float]
     :class:`~gpuscope.collector.http_api.api_whatif.WhatIfRefused` with the HTTP status they
     deserve."""
     from gpuscope.analytics.report.week import Week
-    from gpuscope.analytics.whatif.capacity import capacity_whatif, first_seed
+    from gpuscope.analytics.whatif.capacity import DEFAULT_POLICY, capacity_whatif, first_seed
+    from gpuscope.analytics.whatif.capacity_change import change_of
     from gpuscope.analytics.whatif.gangs_actual import week_figures
     from gpuscope.analytics.whatif.policies import POLICIES
     from gpuscope.analytics.whatif.week import WEEK_SEEDS, replay_window
-    from gpuscope.cli.whatif_capacity import CAPACITY_POLICY, change_of
     from gpuscope.cli.common import FIRST_YEAR, LAST_YEAR
     from gpuscope.collector.http_api.api_whatif import WhatIfRefused
     from gpuscope.core.errors import UserError
@@ -254,7 +254,8 @@ def whatif_on_store(store: Store, settings: Settings, clock: Callable[[], float]
                 raise WhatIfRefused(400, str(exc)) from None
             if capacity.policy is not None and capacity.policy not in POLICIES:
                 raise WhatIfRefused(
-                    400, f"capacity_policy {capacity.policy!r}; expected one of {', '.join(POLICIES)}"
+                    400,
+                    f"capacity_policy {capacity.policy!r}; expected one of {', '.join(POLICIES)}",
                 )
         names = list(dict.fromkeys(policies or POLICIES))
         unknown = [p for p in names if p not in POLICIES]
@@ -287,7 +288,7 @@ def whatif_on_store(store: Store, settings: Settings, clock: Callable[[], float]
         if capacity is not None:
             try:
                 out["capacity"] = capacity_whatif(
-                    replayed.history, change, capacity.policy or CAPACITY_POLICY,
+                    replayed.history, change, capacity.policy or DEFAULT_POLICY,
                     search=capacity.search, coverage=settings.analytics.fgd_task_coverage,
                     replayer=first_seed(settings.analytics.fgd_task_coverage, drop=drop),
                 )  # fmt: skip

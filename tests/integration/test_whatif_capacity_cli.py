@@ -129,7 +129,9 @@ def test_the_api_answers_what_the_cli_prints(db: Path) -> None:
         ([("remove_nodes", "x" * 1001)], "at most 1000 characters"),
     ],
 )
-def test_bad_capacity_parameters_are_400(db: Path, params: list[tuple[str, str]], detail: str) -> None:
+def test_bad_capacity_parameters_are_400(
+    db: Path, params: list[tuple[str, str]], detail: str
+) -> None:
     r = _get(db, [("policy", "leastallocated"), ("seeds", "1"), *params])
     assert r.status_code == 400, r.text
     assert detail in r.json()["detail"]

@@ -275,3 +275,19 @@ def test_a_change_the_cluster_cannot_take_is_a_user_error(change: Change, messag
     nodes = (node("a1", "A", 8), node("b1", "B", 4))
     with pytest.raises(UserError, match=message):
         apply_change(Inventory(nodes), (), change)
+
+
+def test_the_search_bound_is_the_most_gpu_pods_present_at_once() -> None:
+    from gpuscope.analytics.whatif.capacity import peak_pods
+
+    # a and b overlap, c starts when a ends (not counted together), d asks no GPU
+    events = [ev("a", 1, 0, 2), ev("b", 1, HOUR, None), ev("c", 1, 2 * HOUR, 1),
+              PodEvent("d", Request(Task(cpu_milli=100)), 0.0)]  # fmt: skip
+    assert peak_pods(window([node("a1", "A", 1)], events)) == 2
+
+
+def test_the_clis_default_capacity_policy_is_the_analytics_one() -> None:
+    from gpuscope.analytics.whatif.capacity import DEFAULT_POLICY
+    from gpuscope.cli.whatif_capacity import CAPACITY_POLICY
+
+    assert CAPACITY_POLICY == DEFAULT_POLICY

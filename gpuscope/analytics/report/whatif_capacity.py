@@ -76,9 +76,7 @@ def whatif_capacity_over(
         name = f"+{answer['nodes']} {answer['model']} node{'s' if answer['nodes'] != 1 else ''}"
         figures = answer | {"gpus": base["gpus"] + answer["gpus"]}
         rows.append(_row(name, CUT_LABELS[key], answer["gpus"], figures))
-    lines = [
-        gpus_line(cap.get(key), CUT_LABELS[key], base["queued_gpu_hours"]) for key, _ in CUTS
-    ]
+    lines = [gpus_line(cap.get(key), CUT_LABELS[key], base["queued_gpu_hours"]) for key, _ in CUTS]
     if not cap["search"]["complete"]:
         lines.append(
             f"The search stopped at the report's {cap['search']['replays']} replays; "
@@ -98,4 +96,3 @@ def _row(name: str, cut: str, added: int, f: dict[str, Any]) -> dict[str, Any]:
         "mean_wait_hours": f["mean_wait_hours_all"],
         "mean_allocated_gpus": f["mean_allocated_gpus"],
     }
-

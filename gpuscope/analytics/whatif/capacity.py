@@ -21,9 +21,9 @@ policy's row there:
   fewer nodes, then the model's name). The replay is not monotone in general (a greedy
   policy may place worse with more room), the search takes it to be, and reports the
   replayed figures at its answer. A model that does not reach the target with as many
-  nodes as the cluster has or as pods waited, whichever is more (a spreading policy puts
-  small pods on every new node, so one node per waiting pod is not enough), has no
-  answer (None).
+  nodes as GPU pods were ever present at once (:func:`peak_pods`: with that many empty
+  nodes every arrival finds one, whatever the policy) has no answer (None): a pod no node
+  of that shape fits, or one pinned elsewhere.
 
 What it leaves out: the workload is the window's own (more capacity does not bring more
 arrivals, nor shorter runs); added nodes cost nothing and are there all window; preemption
@@ -201,7 +201,7 @@ def fewest_gpus(
         return replayer(h, policy)
 
     zero = figures(history, start or run(history))
-    bound = max(1, min(MAX_ADD, max(zero["jobs_waited"], len(history.inventory.nodes))))
+    bound = max(1, min(MAX_ADD, peak_pods(history)))
     per_model: dict[str, dict[str, Any]] = {}
     best: dict[str, dict[str, Any]] = {}
     complete = True
@@ -247,15 +247,30 @@ def fewest_gpus(
     out: dict[str, Any] = {key: best.get(key) for key, _ in CUTS}
     out["search"] = {
         "policy": policy,
-        "targets_gpu_hours": {
-            key: round(baseline_queued * (1.0 - cut), 3) for key, cut in CUTS
-        },
+        "targets_gpu_hours": {key: round(baseline_queued * (1.0 - cut), 3) for key, cut in CUTS},
         "max_nodes": bound,
         "models": per_model,
         "replays": replays,
         "complete": complete,
     }
     return out
+
+
+def peak_pods(history: History) -> int:
+    """The most GPU pods present at once if each started on arrival: with that many empty
+    nodes added, every arrival finds an empty node (the search's bound)."""
+    changes: list[tuple[float, int]] = []
+    for e in history.events:
+        if size_class(e) is None:
+            continue
+        changes.append((e.arrive, 1))
+        if e.duration is not None:
+            changes.append((e.arrive + e.duration, -1))
+    peak = present = 0
+    for _, d in sorted(changes):  # a departure sorts before an arrival at the same time
+        present += d
+        peak = max(peak, present)
+    return peak
 
 
 def _least(queued: Callable[[int], float], target: float, bound: int, lo: int = 0) -> int | None:

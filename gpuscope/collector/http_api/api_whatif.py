@@ -3,10 +3,11 @@
 The replay is in ``analytics``, which the collector must not import (docs/design.md: layers
 point one way), so the assembled service hands the API a callable
 (:attr:`gpuscope.collector.http_api.api.ApiState.whatif`, set in gpuscope/service.py) and this
-module only checks the input and maps the callable's refusals to HTTP answers: 400 for a bad week,
-policy or capacity change (``add_nodes``, ``remove_nodes``, ``mig_layout``: the CLI's
-``--add-nodes``, ``--remove-nodes``, ``--mig-layout``, parsed by the replay's side), 404 for a week with nothing stored to replay, 503 when no replay is configured (a bare
-collector). It never answers 500 for bad input.
+module only checks the input and maps the callable's refusals to HTTP answers: 400 for a bad
+week, policy or capacity change (``add_nodes``, ``remove_nodes``, ``mig_layout``: the CLI's
+``--add-nodes``, ``--remove-nodes``, ``--mig-layout``, parsed on the replay's side), 404 for
+a week with nothing stored to replay, 503 when no replay is configured (a bare collector).
+It never answers 500 for bad input.
 """
 
 from __future__ import annotations
