@@ -135,3 +135,37 @@ def test_bad_capacity_parameters_are_400(
     r = _get(db, [("policy", "leastallocated"), ("seeds", "1"), *params])
     assert r.status_code == 400, r.text
     assert detail in r.json()["detail"]
+
+
+def test_the_weekly_reports_section_is_the_search_of_its_week(db: Path, tmp_path: Path) -> None:
+    from gpuscope.analytics.report.whatif_capacity import whatif_capacity_over
+    from gpuscope.analytics.whatif.history import read_history
+
+    with Store.open(db, read_only=True) as store:
+        cur = store.cursor()
+        history = read_history(cur, datetime(2025, 3, 3), datetime(2025, 3, 10))
+    table, note = whatif_capacity_over(history, Settings().analytics)
+    rows = table.rows(named=True)
+    assert [(r["cluster"], r["queue_cut"], r["gpus_added"], r["gpus"]) for r in rows] == [
+        ("as it was", "", 0, 8),
+        ("+1 Tesla-T4 node", "half", 4, 12),
+        ("+1 Tesla-T4 node", "90 %", 4, 12),
+    ]
+    assert rows[0]["queued_gpu_hours"] == pytest.approx(8.0)
+    assert rows[0]["mean_wait_hours"] == pytest.approx(2.0 / 3, abs=1e-4)  # 3 pods, 1 waited 2 h
+    assert rows[1]["queued_gpu_hours"] == 0.0
+    assert note.startswith("4 more Tesla-T4 GPUs (1 node of 4) would have cut queued GPU-hours")
+    # a week too busy for the section's budget is not searched, and says where to go
+    budget = len(history.events) * 4  # 3 replays for the search: fewer than it needs
+    table, note = whatif_capacity_over(history, Settings().analytics, budget=budget)
+    assert table.height == 0 and "--capacity-search" in note
+    # the report prints the same sentence in its summary
+    proc = subprocess.run(
+        [sys.executable, "-m", "gpuscope.cli.main", "report", "weekly", "--db", str(db),
+         "--week", "2025-W10", "--out", str(tmp_path)],
+        capture_output=True, text=True, timeout=300, env=ENV,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    summary = (tmp_path / "2025-W10" / "summary.md").read_text()
+    assert "- What if, more GPUs: 4 more Tesla-T4 GPUs (1 node of 4)" in summary
+    assert (tmp_path / "2025-W10" / "tables" / "whatif_capacity.csv").is_file()
