@@ -34,7 +34,7 @@ import tempfile
 import threading
 import time
 from asyncio import StreamReader, StreamWriter
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -182,10 +182,12 @@ class TimedStore(Store):
         self,
         batches: Sequence[tuple[Batch, float]],
         down: Sequence[tuple[str, float, float, str]] = (),
+        *,
+        meta: Mapping[str, str] | None = None,
     ) -> list[int]:
         t0 = time.perf_counter()
         try:
-            return super().append_cycle(batches, down)
+            return super().append_cycle(batches, down, meta=meta)
         finally:
             if batches:
                 self.tally.cycle(batches[0][0].ts_ms / 1000).store_s += time.perf_counter() - t0

@@ -45,6 +45,7 @@ BENCHMARKS: tuple[Benchmark, ...] = (
     Benchmark("consolidation", "Consolidation planner"),
     Benchmark("report", "Weekly report"),
     Benchmark("whatif", "What-if replay"),
+    Benchmark("capacity", "What-if replay"),
     Benchmark("demo", "Demo"),
 )
 

@@ -24,7 +24,7 @@ from gpuscope.analytics.idle_whatif.api import idle_whatif_router
 from gpuscope.analytics.report.weekly import ReportResult, weekly_report
 from gpuscope.analytics.runner import DETECTORS, run_on_store
 from gpuscope.collector.http_api.api_topology import topology_router
-from gpuscope.collector.http_api.api_whatif import WhatIf
+from gpuscope.collector.http_api.api_whatif import CapacityQuery, WhatIf
 from gpuscope.collector.service import CollectorService, run_collector
 from gpuscope.collector.storage.store import Store
 from gpuscope.core.settings import Settings
@@ -239,6 +239,8 @@ def whatif_on_store(store: Store, settings: Settings, clock: Callable[[], float]
     :class:`~gpuscope.collector.http_api.api_whatif.WhatIfRefused` with the HTTP status they
     deserve."""
     from gpuscope.analytics.report.week import Week
+    from gpuscope.analytics.whatif.capacity import DEFAULT_POLICY, capacity_whatif, first_seed
+    from gpuscope.analytics.whatif.capacity_change import change_of
     from gpuscope.analytics.whatif.gangs_actual import week_figures
     from gpuscope.analytics.whatif.history import read_history
     from gpuscope.analytics.whatif.policies import POLICIES
@@ -253,6 +255,7 @@ def whatif_on_store(store: Store, settings: Settings, clock: Callable[[], float]
         seeds: int | None = None,
         drop: bool = False,
         level: str | None = None,
+        capacity: CapacityQuery | None = None,
     ) -> dict[str, Any]:
         now = datetime.fromtimestamp(clock(), UTC)
         try:
@@ -262,6 +265,17 @@ def whatif_on_store(store: Store, settings: Settings, clock: Callable[[], float]
             week.check_over(now)
         except UserError as exc:
             raise WhatIfRefused(400, str(exc)) from None
+        change: Any = None
+        if capacity is not None:
+            try:
+                change = change_of(capacity.add_nodes, capacity.remove_nodes, capacity.mig_layout)
+            except UserError as exc:
+                raise WhatIfRefused(400, str(exc)) from None
+            if capacity.policy is not None and capacity.policy not in POLICIES:
+                raise WhatIfRefused(
+                    400,
+                    f"capacity_policy {capacity.policy!r}; expected one of {', '.join(POLICIES)}",
+                )
         names = list(dict.fromkeys(policies or POLICIES))
         unknown = [p for p in names if p not in POLICIES]
         if unknown:
@@ -292,6 +306,12 @@ def whatif_on_store(store: Store, settings: Settings, clock: Callable[[], float]
             out["summary"].update({"source": "database", "week": week.label})
             # the topology-aware replay of the same week, as `gpuscope whatif --db` prints it
             out["topology"] = week_figures(replayed.history, labels=labels, level=level)
+            if capacity is not None:  # a change this week's cluster cannot take: a 400
+                out["capacity"] = capacity_whatif(
+                    replayed.history, change, capacity.policy or DEFAULT_POLICY,
+                    search=capacity.search, coverage=settings.analytics.fgd_task_coverage,
+                    replayer=first_seed(settings.analytics.fgd_task_coverage, drop=drop),
+                )  # fmt: skip
         except UserError as exc:  # whatever else the input makes the replay refuse: a 400
             raise WhatIfRefused(400, str(exc).splitlines()[0]) from None
         log.info("whatif served week=%s policies=%s", week.label, ",".join(names))

@@ -65,25 +65,10 @@ def wants_capacity(args: argparse.Namespace) -> bool:
     )
 
 
-def change_of(add: list[str] | None, remove: list[str] | None, mig: list[str] | None) -> Any:
-    """The :class:`~gpuscope.analytics.whatif.capacity_change.Change` the flags ask for
-    (UserError, one line, on a bad one)."""
-    from gpuscope.analytics.whatif.capacity_change import (
-        Change,
-        parse_add,
-        parse_mig,
-        parse_selector,
-    )
-
-    return Change(
-        add=tuple(parse_add(a) for a in add or ()),
-        remove=tuple(parse_selector(s) for s in remove or ()),
-        mig=tuple(parse_mig(m) for m in mig or ()),
-    )
-
-
 def check_capacity(args: argparse.Namespace) -> Any:
     """The change, parsed before anything is read (so a bad flag costs no replay)."""
+    from gpuscope.analytics.whatif.capacity_change import change_of
+
     return change_of(args.add_nodes, args.remove_nodes, args.mig_layout)
 
 
@@ -181,5 +166,10 @@ def render_capacity(cap: dict[str, Any]) -> list[str]:
         base = cap["baseline"]["queued_gpu_hours"]
         lines.append(gpus_line(cap["fewest_gpus_half"], "half", base))
         lines.append(gpus_line(cap["fewest_gpus_90"], "90 %", base))
-        lines.append(f"({cap['search']['replays']} replays searched)")
+        s = cap["search"]
+        lines.append(
+            f"({s['replays']} replays searched, up to {s['max_nodes']} nodes a model"
+            + ("" if s["complete"] else "; stopped at the replay budget: answers may be high")
+            + ")"
+        )
     return lines

@@ -60,13 +60,17 @@ def test_one_more_node_of_the_model_clears_the_queue_exactly() -> None:
     assert base["queued_gpu_hours"] == pytest.approx(80.0)
     assert base["mean_wait_hours"]["5-8"] == {"jobs": 2, "never_started": 0, "mean_wait_hours": 5.0}
     assert base["gpus"] == 8 and new["gpus"] == 16
+    assert base["mean_wait_hours_all"] == 5.0
     assert new["queued_gpu_hours"] == 0.0
     assert new["mean_wait_hours"]["5-8"]["mean_wait_hours"] == 0.0
     assert cap["difference"]["queued_gpu_hours"] == pytest.approx(-80.0)
     # both cuts need exactly one more node: 8 GPUs
     for key in ("fewest_gpus_half", "fewest_gpus_90"):
         assert cap[key] == {
-            "model": "A", "nodes": 1, "gpus_per_node": 8, "gpus": 8, "queued_gpu_hours": 0.0
+            "model": "A", "nodes": 1, "gpus_per_node": 8, "gpus": 8, "queued_gpu_hours": 0.0,
+            "jobs_never_started": 0, "mean_wait_hours_all": 0.0,
+            # 8 GPUs for 10 h and 8 for 2 h over the week's 168 h
+            "mean_allocated_gpus": round(8 * 12 / 168, 3),
         }  # fmt: skip
     assert cap["search"]["complete"] is True
 
@@ -271,3 +275,19 @@ def test_a_change_the_cluster_cannot_take_is_a_user_error(change: Change, messag
     nodes = (node("a1", "A", 8), node("b1", "B", 4))
     with pytest.raises(UserError, match=message):
         apply_change(Inventory(nodes), (), change)
+
+
+def test_the_search_bound_is_the_most_gpu_pods_present_at_once() -> None:
+    from gpuscope.analytics.whatif.capacity import peak_pods
+
+    # a and b overlap, c starts when a ends (not counted together), d asks no GPU
+    events = [ev("a", 1, 0, 2), ev("b", 1, HOUR, None), ev("c", 1, 2 * HOUR, 1),
+              PodEvent("d", Request(Task(cpu_milli=100)), 0.0)]  # fmt: skip
+    assert peak_pods(window([node("a1", "A", 1)], events)) == 2
+
+
+def test_the_clis_default_capacity_policy_is_the_analytics_one() -> None:
+    from gpuscope.analytics.whatif.capacity import DEFAULT_POLICY
+    from gpuscope.cli.whatif_capacity import CAPACITY_POLICY
+
+    assert CAPACITY_POLICY == DEFAULT_POLICY

@@ -72,6 +72,7 @@ TABLES = (
     "whatif",
     "whatif_allocation",
     "whatif_topology",
+    "whatif_capacity",
     "ib_hotspots",
     "actions_summary",
     "actions",
@@ -102,6 +103,8 @@ class WeeklyReport:
     whatif_topology_note: str = ""
     #: The idle-policy section's headline: the recommended threshold and its rule.
     idle_policy_text: str = ""
+    #: The capacity What-if's answers as sentences, or why it was not searched.
+    whatif_capacity_note: str = ""
 
     def metric(self, name: str, column: str = "this_week") -> Any:
         """A value of the cluster table (``column``: this_week, previous_week, change)."""
@@ -135,6 +138,7 @@ def build_report(
     hourly, capacity, guarantees = use.hourly, use.capacity, use.guarantees
     whatif, whatif_allocation, whatif_note, whatif_verdict = alloc.whatif
     whatif_topology, whatif_topology_note = alloc.whatif_topology
+    whatif_capacity, whatif_capacity_note = alloc.whatif_capacity
 
     start = pl.lit(week.start).cast(pl.Datetime("us"))
     hourly = hourly.with_columns(pl.col("hour").cast(pl.Datetime("us")))
@@ -227,6 +231,7 @@ def build_report(
         "whatif": whatif,
         "whatif_allocation": whatif_allocation,
         "whatif_topology": whatif_topology,
+        "whatif_capacity": whatif_capacity,
         "ib_hotspots": alloc.ib.head(rs.top_n),
         "actions_summary": actions_summary(use.actions),
         "actions": use.actions,
@@ -247,6 +252,7 @@ def build_report(
         whatif_note=whatif_note,
         whatif_topology_note=whatif_topology_note,
         idle_policy_text=alloc.idle_policies[1],
+        whatif_capacity_note=whatif_capacity_note,
         price_is_estimate=estimated,
         whatif_verdict=whatif_verdict,
     )

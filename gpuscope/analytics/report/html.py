@@ -31,6 +31,8 @@ _COUNTS = (
     "jobs_never_started",
     "sessions_stopped",
     "stopped_then_busy",
+    "gpus_added",
+    "gpus",
 )
 #: Rows of a table shown in the page at most (the CSV beside it has every row).
 MAX_ROWS = 50
@@ -85,6 +87,13 @@ SECTIONS: dict[str, tuple[str, str]] = {
         "inside one domain of the level they ask for (else the finest), under Kueue TAS "
         "BestFit and KAI's fullest domain beside the topology-blind LeastAllocated and "
         "MostAllocated; other GPU pods as one-pod jobs. Same trace for every policy.",
+    ),
+    "whatif_capacity": (
+        "What if: more GPUs",
+        "The week's pods replayed under LeastAllocated on the cluster as it was, then with "
+        "whole nodes of one of its GPU models added (its most common node shape), searching "
+        "for the fewest GPUs that would have cut queued GPU-hours by half and by 90 %. Same "
+        "arrivals and run times; added nodes there all week.",
     ),
     "ib_hotspots": (
         "InfiniBand hot spots",

@@ -30,6 +30,7 @@ from gpuscope.analytics.report.states import week_states
 from gpuscope.analytics.report.topology import topology_over
 from gpuscope.analytics.report.week import Week
 from gpuscope.analytics.report.whatif import whatif_over
+from gpuscope.analytics.report.whatif_capacity import whatif_capacity_over
 from gpuscope.analytics.report.whatif_topology import whatif_topology_over
 from gpuscope.analytics.whatif.history import read_history
 from gpuscope.core.gpu_prices import estimated_price
@@ -119,6 +120,7 @@ class AllocationInputs:
     topology_domains: pl.DataFrame
     whatif: tuple[pl.DataFrame, pl.DataFrame, str, str]
     whatif_topology: tuple[pl.DataFrame, str]
+    whatif_capacity: tuple[pl.DataFrame, str]
     ib: pl.DataFrame
     #: the idle-policy replay's table and headline (report/idle_policies.py)
     idle_policies: tuple[pl.DataFrame, str]
@@ -192,6 +194,7 @@ def _allocation_lane(
             topology_domains=domains,
             whatif=whatif_over(cur, week, an, history=history),
             whatif_topology=whatif_topology_over(history, an),
+            whatif_capacity=whatif_capacity_over(history, an),
             ib=frame(cur, Q["ib_hot_ports"], **params),
             idle_policies=idle_policies_over(cur, week, settings),
             over_quota=over_quota_hours(cur, week.start, week.end),

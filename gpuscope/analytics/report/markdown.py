@@ -122,6 +122,8 @@ def render_markdown(report: WeeklyReport, html: Path | None = None) -> str:
     topo = whatif_topology_line(report.tables.get("whatif_topology"))
     if topo or report.whatif_topology_note:
         lines.append(f"- What if, topology-aware: {topo or report.whatif_topology_note}")
+    if report.whatif_capacity_note:
+        lines.append(f"- What if, more GPUs: {report.whatif_capacity_note}")
     links = []
     if html is not None:
         links.append(f"Report: {html}")

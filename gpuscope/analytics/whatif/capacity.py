@@ -20,8 +20,10 @@ policy's row there:
   then a tenth, of the baseline's; the answer is the model needing the fewest GPUs (ties:
   fewer nodes, then the model's name). The replay is not monotone in general (a greedy
   policy may place worse with more room), the search takes it to be, and reports the
-  replayed figures at its answer. A model whose nodes no waiting pod fits, or that does not
-  reach the target with as many nodes as pods waited, has no answer (None).
+  replayed figures at its answer. A model that does not reach the target with as many
+  nodes as GPU pods were ever present at once (:func:`peak_pods`: with that many empty
+  nodes every arrival finds one, whatever the policy) has no answer (None): a pod no node
+  of that shape fits, or one pinned elsewhere.
 
 What it leaves out: the workload is the window's own (more capacity does not bring more
 arrivals, nor shorter runs); added nodes cost nothing and are there all window; preemption
@@ -61,6 +63,10 @@ DEFAULT_POLICY = "leastallocated"
 #: Replays one search may run at most (a replay of 10,000 GPUs x 7 days takes 30-50 s on
 #: 2 cores: bench/capacity.py).
 MAX_REPLAYS = 48
+
+#: The figures of the replay each answer of the search gives.
+ANSWER_FIGURES = ("queued_gpu_hours", "jobs_never_started", "mean_wait_hours_all",
+                  "mean_allocated_gpus")  # fmt: skip
 
 #: (history, policy) -> the replay's result (the default: run_history's first seed).
 Replayer = Callable[[History, str], PolicyResult]
@@ -125,6 +131,12 @@ def figures(history: History, result: PolicyResult) -> dict[str, Any]:
         "allocated_gpus": round(result.allocated_gpus, 3),
         "allocation_ratio": round(result.allocation_ratio, 6),
         "mean_allocated_gpus": round(_mean_allocated(result, history.start, end), 3),
+        "mean_wait_hours_all": round(
+            sum(c["wait_s"] for c in classes.values())
+            / max(1, sum(int(c["jobs"]) for c in classes.values()))
+            / 3600,
+            4,
+        ),
         "mean_wait_hours": {
             cls: {
                 "jobs": int(c["jobs"]),
@@ -188,8 +200,8 @@ def fewest_gpus(
         replays += 1
         return replayer(h, policy)
 
-    at_zero = start or run(history)
-    bound = max(1, min(MAX_ADD, figures(history, at_zero)["jobs_waited"]))
+    zero = figures(history, start or run(history))
+    bound = max(1, min(MAX_ADD, peak_pods(history)))
     per_model: dict[str, dict[str, Any]] = {}
     best: dict[str, dict[str, Any]] = {}
     complete = True
@@ -197,19 +209,23 @@ def fewest_gpus(
         for model in _models(history.inventory):
             template = template_of(history.inventory.nodes, model)
             g = len(template.gpus)
-            memo: dict[int, float] = {0: at_zero.queued_gpu_hours}
+            memo: dict[int, dict[str, Any]] = {0: zero}
 
-            def queued(k: int, model: str = model, memo: dict[int, float] = memo) -> float:
+            def queued(k: int, model: str = model, memo: dict[int, Any] = memo) -> float:
                 if k not in memo:
                     grown = changed(history, Change(add=(AddNodes(model, k),)))
-                    memo[k] = run(grown).queued_gpu_hours
-                    log.info("capacity search %s +%d nodes: %.1f queued GPU-h", model, k, memo[k])
-                return memo[k]
+                    memo[k] = figures(grown, run(grown))
+                    log.info(
+                        "capacity search %s +%d nodes: %.1f queued GPU-h",
+                        model, k, memo[k]["queued_gpu_hours"],
+                    )  # fmt: skip
+                value: float = memo[k]["queued_gpu_hours"]
+                return value
 
             answers: dict[str, Any] = per_model.setdefault(model, {})
             lo = 0
             for key, cut in CUTS:
-                target = baseline_queued * (1.0 - cut) + 1e-9
+                target = baseline_queued * (1.0 - cut) + 5e-4  # the figures round to 1e-3
                 limit = bound if key not in best else min(bound, best[key]["gpus"] // g)
                 k = None
                 if limit < bound and (limit <= lo or queued(limit) > target):
@@ -218,7 +234,7 @@ def fewest_gpus(
                     k = _least(queued, target, limit, lo)
                 answers[key] = None if k is None else {
                     "model": model, "nodes": k, "gpus_per_node": g, "gpus": k * g,
-                    "queued_gpu_hours": round(memo[k], 3),
+                    **{f: memo[k][f] for f in ANSWER_FIGURES},
                 }  # fmt: skip
                 if k is not None:
                     lo = max(0, k - 1)  # the next, deeper cut needs at least as many
@@ -238,6 +254,23 @@ def fewest_gpus(
         "complete": complete,
     }
     return out
+
+
+def peak_pods(history: History) -> int:
+    """The most GPU pods present at once if each started on arrival: with that many empty
+    nodes added, every arrival finds an empty node (the search's bound)."""
+    changes: list[tuple[float, int]] = []
+    for e in history.events:
+        if size_class(e) is None:
+            continue
+        changes.append((e.arrive, 1))
+        if e.duration is not None:
+            changes.append((e.arrive + e.duration, -1))
+    peak = present = 0
+    for _, d in sorted(changes):  # a departure sorts before an arrival at the same time
+        present += d
+        peak = max(peak, present)
+    return peak
 
 
 def _least(queued: Callable[[int], float], target: float, bound: int, lo: int = 0) -> int | None:
@@ -274,8 +307,10 @@ def capacity_whatif(
     search: bool = False,
     coverage: float = 0.95,
     replayer: Replayer | None = None,
+    max_replays: int = MAX_REPLAYS,
 ) -> dict[str, Any]:
-    """The ``capacity`` object of ``gpuscope whatif --json`` (module docstring)."""
+    """The ``capacity`` object of ``gpuscope whatif --json`` (module docstring);
+    ``max_replays``: the search's budget (:func:`fewest_gpus`)."""
     if policy not in POLICIES:
         raise UserError(f"unknown policy {policy!r}; expected one of {', '.join(POLICIES)}")
     replay = replayer or first_seed(coverage)
@@ -287,7 +322,12 @@ def capacity_whatif(
         out["changed"] = figures(target, replay(target, policy))
         out["difference"] = _difference(base, out["changed"])
     if search:
-        out.update(fewest_gpus(history, policy, base_result.queued_gpu_hours, replay, base_result))
+        out.update(
+            fewest_gpus(
+                history, policy, base_result.queued_gpu_hours, replay, base_result,
+                max_replays=max_replays,
+            )
+        )  # fmt: skip
     log.info(
         "capacity whatif policy=%s change=%s queued %.1f GPU-h baseline",
         policy, change.as_dict(), base_result.queued_gpu_hours,

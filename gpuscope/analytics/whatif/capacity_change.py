@@ -16,9 +16,9 @@ take (a bad one is a :class:`~gpuscope.core.errors.UserError`, one line):
   the nodes that have that label. Selecting no node is an error.
 - ``POOL:LAYOUT`` (:func:`parse_mig`): every GPU of the pool's GPU nodes re-partitioned to
   LAYOUT, per GPU: ``PROFILE[=N]`` comma-separated (``3g.40gb=2``; a profile without ``=N``
-  as many times as the compute slices the others leave of a GPU's 7 hold), or ``none`` for whole GPUs. A node's
-  physical GPUs are its ``nvidia.com/gpu.count`` label where set, else its whole GPUs
-  plus its MIG instances' slices over 7 (rounded up).
+  as many times as the compute slices the others leave of a GPU's 7 hold), or ``none``
+  for whole GPUs. A node's physical GPUs are its ``nvidia.com/gpu.count`` label where
+  set, else its whole GPUs plus its MIG instances' slices over 7 (rounded up).
 
 :func:`apply_change` applies them in that order (removals first, so an added node is never
 removed by the same change's selector) to an inventory and its node records.
@@ -216,6 +216,17 @@ def parse_mig(text: str) -> MigLayout:
     return MigLayout(pool, tuple(sorted(per_gpu.items())))
 
 
+def change_of(
+    add: Sequence[str] | None, remove: Sequence[str] | None, mig: Sequence[str] | None
+) -> Change:
+    """The change the CLI's flags (or the API's parameters) ask for; UserError on a bad one."""
+    return Change(
+        add=tuple(parse_add(a) for a in add or ()),
+        remove=tuple(parse_selector(s) for s in remove or ()),
+        mig=tuple(parse_mig(m) for m in mig or ()),
+    )
+
+
 def physical_gpus(node: NodeState) -> int:
     """A node's GPUs whether whole or MIG-split (module docstring)."""
     labels = dict(node.labels)
@@ -308,7 +319,7 @@ def added_nodes(
     (which gains their names)."""
     template = template_of(nodes, add.model, add.gpus)
     slug = re.sub(r"[^a-z0-9.-]+", "-", add.model.lower()).strip("-") or "gpu"
-    out = []
+    out: list[tuple[NodeState, str]] = []
     i = 0
     while len(out) < add.count:
         i += 1
@@ -351,8 +362,8 @@ def apply_change(
                 new_infos[node.name] = info
     by_name = {n.name: n for n in nodes}
     out_infos = [
-        dataclasses.replace(info, allocatable_gpus=len(node.gpus), mig=dict(node.mig_total))
+        dataclasses.replace(info, allocatable_gpus=len(one.gpus), mig=dict(one.mig_total))
         for info in node_infos
-        if (node := by_name.get(info.name)) is not None
+        if (one := by_name.get(info.name)) is not None
     ]
     return Inventory(tuple(nodes)), (*out_infos, *new_infos.values())
