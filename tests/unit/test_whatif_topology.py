@@ -85,3 +85,21 @@ def test_until_ends_the_replay_and_counts_the_wait_of_those_never_started() -> N
     assert (r.multi_node_started, r.as_dict()["multi_node_never_started"]) == (0, 1)
     assert r.multi_node_queued_hours == 1.0
     assert r.started == 1
+
+
+def test_a_high_priority_gang_preempts_lower_priority_jobs_to_start() -> None:
+    """Issue 35: the demo's 8-node pre-training job really started by preempting the
+    background; without preemption the gang replay never started it. Four 8-GPU nodes full
+    of 1-GPU jobs at priority -20: a 2x8 job at priority 0 preempts two nodes' worth (the
+    victims' replacements wait), one at preemptionPolicy Never waits, and one that must
+    stay in one domain does not preempt here."""
+    from gpuscope.analytics.whatif.topology import GangJob, TopoNode, replay_gangs
+
+    nodes = [TopoNode(f"n{i}", 8, f"leaf-{i // 2}") for i in range(4)]
+    small = [GangJob(f"s{i}", float(i), 10_000.0, 1, 1, priority=-20) for i in range(32)]
+    for preempts, required, started in ((True, False, 1), (False, False, 0), (True, True, 0)):
+        big = GangJob("big", 100.0, 3_600.0, 2, 8, required=required, priority=0,
+                      preempts=preempts)  # fmt: skip
+        r = replay_gangs(nodes, [*small, big], "leastallocated", until=5_000.0)
+        assert r.multi_node_started == started, (preempts, required, r)
+        assert r.started == 32 + started  # the replacements are not new jobs

@@ -127,9 +127,12 @@ def build_trace(
         arrive = min((t.arrive for t in members), default=last + 1)
         ran = [t.duration for t in members]
         duration = math.inf if not ran or None in ran else max(d or 0.0 for d in ran)
+        priority = max((t.pod.priority or 0 for t in members), default=0)
+        preempts = all(t.pod.preempts for t in members)
         jobs.append(
-            GangJob(g.key, arrive, duration, g.pods, g.gpus_per_pod, bool(g.required_level))
-        )
+            GangJob(g.key, arrive, duration, g.pods, g.gpus_per_pod, bool(g.required_level),
+                    priority, preempts)
+        )  # fmt: skip
         membership.append((g.key, tuple(f"{g.namespace}/{m}" for m in g.members)))
     skipped = 0
     for (ns, name), t in sorted(by_key.items()):
@@ -140,7 +143,8 @@ def build_trace(
             skipped += 1
             continue
         duration = math.inf if t.duration is None else t.duration
-        jobs.append(GangJob(f"{ns}/{name}", t.arrive, duration, 1, gpus))
+        jobs.append(GangJob(f"{ns}/{name}", t.arrive, duration, 1, gpus,
+                            priority=t.pod.priority or 0, preempts=t.pod.preempts))  # fmt: skip
     return GangTrace(
         nodes, tuple(jobs), key, source, len({n.domain for n in nodes}), until, skipped,
         tuple(membership),
@@ -167,9 +171,15 @@ def snapshot_trace(
 def history_trace(
     history: History, *, labels: Sequence[str] | None = None, level: str | None = None
 ) -> GangTrace:
-    """A stored window's trace: pods arrive and run as stored, replayed to its end."""
-    durations = {e.key: e.duration for e in history.events}
-    timed = [TimedPod(h.pod, h.arrive, durations.get(h.key)) for h in history.pods]
+    """A stored window's trace: pods arrive and run as stored, replayed to its end, from
+    the window's real state as the main replay reads it (a pod running where the window's
+    history begins arrives at its real start, one waiting there at that instant)."""
+    events = {e.key: e for e in history.events}
+    timed = [
+        TimedPod(h.pod, events[h.key].arrive if h.key in events else h.arrive,
+                 events[h.key].duration if h.key in events else None)
+        for h in history.pods
+    ]  # fmt: skip
     return build_trace(
         history.node_infos, timed, ObjectSet(), labels=labels, level=level, until=history.end
     )

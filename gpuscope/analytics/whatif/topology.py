@@ -34,11 +34,14 @@ LeastFreeCapacity, KAI bin-packs by default). The trace used by the tests and th
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import math
 import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+
+from gpuscope.analytics.whatif.gang_preemption import Running, victims_for
 
 TOPOLOGY_POLICIES = ("leastallocated", "mostallocated", "tas-bestfit", "kai-fullest")
 
@@ -55,6 +58,10 @@ class GangJob:
     #: spread, packed (a preferred level, or none asked: Kueue climbs to coarser levels,
     #: KAI places it best-effort)
     required: bool = True
+    #: Its priority; a job that fits nowhere preempts lower-priority jobs
+    #: (:mod:`gpuscope.analytics.whatif.gang_preemption`) unless ``preempts`` is False.
+    priority: int = 0
+    preempts: bool = True
 
     @property
     def gpus(self) -> int:
@@ -204,11 +211,60 @@ def replay_gangs(
     free = {n.name: n.gpus for n in nodes}
     total = sum(free.values())
     ends: list[tuple[float, int, list[str], int]] = []  # (end, seq, nodes, gpus per pod)
+    running: dict[int, tuple[GangJob, Running]] = {}
     waiting: list[GangJob] = []
     order = sorted(jobs, key=lambda j: (j.arrival, j.name))
     started = in_one = spread = 0
     waits: dict[str, float] = {}
     i = seq = 0
+    least = min((j.priority for j in jobs), default=0)
+
+    def start(job: GangJob, placed: list[str], now: float) -> None:
+        nonlocal total, seq, started, in_one, spread
+        total -= job.gpus
+        for name in placed:
+            free[name] -= job.gpus_per_pod
+        seq += 1
+        heapq.heappush(ends, (now + job.duration, seq, placed, job.gpus_per_pod))
+        running[seq] = (job, Running(job.priority, now, tuple(placed), job.gpus_per_pod))
+        if "#" in job.name:  # a preempted job's replacement: its job started already
+            return
+        started += 1
+        waits[job.name] = now - job.arrival
+        if job.pods >= 2:
+            if len({domain_of[name] for name in placed}) == 1:
+                in_one += 1
+            else:
+                spread += 1
+
+    def release(k: int) -> GangJob:
+        nonlocal total
+        job, r = running.pop(k)
+        for name in r.nodes:
+            free[name] += r.gpus_per_pod
+        total += r.gpus_per_pod * len(r.nodes)
+        return job
+
+    def preempt(job: GangJob, now: float) -> list[GangJob] | None:
+        """Room made for ``job`` by preempting lower-priority jobs: the victims'
+        replacements (arriving now with what they had left), None when none can be made."""
+        if not job.preempts or job.priority <= least or (job.required and job.pods >= 2):
+            return None
+        found = victims_for(job.pods, job.gpus_per_pod, job.priority, free,
+                            {k: r for k, (_, r) in running.items()})  # fmt: skip
+        if found is None:
+            return None
+        nodes, victims = found
+        again = []
+        for k in victims:
+            r = running[k][1]
+            victim = release(k)
+            left = victim.duration - (now - r.started)
+            again.append(dataclasses.replace(victim, name=f"{victim.name}#replaced",
+                                             arrival=now, duration=left))  # fmt: skip
+        start(job, nodes, now)
+        return again
+
     while i < len(order) or ends:
         now = min(order[i].arrival if i < len(order) else float("inf"),
                   ends[0][0] if ends else float("inf"))  # fmt: skip
@@ -219,10 +275,9 @@ def replay_gangs(
         # what keeps a week's replay with a long queue fast)
         tried = 0 if ends and ends[0][0] <= now else len(waiting)
         while ends and ends[0][0] <= now:
-            _, _, done, k = heapq.heappop(ends)
-            for name in done:
-                free[name] += k
-            total += k * len(done)
+            _, k, _, _ = heapq.heappop(ends)
+            if k in running:  # else preempted before its end
+                release(k)
         while i < len(order) and order[i].arrival <= now:
             waiting.append(order[i])
             i += 1
@@ -231,21 +286,20 @@ def replay_gangs(
         for job in waiting[tried:]:
             hopeless = job.gpus > total or job.gpus_per_pod > room
             placed = None if hopeless else _place(free, names, domains, job, policy)
-            if placed is None:
+            if placed is not None:
+                start(job, placed, now)
+                continue
+            replaced = preempt(job, now)
+            if replaced is None:
                 still.append(job)
                 continue
-            total -= job.gpus
-            for name in placed:
-                free[name] -= job.gpus_per_pod
-            seq += 1
-            heapq.heappush(ends, (now + job.duration, seq, placed, job.gpus_per_pod))
-            started += 1
-            waits[job.name] = now - job.arrival
-            if job.pods >= 2:
-                if len({domain_of[name] for name in placed}) == 1:
-                    in_one += 1
+            room = max(free.values(), default=0)  # preemption made room
+            for again in replaced:  # each fits where it can now, or waits
+                placed = _place(free, names, domains, again, policy)
+                if placed is None:
+                    still.append(again)
                 else:
-                    spread += 1
+                    start(again, placed, now)
         waiting = still
     multi = [j for j in jobs if j.pods >= 2]
     multi_waits = [waits[j.name] for j in multi if j.name in waits]
