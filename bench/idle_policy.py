@@ -15,14 +15,18 @@ database. Measured twice:
 Time: the median of N runs in this process; peak RSS: one run in a process of its own
 (bench/peak.py).
 
-10,000 GPUs x 7 days (:data:`WEEK_10K`, measured after the default history): the replay
-reads the 5-minute roll-ups (and raw samples past their frontier), so a history sampled
-every 300 s instead of 15 s gives it the same roll-up rows to read at a twentieth of the
-build (its last hour has 12 raw samples a series instead of 240); vectorised but its last
-hour, as the large history. ``GPUSCOPE_BENCH_HISTORY=large`` (``--large``) measures the
-15 s one instead.
+10,000 GPUs x 7 days: the simulator's history of that size takes hours to build on 2 cores
+(bench/history.py; ``GPUSCOPE_BENCH_HISTORY=large``, ``--large``, measures it when built),
+so the default run measures :func:`synthetic`'s week instead: every GPU a notebook a day
+(8 to 20 hours open, used for the first 1 to 7, busy in 60 % of those 5-minute buckets),
+utilization every 300 s written by SQL into ``samples`` with its series and intervals, and
+rolled up by the store's own ``apply_retention``. The replay reads the 5-minute roll-ups,
+so a 15 s history of the same week gives it the same rows to read; every GPU is a session
+here, the heaviest the shipped path meets. ``--nodes 1250 --days 7 --step 300`` builds
+the simulator's week sampled every 300 s (:data:`WEEK_10K`) when there is time.
 
 Run: .venv/bin/python bench/idle_policy.py [--quick] [--nodes N --days D --step S]
+[--synthetic GPUS --days D]
 (or `python -m bench --only idle_policy`).
 """
 
@@ -217,15 +221,15 @@ def measure_synthetic(gpus: int, days: int, runs: int) -> list[Figure]:
 
 
 def run(quick: bool = False, size: HistorySize | None = None) -> list[Figure]:
-    """The whole ladder on the shared history (quick: 3 h of 48 GPUs; default 1 d of 104,
-    then :data:`WEEK_10K`, unless the chosen history is already 10,000 GPUs)."""
+    """The whole ladder on the shared history (quick: 3 h of 48 GPUs; default 1 d of 104),
+    then, unless the chosen history is already 10,000 GPUs or ``quick``, on
+    :func:`synthetic`'s 10,000 GPUs x 7 days."""
     if size is not None or quick:
         return measure(get_history(size or chosen_size(quick)), 3)
     chosen = chosen_size(False)
-    sizes = [chosen] if chosen.gpus >= 10_000 else [chosen, WEEK_10K]
-    figures: list[Figure] = []
-    for s in sizes:
-        figures += measure(get_history(s), 3 if s.gpus >= 10_000 else 5)
+    figures = measure(get_history(chosen), 3 if chosen.gpus >= 10_000 else 5)
+    if chosen.gpus < 10_000:
+        figures += measure_synthetic(10_000, 7, 3)
     return figures
 
 

@@ -260,3 +260,32 @@ def test_bad_input_is_one_line(args: list[str], message: str) -> None:
     assert message in proc.stderr
     assert "Traceback" not in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_each_stop_is_where_the_idle_detector_first_says_idle(four: Path) -> None:
+    """The replay's stop at 30 minutes against the idle detector run at that instant: the
+    detector calls the session idle then (window 30 minutes), and did not 6 minutes before
+    (the replay works on 5-minute buckets: its stop is at most one bucket after the
+    detector's first idle instant, never before it)."""
+    from datetime import timedelta as td
+
+    from gpuscope.analytics.detectors.idle import run_idle
+    from gpuscope.analytics.idle_whatif.points import Point
+    from gpuscope.analytics.idle_whatif.read import read_inputs
+    from gpuscope.analytics.idle_whatif.replay import per_session
+    from gpuscope.core.settings import AnalyticsSettings, Settings, WorkloadSettings
+
+    settings = Settings()
+    with Store.open(four, read_only=True) as store:
+        inputs = read_inputs(store.cursor(), T0, T1, settings, look_back=td(minutes=40))
+        rows = per_session(inputs, Point("idle", 30), td(minutes=10))
+        assert rows["pod"].to_list() == ["nb-gap", "nb-half", "nb-late"]
+
+        def idle_pods(at: datetime) -> set[str]:
+            found = run_idle(store, at, AnalyticsSettings(idle_window_minutes=30),
+                             WorkloadSettings(), persist=False)  # fmt: skip
+            return {f.subject["pod"] for f in found.findings if f.kind == "idle_session"}
+
+        for pod, stop in rows.select("pod", "stop").iter_rows():
+            assert pod in idle_pods(stop), (pod, stop)
+            assert pod not in idle_pods(stop - td(minutes=6)), (pod, stop)
