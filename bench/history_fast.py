@@ -35,7 +35,7 @@ import numpy as np
 import pyarrow as pa  # type: ignore[import-untyped]
 
 from gpuscope.collector.storage.store import Store
-from gpuscope.collector.storage.store_sql import Q
+from gpuscope.collector.storage.store_sql import INTERVAL_TOUCH_S, Q
 from gpuscope.core.catalogue import AGENT_METRICS
 from gpuscope.core.records import WorkloadKind
 from gpuscope.sim import SimulatedCluster
@@ -366,6 +366,11 @@ class SpanWriter:
             "namespace", "pod", "container", "node", "gpu", "gpu_uuid", "kind", "project",
             "interactive", "target", "start_ts", "last_seen", "end_ts")}  # fmt: skip
         n = len(t)
+        # the ingest path touches a target's open intervals once a minute of sample time,
+        # at the first cycle of the minute: the cycle index of that touch, per cycle
+        minutes = np.floor_divide(np.asarray(t, dtype=np.float64), INTERVAL_TOUCH_S)
+        new_minute = np.concatenate(([True], minutes[1:] != minutes[:-1]))
+        first_of_minute = np.maximum.accumulate(np.where(new_minute, np.arange(n), 0))
         for node, held in self.held.items():
             lo = np.array([s.lo for s in held])
             hi = np.array([s.hi for s in held])
@@ -374,8 +379,12 @@ class SpanWriter:
                 closed = s.hi < n
                 # the cycle that closes it touches every open interval of the target
                 # first, this one too, when another stays present across that cycle
-                touched = closed and bool(np.any((lo <= s.hi - 1) & (hi > s.hi)))
-                last = s.hi if touched else s.hi - 1
+                touched = (
+                    closed
+                    and bool(new_minute[s.hi])
+                    and bool(np.any((lo <= s.hi - 1) & (hi > s.hi)))
+                )
+                last = s.hi if touched else max(s.lo, int(first_of_minute[s.hi - 1]))
                 values = (s.pod.namespace, s.pod.name, s.pod.container, node, str(s.gpu),
                           self.cluster.gpu_uuid(node, s.gpu), WorkloadKind(kind).value,
                           s.pod.workload.project_name, kind == "interactive",

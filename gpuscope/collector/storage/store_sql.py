@@ -190,9 +190,38 @@ def missing_bytes(con: duckdb.DuckDBPyConnection, path: Path) -> int:
     row = con.execute("PRAGMA database_size").fetchone()
     if row is None:
         return 0
-    block_size, total_blocks = int(row[2]), int(row[3])
+    block_size, total_blocks, free_blocks = int(row[2]), int(row[3]), int(row[5])
     expected = _FILE_HEADERS_BYTES + block_size * total_blocks if total_blocks else 0
-    return max(0, expected - path.stat().st_size)
+    size = path.stat().st_size
+    missing = max(0, expected - size)
+    if missing == 0 or missing > free_blocks * block_size:
+        return missing
+    if (size - _FILE_HEADERS_BYTES) % block_size:  # cut inside a block: not DuckDB's doing
+        return missing
+    # DuckDB cuts whole free blocks off the end of the file at a checkpoint while the
+    # header still counts them (seen after the store's retention): short by no more than
+    # its free blocks, the file is whole if it holds the highest block its metadata and its
+    # tables' data use
+    used = _FILE_HEADERS_BYTES + block_size * (_highest_used_block(con) + 1)
+    return max(0, used - size)
+
+
+def _highest_used_block(con: duckdb.DuckDBPyConnection) -> int:
+    """The highest block id the metadata or any table's column segments use (-1: none)."""
+    tables = con.execute(
+        "SELECT schema_name, table_name FROM duckdb_tables() "
+        "WHERE database_name = current_database()"
+    ).fetchall()
+    row = con.execute("SELECT max(block_id) FROM pragma_metadata_info()").fetchone()
+    highest = -1 if row is None or row[0] is None else int(row[0])
+    for schema_name, table in tables:
+        row = con.execute(
+            "SELECT max(block_id) FROM pragma_storage_info($name) WHERE block_id >= 0",
+            {"name": f'"{schema_name}"."{table}"'},
+        ).fetchone()
+        if row is not None and row[0] is not None:
+            highest = max(highest, int(row[0]))
+    return highest
 
 
 class StoreParts:
