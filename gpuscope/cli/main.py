@@ -397,7 +397,7 @@ def _cmd_act(args: argparse.Namespace) -> int:
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
-    from gpuscope.demo import run_demo
+    from gpuscope.demo.run import run_demo
 
     return run_demo(
         out=args.out,
