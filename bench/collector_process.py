@@ -31,10 +31,15 @@ Measured over each window after a warm-up:
 - the ticks each accounted for: the collector's status (scrapes, failures, skipped) per
   target against the ticks of the first window.
 
+Then, on the first 8 and the first 16 of the same agents (``--sizes``), both servers fresh
+and as shipped, a 2-minute window each: the CPU per stored sample at each size (a cycle's
+fixed cost shows more on a small cluster).
+
 Run: .venv/bin/python bench/collector_process.py [--quick] [--agents N] [--interval S]
-[--seconds S] [--segment S] (or `python -m bench --only collector_process`). The
-default (32 agents, 5 s, a window of 300 s as shipped, then a day scaled down: 120 s
-segments and blocks for two hours, so 1,440 s for the day) takes about half an hour.
+[--seconds S] [--segment S] [--sizes 8,16] (or `python -m bench --only collector_process`).
+The default (32 agents, 5 s, a window of 300 s as shipped, then a day scaled down: 120 s
+segments and blocks for two hours, so 1,440 s for the day, then 8 and 16 agents for 120 s
+each) takes about 40 minutes.
 """
 
 from __future__ import annotations
@@ -204,17 +209,25 @@ def phase(root: Path, urls: list[str], step: float, window: float, seg: int | No
         )
 
 
+#: Smaller clusters measured too, each in a short window of its own (``--sizes``): a
+#: cycle's fixed cost shows more on few agents than on 32.
+SIZES = (8, 16)
+SIZE_WINDOW_S = 120.0
+
+
 def run(
     quick: bool = False,
     agents: int | None = None,
     interval: float | None = None,
     seconds: float | None = None,
     segment: int | None = None,
+    sizes: tuple[int, ...] | None = None,
 ) -> list[Figure]:
     n = agents or (4 if quick else 32)
     step = interval or (2.0 if quick else 5.0)
     window = seconds or (20.0 if quick else 300.0)
     seg = segment or (10 if quick else 120)
+    small = tuple(s for s in (sizes if sizes is not None else (() if quick else SIZES)) if s < n)
     with tempfile.TemporaryDirectory() as tmp, ExitStack() as stack:
         root = Path(tmp)
         urls = []
@@ -232,6 +245,11 @@ def run(
             urls.append(url)
         shipped = phase(root / "shipped", urls, step, window, None)
         scaled = phase(root / "scaled", urls, step, DAY_SEGMENTS * seg, seg)  # a day, scaled
+        # the first k of the same agents, both servers fresh, a 2-minute window each
+        by_size = {
+            k: phase(root / f"agents-{k}", urls[:k], step, 20.0 if quick else SIZE_WINDOW_S, None)
+            for k in small
+        }
     if shipped is None or scaled is None:
         return [
             Figure(
@@ -241,7 +259,25 @@ def run(
                 reference=Reference.not_installed("Prometheus"),
             )
         ]
-    return figures(n, step, seg, shipped, scaled)
+    rows = figures(n, step, seg, shipped, scaled)
+    return rows + [size_figure(k, step, ph) for k, ph in by_size.items() if ph is not None]
+
+
+def size_figure(n: int, step: float, ph: Phase) -> Figure:
+    """CPU per stored sample at ``n`` agents, both as shipped, in a short window."""
+    return Figure(
+        f"collector process, CPU per stored sample at {n} agents, {ph.elapsed:.0f} s window",
+        ph.c_cpu / max(ph.c_samples, 1) * 1e6,
+        "µs",
+        aim="≤ 1.0x Prometheus's",
+        reference=Reference(
+            f"Prometheus, same {n} agents", ph.p_cpu / max(ph.p_samples, 1) * 1e6, "µs"
+        ),
+        notes=f"{n} agent processes x 8 simulated GPUs at {step:g} s (the first {n} of the "
+        f"run's agents), both servers fresh and as shipped, in the same run on "
+        f"{os.cpu_count()} cores; collector {ph.c_cpu:.1f} s CPU for {ph.c_samples:,} "
+        f"samples, Prometheus {ph.p_cpu:.1f} s for {ph.p_samples:,.0f}",
+    )
 
 
 def figures(n: int, step: float, seg: int, shipped: Phase, scaled: Phase) -> list[Figure]:
@@ -354,8 +390,15 @@ def main() -> None:
     ap.add_argument("--interval", type=float, default=None)
     ap.add_argument("--seconds", type=float, default=None)
     ap.add_argument("--segment", type=int, default=None, help="segment and block seconds")
+    ap.add_argument(
+        "--sizes",
+        default=None,
+        help="smaller agent counts measured too, comma-separated, a 2-minute window each "
+        f"(default {','.join(map(str, SIZES))}; '' for none)",
+    )
     args = ap.parse_args()
-    print_figures(run(args.quick, args.agents, args.interval, args.seconds, args.segment))
+    sizes = None if args.sizes is None else tuple(int(s) for s in args.sizes.split(",") if s)
+    print_figures(run(args.quick, args.agents, args.interval, args.seconds, args.segment, sizes))
 
 
 if __name__ == "__main__":

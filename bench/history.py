@@ -21,7 +21,7 @@ builder makes it as a collector does:
   as a row of its own. No roll-up table is ever written here.
 
 Which series: ``families="analysis"`` (the default) keeps the families the detectors and
-the report read (:data:`ANALYSED`: :data:`gpuscope.demo_history.KEPT` and the IB error
+the report read (:data:`ANALYSED`: :data:`gpuscope.demo.history.KEPT` and the IB error
 counters, 184 of the 296 series per node, 23 per GPU); ``families="agent"`` keeps every
 series ``node_series`` yields (296 per node, 37 per GPU: clocks, energy, ECC, NVLink/PCIe,
 IB packets too; the agent's page adds its own process and per-source series and the
@@ -80,7 +80,7 @@ from gpuscope.collector.storage.store import Store
 from gpuscope.core.catalogue import AGENT_METRICS
 from gpuscope.core.series import node_series
 from gpuscope.core.settings import WorkloadSettings
-from gpuscope.demo_history import KEPT
+from gpuscope.demo.history import KEPT
 from gpuscope.sim import SimulatedCluster, default_scenario
 from gpuscope.sim.kube import nodes_json, pods_json, quotas_json
 
@@ -108,7 +108,7 @@ _SOURCES = (
     "gpuscope/collector/storage/store_maintenance.py",
     "gpuscope/collector/storage/schema.py",
     "gpuscope/core/series.py",
-    "gpuscope/demo_history.py",
+    "gpuscope/demo/history.py",
 )
 
 

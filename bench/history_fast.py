@@ -17,10 +17,12 @@ by the same formulas in the same order of floating-point operations:
   read by the scheduled bandwidth run's last window only) are left out of the vectorised
   span: they would be 5 of its 13 series a port, 38 % of its rows.
 
-Counters are turned into what the store keeps (the increase since the previous sample, 0 for
-a series' first), and the series rows get the ``first_seen``/``last_seen``/``last_raw`` the
-ingest path would leave. tests/unit/test_bench_history_fast.py builds a small history both
-ways and finds every sample, roll-up row, series and interval of these families equal.
+Counters are turned into what the store keeps by the store's own rule
+(:func:`gpuscope.collector.storage.increases.counter_increases`: the increase since the
+previous sample, 0 for a series' first), and the series rows get the
+``first_seen``/``last_seen``/``last_raw`` the ingest path would leave.
+tests/unit/test_bench_history_fast.py builds a small history both ways and finds every
+sample, roll-up row, series and interval of these families equal.
 
 A scenario this module does not reproduce (MIG, lost GPUs) is refused, never approximated.
 """
@@ -34,6 +36,7 @@ from datetime import UTC, datetime
 import numpy as np
 import pyarrow as pa  # type: ignore[import-untyped]
 
+from gpuscope.collector.storage.increases import counter_increases
 from gpuscope.collector.storage.store import Store
 from gpuscope.collector.storage.store_sql import INTERVAL_TOUCH_S, Q
 from gpuscope.core.catalogue import AGENT_METRICS
@@ -275,8 +278,7 @@ class SpanWriter:
         prev[1:] = raw[:-1]
         prev[0] = self.prev.get(sid, np.nan)
         self.prev[sid] = float(raw[-1])
-        inc = np.where(raw >= prev, raw - prev, raw)
-        return np.where(np.isnan(prev), 0.0, inc)
+        return counter_increases(raw, prev)
 
     def _node_chunk(
         self, node: str, c0: int, c1: int, out: list[tuple[int, int, np.ndarray]]

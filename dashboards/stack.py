@@ -28,9 +28,9 @@ from gpuscope.agent.devices.sim import scenario_clock
 from gpuscope.collector.service import CollectorService
 from gpuscope.core.errors import UserError
 from gpuscope.core.settings import load_settings
-from gpuscope.demo import DEMO_ANALYTICS
-from gpuscope.demo_parts import record_simulated_inventory
-from gpuscope.demo_parts import start_agents as demo_agents
+from gpuscope.demo.parts import record_simulated_inventory
+from gpuscope.demo.parts import start_agents as demo_agents
+from gpuscope.demo.run import DEMO_ANALYTICS
 from gpuscope.service import analytics_job
 from gpuscope.sim import SimulatedCluster, default_scenario
 

@@ -245,9 +245,9 @@ def whatif_on_store(store: Store, settings: Settings, clock: Callable[[], float]
     from gpuscope.analytics.whatif.history import read_history
     from gpuscope.analytics.whatif.policies import POLICIES
     from gpuscope.analytics.whatif.week import WEEK_SEEDS, replay_history
-    from gpuscope.cli.common import FIRST_YEAR, LAST_YEAR
     from gpuscope.collector.http_api.api_whatif import WhatIfRefused
     from gpuscope.core.errors import UserError
+    from gpuscope.core.timefmt import FIRST_YEAR, LAST_YEAR
 
     def run(
         week_text: str | None,

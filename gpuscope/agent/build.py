@@ -11,9 +11,10 @@ import socket
 import time
 from pathlib import Path
 
-from gpuscope.agent.config import AgentConfig, AgentSettings
+from gpuscope.agent.config import AgentConfig
 from gpuscope.agent.devices.sources import GpuSource, IbSource, WorkloadAttributor
 from gpuscope.agent.serving.exposition import AgentCollector
+from gpuscope.core.agent_settings import AgentSettings
 from gpuscope.core.errors import SourceError, UserError
 
 log = logging.getLogger(__name__)

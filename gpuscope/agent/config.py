@@ -6,10 +6,12 @@ and a third of its memory. It reads the same layers the same way as every comman
 (:mod:`gpuscope.core.settings_layers`: defaults < config file < ``GPUSCOPE_<SECTION>__<KEY>``
 < flags) and checks the sections it uses itself: ``agent``, ``workloads`` (the rules that
 label workload series) and ``logging``, with the same keys, defaults, bounds and messages as
-:class:`gpuscope.core.settings.Settings` (tests/unit/test_agent_config.py holds the two
-against each other). The other sections of a shared config file are the collector's: the
-agent accepts them unread. A bad value is one :class:`ConfigError` line naming the key and
-where it came from, as everywhere else.
+:class:`gpuscope.core.settings.Settings`. The ``agent`` section is declared once, in
+:mod:`gpuscope.core.agent_settings`: the full model validates that dataclass, and the checks
+here are derived from its fields (:func:`derived_checks`); tests/unit/test_agent_config.py
+runs both loaders on random sections. The other sections of a shared config file are the
+collector's: the agent accepts them unread. A bad value is one :class:`ConfigError` line
+naming the key and where it came from, as everywhere else.
 """
 
 from __future__ import annotations
@@ -19,10 +21,21 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, Literal
+from types import UnionType
+from typing import (
+    Annotated,
+    Any,
+    ClassVar,
+    Literal,
+    Union,
+    get_args,
+    get_origin,
+    get_type_hints,
+)
 
+from gpuscope.core.agent_settings import AgentSettings, Bounds, Check
 from gpuscope.core.errors import ConfigError
-from gpuscope.core.settings_layers import Origins, check_http_url, layered, origin_of, parse_listen
+from gpuscope.core.settings_layers import Origins, layered, origin_of
 
 #: Every section of the settings (docs/configuration.md); the agent checks only its own.
 SECTIONS = (
@@ -35,40 +48,8 @@ SECTIONS = (
     "report",
     "logging",
 )
-DAY_SECONDS = 86_400
-GPU_SOURCES = ("auto", "nvml", "dcgm", "sim")
-POD_METADATA = ("apiserver", "none")
 WORKLOAD_KINDS = ("interactive", "training", "batch", "inference")
 LOG_FORMATS = ("text", "json")
-
-
-@dataclass(frozen=True, slots=True)
-class AgentSettings:
-    """The ``agent`` section (the same keys and defaults as the full settings model)."""
-
-    listen: str = "0.0.0.0:9835"
-    #: Node name on every series; the host name when empty (the first node under sim).
-    node: str = ""
-    gpu_source: Literal["auto", "nvml", "dcgm", "sim"] = "auto"
-    #: Root of sysfs (IB counters); /sys when empty, and simulated ports under sim.
-    sysfs_root: Path | None = None
-    #: Root of procfs (GPU processes' cgroups); /proc when empty.
-    procfs_root: Path | None = None
-    #: The kubelet's pod-resources socket (gRPC, ``v1`` List).
-    pod_resources_socket: Path = Path("/var/lib/kubelet/pod-resources/kubelet.sock")
-    #: A local dcgm-exporter to read instead of DCGM's bindings.
-    dcgm_exporter_url: str = ""
-    dcgm_bindings_path: Path = Path("/usr/local/dcgm/bindings/python3")
-    #: nv-hostengine's address (``host`` or ``host:port``), or ``embedded``.
-    dcgm_hostengine: str = "localhost"
-    #: Where pod metadata (labels, owner) comes from: the API server, or nowhere.
-    pod_metadata: Literal["apiserver", "none"] = "apiserver"
-    pod_metadata_ttl_seconds: float = 30.0
-    #: The most a scrape waits for any one source before reporting it down.
-    source_timeout_seconds: float = 2.0
-    #: Scenario file for ``--gpu-source sim`` (the embedded default when empty).
-    sim_scenario: Path | None = None
-    sim_seed: int = 42
 
 
 @dataclass(frozen=True, slots=True)
@@ -200,23 +181,6 @@ def _integer(value: Any) -> int:
     raise _Invalid("Input should be a valid integer")
 
 
-def _listen(value: Any) -> str:
-    text = _text(value)
-    try:
-        parse_listen(text)
-    except ValueError as exc:
-        raise _Invalid(str(exc)) from None
-    return text
-
-
-def _dcgm_url(value: Any) -> str:
-    text = _text(value)
-    try:
-        return text and check_http_url(text)
-    except ValueError as exc:
-        raise _Invalid(str(exc)) from None
-
-
 def _strings(value: Any) -> tuple[str, ...]:
     if not isinstance(value, list | tuple):
         raise _Invalid("Input should be a valid list")
@@ -249,22 +213,62 @@ def _rules(value: Any) -> tuple[WorkloadRule, ...]:
     return tuple(rules)
 
 
-_AGENT_CHECKS: dict[str, Callable[[Any], Any]] = {
-    "listen": _listen,
-    "node": _text,
-    "gpu_source": _choice(GPU_SOURCES),
-    "sysfs_root": _optional_path,
-    "procfs_root": _optional_path,
-    "pod_resources_socket": _path,
-    "dcgm_exporter_url": _dcgm_url,
-    "dcgm_bindings_path": _path,
-    "dcgm_hostengine": _text,
-    "pod_metadata": _choice(POD_METADATA),
-    "pod_metadata_ttl_seconds": _seconds(0, DAY_SECONDS),
-    "source_timeout_seconds": _seconds(0, 60),
-    "sim_scenario": _optional_path,
-    "sim_seed": _integer,
-}
+def _checked(fn: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    def check(value: Any) -> Any:
+        try:
+            return fn(value)
+        except ValueError as exc:
+            raise _Invalid(str(exc)) from None
+
+    return check
+
+
+def _then(first: Callable[[Any], Any], second: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    return lambda value: second(first(value))
+
+
+def _type_check(hint: Any) -> Callable[[Any], Any]:
+    """The check of a field's type (what pydantic's lax mode does for it)."""
+    if get_origin(hint) is Literal:
+        return _choice([str(a) for a in get_args(hint)])
+    if get_origin(hint) in (Union, UnionType) and set(get_args(hint)) == {Path, type(None)}:
+        return _optional_path
+    simple: dict[Any, Callable[[Any], Any]] = {
+        str: _text,
+        float: _number,
+        int: _integer,
+        Path: _path,
+    }
+    if hint in simple:
+        return simple[hint]
+    raise TypeError(f"no lean check for a setting of type {hint!r}")
+
+
+def derived_checks(section: type[Any]) -> dict[str, Callable[[Any], Any]]:
+    """Per key of a declared section (:mod:`gpuscope.core.agent_settings`), in its order: its
+    type's check, then its ``Bounds`` and ``Check`` markers."""
+    out: dict[str, Callable[[Any], Any]] = {}
+    for name, declared in get_type_hints(section, include_extras=True).items():
+        if get_origin(declared) is ClassVar:
+            continue
+        hint: Any = declared
+        markers: tuple[Any, ...] = ()
+        if get_origin(declared) is Annotated:
+            hint, *rest = get_args(declared)
+            markers = tuple(rest)
+        check = _type_check(hint)
+        for m in markers:
+            if isinstance(m, Bounds):
+                check = _then(check, _seconds(m.gt, m.le))
+            elif isinstance(m, Check):
+                check = _then(check, _checked(m.fn))
+            else:
+                raise TypeError(f"{section.__name__}.{name}: unknown marker {m!r}")
+        out[name] = check
+    return out
+
+
+_AGENT_CHECKS = derived_checks(AgentSettings)
 _WORKLOAD_CHECKS: dict[str, Callable[[Any], Any]] = {
     "rules": _rules,
     "preemptible_priority_below": _integer,
@@ -286,7 +290,11 @@ def _section(
     if not isinstance(data, Mapping):  # `agent:` left empty in YAML is None: refused too
         raise ConfigError(
             f"invalid setting {name} (from {origin_of(origin, name, '')}): "
-            f"Input should be a valid dictionary or instance of {model}"
+            + (
+                f"Input should be a dictionary or an instance of {model}"  # a dataclass section
+                if model == AgentSettings.__name__
+                else f"Input should be a valid dictionary or instance of {model}"
+            )
         )
     out: dict[str, Any] = {}
     # the keys in the section's order, then any unknown one (the order the full model

@@ -29,13 +29,11 @@ from gpuscope.collector.http_api.api_whatif import check_week
 from gpuscope.collector.storage.store import Store
 from gpuscope.core.errors import UserError
 from gpuscope.core.settings import Settings
-from gpuscope.core.timefmt import rfc3339
+from gpuscope.core.timefmt import FIRST_YEAR, LAST_YEAR, rfc3339
 
 log = logging.getLogger(__name__)
 
 What = Literal["idle", "fragmentation", "quota", "bandwidth", "consolidation", "topology", "all"]
-#: Years ``at`` and ``week`` may name (the CLI's ``--at``/``--week`` bounds).
-FIRST_YEAR, LAST_YEAR = 1970, 2999
 #: The longest report link the CLI may ask to be written into the summary.
 MAX_LINK = 4096
 

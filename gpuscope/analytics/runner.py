@@ -38,10 +38,10 @@ def run_on_store(
     """
     from gpuscope.analytics.detectors.bandwidth import run_bandwidth
     from gpuscope.analytics.detectors.idle import run_idle
+    from gpuscope.analytics.inventory import analysis_at
     from gpuscope.analytics.placement.allocation import state_from_records
     from gpuscope.analytics.placement.fragmentation import analyze_fragmentation
     from gpuscope.analytics.queueing.quota import run_quota
-    from gpuscope.analytics.report.fragmentation import analysis_at
 
     out: dict[str, Analysis] = {}
     a = settings.analytics
@@ -195,7 +195,7 @@ def topology_from_store(
     ``objects`` (an ObjectSet: the store keeps no Topology objects, ``gpuscope analyze
     topology --objects`` reads them from files) define them."""
     from gpuscope.analytics.domains.topology_inputs import topology_analysis
-    from gpuscope.analytics.report.topology import inventory_at
+    from gpuscope.analytics.inventory import inventory_at
     from gpuscope.core.kube_objects import ObjectSet
 
     nodes, pods, indices = inventory_at(cur, utc(at))

@@ -11,10 +11,10 @@ from pathlib import Path
 from typing import Any
 
 from gpuscope.core.errors import UserError
+from gpuscope.core.timefmt import FIRST_YEAR, LAST_YEAR
 
-#: ``--at`` and ``--week`` are refused outside these years: further out, the detectors'
-#: look-back windows and the report's week arithmetic leave the calendar.
-FIRST_YEAR, LAST_YEAR = 1970, 2999
+# ``--at`` and ``--week`` are refused outside these years (the CLI's modules import them here)
+__all__ = ["FIRST_YEAR", "LAST_YEAR", "open_store"]
 
 
 def open_store(

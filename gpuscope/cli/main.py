@@ -214,8 +214,6 @@ def _cmd_agent(args: argparse.Namespace) -> int:
 
 
 def _cmd_collector(args: argparse.Namespace) -> int:
-    from gpuscope.service import run_service
-
     targets = [{"url": u, "kind": "agent"} for u in args.target or []]
     targets += [{"url": u, "kind": "dcgm-exporter"} for u in args.dcgm_exporter or []]
     flags = {
@@ -237,6 +235,10 @@ def _cmd_collector(args: argparse.Namespace) -> int:
         found = check_query_source(cs) if cs.prometheus_url else {"url": None, "mode": "scrape"}
         print(json.dumps(found, indent=2))
         return 0
+    # the assembled service (FastAPI, the analytics, the report's charts) is imported only
+    # once the inputs are known good: a refused flag or file answers in a fraction of the time
+    from gpuscope.service import run_service
+
     return run_service(settings)
 
 
@@ -403,7 +405,7 @@ def _cmd_act(args: argparse.Namespace) -> int:
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
-    from gpuscope.demo import run_demo
+    from gpuscope.demo.run import run_demo
 
     return run_demo(
         out=args.out,

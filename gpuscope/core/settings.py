@@ -23,6 +23,7 @@ from pydantic import (
     model_validator,
 )
 
+from gpuscope.core.agent_settings import AgentSettings
 from gpuscope.core.errors import ConfigError
 from gpuscope.core.query_settings import QuerySettings
 
@@ -77,44 +78,6 @@ class WorkloadSettings(_Section):
             "user",
         ]
     )
-
-
-class AgentSettings(_Section):
-    listen: str = "0.0.0.0:9835"
-    #: Node name on every series; the host name when empty (the first node under sim).
-    node: str = ""
-    gpu_source: Literal["auto", "nvml", "dcgm", "sim"] = "auto"
-    #: Root of sysfs (IB counters); /sys when empty, and simulated ports under sim.
-    sysfs_root: Path | None = None
-    #: Root of procfs (GPU processes' cgroups); /proc when empty.
-    procfs_root: Path | None = None
-    #: The kubelet's pod-resources socket (gRPC, ``v1`` List).
-    pod_resources_socket: Path = Path("/var/lib/kubelet/pod-resources/kubelet.sock")
-    #: A local dcgm-exporter to read instead of DCGM's bindings, e.g. http://localhost:9400/metrics.
-    dcgm_exporter_url: str = ""
-    dcgm_bindings_path: Path = Path("/usr/local/dcgm/bindings/python3")
-    #: nv-hostengine's address for DCGM's bindings (``host`` or ``host:port``, port 5555 by
-    #: default); ``embedded`` starts a host engine inside the agent.
-    dcgm_hostengine: str = "localhost"
-    #: Where pod metadata (labels, owner) comes from: the API server, or nowhere.
-    pod_metadata: Literal["apiserver", "none"] = "apiserver"
-    pod_metadata_ttl_seconds: float = Field(default=30.0, gt=0, le=DAY_SECONDS)
-    #: The most a scrape waits for any one source before reporting it down.
-    source_timeout_seconds: float = Field(default=2.0, gt=0, le=60)
-    #: Scenario file for ``--gpu-source sim`` (the embedded default when empty).
-    sim_scenario: Path | None = None
-    sim_seed: int = 42
-
-    @field_validator("listen")
-    @classmethod
-    def _check_listen(cls, value: str) -> str:
-        parse_listen(value)
-        return value
-
-    @field_validator("dcgm_exporter_url")
-    @classmethod
-    def _check_dcgm_url(cls, value: str) -> str:
-        return value and check_http_url(value)
 
 
 class TargetSettings(_Section):
@@ -484,7 +447,9 @@ def load_settings(
         loc = [str(p) for p in err["loc"]]
         where = origin_of(origin, loc[0], loc[1] if len(loc) > 1 else "")
         dotted = ".".join(loc)
-        if err["type"] == "extra_forbidden":
+        # a BaseModel section says extra_forbidden; the agent's dataclass section (declared
+        # once in gpuscope/core/agent_settings.py) says unexpected_keyword_argument
+        if err["type"] in ("extra_forbidden", "unexpected_keyword_argument"):
             raise ConfigError(f"unknown setting {dotted} (from {where})") from None
         message = str(err["msg"]).removeprefix("Value error, ")
         raise ConfigError(f"invalid setting {dotted} (from {where}): {message}") from None

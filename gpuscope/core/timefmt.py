@@ -23,6 +23,10 @@ TIME_KEYS = frozenset(
         "last_notified_at", "due_at", "valid_from", "valid_to", "data_until", "at",
     }
 )  # fmt: skip
+#: The years a time the CLI (``--at``, ``--week``) or the API (``at``, ``week``) names may
+#: fall in: further out, the detectors' look-back windows and the report's week arithmetic
+#: leave the calendar.
+FIRST_YEAR, LAST_YEAR = 1970, 2999
 #: Numbers below this (1 Jan 2001) under a time key are not Unix times; left alone.
 _MIN_EPOCH = 978_307_200
 

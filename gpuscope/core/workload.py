@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from gpuscope.core import kube_names as names
 from gpuscope.core.records import WorkloadKind
 
 
@@ -47,8 +48,8 @@ PREEMPTIBLE_LABEL = "gpuscope.io/preemptible"
 PROTECT_LABEL = "gpuscope.io/protect"
 #: Queue labels of schedulers people run, in the order they are consulted.
 QUEUE_LABELS: tuple[str, ...] = (
-    "kueue.x-k8s.io/queue-name",
-    "kai.scheduler/queue",
+    names.KUEUE_QUEUE_LABEL,
+    names.KAI_QUEUE_LABEL,
     "runai/queue",
     "project",  # Run:ai's own project label
 )
@@ -103,7 +104,7 @@ def workload_kind(pod: PodFacts, rules: Sequence[WorkloadRule] = ()) -> Workload
 def _is_notebook_pod(labels: Mapping[str, str]) -> bool:
     """A Kubeflow notebook's pod (owned by a StatefulSet, labelled ``notebook-name``) or a
     JupyterHub single-user server (``component=singleuser-server``)."""
-    return "notebook-name" in labels or labels.get("component") == "singleuser-server"
+    return names.NOTEBOOK_LABEL in labels or labels.get("component") == "singleuser-server"
 
 
 def project_of(pod: PodFacts) -> str:

@@ -3,9 +3,10 @@
 ``nodes_json`` and ``pods_json`` give what ``kubectl get nodes -o json`` and ``kubectl get
 pods -A -o json`` would print for a :class:`~sim.SimulatedCluster` at a time;
 ``quotas_json`` gives the scenario's projects as Kueue ClusterQueues. Node labels follow
-NVIDIA's GPU feature discovery (``nvidia.com/gpu.product``...) and the label names below,
-which the collector's inventory reads back. Times are seconds on the scenario's timeline;
-``origin`` (unix seconds) places them on the wall clock.
+NVIDIA's GPU feature discovery (``nvidia.com/gpu.product``...) and the label names of
+:mod:`gpuscope.core.kube_names`, which the collector's inventory reads back. Times are
+seconds on the scenario's timeline; ``origin`` (unix seconds) places them on the
+wall clock.
 
 The pods follow the owner chains of the real controllers: a Kubeflow notebook's pod is owned
 by a StatefulSet and labelled ``notebook-name`` (so :mod:`gpuscope.core.workload` sees it as
@@ -21,33 +22,26 @@ import uuid
 from datetime import UTC, datetime
 from typing import Any
 
+from gpuscope.core.kube_names import (
+    FRACTION_ANNOTATION,
+    GPU_COUNT_LABEL,
+    GPU_MEMORY_LABEL,
+    GPU_PRODUCT_LABEL,
+    GPU_RESOURCE,
+    IB_RAIL_LABEL_PREFIX,
+    KAI_QUEUE_LABEL,
+    KUEUE_API_VERSION,
+    KUEUE_QUEUE_LABEL,
+    LEAF_LABEL,
+    MIG_RESOURCE_PREFIX,
+    NOTEBOOK_LABEL,
+    POOL_LABEL,
+    RACK_LABEL,
+)
 from gpuscope.sim.behaviour import stable_id
 from gpuscope.sim.cluster import BOOT_BEFORE_ORIGIN, SimPod, SimulatedCluster
 from gpuscope.sim.dra import is_dra_pod, pod_claims
 from gpuscope.sim.scenario import GPU_MODELS, NodeSpec, WorkloadSpec
-
-GPU_RESOURCE = "nvidia.com/gpu"
-SHARED_GPU_RESOURCE = "nvidia.com/gpu.shared"
-MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
-GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
-GPU_COUNT_LABEL = "nvidia.com/gpu.count"
-#: GPU memory in MiB, as GPU feature discovery labels it.
-GPU_MEMORY_LABEL = "nvidia.com/gpu.memory"
-#: Time-slicing replicas per GPU, as GPU feature discovery labels it.
-GPU_REPLICAS_LABEL = "nvidia.com/gpu.replicas"
-POOL_LABEL = "gpuscope.io/pool"
-RACK_LABEL = "topology.gpuscope.io/rack"
-#: The leaf-switch group a node's rails connect to, under topograph's (older) label key.
-LEAF_LABEL = "network.topology.nvidia.com/leaf"
-#: ``gpuscope.io/ib-rail-<i>: mlx5_<i>``: the HCA on rail i (beside GPU i).
-IB_RAIL_LABEL_PREFIX = "gpuscope.io/ib-rail-"
-FRACTION_ANNOTATION = "gpu-fraction"
-#: GPU memory in MiB a fractional pod asks for (KAI/Run:ai), instead of a fraction.
-GPU_MEMORY_ANNOTATION = "gpu-memory"
-NOTEBOOK_LABEL = "notebook-name"
-KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
-KAI_QUEUE_LABEL = "kai.scheduler/queue"
-KUEUE_API_VERSION = "kueue.x-k8s.io/v1beta1"
 
 _FAMILY = {"H100": "hopper", "A100": "ampere"}
 _OWNERS = {  # workload kind -> (apiVersion, kind) of the controlling owner

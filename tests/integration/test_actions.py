@@ -14,6 +14,7 @@ warning is cleared: the executor acts only on sessions seen idle all along.)
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -170,17 +171,12 @@ class Cluster:
 
 
 @pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[Cluster]:
+def cluster(tmp_path: Path, actions_history: Path) -> Iterator[Cluster]:
+    """The fake API server's cluster, and a copy of the store history every act test starts
+    from (tests/integration/conftest.py builds it once)."""
     db = tmp_path / "act.duckdb"
+    shutil.copyfile(actions_history, db)
     store = Store.open(db)
-    fill(
-        store,
-        [A0, A1, B0],
-        [NB_IDLE, NB_BUSY, TRAIN],
-        lambda g, ts: 0.7 if g == A1 else 0.0,
-        end=DATA_END,
-        step=STEP,
-    )
     with FakeKubeApi() as api:
         c = Cluster(api, store, db, tmp_path)
         c.record(

@@ -26,7 +26,7 @@ from gpuscope.agent.devices.sim import scenario_clock
 from gpuscope.collector.http_api.api import create_app
 from gpuscope.collector.service import CollectorService
 from gpuscope.core.settings import load_settings
-from gpuscope.demo_parts import start_agents
+from gpuscope.demo.parts import start_agents
 from gpuscope.sim import SimulatedCluster, default_scenario
 
 pytestmark = pytest.mark.integration

@@ -39,8 +39,9 @@ from gpuscope.collector.storage.store import Store
 from gpuscope.core.settings import Settings
 from tests.integration import cluster_history as ch
 from tests.integration.helpers import ENV
+from tests.integration.shared_runs import demo_copy
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 BUCKET_H = 300 / 3600
 
 
@@ -284,16 +285,10 @@ def test_a_busy_fractional_pod_is_not_idle_and_an_idle_notebook_is(tmp_path: Pat
 
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A small demo (8 nodes, a day of history, 20 s live: the demo's 18 s windows fill), as
-    a user runs it."""
-    out = tmp_path_factory.mktemp("demo") / "run"
-    res = subprocess.run(
-        [sys.executable, "-m", "gpuscope.cli.main", "demo", "--out", str(out), "--nodes", "8",
-         "--days", "1", "--seconds", "20"],
-        capture_output=True, text=True, timeout=300, env=ENV,
-    )  # fmt: skip
-    assert res.returncode == 0, res.stderr
-    return out
+    """A small demo (8 nodes, two days of history, 20 s live: the demo's 18 s windows fill),
+    as a user runs it: run once for this module and test_demo.py
+    (tests/integration/shared_runs.py), this module reading its own copy."""
+    return demo_copy(tmp_path_factory, tmp_path_factory.mktemp("demo") / "run").out
 
 
 def _demo_at(out: Path) -> datetime:

@@ -15,10 +15,11 @@ from gpuscope.actions.kube import ClusterClient
 from gpuscope.analytics.domains.topology_inputs import topology_analysis
 from gpuscope.analytics.placement.allocation_sources import records_from_kubectl
 from gpuscope.cli.main import main
+from gpuscope.core.kube_names import LEAF_LABEL
 from gpuscope.core.kube_objects import ObjectSet
 from gpuscope.core.settings import Settings
 from gpuscope.sim import SimulatedCluster, default_scenario
-from gpuscope.sim.kube import LEAF_LABEL, nodes_json, pods_json
+from gpuscope.sim.kube import nodes_json, pods_json
 from gpuscope.sim.scenario import TOPOLOGY_STORY_GROUP
 from tests.fakes.kube_api import FakeKubeApi
 

@@ -44,7 +44,7 @@ from gpuscope.collector.scraping.scrape import (
 from gpuscope.collector.scraping.scrape_loop import ScrapeLoop
 from tests.integration.helpers import ENV
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 INTERVAL = 1.0
 HEALTHY = 8
 #: Targets churning 20,000 new label sets a scrape (the last ports).

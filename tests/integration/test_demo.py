@@ -9,9 +9,10 @@ from pathlib import Path
 import pytest
 
 from tests.integration.helpers import ENV
+from tests.integration.shared_runs import demo_copy
 
 # a demo run is ~1-2 minutes on 2 cores: past pytest's default 120 s on a loaded machine
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(600)]
 
 
 def demo(*args: str) -> subprocess.CompletedProcess[str]:
@@ -58,12 +59,17 @@ def allocation_each_hour(db: Path) -> list[float]:
         return [float(r[1]) for r in con.execute(ALLOCATION_SQL).fetchall()]
 
 
-def test_demo_finds_what_the_scenario_planted(tmp_path: Path) -> None:
+def test_demo_finds_what_the_scenario_planted(
+    tmp_path_factory: pytest.TempPathFactory, tmp_path: Path
+) -> None:
     """The idle notebooks, the hot rail, the over-quota project, the blocked 4-GPU job and
     the erroring port are found, from the stored data; the alerts reach the local sink; the
     policies plan as a dry run; the weekly report tells the week of history; a second run
-    refuses the folder. (Two days of history keep the test short; the default is seven.)"""
-    res = demo("--out", str(tmp_path), "--nodes", "8", "--days", "2")
+    refuses the folder. (Two days of history keep the test short; the default is seven. The
+    run, tests/integration/shared_runs.py's DEMO_ARGS, is made once for this module and
+    test_consistency.py, each reading its own copy.)"""
+    tmp_path = tmp_path / "demo"
+    res = demo_copy(tmp_path_factory, tmp_path)
     assert res.returncode == 0, res.stderr
     assert "[7/7]" in res.stderr and "Traceback" not in res.stderr
     out = json.loads((tmp_path / "findings.json").read_text())

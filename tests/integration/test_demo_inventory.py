@@ -20,8 +20,8 @@ from gpuscope.collector.cluster.inventory_records import node_from_json, pod_fro
 from gpuscope.collector.cluster.queue_records import quota_from_clusterqueue
 from gpuscope.collector.service import CollectorService
 from gpuscope.core.kube_objects import objects_from_documents
-from gpuscope.demo import _settings
-from gpuscope.demo_parts import record_simulated_inventory
+from gpuscope.demo.parts import record_simulated_inventory
+from gpuscope.demo.run import _settings
 from gpuscope.sim import SimulatedCluster, default_scenario
 from gpuscope.sim.dra import dra_json, is_dra_pod
 from gpuscope.sim.kube import nodes_json, pod_json, quotas_json

@@ -16,9 +16,9 @@ from pathlib import Path
 
 from hypothesis import HealthCheck, given, settings
 
+from gpuscope.analytics.inventory import inventory_at
 from gpuscope.analytics.report.fragmentation import change_points
 from gpuscope.analytics.report.inventory_sweep import inventories
-from gpuscope.analytics.report.topology import inventory_at
 from gpuscope.collector.storage.store import Store
 from tests.integration import cluster_history as ch
 from tests.integration import report_week as rw

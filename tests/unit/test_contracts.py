@@ -1,7 +1,9 @@
 """Contracts that keep the parts honest: docs match the code, manifests match Kubernetes."""
 
 import argparse
+import dataclasses
 from pathlib import Path
+from typing import Any
 
 import kubernetes_validate
 import pytest
@@ -45,11 +47,16 @@ def test_every_cli_command_and_flag_is_documented() -> None:
             assert f"`{flag}" in section, f"{command} {flag}"
 
 
-def _keys(model: type[BaseModel], prefix: str = "") -> list[str]:
+def _keys(model: type[Any], prefix: str = "") -> list[str]:
+    """Every key of a section, nested sections' keys dotted: a pydantic model's fields, or a
+    dataclass's (the agent's section, declared once in gpuscope/core/agent_settings.py)."""
     keys = []
-    for name, field in model.model_fields.items():
-        ann = field.annotation
-        if isinstance(ann, type) and issubclass(ann, BaseModel):
+    if dataclasses.is_dataclass(model):
+        annotations = {f.name: f.type for f in dataclasses.fields(model)}
+    else:
+        annotations = {n: f.annotation for n, f in model.model_fields.items()}
+    for name, ann in annotations.items():
+        if isinstance(ann, type) and (issubclass(ann, BaseModel) or dataclasses.is_dataclass(ann)):
             keys += _keys(ann, f"{prefix}{name}.")
         else:
             keys.append(prefix + name)

@@ -7,7 +7,7 @@ from array import array
 
 from gpuscope.core.catalogue import AGENT_METRICS
 from gpuscope.core.series import node_series
-from gpuscope.demo_readings import KEPT, frames, request, serve
+from gpuscope.demo.readings import KEPT, frames, request, serve
 from gpuscope.sim import SimulatedCluster, default_scenario
 
 SPECS = {m.name: m for m in AGENT_METRICS}

@@ -4,6 +4,7 @@ values, wires the agent and collector as their CLIs expect, and is what deploy/ 
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import string
 from pathlib import Path
@@ -195,7 +196,7 @@ def _agent_settings(c: dict[str, Any]) -> Settings:
     env = {e["name"]: e["value"] for e in c["env"] if "value" in e}
     settings = load_settings(env=env)
     assert args.gpu_source in ("auto", "nvml", "dcgm")
-    return settings.model_copy(update={"agent": settings.agent.model_copy(update={
+    return settings.model_copy(update={"agent": dataclasses.replace(settings.agent, **{
         k: v for k, v in {"gpu_source": args.gpu_source, "dcgm_exporter_url": args.dcgm_exporter_url}.items() if v
     })})  # fmt: skip
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from gpuscope.core.timefmt import api_times, rfc3339
-from gpuscope.demo import follow_up_lines, gpuscope_command
+from gpuscope.demo.run import follow_up_lines, gpuscope_command
 
 AT = datetime(2026, 11, 23, 0, 10, 26, tzinfo=UTC)
 

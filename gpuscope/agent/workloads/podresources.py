@@ -24,15 +24,16 @@ import grpc
 from gpuscope.agent.proto import podresources_v1_pb2 as pb2
 from gpuscope.agent.proto import podresources_v1_pb2_grpc as pb2_grpc
 from gpuscope.agent.workloads.dra import DeviceIdentity, DeviceKey
+from gpuscope.core import kube_names as names
 from gpuscope.core.errors import SourceError
 
 log = logging.getLogger(__name__)
 
 #: Extended resources that are GPUs: whole GPUs, MIG slices and time-sliced/MPS replicas.
 DEFAULT_GPU_RESOURCES: tuple[str, ...] = (
-    "nvidia.com/gpu",
-    "nvidia.com/gpu.shared",
-    "nvidia.com/mig-*",
+    names.GPU_RESOURCE,
+    names.SHARED_GPU_RESOURCE,
+    names.MIG_RESOURCE_PREFIX + "*",
 )
 #: The kubelet's own client allows responses this large; a busy node's list is big.
 _MAX_MESSAGE_BYTES = 16 * 1024 * 1024

@@ -70,7 +70,7 @@ def _placement_blocker(
     con: duckdb.DuckDBPyConnection, at: datetime, settings: AnalyticsSettings
 ) -> dict[str, Any]:
     """The placement view at ``at``: what the fragmentation analysis says is free."""
-    from gpuscope.analytics.report.fragmentation import analysis_at
+    from gpuscope.analytics.inventory import analysis_at
 
     found = analysis_at(con, at, settings)
     return dict(found.summary) if found is not None else {}

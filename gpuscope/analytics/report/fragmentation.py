@@ -11,30 +11,25 @@ The state at an instant is the one the scheduled detector would have seen then: 
 inventory versions valid at that instant, the GPU indices the agents reported for the
 pods (the inventory knows a fractional pod's share, not which GPU it landed on), through
 :func:`gpuscope.analytics.placement.allocation.state_from_records` and measured by
-:func:`gpuscope.analytics.placement.fragmentation.analyze_fragmentation`. This module is only the
-adapter from the inventory history to those two (``analysis_at``), so a change in the allocation
-model reaches the report unchanged. An instant without any node in the inventory is left out.
+:func:`gpuscope.analytics.placement.fragmentation.analyze_fragmentation`, read by
+:func:`gpuscope.analytics.inventory.analysis_at` (the scheduled detector's own reader), so a
+change in the allocation model reaches the report unchanged. An instant without any node in
+the inventory is left out.
 """
 
 from __future__ import annotations
 
-import functools
-import json
 from collections.abc import Iterable
-from dataclasses import fields
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 import duckdb
 import polars as pl
 
-from gpuscope.analytics.base import Analysis
-from gpuscope.analytics.placement.allocation import state_from_records
+from gpuscope.analytics.inventory import analysis_at
 from gpuscope.analytics.placement.fragmentation import analyze_fragmentation
 from gpuscope.analytics.report.sql import Q, run
 from gpuscope.analytics.report.week import Week
-from gpuscope.collector.cluster.inventory_records import NodeInfo, PodInfo
-from gpuscope.core.records import WorkloadKind
 from gpuscope.core.settings import AnalyticsSettings
 
 if TYPE_CHECKING:
@@ -53,38 +48,6 @@ COLUMNS: dict[str, type[pl.DataType]] = {
     "largest_placeable_job_gpus": pl.Int64,
     "pending_tasks": pl.Int64,
 }
-_NODE_FIELDS = frozenset(f.name for f in fields(NodeInfo))
-_POD_FIELDS = frozenset(f.name for f in fields(PodInfo))
-
-
-@functools.lru_cache(maxsize=4096)  # records are frozen; a version recurs in many states
-def _node(text: str) -> NodeInfo:
-    data = json.loads(text)
-    return NodeInfo(**{k: v for k, v in data.items() if k in _NODE_FIELDS})
-
-
-@functools.lru_cache(maxsize=65_536)
-def _pod(text: str) -> PodInfo:
-    data: dict[str, Any] = {"uid": "", "start_time": None, "phase": "Running", "node": None}
-    data |= {k: v for k, v in json.loads(text).items() if k in _POD_FIELDS}
-    kind = data.get("kind", WorkloadKind.UNKNOWN.value)
-    known = kind in WorkloadKind._value2member_map_
-    data["kind"] = WorkloadKind(kind) if known else WorkloadKind.UNKNOWN
-    return PodInfo(**data)
-
-
-def analysis_at(
-    con: duckdb.DuckDBPyConnection, at: datetime, settings: AnalyticsSettings
-) -> Analysis | None:
-    """The fragmentation analysis of the inventory state valid at ``at`` (None: no nodes
-    then). What the scheduled detector and ``gpuscope analyze`` report for that time."""
-    nodes = [_node(r[0]) for r in run(con, Q["nodes_at"], at=at).fetchall()]
-    if not nodes:
-        return None
-    pods = [_pod(r[0]) for r in run(con, Q["pods_at"], at=at).fetchall()]
-    indices = {k: sorted(g) for k, g in run(con, Q["gpu_indices_at"], at=at).fetchall()}
-    state = state_from_records(nodes, pods, indices)
-    return analyze_fragmentation(state, at=at, settings=settings)
 
 
 def fragmentation_at(

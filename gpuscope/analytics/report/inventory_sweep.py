@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 
 import duckdb
 
-from gpuscope.analytics.report.fragmentation import _node, _pod
+from gpuscope.analytics.inventory import node_record, pod_record
 from gpuscope.analytics.report.sql import Q, run
 from gpuscope.collector.cluster.inventory_records import NodeInfo, PodInfo
 
@@ -61,8 +61,8 @@ def inventories(
     sweeps = zip(_sweep(nodes, instants), _sweep(pods, instants), _sweep(held, instants),
                  strict=True)  # fmt: skip
     for node_rows, pod_rows, held_rows in sweeps:
-        node_records = _records(node_rows, _node)
-        pod_records = _records(pod_rows, _pod) if node_records else []
+        node_records = _records(node_rows, node_record)
+        pod_records = _records(pod_rows, pod_record) if node_records else []
         indices: dict[str, set[int]] = {}
         for key, gpu, _, _ in held_rows:
             indices.setdefault(key, set()).add(gpu)

@@ -8,15 +8,11 @@ from __future__ import annotations
 
 import re
 from importlib.resources import files
-from typing import Any
-
-import duckdb
-import polars as pl
 
 from gpuscope.analytics.detectors.idle_gaps import with_rule
+from gpuscope.analytics.named_sql import frame, run
 
-_PARAM = re.compile(r"\$(\w+)")
-_COMMENT = re.compile(r"--[^\n]*")
+__all__ = ["Q", "frame", "run"]
 
 
 def _load_queries() -> dict[str, str]:
@@ -28,16 +24,3 @@ def _load_queries() -> dict[str, str]:
 
 #: Named queries from gpuscope/analytics/report/report.sql.
 Q = _load_queries()
-
-
-def run(con: duckdb.DuckDBPyConnection, sql: str, **params: Any) -> duckdb.DuckDBPyConnection:
-    """Execute ``sql`` with the parameters it names (bound, never formatted in)."""
-    used = set(_PARAM.findall(_COMMENT.sub("", sql)))
-    return con.execute(sql, {k: v for k, v in params.items() if k in used})
-
-
-def frame(con: duckdb.DuckDBPyConnection, sql: str, **params: Any) -> pl.DataFrame:
-    """The result of ``sql`` as a polars frame (through Arrow)."""
-    used = set(_PARAM.findall(_COMMENT.sub("", sql)))
-    out: pl.DataFrame = con.sql(sql, params={k: v for k, v in params.items() if k in used}).pl()
-    return out

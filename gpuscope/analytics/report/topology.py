@@ -30,9 +30,8 @@ import polars as pl
 from gpuscope.analytics.domains.topology import analyze_topology
 from gpuscope.analytics.domains.topology_groups import pod_groups
 from gpuscope.analytics.domains.topology_levels import topology_of
+from gpuscope.analytics.inventory import inventory_at
 from gpuscope.analytics.placement.allocation import ClusterState, state_from_records
-from gpuscope.analytics.report.fragmentation import _node, _pod
-from gpuscope.analytics.report.sql import Q, run
 from gpuscope.analytics.report.week import Week
 from gpuscope.collector.cluster.inventory_records import NodeInfo, PodInfo
 from gpuscope.core.settings import AnalyticsSettings
@@ -56,17 +55,6 @@ DOMAIN_COLUMNS: dict[str, type[pl.DataType]] = {
     "mean_free_gpus": pl.Float64,
     "hours_without_multi_node_slot": pl.Float64,
 }
-
-
-def inventory_at(
-    con: duckdb.DuckDBPyConnection, at: datetime
-) -> tuple[list[NodeInfo], list[PodInfo], dict[str, list[int]]]:
-    """The node and pod records valid at ``at`` and the GPU indices the agents reported
-    then (what the scheduled detector saw at that instant)."""
-    nodes = [_node(r[0]) for r in run(con, Q["nodes_at"], at=at).fetchall()]
-    pods = [_pod(r[0]) for r in run(con, Q["pods_at"], at=at).fetchall()] if nodes else []
-    indices = {k: sorted(g) for k, g in run(con, Q["gpu_indices_at"], at=at).fetchall()}
-    return nodes, pods, indices
 
 
 def topology_at(

@@ -22,10 +22,10 @@ from gpuscope.collector.cluster.scheduling_rules import (
     taint_text,
     toleration,
 )
+from gpuscope.core import kube_names as names
 from gpuscope.core.records import WorkloadKind
 from gpuscope.core.settings import WorkloadSettings
 from gpuscope.core.workload import PodFacts, classify
-from gpuscope.sim import kube as names
 
 #: Pool of nodes that carry no pool label (the fragmentation analysis and the node gauges
 #: both use it, so a dashboard's pool filter sees the same pools in each).

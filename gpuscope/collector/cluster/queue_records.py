@@ -15,8 +15,8 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from gpuscope.collector.cluster.inventory_records import QuotaInfo, parse_quantity, parse_time
+from gpuscope.core import kube_names as names
 from gpuscope.core.kube_objects import ObjectSet
-from gpuscope.sim import kube as names
 
 KUEUE_GROUP = "kueue.x-k8s.io"
 KAI_GROUP = "scheduling.run.ai"

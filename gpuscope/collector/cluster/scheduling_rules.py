@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from gpuscope.sim import kube as names
+from gpuscope.core import kube_names as names
 
 #: Taint effects that keep a pod off a node (``PreferNoSchedule`` is a preference).
 HARD_EFFECTS = frozenset({"NoSchedule", "NoExecute"})

@@ -44,6 +44,17 @@ class Step:
     counter: Flags
 
 
+def counter_increases(values: Floats, prev: Floats) -> Floats:
+    """The counter rule, element-wise: each value's increase over ``prev`` (the series'
+    previous raw value); a decrease is a reset, so the increase is the new value; no previous
+    value (NaN) makes the sample the series' baseline, 0. The store's cycles and the fast
+    history writer (bench/history_fast.py) both store what this returns."""
+    with np.errstate(invalid="ignore"):
+        increase = np.where(values >= prev, values - prev, values)  # a decrease is a reset
+    out: Floats = np.where(np.isnan(prev), 0.0, increase)  # the first sample: baseline
+    return out
+
+
 class LastValues:
     """Per series id: is it a counter, and its last raw value (NaN: none yet)."""
 
@@ -92,10 +103,7 @@ class LastValues:
         vals = np.asarray(values, np.float64)[order]
         counter, prev = self._counter[ids], self._raw[ids]
         finite = np.isfinite(vals)
-        with np.errstate(invalid="ignore"):
-            increase = np.where(vals >= prev, vals - prev, vals)  # a decrease is a reset
-        increase = np.where(np.isnan(prev), 0.0, increase)  # the first sample: baseline
-        value = np.where(counter, increase, vals)
+        value = np.where(counter, counter_increases(vals, prev), vals)
         raw = np.where(counter & ~finite, prev, vals)
         return Step(order, ids, value, raw, ~counter | finite, counter)
 

@@ -1,6 +1,6 @@
 """The demo history's readings, computed in a process of their own while the store commits.
 
-``python -m gpuscope.demo_readings`` reads one JSON request on stdin (the scenario, the
+``python -m gpuscope.demo.readings`` reads one JSON request on stdin (the scenario, the
 nodes, the sample times) and writes one pickled frame per sample time on stdout: for each
 node its series' values, and its names and labels only when they changed (pods come and
 go a few times a week; the labels of a node stay the same between). The series are exactly

@@ -1,7 +1,7 @@
 """``gpuscope demo``: the pipeline on a simulated cluster, with nothing but Python.
 
 One agent per simulated node serves on a loopback port. The collector's store first gets a
-simulated week of history (gpuscope/demo_history.py), then scrapes the agents over HTTP for
+simulated week of history (gpuscope/demo/history.py), then scrapes the agents over HTTP for
 some seconds, with the simulated cluster's Kubernetes inventory recorded through the same
 parsers a real API server's objects go through. Then every detector runs, the alerts engine
 delivers to a local webhook sink, the action policies run as a dry run, and the weekly
@@ -32,8 +32,8 @@ from gpuscope.collector.service import CollectorService, bind_listen
 from gpuscope.core.errors import UserError
 from gpuscope.core.settings import Settings, load_settings, parse_listen
 from gpuscope.core.timefmt import rfc3339
-from gpuscope.demo_history import fill_history, monday_before
-from gpuscope.demo_parts import (
+from gpuscope.demo.history import fill_history, monday_before
+from gpuscope.demo.parts import (
     AlertSink,
     demo_alerts_config,
     plan_demo_actions,

@@ -6,10 +6,10 @@ windows have a week to read.
 The series are exactly those the agent exposes for each node at each instant (the same
 readings, the same catalogue mapping, the same labels and target), sampled every
 ``step_seconds`` (5 minutes: the report's resolution) instead of every 15 s, and without the
-per-packet and vendor counters no analysis reads (:data:`~gpuscope.demo_readings.KEPT`).
+per-packet and vendor counters no analysis reads (:data:`~gpuscope.demo.readings.KEPT`).
 Rendering and parsing the text format is left out: it is measured in bench/ and exercised
 by the live scraping that follows. The readings are computed in a helper process
-(gpuscope/demo_readings.py) while this one commits the cycles before them.
+(gpuscope/demo/readings.py) while this one commits the cycles before them.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from typing import IO, Any
 from gpuscope.collector.scraping.batch import Batch, Labels
 from gpuscope.collector.storage.store import Store
 from gpuscope.core.catalogue import AGENT_METRICS
-from gpuscope.demo_readings import KEPT, request
+from gpuscope.demo.readings import KEPT, request
 from gpuscope.sim import SimulatedCluster
 
 __all__ = ["KEPT", "fill_history", "monday_before"]
@@ -62,7 +62,7 @@ def fill_history(
     layouts: dict[int, tuple[list[str], list[Labels]]] = {}
     stored = 0
     helper = subprocess.Popen(
-        [sys.executable, "-m", "gpuscope.demo_readings"],
+        [sys.executable, "-m", "gpuscope.demo.readings"],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
     )
