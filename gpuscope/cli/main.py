@@ -296,8 +296,8 @@ def check_database(path: Path) -> None:
         missing = missing_bytes(con, path)  # as Store.open checks it, first
         if missing:
             raise UserError(
-                f"database {path} is truncated: at least {missing} bytes of its end are "
-                "missing (restore it from a backup, or move it away to start a new one)"
+                f"cannot read database {path} (damaged or truncated?): at least {missing} "
+                "bytes of its end are missing (restore it from a backup, or move it away)"
             )
         version = schema.schema_version(con)
         if version == schema.LATEST_VERSION:  # an older one: the collector migrates it first

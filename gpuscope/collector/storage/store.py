@@ -111,8 +111,8 @@ class Store(WriterMixin, MaintenanceMixin, ReclaimMixin, RecordsMixin, AlertsMix
             missing = missing_bytes(con, path)
             if missing:
                 raise UserError(
-                    f"database {path} is truncated: at least {missing} bytes of its end are "
-                    "missing (restore it from a backup, or move it away to start a new one)"
+                    f"cannot read database {path} (damaged or truncated?): at least {missing} "
+                    "bytes of its end are missing (restore it from a backup, or move it away)"
                 )
             version = schema.schema_version(con)
             if version > schema.LATEST_VERSION:
