@@ -282,7 +282,11 @@ def check_database(path: Path) -> None:
     import duckdb
 
     from gpuscope.collector.storage import schema
-    from gpuscope.collector.storage.store_sql import is_duckdb_file, missing_bytes
+    from gpuscope.collector.storage.store_sql import (
+        is_duckdb_file,
+        missing_bytes,
+        read_writer_state,
+    )
 
     if not is_duckdb_file(path):
         raise UserError(f"{path} is not a DuckDB database; refusing to open or overwrite it")
@@ -294,10 +298,12 @@ def check_database(path: Path) -> None:
         missing = missing_bytes(con, path)  # as Store.open checks it, first
         if missing:
             raise UserError(
-                f"database {path} is truncated: its last {missing} bytes are missing "
-                "(restore it from a backup, or move it away to start a new one)"
+                f"cannot read database {path} (damaged or truncated?): at least {missing} "
+                "bytes of its end are missing (restore it from a backup, or move it away)"
             )
         version = schema.schema_version(con)
+        if version == schema.LATEST_VERSION:  # an older one: the collector migrates it first
+            read_writer_state(con)  # what the collector reads when it opens the file
     except duckdb.Error as exc:
         raise open_error(path, exc, "") from None
     finally:

@@ -16,6 +16,7 @@ import sys
 import time
 from pathlib import Path
 
+import duckdb
 import pytest
 
 from gpuscope.collector.scraping.batch import Batch
@@ -45,11 +46,30 @@ def whole(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
+def _used_end(path: Path) -> int:
+    """Where the file's last used block ends: the free blocks after it may be cut off
+    without loss (DuckDB itself leaves them out after a SIGKILL, test_store_crash.py)."""
+    con = duckdb.connect(str(path), read_only=True)
+    try:
+        block = con.execute("PRAGMA database_size").fetchone()[2]  # type: ignore[index]
+        tables = [t for (t,) in con.execute("SELECT table_name FROM duckdb_tables()").fetchall()]
+        last = max(
+            con.execute(
+                "SELECT coalesce(max(block_id), -1) FROM pragma_storage_info(?)", [t]
+            ).fetchone()[0]  # type: ignore[index]
+            for t in tables
+        )
+    finally:
+        con.close()
+    return int(3 * 4096 + block * (last + 1))
+
+
 def _cut(whole: Path, tmp_path: Path, share: float) -> Path:
+    """A copy cut at ``share`` of its used part."""
     path = tmp_path / "cut.duckdb"
     shutil.copy(whole, path)
     with path.open("r+b") as f:
-        f.truncate(int(whole.stat().st_size * share))
+        f.truncate(int(_used_end(whole) * share))
     return path
 
 

@@ -41,6 +41,7 @@ from gpuscope.collector.storage.store_sql import (
     Retention,
     is_duckdb_file,
     missing_bytes,
+    read_writer_state,
     series_kind,
     utc,
 )
@@ -110,8 +111,8 @@ class Store(WriterMixin, MaintenanceMixin, ReclaimMixin, RecordsMixin, AlertsMix
             missing = missing_bytes(con, path)
             if missing:
                 raise UserError(
-                    f"database {path} is truncated: its last {missing} bytes are missing "
-                    "(restore it from a backup, or move it away to start a new one)"
+                    f"cannot read database {path} (damaged or truncated?): at least {missing} "
+                    "bytes of its end are missing (restore it from a backup, or move it away)"
                 )
             version = schema.schema_version(con)
             if version > schema.LATEST_VERSION:
@@ -126,6 +127,8 @@ class Store(WriterMixin, MaintenanceMixin, ReclaimMixin, RecordsMixin, AlertsMix
                 )
             if version < schema.LATEST_VERSION:
                 migrate(con)
+            if read_only:  # read-write: the writer's state is loaded below, the same reads
+                read_writer_state(con)
         except duckdb.Error as exc:  # a damaged file: a header DuckDB accepts, pages it cannot
             con.close()
             first = (str(exc).splitlines() or [type(exc).__name__])[0]

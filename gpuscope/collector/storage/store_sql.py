@@ -196,12 +196,10 @@ def missing_bytes(con: duckdb.DuckDBPyConnection, path: Path) -> int:
     missing = max(0, expected - size)
     if missing == 0 or missing > free_blocks * block_size:
         return missing
-    if (size - _FILE_HEADERS_BYTES) % block_size:  # cut inside a block: not DuckDB's doing
-        return missing
-    # DuckDB cuts whole free blocks off the end of the file at a checkpoint while the
-    # header still counts them (seen after the store's retention): short by no more than
-    # its free blocks, the file is whole if it holds the highest block its metadata and its
-    # tables' data use
+    # a whole file may lack free blocks at its end while the header still counts them
+    # (DuckDB cuts them off at a checkpoint, seen after the store's retention; a SIGKILL
+    # leaves them unwritten): short by no more than its free blocks, the file is whole if
+    # it holds the highest block its metadata and its tables' data use
     used = _FILE_HEADERS_BYTES + block_size * (_highest_used_block(con) + 1)
     return max(0, used - size)
 
@@ -222,6 +220,16 @@ def _highest_used_block(con: duckdb.DuckDBPyConnection) -> int:
         if row is not None and row[0] is not None:
             highest = max(highest, int(row[0]))
     return highest
+
+
+def read_writer_state(con: duckdb.DuckDBPyConnection) -> None:
+    """Read, and drop, what the collector reads of the file when it opens it (every series
+    and every open interval, streamed): a file damaged there is refused by every command
+    as the collector refuses it, not by the collector alone (issue 38)."""
+    for name in ("load_series", "load_open_intervals"):
+        cur = con.execute(Q[name])
+        while cur.fetchmany(10_000):
+            pass
 
 
 class StoreParts:
