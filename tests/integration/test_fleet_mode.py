@@ -169,9 +169,11 @@ def test_fleet_mode_reads_the_shipped_recording_rules(
         spy: list[str] = []
         original = QueryClient.query
 
-        def recorded(self: QueryClient, path: str, params: dict[str, str]) -> dict[str, Any]:
+        def recorded(
+            self: QueryClient, path: str, params: dict[str, str], **kw: Any
+        ) -> dict[str, Any]:
             spy.append(params["query"])
-            return original(self, path, params)
+            return original(self, path, params, **kw)
 
         QueryClient.query = recorded  # type: ignore[method-assign]
         try:
