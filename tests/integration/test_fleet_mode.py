@@ -60,7 +60,8 @@ def run_fleet(base: str, run: SimRun, db: Path, settings: Settings, q: QuerySett
     now = run.start + 60
     while now <= run.end + BUCKET_S + q.latency_offset_seconds + 60:
         ingest.cycle(now)
-        assert ingest.last is not None and not ingest.last.error, ingest.last.error
+        last = ingest.last
+        assert last is not None and not last.error, last
         now += 60
     status = ingest.status(now)
     assert status["steps_skipped"] == 0 and status["last_error"] is None

@@ -111,10 +111,10 @@ def recording(prom: str) -> Iterator[list[tuple[int, str]]]:
     seen: list[tuple[int, str]] = []
     original = QueryClient.query
 
-    def spy(self: QueryClient, path: str, params: dict[str, str]) -> dict[str, Any]:
+    def spy(self: QueryClient, path: str, params: dict[str, str], **kw: Any) -> dict[str, Any]:
         steps = round((float(params["end"]) - float(params["start"])) / STEP) + 1
         try:
-            out = original(self, path, params)
+            out = original(self, path, params, **kw)
         except QueryRefused:
             seen.append((steps, "refused"))
             raise
