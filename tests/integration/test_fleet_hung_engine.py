@@ -142,6 +142,7 @@ def test_a_hung_engine_bounds_the_cycle_and_the_next_asks_the_left_first(tmp_pat
         try:
             svc.query_cycle()
             first = svc.ingest_status()["query_source"]
+            metrics = TestClient(create_app(svc.api_state())).get("/metrics").text
             asked_first = list(hung.asked)
             svc.query_cycle()
             second = svc.ingest_status()["query_source"]
@@ -161,3 +162,7 @@ def test_a_hung_engine_bounds_the_cycle_and_the_next_asks_the_left_first(tmp_pat
     # the next cycle starts with the shards the deadline left
     assert asked_second and set(asked_second[:4]) <= by_state["not_asked"]
     assert second["failed_cycles"] == 2
+    shown = {line.split('state="')[1].split('"')[0]: float(line.rsplit(" ", 1)[1])
+             for line in metrics.splitlines()
+             if line.startswith("gpuscope_collector_query_shards{")}  # fmt: skip
+    assert shown == {k: len(v) for k, v in by_state.items()}

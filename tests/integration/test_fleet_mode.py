@@ -60,7 +60,8 @@ def run_fleet(base: str, run: SimRun, db: Path, settings: Settings, q: QuerySett
     now = run.start + 60
     while now <= run.end + BUCKET_S + q.latency_offset_seconds + 60:
         ingest.cycle(now)
-        assert ingest.last is not None and not ingest.last.error, ingest.last.error
+        last = ingest.last
+        assert last is not None and not last.error, last
         now += 60
     status = ingest.status(now)
     assert status["steps_skipped"] == 0 and status["last_error"] is None
@@ -169,9 +170,11 @@ def test_fleet_mode_reads_the_shipped_recording_rules(
         spy: list[str] = []
         original = QueryClient.query
 
-        def recorded(self: QueryClient, path: str, params: dict[str, str]) -> dict[str, Any]:
+        def recorded(
+            self: QueryClient, path: str, params: dict[str, str], **kw: Any
+        ) -> dict[str, Any]:
             spy.append(params["query"])
-            return original(self, path, params)
+            return original(self, path, params, **kw)
 
         QueryClient.query = recorded  # type: ignore[method-assign]
         try:

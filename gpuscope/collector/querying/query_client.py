@@ -48,6 +48,15 @@ _TOO_BIG = ("too many", "max-samples", "maxuniquetimeseries", "maxsamplesperquer
             "exceeded", "limit", "would load too much")  # fmt: skip
 
 
+def engine_duration(seconds: float) -> str:
+    """A timeout as every engine parses it: Prometheus (and Thanos, Mimir) take whole units
+    only ("47.9s" is refused as bad_data), VictoriaMetrics takes both: whole seconds, else
+    whole milliseconds, rounded down so the engine stops no later than the client."""
+    if seconds == int(seconds):
+        return f"{int(seconds)}s"
+    return f"{max(1, int(seconds * 1000))}ms"
+
+
 @dataclass
 class QueryStats:
     """What one cycle's queries cost: counted by the client, read and reset by the cycle."""
@@ -153,7 +162,7 @@ class QueryClient:
                     raise DeadlinePassed(f"query API {self.shown_url}: cycle deadline passed")
                 timeout = min(timeout, left)
             try:
-                return self._once(path, {**params, "timeout": f"{timeout:.3g}s"}, timeout)
+                return self._once(path, {**params, "timeout": engine_duration(timeout)}, timeout)
             except (QueryRefused, QueryCancelled):
                 raise
             except _Retryable as exc:

@@ -321,3 +321,15 @@ class QueryIngestMetrics:
         yield gauge("gpuscope_collector_query_cycle_queries",
                     "Queries sent in the last cycle.",
                     None if last is None else last.stats.queries)  # fmt: skip
+        if q.mode == "fleet":
+            shards = GaugeMetricFamily(
+                "gpuscope_collector_query_shards",
+                "Fleet-mode shards by state (asking, ok, failed, timed_out, not_asked, new).",
+                labels=[*labels, "state"],
+            )
+            states: dict[str, int] = {}
+            for st in q.fleet.state.values():
+                states[st.state] = states.get(st.state, 0) + 1
+            for state, n in sorted(states.items()):
+                shards.add_metric([*values, state], n)
+            yield shards
