@@ -168,7 +168,8 @@ def render_capacity(cap: dict[str, Any]) -> list[str]:
         lines.append(gpus_line(cap["fewest_gpus_90"], "90 %", base))
         s = cap["search"]
         lines.append(
-            f"({s['replays']} replays searched, up to {s['max_nodes']} nodes a model"
+            f"({s['replays']} replay{'s' if s['replays'] != 1 else ''} searched, "
+            f"up to {s['max_nodes']} nodes a model"
             + ("" if s["complete"] else "; stopped at the replay budget: answers may be high")
             + ")"
         )

@@ -139,13 +139,15 @@ def test_analyze_report_and_whatif_run_beside_a_live_collector(tmp_path: Path) -
             assert "<html" in (week / "report.html").read_text()[:2000].lower()
 
             # whatif --db: the stored week replayed, as a local replay of the copy
-            args = ["--week", "2025-W10", "--policy", "bestfit", "fgd", "--seeds", "2", "--json"]
+            args = ["--week", "2025-W10", "--policy", "bestfit", "fgd", "--seeds", "2", "--json",
+                    "--capacity-search"]  # fmt: skip
             wi = json.loads(ok(cli("whatif", "--db", str(held), *args, config=config)))
             scrapes.append(agent_target(base)["scrapes"])
             assert wi == json.loads(ok(cli("whatif", "--db", str(copy), *args)))
             assert sorted(wi["policies"]) == ["bestfit", "fgd"]
             assert wi["summary"]["week"] == "2025-W10" and wi["summary"]["source"] == "database"
             assert wi["summary"]["seeds"] == 2 and "what_happened" in wi["summary"]
+            assert wi["capacity"]["policy"] == "leastallocated" and "search" in wi["capacity"]
 
             # act (a dry run: this collector has no Kubernetes API): run in the collector,
             # its audit rows written there

@@ -116,6 +116,8 @@ def test_a_job_no_node_shape_fits_has_no_answer() -> None:
     assert cap["baseline"]["jobs_never_started"] == 1
     assert cap["baseline"]["mean_wait_hours"][">8"]["never_started"] == 1
     assert cap["fewest_gpus_half"] is None and cap["fewest_gpus_90"] is None
+    # up to one node (one GPU pod at most present), then the 90 % cut is not tried again
+    assert cap["search"]["max_nodes"] == 1 and cap["search"]["replays"] == 1
 
 
 def test_removing_the_node_a_job_needs_leaves_it_waiting_to_the_end() -> None:

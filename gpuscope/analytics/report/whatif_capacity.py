@@ -69,9 +69,12 @@ def whatif_capacity_over(
     )  # fmt: skip
     base = cap["baseline"]
     rows: list[dict[str, Any]] = [_row(AS_IT_WAS, "", 0, base)]
+    if not base["queued_gpu_hours"]:
+        only = pl.DataFrame(rows, schema=COLUMNS, orient="row")
+        return only, f"Nothing queued in the week under {POLICY}: no GPU to add."
     for key, _ in CUTS:
         answer = cap.get(key)
-        if answer is None:
+        if answer is None or not answer["nodes"]:
             continue
         name = f"+{answer['nodes']} {answer['model']} node{'s' if answer['nodes'] != 1 else ''}"
         figures = answer | {"gpus": base["gpus"] + answer["gpus"]}

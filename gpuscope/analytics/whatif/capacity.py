@@ -223,15 +223,16 @@ def fewest_gpus(
                 return value
 
             answers: dict[str, Any] = per_model.setdefault(model, {})
-            lo = 0
+            lo, unreachable = 0, False
             for key, cut in CUTS:
                 target = baseline_queued * (1.0 - cut) + 5e-4  # the figures round to 1e-3
                 limit = bound if key not in best else min(bound, best[key]["gpus"] // g)
                 k = None
-                if limit < bound and (limit <= lo or queued(limit) > target):
-                    limit = -1  # cannot do as well as the answer found
+                if unreachable or (limit < bound and (limit <= lo or queued(limit) > target)):
+                    limit = -1  # cannot do as well as the answer found, or at all
                 if limit >= 0:
                     k = _least(queued, target, limit, lo)
+                    unreachable = k is None and limit == bound  # a deeper cut will not be
                 answers[key] = None if k is None else {
                     "model": model, "nodes": k, "gpus_per_node": g, "gpus": k * g,
                     **{f: memo[k][f] for f in ANSWER_FIGURES},
