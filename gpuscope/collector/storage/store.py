@@ -108,7 +108,8 @@ class Store(WriterMixin, MaintenanceMixin, ReclaimMixin, RecordsMixin, AlertsMix
         except duckdb.Error as exc:
             raise UserError(f"cannot open database {path}: {str(exc).splitlines()[0]}") from None
         try:
-            missing = missing_bytes(con, path)
+            # an in-memory database (":memory:") has no file to measure
+            missing = missing_bytes(con, path) if path.is_file() else 0
             if missing:
                 raise UserError(
                     f"cannot read database {path} (damaged or truncated?): at least {missing} "
