@@ -416,6 +416,10 @@ def test_demo_report_whatif_names_what_gpuscope_whatif_finds(demo: Path) -> None
     # and the report the demo wrote says the CLI's verdict in its summary
     summary = (demo / "reports" / week.label / "summary.md").read_text()
     verdict = out["summary"]["verdict"]
-    assert report.whatif_verdict == verdict["text"]
-    assert f"- What if: {verdict['text']}" in summary
+    # issue 35: the calibration of the policy that ran first, then the same verdict
+    from gpuscope.analytics.whatif.calibration import describe
+
+    headline = f"{describe(out['summary']['calibration'])} {verdict['text']}"
+    assert report.whatif_verdict == headline
+    assert f"- What if: {headline}" in summary
     assert "would have started the most jobs" not in summary
