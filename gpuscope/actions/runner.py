@@ -187,17 +187,7 @@ def lift_when_bound(
     lease = timedelta(seconds=settings.collector.scrape_interval_seconds)
     if not _reconcile_now(reserves, nodes, pods, at, lease):
         return []
-    executor = Executor(
-        store=store,
-        client=client,
-        settings=settings.actions,
-        protected_namespaces=frozenset(settings.workloads.protected_namespaces),
-        execute=True,  # lifting only: allowed with the kill switch on (node_freeing.py)
-        notifier=notifier,
-        clock=lambda: at,
-    )
-    executor.reconcile(policies)
-    return list(executor.records)
+    return _reconcile(store, policies, settings, client, at, notifier)
 
 
 def check_reservations(
@@ -216,12 +206,25 @@ def check_reservations(
     only, as :func:`lift_when_bound`; nothing is planned or evicted."""
     if client is None:
         return []
+    return _reconcile(store, policies, settings, client, at, notifier)
+
+
+def _reconcile(
+    store: Store,
+    policies: Sequence[Policy],
+    settings: Settings,
+    client: ClusterClient,
+    at: datetime,
+    notifier: Notifier | None,
+) -> list[ActionRecord]:
+    """The executor's reconcile alone: lifting only, allowed with the kill switch on
+    (node_freeing.py); nothing is planned or evicted."""
     executor = Executor(
         store=store,
         client=client,
         settings=settings.actions,
         protected_namespaces=frozenset(settings.workloads.protected_namespaces),
-        execute=True,
+        execute=True,  # lifting only: allowed with the kill switch on (node_freeing.py)
         notifier=notifier,
         clock=lambda: at,
     )
