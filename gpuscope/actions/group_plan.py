@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 
-from gpuscope.actions.plan import Step, reserve_key
+from gpuscope.actions.plan import Step, evict_step, reserve_key
 from gpuscope.actions.policy import Policy
 from gpuscope.analytics.consolidation.gangs import GangOutcome
 from gpuscope.analytics.consolidation.model import Plan
@@ -90,24 +90,7 @@ def group_steps(
             )
         )
     for node, vs in victims.items():
-        for victim in sorted(vs):
-            victim_info = pods.get(victim)
-            ns, _, name = victim.partition("/")
-            steps.append(
-                Step(
-                    "evict",
-                    policy,
-                    reason,
-                    namespace=ns,
-                    pod=name,
-                    uid=victim_info.uid if victim_info is not None else "",
-                    node=node,
-                    gpus=float(victim_info.gpu_request) if victim_info is not None else 0.0,
-                    goal=label,
-                    key=reserve_key(node),
-                    members=members,
-                )
-            )
+        steps += [evict_step(policy, reason, v, pods, node, label, members) for v in sorted(vs)]
     return steps, ""
 
 

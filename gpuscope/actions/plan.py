@@ -270,24 +270,36 @@ def plan_consolidation_steps(
                     key=reserve_key(node),
                 )
             )
-        for victim in victims:
-            info = pods.get(victim)
-            ns, _, name = victim.partition("/")
-            steps.append(
-                Step(
-                    "evict",
-                    policy,
-                    reason,
-                    namespace=ns,
-                    pod=name,
-                    uid=info.uid if info is not None else "",
-                    node=node,
-                    gpus=float(info.gpu_request) if info is not None else 0.0,
-                    goal=goal,
-                    key=reserve_key(node),
-                )
-            )
+        steps += [evict_step(policy, reason, v, pods, node, goal) for v in victims]
     return steps, left_out
+
+
+def evict_step(
+    policy: Policy,
+    reason: str,
+    victim: str,
+    pods: Mapping[str, PodInfo],
+    node: str,
+    goal: str,
+    members: tuple[tuple[str, str], ...] = (),
+) -> Step:
+    """The eviction of ``victim`` (``namespace/name``) from ``node`` for ``goal`` (a pod,
+    or a pod group with its ``members``), under the node's reservation."""
+    info = pods.get(victim)
+    ns, _, name = victim.partition("/")
+    return Step(
+        "evict",
+        policy,
+        reason,
+        namespace=ns,
+        pod=name,
+        uid=info.uid if info is not None else "",
+        node=node,
+        gpus=float(info.gpu_request) if info is not None else 0.0,
+        goal=goal,
+        key=reserve_key(node),
+        members=members,
+    )
 
 
 def steps_by_node(steps: Sequence[Step]) -> dict[str, list[Step]]:
