@@ -26,20 +26,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from gpuscope.analytics.domains.topology_groups import pod_groups
 from gpuscope.analytics.whatif.history import History
 from gpuscope.analytics.whatif.results import PolicyResult
 
 #: The policy a window is calibrated with unless told otherwise: kube-scheduler's default.
 DEFAULT_POLICY = "leastallocated"
-#: Labels and annotations that name a pod group (Kueue, KAI/Volcano, JobSet, Job).
-GROUP_KEYS = (
-    "kueue.x-k8s.io/pod-group-name",
-    "scheduling.k8s.io/group-name",
-    "pod-group.scheduling.run.ai/name",
-    "jobset.sigs.k8s.io/jobset-name",
-    "batch.kubernetes.io/job-name",
-    "job-name",
-)
 SECONDS_PER_HOUR = 3600.0
 
 
@@ -86,25 +78,19 @@ def replay_hourly(history: History, result: PolicyResult) -> list[float]:
     return out
 
 
-def _groups(history: History) -> dict[str, list[str]]:
-    """Pod groups of two or more whole-GPU pods: group name -> pod keys."""
-    groups: dict[str, list[str]] = {}
-    for h in history.pods:
-        if h.pod.gpu_request < 1:
-            continue
-        labels: Mapping[str, str] = {**h.pod.annotations, **h.pod.labels}
-        name = next((labels[k] for k in GROUP_KEYS if labels.get(k)), None)
-        if name is None and h.pod.owner_kind in ("Job", "JobSet", "PyTorchJob", "MPIJob"):
-            name = h.pod.owner_name
-        if name:
-            groups.setdefault(f"{h.pod.namespace}/{name}", []).append(h.key)
-    return {g: keys for g, keys in groups.items() if len(keys) >= 2}
+def _groups(history: History) -> list[list[str]]:
+    """Pod groups of two or more whole-GPU pods present in the window, as their pod keys
+    (the groups the topology analysis finds: :func:`~gpuscope.analytics.domains.
+    topology_groups.pod_groups`)."""
+    groups = pod_groups([h.pod for h in history.pods])
+    keys = [[f"{g.namespace}/{m}" for m in g.members] for g in groups]
+    return [k for k in keys if len(k) >= 2]
 
 
 def multi_node_started(history: History, started: Iterable[str]) -> int:
     """Pod groups (of two or more whole-GPU pods) all of whose pods started."""
     done = set(started)
-    return sum(1 for keys in _groups(history).values() if all(k in done for k in keys))
+    return sum(1 for keys in _groups(history) if all(k in done for k in keys))
 
 
 def calibration(
