@@ -281,3 +281,33 @@ def test_inflation_reaches_the_share_of_capacity_and_is_seeded() -> None:
     assert sum(t.gpus for t in drawn[:-1]) < 13
     assert drawn == inflate(tasks, 10, 1.3, seed=7)
     assert len(arrivals(drawn)) == len(drawn)
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+def test_pods_alike_but_for_their_node_selector_each_go_where_it_allows(policy: str) -> None:
+    """Two pods with the same requests select different nodes by label: each starts on its
+    own node. A score memoised by request type alone would reuse the first pod's verdict
+    for the second and place it against its selector."""
+    nodes = tuple(
+        NodeState(
+            name=f"n{i}",
+            gpu_model="A100",
+            gpus=(1.0,) * 8,
+            cpu_milli_free=64_000,
+            cpu_milli_total=64_000,
+            labels=(("team", team),),
+        )
+        for i, team in enumerate(("a", "b"))
+    )
+
+    def pod(key: str, team: str, at: float) -> PodEvent:
+        task = Task(cpu_milli=1_000, gpu_count=1, gpu_share=1.0, node_terms=(f"team|In|{team}",))
+        return PodEvent(key=key, request=Request(task=task), arrive=at)
+
+    events = [pod("on-a", "a", 0.0), pod("on-b", "b", 1.0), pod("on-a-2", "a", 2.0)]
+    result = replay(Inventory(nodes), events, policy, seed=1)
+    assert {p.key: p.node for p in result.placements} == {
+        "on-a": "n0",
+        "on-b": "n1",
+        "on-a-2": "n0",
+    }

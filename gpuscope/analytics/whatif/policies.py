@@ -32,12 +32,13 @@ fragmentation (first index on equal integer score, as ``fgd_score.go``).
 
 from __future__ import annotations
 
+import bisect
 import math
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from gpuscope.analytics.placement.allocation import NodeState, admits, has_room
+from gpuscope.analytics.placement.allocation import NodeState, admits
 from gpuscope.analytics.placement.fragmentation import TaskMix, fgd_node
 from gpuscope.analytics.whatif.events import MILLI, Request
 from gpuscope.analytics.whatif.nodes import Signature, state_of
@@ -53,26 +54,63 @@ MAX_SCORE = 100
 
 @dataclass(slots=True)
 class Context:
-    """What scoring needs beyond the node: the task mix, a seeded RNG, memoised FGD."""
+    """What scoring needs beyond the node: the task mix, a seeded RNG, memoised FGD.
+
+    The FGD measure sees a node's free CPU and memory only through whether each task of
+    the mix fits in them, so :meth:`frag` memoises on the signature with free CPU and
+    memory lowered to the largest demand of the mix that still fits (:func:`fit_class`):
+    nodes that differ by a few cores no task of the mix can tell apart share one value,
+    exactly the one each would get alone."""
 
     mix: TaskMix
     rng: random.Random
     frag_cache: dict[Signature, float] = field(default_factory=dict)
+    cpu_steps: tuple[int, ...] = ()
+    memory_steps: tuple[int, ...] = ()
+
+    def __post_init__(self) -> None:
+        self.cpu_steps = tuple(sorted({t.cpu_milli for t in self.mix.tasks}))
+        self.memory_steps = tuple(sorted({t.memory_mib for t in self.mix.tasks}))
 
     def frag(self, template: NodeState, sig: Signature) -> float:
-        value = self.frag_cache.get(sig)
+        key = (
+            sig[0],
+            fit_class(sig[1], self.cpu_steps),
+            fit_class(sig[2], self.memory_steps),
+            sig[3],
+            sig[4],
+        )
+        value = self.frag_cache.get(key)
         if value is None:
-            value = self.frag_cache[sig] = fgd_node(state_of(template, sig), self.mix)
+            value = self.frag_cache[key] = fgd_node(state_of(template, key), self.mix)
         return value
+
+
+def fit_class(free: int, steps: Sequence[int]) -> int:
+    """The largest of the sorted ``steps`` (the mix's demands) that ``free`` holds, or -1
+    where it holds none: every demand fits in the result exactly where it fits in
+    ``free``."""
+    i = bisect.bisect_right(steps, free)
+    return steps[i - 1] if i else -1
 
 
 def feasible(template: NodeState, sig: Signature, req: Request) -> bool:
     """Whether the node could take the pod now (the allocation model's rules, in milli)."""
+    return admits(state_of(template, sig), req.task) and has_free(template, sig, req)
+
+
+def has_free(template: NodeState, sig: Signature, req: Request) -> bool:
+    """Whether a node of this kind with this signature has the pod's resources free: free
+    CPU, memory and storage as :func:`~gpuscope.analytics.placement.allocation.has_room`
+    has them (memory and storage only where the node reports them), its MIG instances,
+    and ``gpu_count`` GPUs each with the share free. Admission (readiness, taints, model,
+    labels) is the node's kind's, not its state's: the caller checks it once per kind."""
     task = req.task
-    state = state_of(template, sig)
-    if not admits(state, task):
+    if task.cpu_milli > sig[1]:
         return False
-    if not has_room(state, task.cpu_milli, task.memory_mib, task.ephemeral_mib):
+    if template.memory_mib_total and task.memory_mib > sig[2]:
+        return False
+    if template.ephemeral_mib_total and task.ephemeral_mib > template.ephemeral_mib_free:
         return False
     if req.mig:
         free = dict(sig[4])

@@ -3,7 +3,12 @@ and the pods placed on them (:mod:`gpuscope.analytics.whatif.engine` drives it).
 
 Nodes with the same signature (:mod:`gpuscope.analytics.whatif.nodes`) share one score and
 one FGD value per request type, so a replay of thousands of pods over a thousand nodes
-scores a few dozen distinct node shapes per pod rather than every node.
+scores a few dozen distinct node shapes per pod rather than every node. The signatures
+present are also indexed by how many GPUs they have wholly free and partly free, so a
+pod asking for k GPUs looks only at node shapes with k GPUs it could use: on a busy
+cluster most nodes are full and are never looked at. Whether a node admits a pod at all
+(readiness, taints, model, labels) is a property of its kind and is decided once per kind
+and request type.
 """
 
 from __future__ import annotations
@@ -11,11 +16,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from gpuscope.analytics.placement.allocation import NodeState
+from gpuscope.analytics.placement.allocation import NodeState, admits
 from gpuscope.analytics.placement.fragmentation import node_placements
 from gpuscope.analytics.whatif.events import MILLI, Request
-from gpuscope.analytics.whatif.nodes import Signature, SimNode, kind_key
-from gpuscope.analytics.whatif.policies import GPU_CHOICE, SCORERS, Context, feasible, take
+from gpuscope.analytics.whatif.nodes import Signature, SimNode, kind_key, state_of
+from gpuscope.analytics.whatif.policies import GPU_CHOICE, SCORERS, Context, has_free, take
 from gpuscope.analytics.whatif.results import HEADROOM_SIZES
 
 #: (request type: the mix's group key plus MIG; hashable)
@@ -33,16 +38,20 @@ class Placed:
 
 
 def request_key(req: Request) -> RequestKey:
+    """Everything about a request that a node's fit and score depend on: requests with the
+    same key share every memoised score (its node selector and model constraint included,
+    so two pods pinned to different nodes never share one)."""
     t = req.task
     return (
         t.cpu_milli,
         req.share_milli,
         t.gpu_count,
-        t.spec_text if t.gpu_count else "",
+        t.spec_text,
         t.memory_mib,
         t.ephemeral_mib,
         tuple(sorted(t.tolerations)),
         req.mig,
+        t.node_terms,
     )
 
 
@@ -62,11 +71,22 @@ class ReplayCluster:
         # signatures get small integer ids, so the hot loop hashes ints, not tuples
         self.ids: dict[Signature, int] = {}
         self.sig_of: list[Signature] = []
+        #: each signature's number of wholly free and of partly free GPUs
+        self.counts: list[tuple[int, int]] = []
         self.sigs: list[Signature] = [n.signature() for n in self.nodes]
         self.node_sid: list[int] = [self._sid(sig) for sig in self.sigs]
         self.groups: dict[int, list[int]] = {}
+        #: when each signature present last joined ``groups`` (its place in that dict's
+        #: order, which random ties follow), and the signatures present by their number of
+        #: wholly free and of partly free GPUs (the candidates for a k-GPU request)
+        self.joined: dict[int, int] = {}
+        self._joins = 0
+        width = max((len(n.gpus) for n in nodes), default=0) + 1
+        self.by_whole: list[dict[int, None]] = [{} for _ in range(width)]
+        self.by_any: list[dict[int, None]] = [{} for _ in range(width)]
         for i, sid in enumerate(self.node_sid):
-            self.groups.setdefault(sid, []).append(i)
+            self._join(sid, i)
+        self.admitted: dict[tuple[int, RequestKey], bool] = {}
         self.scorer = SCORERS[policy]
         self.choice = GPU_CHOICE.get(policy, "best")
         self.ties = ties
@@ -80,7 +100,30 @@ class ReplayCluster:
         if sid is None:
             sid = self.ids[sig] = len(self.sig_of)
             self.sig_of.append(sig)
+            gpus = sig[3]
+            self.counts.append((sum(1 for g in gpus if g >= MILLI), sum(1 for g in gpus if g > 0)))
         return sid
+
+    def _join(self, sid: int, i: int) -> None:
+        members = self.groups.get(sid)
+        if members is None:
+            self.groups[sid] = [i]
+            self.joined[sid] = self._joins
+            self._joins += 1
+            whole, part = self.counts[sid]
+            self.by_whole[whole][sid] = None
+            self.by_any[part][sid] = None
+        else:
+            members.append(i)
+
+    def _leave(self, sid: int, i: int) -> None:
+        members = self.groups[sid]
+        members.remove(i)
+        if not members:
+            del self.groups[sid]
+            whole, part = self.counts[sid]
+            del self.by_whole[whole][sid]
+            del self.by_any[part][sid]
 
     def score(self, sid: int, req: Request, rkey: RequestKey) -> int | None:
         """The policy's score of signature ``sid`` for the request, None where it does not
@@ -90,30 +133,53 @@ class ReplayCluster:
             return cache[sid]
         sig = self.sig_of[sid]
         template = self.templates[sig[0]]
-        value = self.scorer(template, sig, req, self.ctx) if feasible(template, sig, req) else None
+        ok = has_free(template, sig, req) and self._admits(sig, req, rkey)
+        value = self.scorer(template, sig, req, self.ctx) if ok else None
         cache[sid] = value
         return value
+
+    def _admits(self, sig: Signature, req: Request, rkey: RequestKey) -> bool:
+        """Whether nodes of this signature's kind admit the request at all (memoised per
+        kind and request type: admission does not depend on what is free)."""
+        key = (sig[0], rkey)
+        ok = self.admitted.get(key)
+        if ok is None:
+            ok = self.admitted[key] = admits(state_of(self.templates[sig[0]], sig), req.task)
+        return ok
+
+    def _candidates(self, req: Request) -> list[dict[int, None]] | None:
+        """The signature sets that may hold the request (None: look at every one)."""
+        count, share = req.task.gpu_count, req.share_milli
+        if not count or share <= 0:
+            return None
+        index = self.by_whole if share >= MILLI else self.by_any
+        return index[count:] if count < len(index) else []
 
     def choose(self, req: Request) -> int | None:
         """The node the policy puts the pod on, None when none fits."""
         rkey = request_key(req)
         best: int | None = None
-        tied: list[list[int]] = []
+        tied: list[int] = []
         cache = self.scores.setdefault(rkey, {})
-        for sid, members in self.groups.items():
-            s = cache[sid] if sid in cache else self.score(sid, req, rkey)
-            if s is None:
-                continue
-            if best is None or s > best:
-                best, tied = s, [members]
-            elif s == best:
-                tied.append(members)
+        buckets = self._candidates(req)
+        for bucket in (self.groups,) if buckets is None else buckets:
+            for sid in bucket:
+                s = cache[sid] if sid in cache else self.score(sid, req, rkey)
+                if s is None:
+                    continue
+                if best is None or s > best:
+                    best, tied = s, [sid]
+                elif s == best:
+                    tied.append(sid)
         if best is None:
             return None
         if self.ties == "first":
-            return min(min(m) for m in tied)
-        pick = self.ctx.rng.randrange(sum(len(m) for m in tied))
-        for members in tied:
+            return min(min(self.groups[sid]) for sid in tied)
+        # the tied nodes in the order of ``groups`` (as a scan of every node meets them)
+        tied.sort(key=self.joined.__getitem__)
+        pick = self.ctx.rng.randrange(sum(len(self.groups[sid]) for sid in tied))
+        for sid in tied:
+            members = self.groups[sid]
             if pick < len(members):
                 return members[pick]
             pick -= len(members)
@@ -124,11 +190,8 @@ class ReplayCluster:
         if old == new:
             return
         old_sid, new_sid = self.node_sid[i], self._sid(new)
-        members = self.groups[old_sid]
-        members.remove(i)
-        if not members:
-            del self.groups[old_sid]
-        self.groups.setdefault(new_sid, []).append(i)
+        self._leave(old_sid, i)
+        self._join(new_sid, i)
         self.sigs[i] = new
         self.node_sid[i] = new_sid
 
