@@ -239,7 +239,7 @@ def whatif_on_store(store: Store, settings: Settings, clock: Callable[[], float]
     :class:`~gpuscope.collector.http_api.api_whatif.WhatIfRefused` with the HTTP status they
     deserve."""
     from gpuscope.analytics.report.week import Week
-    from gpuscope.analytics.whatif.capacity import DEFAULT_POLICY, capacity_whatif, first_seed
+    from gpuscope.analytics.whatif.capacity import capacity_whatif, first_seed
     from gpuscope.analytics.whatif.capacity_change import change_of
     from gpuscope.analytics.whatif.gangs_actual import week_figures
     from gpuscope.analytics.whatif.history import read_history
@@ -256,6 +256,7 @@ def whatif_on_store(store: Store, settings: Settings, clock: Callable[[], float]
         drop: bool = False,
         level: str | None = None,
         capacity: CapacityQuery | None = None,
+        calibrate: str | None = None,
     ) -> dict[str, Any]:
         now = datetime.fromtimestamp(clock(), UTC)
         try:
@@ -276,8 +277,9 @@ def whatif_on_store(store: Store, settings: Settings, clock: Callable[[], float]
                     400,
                     f"capacity_policy {capacity.policy!r}; expected one of {', '.join(POLICIES)}",
                 )
+        ran = calibrate or settings.analytics.whatif_policy
         names = list(dict.fromkeys(policies or POLICIES))
-        unknown = [p for p in names if p not in POLICIES]
+        unknown = [p for p in [*names, ran] if p not in POLICIES]
         if unknown:
             raise WhatIfRefused(
                 400, f"unknown policy {unknown[0]!r}; expected one of {', '.join(POLICIES)}"
@@ -297,6 +299,7 @@ def whatif_on_store(store: Store, settings: Settings, clock: Callable[[], float]
                 seeds=WEEK_SEEDS if seeds is None else seeds,
                 drop=drop,
                 coverage=settings.analytics.fgd_task_coverage,
+                calibrate=ran,
             )
             if replayed is None:
                 raise WhatIfRefused(
@@ -308,7 +311,7 @@ def whatif_on_store(store: Store, settings: Settings, clock: Callable[[], float]
             out["topology"] = week_figures(replayed.history, labels=labels, level=level)
             if capacity is not None:  # a change this week's cluster cannot take: a 400
                 out["capacity"] = capacity_whatif(
-                    replayed.history, change, capacity.policy or DEFAULT_POLICY,
+                    replayed.history, change, capacity.policy or ran,
                     search=capacity.search, coverage=settings.analytics.fgd_task_coverage,
                     replayer=first_seed(settings.analytics.fgd_task_coverage, drop=drop),
                 )  # fmt: skip

@@ -259,5 +259,5 @@ def whatif_through(
         params.append(("drop", "true"))
     if level:
         params.append(("topology_level", level))
-    params += extra or []
+    params += extra or []  # the capacity flags, --calibrate
     return collector.get("/api/v1/whatif", params)

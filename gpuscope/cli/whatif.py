@@ -84,10 +84,10 @@ def add_whatif_parser(sub: Any, number: Callable[..., Callable[[str], float]]) -
     wi.add_argument(
         "--calibrate",
         choices=POLICIES,
-        default="leastallocated",
         metavar="NAME",
         help="with --db: the policy the cluster really ran, replayed and held against what "
-        "happened (summary.calibration; default leastallocated, kube-scheduler's default; "
+        "happened (summary.calibration), and the one the capacity what-if replays under "
+        "(default analytics.whatif_policy, leastallocated: kube-scheduler's default; "
         "mostallocated for KAI-Scheduler's binpack)",
     )
     wi.add_argument(
@@ -220,7 +220,7 @@ def _from_db(
     if collector is not None:  # a running collector holds it: replay there (cli/beside.py)
         return whatif_through(
             collector, week.label, policies, args.seeds, args.drop, args.topology_level,
-            capacity_params(args),
+            capacity_params(args) + [("calibrate", args.calibrate)] * bool(args.calibrate),
         )  # fmt: skip
     if args.db.is_dir():
         raise UserError(f"--db {args.db} is a folder; expected a database file")
@@ -237,7 +237,7 @@ def _from_db(
                 seeds=WEEK_SEEDS if args.seeds is None else int(args.seeds),
                 drop=args.drop,
                 coverage=settings.analytics.fgd_task_coverage,
-                calibrate=args.calibrate,
+                calibrate=args.calibrate or settings.analytics.whatif_policy,
             )
         finally:
             cur.close()
@@ -248,7 +248,8 @@ def _from_db(
     out["topology"] = _topology_of_history(replayed.history, args, settings)
     if wants_capacity(args):
         coverage = settings.analytics.fgd_task_coverage
-        out["capacity"] = capacity_of_history(replayed.history, change, args, coverage)
+        policy = args.capacity_policy or args.calibrate or settings.analytics.whatif_policy
+        out["capacity"] = capacity_of_history(replayed.history, change, policy, args, coverage)
     return out
 
 
@@ -310,7 +311,8 @@ def cmd_whatif(args: argparse.Namespace) -> int:
         out["topology"] = _topology_of_files(workload, args, settings)
         if wants_capacity(args):
             coverage = settings.analytics.fgd_task_coverage
-            out["capacity"] = capacity_of_workload(workload, change, args, coverage)
+            policy = args.capacity_policy or settings.analytics.whatif_policy
+            out["capacity"] = capacity_of_workload(workload, change, policy, args, coverage)
     if args.json:
         print(json.dumps(out, indent=2))
     else:

@@ -3,8 +3,9 @@
 ``--add-nodes MODEL:COUNT[:GPUS]``, ``--remove-nodes SELECTOR`` and ``--mig-layout
 POOL:LAYOUT`` (each repeatable) change the cluster; ``--capacity-search`` asks for the fewest
 GPUs that would have cut queued GPU-hours by half and by 90 %; ``--capacity-policy`` the
-policy the capacity replays use (default ``leastallocated``, kube-scheduler's default
-scoring). Any of them adds a ``capacity`` object to the output
+policy the capacity replays use (default: the calibrated one, ``--calibrate`` or
+``analytics.whatif_policy``, kube-scheduler's ``leastallocated`` unless configured). Any
+of them adds a ``capacity`` object to the output
 (:func:`gpuscope.analytics.whatif.capacity.capacity_whatif`). Kept apart from
 gpuscope/cli/whatif.py so the policy what-if's command stays readable; like it, building the
 parser imports no analytics.
@@ -14,8 +15,6 @@ from __future__ import annotations
 
 import argparse
 from typing import Any
-
-CAPACITY_POLICY = "leastallocated"
 
 
 def add_capacity_arguments(wi: Any, policies: tuple[str, ...]) -> None:
@@ -51,7 +50,8 @@ def add_capacity_arguments(wi: Any, policies: tuple[str, ...]) -> None:
         "--capacity-policy",
         choices=policies,
         metavar="NAME",
-        help=f"the policy the capacity replays use (default {CAPACITY_POLICY})",
+        help="the policy the capacity replays use (default: the calibrated one, --calibrate "
+        "or analytics.whatif_policy)",
     )
 
 
@@ -85,7 +85,7 @@ def capacity_params(args: argparse.Namespace) -> list[tuple[str, str]]:
 
 
 def capacity_of_workload(
-    workload: Any, change: Any, args: argparse.Namespace, coverage: float
+    workload: Any, change: Any, policy: str, args: argparse.Namespace, coverage: float
 ) -> dict[str, Any]:
     """The capacity what-if of files: the trace's tasks drawn as the first seed's arrivals
     (the baseline cluster's capacity sets how many), or the snapshot's pods, as a window
@@ -106,7 +106,7 @@ def capacity_of_workload(
     return capacity_whatif(
         history,
         change,
-        args.capacity_policy or CAPACITY_POLICY,
+        policy,
         search=args.capacity_search,
         coverage=coverage,
         replayer=first_seed(coverage, drop=args.drop),
@@ -114,7 +114,7 @@ def capacity_of_workload(
 
 
 def capacity_of_history(
-    history: Any, change: Any, args: argparse.Namespace, coverage: float
+    history: Any, change: Any, policy: str, args: argparse.Namespace, coverage: float
 ) -> dict[str, Any]:
     """The capacity what-if of a stored window."""
     from gpuscope.analytics.whatif.capacity import capacity_whatif, first_seed
@@ -122,7 +122,7 @@ def capacity_of_history(
     return capacity_whatif(
         history,
         change,
-        args.capacity_policy or CAPACITY_POLICY,
+        policy,
         search=args.capacity_search,
         coverage=coverage,
         replayer=first_seed(coverage, drop=args.drop),

@@ -322,6 +322,14 @@ class AnalyticsSettings(_Section):
     #: ``gpuscope whatif idle`` recommends the idle threshold that frees the most
     #: GPU-hours while at most this share of the sessions it stops come back.
     idle_policy_max_comeback_share: float = Field(default=0.05, ge=0, le=1)
+    #: The placement policy the cluster's scheduler runs, by the what-if's names: the
+    #: what-if replays it against what happened (``summary.calibration``) and the capacity
+    #: what-if replays under it. kube-scheduler's default profile is ``leastallocated``
+    #: (also where Kueue admits: Kueue gates pods, kube-scheduler places them);
+    #: KAI-Scheduler's default binpack, or a MostAllocated profile, ``mostallocated``.
+    whatif_policy: Literal[
+        "leastallocated", "mostallocated", "bestfit", "dotprod", "random", "fgd"
+    ] = "leastallocated"
     #: A port is hot when its throughput stays over this share of link rate for the window.
     ib_hot_ratio: float = Field(default=0.8, gt=0, le=1)
     ib_hot_window_minutes: float = Field(default=5, gt=0, le=WEEK_MINUTES)

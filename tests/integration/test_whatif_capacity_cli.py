@@ -102,6 +102,33 @@ def _client(store: Store) -> TestClient:
     return TestClient(create_app(state))
 
 
+def test_the_capacity_replays_run_under_the_policy_the_cluster_ran(
+    db: Path, tmp_path: Path
+) -> None:
+    """The capacity what-if replays under the calibrated policy: ``--calibrate``, else
+    ``analytics.whatif_policy``. Under MostAllocated the two 1-GPU pods pack onto one
+    node, so the 4-GPU job starts on arrival and nothing is queued, where LeastAllocated
+    (the default) queues 8 GPU-hours."""
+    proc = _cli(db, "--calibrate", "mostallocated", "--add-nodes", "Tesla-T4:1", "--json")
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["summary"]["calibration"]["policy"] == "mostallocated"
+    assert out["capacity"]["policy"] == "mostallocated"
+    assert out["capacity"]["baseline"]["queued_gpu_hours"] == 0.0
+    config = tmp_path / "gpuscope.yaml"
+    config.write_text("analytics:\n  whatif_policy: mostallocated\n")
+    proc = _cli(db, "--config", str(config), "--add-nodes", "Tesla-T4:1", "--json")
+    assert proc.returncode == 0, proc.stderr
+    configured = json.loads(proc.stdout)
+    assert configured["summary"]["calibration"]["policy"] == "mostallocated"
+    assert configured["capacity"] == out["capacity"]
+    r = _get(db, [("policy", "leastallocated"), ("seeds", "1"), ("calibrate", "mostallocated"),
+                  ("add_nodes", "Tesla-T4:1")])  # fmt: skip
+    assert r.status_code == 200, r.text
+    assert r.json()["capacity"] == out["capacity"]
+    assert r.json()["summary"]["calibration"]["policy"] == "mostallocated"
+
+
 def _get(db: Path, params: list[tuple[str, str]]) -> Any:
     with Store.open(db, read_only=True) as store:
         return _client(store).get("/api/v1/whatif", params=[("week", "2025-W10"), *params])
@@ -125,6 +152,7 @@ def test_the_api_answers_what_the_cli_prints(db: Path) -> None:
         ([("remove_nodes", "rack in r1")], "not a selector term"),
         ([("mig_layout", "default:4g.40gb=2")], "compute slices"),
         ([("capacity_policy", "nosuch")], "capacity_policy 'nosuch'"),
+        ([("calibrate", "nosuch")], "unknown policy 'nosuch'"),
         ([("add_nodes", "Tesla-T4:1")] * 33, "at most 32 capacity changes"),
         ([("remove_nodes", "x" * 1001)], "at most 1000 characters"),
     ],

@@ -288,8 +288,16 @@ def test_the_search_bound_is_the_most_gpu_pods_present_at_once() -> None:
     assert peak_pods(window([node("a1", "A", 1)], events)) == 2
 
 
-def test_the_clis_default_capacity_policy_is_the_analytics_one() -> None:
-    from gpuscope.analytics.whatif.capacity import DEFAULT_POLICY
-    from gpuscope.cli.whatif_capacity import CAPACITY_POLICY
+def test_the_setting_names_the_replays_policies_and_defaults_to_the_calibrated_one() -> None:
+    """``analytics.whatif_policy`` takes exactly the replay's policy names (a name the
+    replay does not know is a config error, not a failure at the first what-if) and
+    defaults to kube-scheduler's default scoring, the policy calibration assumes."""
+    from typing import get_args
 
-    assert CAPACITY_POLICY == DEFAULT_POLICY
+    from gpuscope.analytics.whatif.calibration import DEFAULT_POLICY
+    from gpuscope.analytics.whatif.policies import POLICIES
+    from gpuscope.core.settings import AnalyticsSettings
+
+    field = AnalyticsSettings.model_fields["whatif_policy"]
+    assert set(get_args(field.annotation)) == set(POLICIES)
+    assert AnalyticsSettings().whatif_policy == DEFAULT_POLICY

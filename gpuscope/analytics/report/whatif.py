@@ -178,7 +178,9 @@ def whatif_over(
     policies, note = policies_for(len(history.events), budget, WEEK_SEEDS)
     if not policies:
         return *empty, note, ""
-    replayed = replay_history(history, policies, coverage=settings.fgd_task_coverage)
+    replayed = replay_history(
+        history, policies, coverage=settings.fgd_task_coverage, calibrate=settings.whatif_policy
+    )
     if replayed is None:
         nothing = "No pods and GPU nodes are stored for the week: nothing to replay."
         return *empty, nothing, ""

@@ -2,8 +2,9 @@
 
 The week's stored history (read once for every What-if) goes through
 :func:`gpuscope.analytics.whatif.capacity.capacity_whatif` with the search, the function
-``gpuscope whatif --db --capacity-search`` runs, under :data:`POLICY` (kube-scheduler's
-default scoring), so the figures are the command's for the same week. A short table: the
+``gpuscope whatif --db --capacity-search`` runs, under the calibrated policy
+(``analytics.whatif_policy``, kube-scheduler's ``leastallocated`` unless configured), so
+the figures are the command's for the same week. A short table: the
 cluster as it was, then the fewest GPUs of one of its models that would have cut queued
 GPU-hours by half and by 90 % (queued GPU-hours, jobs never started, mean wait of GPU jobs,
 GPUs allocated on average).
@@ -26,8 +27,6 @@ from gpuscope.analytics.whatif.capacity_change import Change
 from gpuscope.analytics.whatif.history import History
 from gpuscope.core.settings import AnalyticsSettings
 
-#: The policy the section replays (the coordinator's calibrated choice goes here).
-POLICY = "leastallocated"
 #: Pod placements the section may replay (pods in the week times replays).
 BUDGET_PODS = 60_000
 #: Replays the search needs at the least to answer anything useful.
@@ -64,14 +63,14 @@ def whatif_capacity_over(
         )
     coverage = settings.fgd_task_coverage
     cap = capacity_whatif(
-        history, Change(), POLICY, search=True, coverage=coverage,
+        history, Change(), settings.whatif_policy, search=True, coverage=coverage,
         max_replays=replays,
     )  # fmt: skip
     base = cap["baseline"]
     rows: list[dict[str, Any]] = [_row(AS_IT_WAS, "", 0, base)]
     if not base["queued_gpu_hours"]:
         only = pl.DataFrame(rows, schema=COLUMNS, orient="row")
-        return only, f"Nothing queued in the week under {POLICY}: no GPU to add."
+        return only, f"Nothing queued in the week under {settings.whatif_policy}: no GPU to add."
     for key, _ in CUTS:
         answer = cap.get(key)
         if answer is None or not answer["nodes"]:

@@ -35,8 +35,9 @@ class CapacityQuery:
 class WhatIf(Protocol):
     """(week "YYYY-Www" or None for the last complete week, policies or None for all,
     replays per policy or None for the default, drop the unplaceable, the topology level
-    or None for each pod group's own, the capacity what-if or None for none) -> the figures
-    of ``gpuscope whatif --db --json``. Raises :class:`WhatIfRefused`."""
+    or None for each pod group's own, the capacity what-if or None for none, the policy the
+    cluster ran or None for ``analytics.whatif_policy``) -> the figures of
+    ``gpuscope whatif --db --json``. Raises :class:`WhatIfRefused`."""
 
     def __call__(
         self,
@@ -47,6 +48,7 @@ class WhatIf(Protocol):
         drop: bool = False,
         level: str | None = None,
         capacity: CapacityQuery | None = None,
+        calibrate: str | None = None,
     ) -> dict[str, Any]: ...
 
 
@@ -120,6 +122,7 @@ def whatif_router(
         mig_layout: Annotated[list[str] | None, Query()] = None,
         capacity_search: bool = False,
         capacity_policy: Annotated[str | None, Query(max_length=64)] = None,
+        calibrate: Annotated[str | None, Query(max_length=64)] = None,
     ) -> dict[str, Any]:
         """The week (default: the last complete one) replayed under each policy (default:
         all), with what happened and ``gpus_recovered`` per policy: the figures of
@@ -127,7 +130,8 @@ def whatif_router(
         ``topology_level`` as its ``--seeds``, ``--drop`` and ``--topology-level``; the CLI
         runs itself through here beside a collector). ``add_nodes``, ``remove_nodes``,
         ``mig_layout`` (each repeatable), ``capacity_search`` and ``capacity_policy`` as
-        its capacity flags add the ``capacity`` object."""
+        its capacity flags add the ``capacity`` object; ``calibrate`` as its ``--calibrate``
+        (default the collector's ``analytics.whatif_policy``)."""
         run = get_whatif()
         if run is None:
             raise HTTPException(
@@ -145,7 +149,7 @@ def whatif_router(
             raise HTTPException(400, f"at most {MAX_POLICIES} policies per request")
         capacity = _capacity(add_nodes, remove_nodes, mig_layout, capacity_search, capacity_policy)
         try:
-            return run(week, policy, seeds, drop, topology_level, capacity)
+            return run(week, policy, seeds, drop, topology_level, capacity, calibrate)
         except WhatIfRefused as exc:
             raise HTTPException(exc.status, exc.detail) from None
 
