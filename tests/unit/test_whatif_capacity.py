@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from typing import Any
 
 import pytest
 
@@ -169,6 +170,31 @@ def test_galloping_bisection_finds_the_least_count_of_any_falling_queue() -> Non
         want = next((k for k in range(0, 301) if values[k] <= target), None)
         assert _least(queued, target, 300) == want
         assert len(set(calls)) <= 2 * 9 + 2  # log-many replays, not a scan
+
+
+def test_bisection_to_a_resolution_meets_the_target_close_to_the_least_count() -> None:
+    """With a resolution of 2 % the answer still meets the target, is within 2 % (at least
+    one node) of the least count, and takes fewer replays where the count is large; below
+    100 nodes it is exact."""
+    rng = random.Random(11)
+    for _ in range(200):
+        steps = sorted(rng.sample(range(1, 5000), 5))
+        values = {k: 100.0 - 20 * sum(1 for s in steps if s <= k) for k in range(0, 5001)}
+        target = rng.choice([60.0, 40.0, 10.0, 0.0])
+        exact: list[int] = []
+        coarse: list[int] = []
+
+        def asked(calls: list[int], values: dict[int, float] = values) -> Any:
+            return lambda n: calls.append(n) or values[n]
+
+        want = _least(asked(exact), target, 5000)
+        got = _least(asked(coarse), target, 5000, 0, 0.02)
+        assert want is not None and got is not None
+        assert values[got] <= target
+        assert want <= got <= want + max(1, int(0.02 * got))
+        if want < 100:
+            assert got == want
+        assert len(set(coarse)) <= len(set(exact))
 
 
 def test_search_stops_at_its_replay_budget() -> None:

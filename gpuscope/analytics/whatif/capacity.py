@@ -63,6 +63,10 @@ DEFAULT_POLICY = "leastallocated"
 #: Replays one search may run at most (a replay of 10,000 GPUs x 7 days takes 30-50 s on
 #: 2 cores: bench/capacity.py).
 MAX_REPLAYS = 48
+#: How close to the least node count the search bisects (a share of the answer): below it
+#: the replay's own noise (random ties, a spreading policy's non-monotone queue) is larger
+#: than the difference, and replays go to the other models instead. Exact below 100 nodes.
+RESOLUTION = 0.02
 
 #: The figures of the replay each answer of the search gives.
 ANSWER_FIGURES = ("queued_gpu_hours", "jobs_never_started", "mean_wait_hours_all",
@@ -231,7 +235,7 @@ def fewest_gpus(
                 if unreachable or (limit < bound and (limit <= lo or queued(limit) > target)):
                     limit = -1  # cannot do as well as the answer found, or at all
                 if limit >= 0:
-                    k = _least(queued, target, limit, lo)
+                    k = _least(queued, target, limit, lo, RESOLUTION)
                     unreachable = k is None and limit == bound  # a deeper cut will not be
                 answers[key] = None if k is None else {
                     "model": model, "nodes": k, "gpus_per_node": g, "gpus": k * g,
@@ -252,6 +256,7 @@ def fewest_gpus(
         "max_nodes": bound,
         "models": per_model,
         "replays": replays,
+        "resolution": RESOLUTION,
         "complete": complete,
     }
     return out
@@ -274,9 +279,17 @@ def peak_pods(history: History) -> int:
     return peak
 
 
-def _least(queued: Callable[[int], float], target: float, bound: int, lo: int = 0) -> int | None:
+def _least(
+    queued: Callable[[int], float],
+    target: float,
+    bound: int,
+    lo: int = 0,
+    resolution: float = 0.0,
+) -> int | None:
     """The fewest nodes k in [lo, bound] with queued(k) <= target: galloping up from ``lo``,
-    then bisection (the queue taken as falling with k)."""
+    then bisection (the queue taken as falling with k), down to ``resolution`` of the
+    answer: the k returned meets the target and the least one is at most
+    ``max(1, resolution * k)`` nodes below it (0: exact)."""
     if queued(lo) <= target:
         return lo
     step, hi = 1, min(bound, lo + 1)
@@ -285,7 +298,7 @@ def _least(queued: Callable[[int], float], target: float, bound: int, lo: int = 
             return None
         lo, step = hi, step * 2
         hi = min(bound, hi + step)
-    while hi - lo > 1:
+    while hi - lo > max(1, int(hi * resolution)):
         mid = (lo + hi) // 2
         if queued(mid) <= target:
             hi = mid
