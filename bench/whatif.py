@@ -125,8 +125,8 @@ def week_figures(quick: bool) -> list[Figure]:
     inventory, events = simulated_week(gpus, days)
     mix = learn_task_mix([e.request.task for e in events])
     figures = []
-    for policy in ("leastallocated", "fgd"):
-        t0 = time.perf_counter()
+    for policy in POLICIES:  # the aim is per policy: every one of them
+        t0, c0 = time.perf_counter(), time.process_time()
         r = replay(inventory, events, policy, seed=42, mix=mix, until=days * 86_400)
         figures.append(
             Figure(
@@ -135,8 +135,9 @@ def week_figures(quick: bool) -> list[Figure]:
                 "s",
                 aim="< 60 s on 2 cores" if not quick else None,
                 notes=f"{len(events):,} pods with departures; "
-                f"{r.jobs_never_started:,} never started",
-                key=True,
+                f"{r.jobs_never_started:,} never started; "
+                f"{time.process_time() - c0:.1f} s CPU",
+                key=policy in ("leastallocated", "fgd"),
             )
         )
     return figures
