@@ -19,7 +19,7 @@ quota_rows AS (
       ON q.valid_from <= i.t AND (q.valid_to IS NULL OR q.valid_to > i.t)
     -- LocalQueues hold no quota (they name the ClusterQueue that does); a Cohort's own
     -- quota is shared by its queues, nobody's guarantee
-    WHERE coalesce(q.record->>'source', '') NOT IN ('kueue-localqueue', 'kueue-cohort')
+    WHERE coalesce(q.record->>'source', '') NOT IN ('kueue-localqueue', 'kueue-cohort', 'kueue-flavor')
 ),
 local_queues AS (
     -- a pod's kueue.x-k8s.io/queue-name names a LocalQueue in its namespace, whose

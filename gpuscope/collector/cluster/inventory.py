@@ -50,6 +50,7 @@ from gpuscope.collector.cluster.queue_records import (
     namespace_labels,
     quota_from_clusterqueue,
     quota_from_cohort,
+    quota_from_resourceflavor,
     quota_from_kai_queue,
     quota_from_localqueue,
     quota_from_resourcequota,
@@ -73,6 +74,7 @@ __all__ = [
     "pod_from_json",
     "quota_from_clusterqueue",
     "quota_from_cohort",
+    "quota_from_resourceflavor",
     "quota_from_kai_queue",
     "quota_from_localqueue",
     "quota_from_resourcequota",
@@ -80,6 +82,7 @@ __all__ = [
 KUEUE = ("kueue.x-k8s.io", "v1beta1", "clusterqueues")
 KUEUE_LOCAL = ("kueue.x-k8s.io", "v1beta1", "localqueues")
 KUEUE_COHORTS = ("kueue.x-k8s.io", "v1beta1", "cohorts")
+KUEUE_FLAVORS = ("kueue.x-k8s.io", "v1beta1", "resourceflavors")
 KAI = ("scheduling.run.ai", "v2", "queues")
 
 
@@ -244,6 +247,8 @@ class KubeInventory:
         # the quota; Cohort objects give a cohort its own quota and a parent
         quotas += [quota_from_localqueue(o) for o in self._optional_crd(*KUEUE_LOCAL)]
         quotas += [quota_from_cohort(o) for o in self._optional_crd(*KUEUE_COHORTS)]
+        # ResourceFlavors: which nodes (labels, taints) are of which GPU flavor
+        quotas += [quota_from_resourceflavor(o) for o in self._optional_crd(*KUEUE_FLAVORS)]
         quotas += [quota_from_kai_queue(o) for o in self._optional_crd(*KAI)]
         with self._lock:
             self._namespaces = tuple(
