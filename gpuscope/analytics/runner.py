@@ -287,7 +287,8 @@ def _quota_from_files(
         state = state_from_records(node_infos, pod_infos, known)
         return dict(analyze_fragmentation(state, at=at, settings=settings.analytics).summary)
 
-    state = judge(pod_infos, quotas, free_gpus=free, capacity_gpus=capacity)
+    labels = {n.name: n.labels for n in node_infos}
+    state = judge(pod_infos, quotas, free_gpus=free, capacity_gpus=capacity, node_labels=labels)
     found = quota_analysis(state, utc(at), placement)
     found.summary["data_until"] = None
     return found

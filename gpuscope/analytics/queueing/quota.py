@@ -124,7 +124,10 @@ def run_quota(
         capacity = float(found)
         held = sum(_held(p) for p in pods)
         free = max(0.0, capacity - held)
-    state = judge(pods, quotas, free_gpus=free, capacity_gpus=capacity)
+    labels = None
+    if charger.cqs:  # which Kueue flavor a running pod is of: its node's labels
+        labels = {str(n.get("name")): n.get("labels") or {} for n in _records(con, "nodes_at", at)}
+    state = judge(pods, quotas, free_gpus=free, capacity_gpus=capacity, node_labels=labels)
     cache: dict[str, Any] = {}
 
     def placement() -> Mapping[str, Any]:
@@ -261,6 +264,7 @@ def _verdict_json(v: QueueVerdict) -> dict[str, Any]:
         "local_queue": v.local_queue,
         "scheduler": v.scheduler,
         "cohort": v.cohort,
+        "flavor": v.flavor,
         "gpus": _gpus(v.gpus),
         "priority": v.priority,
         "waits_on": v.waits_on,

@@ -100,6 +100,12 @@ WHERE valid_from <= $at AND (valid_to IS NULL OR valid_to > $at);
 SELECT CAST(record AS VARCHAR), epoch(valid_from) FROM quotas
 WHERE valid_from <= $at AND (valid_to IS NULL OR valid_to > $at);
 
+-- name: nodes_at
+-- Every node record valid at $at: its labels tell which Kueue ResourceFlavor a running
+-- pod's GPUs are of (analytics/queueing/queue_flavors.py).
+SELECT CAST(record AS VARCHAR), epoch(valid_from) FROM inventory_nodes
+WHERE valid_from <= $at AND (valid_to IS NULL OR valid_to > $at);
+
 -- name: gpus_at
 -- The GPUs the ready nodes valid at $at offer (KAI's over-quota share draws on what is
 -- free; its fair shares divide them).

@@ -50,9 +50,9 @@ from gpuscope.collector.cluster.queue_records import (
     namespace_labels,
     quota_from_clusterqueue,
     quota_from_cohort,
-    quota_from_resourceflavor,
     quota_from_kai_queue,
     quota_from_localqueue,
+    quota_from_resourceflavor,
     quota_from_resourcequota,
 )
 from gpuscope.core.settings import WorkloadSettings
@@ -74,9 +74,9 @@ __all__ = [
     "pod_from_json",
     "quota_from_clusterqueue",
     "quota_from_cohort",
-    "quota_from_resourceflavor",
     "quota_from_kai_queue",
     "quota_from_localqueue",
+    "quota_from_resourceflavor",
     "quota_from_resourcequota",
 ]
 KUEUE = ("kueue.x-k8s.io", "v1beta1", "clusterqueues")
