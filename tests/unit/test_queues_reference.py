@@ -4,9 +4,9 @@ states on every run, in seconds): tree-shaped cohorts (Cohort objects with their
 quota, borrowing and lending limits, nested two deep, queues at every level and in none),
 creation times apart from start times, namespace selectors (unset, ``{}``, by label, by
 name), queues whose resource groups cover no GPU, LocalQueues in two namespaces each,
-``fairSharing`` weights on queues and cohorts (read as ``over_quota_weight``; under
-Kueue's classic preemption, which is what is modelled, they decide nothing), every
-preemption policy, and several GPU flavors in one ClusterQueue (ResourceFlavors with and
+``fairSharing`` weights on queues and cohorts (0, 0.5, 1, 2), Kueue's fair sharing on
+in half the states (each strategy alone and both; classic preemption in the others, where
+the weights decide nothing), every preemption policy, and several GPU flavors in one ClusterQueue (ResourceFlavors with and
 without nodeLabels, quotas per flavor in queues and cohorts, both flavorFungibility
 policies, pending jobs pinned by nodeSelector, running pods on nodes of their flavor).
 Each state goes in as the objects ``--objects`` reads, and
@@ -23,6 +23,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from gpuscope.analytics.queueing.queue_fair import FairSharing
 from gpuscope.analytics.queueing.queues import judge
 from gpuscope.analytics.queueing.quota import run_quota
 from gpuscope.collector.cluster.inventory_records import (
@@ -69,6 +70,9 @@ NODES = {"node-h100": "H100", "node-a100": "A100", "node-default-flavor": "L4"}
 FUNGIBILITY = [("Borrow", "TryNextFlavor"), ("TryNextFlavor", "TryNextFlavor"),
                ("Borrow", "Preempt"), ("TryNextFlavor", "Preempt")]  # fmt: skip
 PINS: list[dict[str, str]] = [{}, {}, {}, {PRODUCT: "H100"}, {PRODUCT: "A100"}, {PRODUCT: "L4"}]
+S2A, S2B = "LessThanOrEqualToFinalShare", "LessThanInitialShare"
+#: Kueue's fairSharing.preemptionStrategies in a state (None: fair sharing off).
+FAIR: list[list[str] | None] = [None, None, None, [S2A, S2B], [S2A, S2B], [S2A], [S2B]]
 T0 = datetime(2026, 11, 23, 8, 0)
 
 
@@ -132,10 +136,15 @@ class State:
             for n in [q.name for q in self.queues] + [c.name for c in self.cohorts]
             if rng.random() < 0.4
         }
+        self.fair = rng.choice(FAIR)
+        if self.fair:  # fair sharing states: more queues that may reclaim, more borrowing
+            for q in self.queues:
+                if q.reclaim == "Never" and rng.random() < 0.7:
+                    q.reclaim = "Any"
         minutes = iter(rng.sample(range(1, 500), 60))
-        ref = KueueReference(self.queues, self.cohorts, [], FLAVORS)
+        ref = self.reference([])
         self.running: list[RJob] = []
-        for k in range(rng.randint(2, 16)):  # admitted one by one where quota lets them in
+        for k in range(rng.randint(2, 24 if self.fair else 16)):  # admitted where they fit
             q = rng.choice(self.queues)
             created = next(minutes)
             j = RJob(q.name, rng.choice([f"{q.name}-a", f"{q.name}-b"]), f"{prefix}run-{k}",
@@ -220,8 +229,15 @@ class State:
     def quotas(self) -> list[QuotaInfo]:
         return quotas_from_objects(objects_from_documents([("o", kubectl_list(self.objects()))]))
 
+    def reference(self, running: list[RJob]) -> KueueReference:
+        weights = {n: float(w) for n, w in self.weights.items()}
+        return KueueReference(self.queues, self.cohorts, running, FLAVORS, self.fair, weights)
+
+    def fair_sharing(self) -> FairSharing:
+        return FairSharing(self.fair is not None, tuple(self.fair or (S2A, S2B)))
+
     def expected(self) -> dict[str, Outcome]:
-        ref = KueueReference(self.queues, self.cohorts, self.running, FLAVORS)
+        ref = self.reference(self.running)
         order = sorted(self.pending, key=lambda j: (-j.priority, j.created, j.namespace))
         return {f"Job/{j.name}": ref.admit(j) for j in order}
 
@@ -265,7 +281,7 @@ def test_the_states_cover_what_they_claim() -> None:
     """The fixed states hold every shape the docstring names, and outcomes of each kind
     (a generator that drifted into trivial states would make the agreement hollow)."""
     kinds: set[str] = set()
-    depth2 = lower_newer = later_flavor = preempt_later = 0
+    depth2 = lower_newer = later_flavor = preempt_later = fair_preempt = fair_other_queue = 0
     for seed in range(STATES):
         s = State(seed)
         kinds |= {o.kind for o in s.expected().values()}
@@ -277,10 +293,19 @@ def test_the_states_cover_what_they_claim() -> None:
         jobs = {f"Job/{j.name}": j for j in s.pending}
         later = [o for k, o in outcomes.items() if o.flavor and o.flavor != firsts[jobs[k].queue]]
         later_flavor += len(later)
+        if s.fair is not None:
+            preempting = [o for o in outcomes.values() if o.kind == "preempt"]
+            fair_preempt += len(preempting)
+            fair_other_queue += sum(
+                any(ns.rsplit("-", 1)[0] != jobs[k].queue for ns, _ in o.victims)
+                for k, o in outcomes.items()
+                if o.kind == "preempt"
+            )
         preempt_later += sum(o.kind == "preempt" for o in later)
     assert kinds == {"fits", "never_fits", "namespace", "no_gpu", "no_flavor", "preempt", "wait"}
     assert depth2 > 50 and lower_newer > 400
     assert later_flavor > 100 and preempt_later > 10
+    assert fair_preempt > 30 and fair_other_queue > 15
 
 
 def test_objects_path_agrees_with_kueues_source_on_500_states() -> None:
@@ -292,7 +317,9 @@ def test_objects_path_agrees_with_kueues_source_on_500_states() -> None:
             v.job: _outcome(
                 v.rule, sorted((x.namespace, x.job.split("/", 1)[1]) for x in v.victims), v.flavor
             )
-            for v in judge(s.pods(), s.quotas(), node_labels=_node_labels()).verdicts
+            for v in judge(
+                s.pods(), s.quotas(), node_labels=_node_labels(), fair_sharing=s.fair_sharing()
+            ).verdicts
         }
         if got != s.expected():
             disagree.append(seed)
@@ -300,21 +327,29 @@ def test_objects_path_agrees_with_kueues_source_on_500_states() -> None:
 
 
 def test_stored_inventory_path_agrees_on_500_states(tmp_path: Path) -> None:
-    """``--db``: the same 500 states side by side in one cluster (each its own names, so
-    none touches another), written through the collector's store as one inventory
-    snapshot and read back by ``run_quota``."""
+    """``--db``: the states side by side in one cluster (each its own names, so none
+    touches another), written through the collector's store as one inventory snapshot and
+    read back by ``run_quota``; one cluster per fair sharing configuration (it is
+    cluster-wide: the ``analytics.kueue_fair_sharing`` settings)."""
     states = [State(seed, prefix=f"s{seed}-") for seed in range(STATES)]
     want: dict[str, Outcome] = {}
-    for s in states:
-        want.update(s.expected())
-    with Store.open(tmp_path / "q.duckdb") as store:
-        store.record_inventory(T0, nodes=nodes(), pods=[p for s in states for p in s.pods()],
-                               quotas=[q for s in states for q in s.quotas()])  # fmt: skip
-        found = run_quota(store.cursor(), T0, AnalyticsSettings(), window=timedelta(minutes=1))
-    got = {
-        v["job"]: _outcome(v["rule"], sorted((x["namespace"], x["job"].split("/", 1)[1])
-                                             for x in v["victims"]), v["flavor"])
-        for v in found.summary["pending_jobs"]
-    }  # fmt: skip
+    got: dict[str, Outcome] = {}
+    for config in {tuple(s.fair) if s.fair else () for s in states}:
+        group = [s for s in states if tuple(s.fair or ()) == config]
+        for s in group:
+            want.update(s.expected())
+        settings = AnalyticsSettings(
+            kueue_fair_sharing=bool(config),
+            kueue_fair_sharing_strategies=list(config or (S2A, S2B)),
+        )
+        with Store.open(tmp_path / f"q{len(config)}{config[:1]}.duckdb") as store:
+            store.record_inventory(T0, nodes=nodes(), pods=[p for s in group for p in s.pods()],
+                                   quotas=[q for s in group for q in s.quotas()])  # fmt: skip
+            found = run_quota(store.cursor(), T0, settings, window=timedelta(minutes=1))
+        got.update({
+            v["job"]: _outcome(v["rule"], sorted((x["namespace"], x["job"].split("/", 1)[1])
+                                                 for x in v["victims"]), v["flavor"])
+            for v in found.summary["pending_jobs"]
+        })  # fmt: skip
     assert len(got) == len(want) > 1000
     assert {k for k in want if got[k] != want[k]} == set()

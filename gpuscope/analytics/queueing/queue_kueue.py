@@ -19,7 +19,9 @@ The search stops at a fit without borrowing; at a fit with borrowing when
 v1beta2); at a preemption when ``whenCanPreempt`` is ``Preempt`` (default
 ``TryNextFlavor``) and it does not borrow or ``whenCanBorrow`` is ``Borrow``. Otherwise
 the best flavor seen wins: fit over reclaim over preempt over no candidates, then one that
-does not borrow, then the earlier. Preemption then happens in that flavor only.
+does not borrow, then the earlier. Preemption then happens in that flavor only, classic
+(:mod:`gpuscope.analytics.queueing.queue_preemption`) or, where Kueue's fair sharing is on,
+by its strategies (:mod:`gpuscope.analytics.queueing.queue_fair`).
 """
 
 from __future__ import annotations
@@ -30,8 +32,10 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from gpuscope.analytics.queueing.queue_charge import field_of
+from gpuscope.analytics.queueing.queue_fair import FairSharing, fair_preemption
 from gpuscope.analytics.queueing.queue_flavors import Flavors
 from gpuscope.analytics.queueing.queue_preemption import Choice, Job, kueue_preemption
+from gpuscope.analytics.queueing.queue_tree import Key
 
 if TYPE_CHECKING:
     from gpuscope.analytics.queueing.queues import Project
@@ -76,8 +80,22 @@ def _stops(t: _Try, rec: Any) -> bool:
     return t.mode == FIT and (borrow or not t.borrows)
 
 
+@dataclass(frozen=True, slots=True)
+class Fairness:
+    """Kueue's fair sharing configuration and each node's ``fairSharing.weight``."""
+
+    sharing: FairSharing
+    weights: Mapping[Key, float]
+
+
 def _try(
-    q: str, job: Job, flavor: str, flavors: Flavors, running: Mapping[str, list[Job]], rec: Any
+    q: str,
+    job: Job,
+    flavor: str,
+    flavors: Flavors,
+    running: Mapping[str, list[Job]],
+    rec: Any,
+    fairness: Fairness | None,
 ) -> _Try:
     tree = flavors.tree(flavor)
     key = ("cq", q)
@@ -93,6 +111,13 @@ def _try(
     if job.gpus <= tree.available(q) + EPSILON:
         return _Try(flavor, FIT, tree.borrowing_with(key, job.gpus))
     choice = kueue_preemption(q, job, tree, running, rec)
+    reclaim = str(field_of(rec, "reclaim_within_cohort", "") or "Never")
+    if fairness is not None and (choice.rule != "kueue.exceeds_nominal" or reclaim != "Never"):
+        # with fair sharing a queue that may reclaim may also preempt while borrowing
+        # (flavorassigner.go canPreemptWhileBorrowing)
+        choice = fair_preemption(
+            q, job, flavor, flavors, running, rec, fairness.sharing, fairness.weights
+        )
     if choice.rule == "kueue.exceeds_nominal":
         return _Try(flavor, NO_FIT, True, choice, choice.reason)
     if not choice.victims:
@@ -114,6 +139,7 @@ def kueue_verdict(
     projects: Mapping[str, Project],
     rec: Any,
     running: dict[str, dict[str, list[Job]]],
+    fairness: Fairness | None = None,
 ) -> Verdict:
     """Kueue's answer for ``job`` (whose first pod is ``pod``) of ClusterQueue ``p``;
     ``running`` holds each flavor's running jobs per queue, changed in place (with the
@@ -152,7 +178,7 @@ def kueue_verdict(
         if why is not None:
             refused.append(why)
             continue
-        t = _try(q, job, flavor, flavors, running.get(flavor, {}), rec)
+        t = _try(q, job, flavor, flavors, running.get(flavor, {}), rec, fairness)
         tried.append(t)
         if _stops(t, rec):
             best = t

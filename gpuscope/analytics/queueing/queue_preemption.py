@@ -113,7 +113,7 @@ def _policy(rec: Any, key: str) -> str:
     return str(value or "Never")
 
 
-def _allows(policy: str, victim: Job, job: Job) -> bool:
+def allows(policy: str, victim: Job, job: Job) -> bool:
     """Kueue's ``priorityTooHighToPreempt``, negated: may ``policy`` take ``victim``?"""
     lower = victim.priority < job.priority
     if policy == "LowerPriority":
@@ -152,7 +152,7 @@ def _candidates(
     same = [
         _Candidate(q, v, "within")
         for v in running.get(q, ())
-        if within != "Never" and _allows(within, v, job)
+        if within != "Never" and allows(within, v, job)
     ]
     hier: list[_Candidate] = []
     prio: list[_Candidate] = []
@@ -182,7 +182,7 @@ def _candidates(
             out += [
                 _Candidate(child[1], v, variant(v, advantage), lca)
                 for v in running.get(child[1], ())
-                if _allows(reclaim, v, job)
+                if allows(reclaim, v, job)
             ]
 
     if tree.parent(key) is not None and reclaim != "Never":

@@ -39,8 +39,9 @@ from gpuscope.analytics.queueing.queue_charge import (
     field_of,
     pod_gpus,
 )
+from gpuscope.analytics.queueing.queue_fair import FairSharing, weights_of
 from gpuscope.analytics.queueing.queue_flavors import Flavors
-from gpuscope.analytics.queueing.queue_kueue import kueue_verdict
+from gpuscope.analytics.queueing.queue_kueue import Fairness, kueue_verdict
 from gpuscope.analytics.queueing.queue_preemption import Job, kai_reclaim
 from gpuscope.collector.cluster.dra_apply import CLAIM_HOLDER_KIND
 
@@ -201,6 +202,7 @@ def judge(
     free_gpus: float = math.inf,
     capacity_gpus: float | None = None,
     node_labels: Mapping[str, Mapping[str, str]] | None = None,
+    fair_sharing: FairSharing | None = None,
 ) -> QueueState:
     """The queue model as of one instant: every pending job's verdict.
 
@@ -208,7 +210,8 @@ def judge(
     ``free_gpus`` (the cluster's unallocated GPUs) is what KAI's over-quota share draws
     on (Kueue's quotas do not depend on it); ``capacity_gpus`` (the GPUs of ready nodes)
     gives KAI's fair shares; ``node_labels`` (node name: labels) tells the Kueue flavor
-    a running pod is of (gpuscope/analytics/queueing/queue_flavors.py).
+    a running pod is of (gpuscope/analytics/queueing/queue_flavors.py);
+    ``fair_sharing`` is Kueue's configuration (classic preemption where off or None).
     """
     charger = Charger(quotas)
     projects = _projects(charger)
@@ -262,6 +265,9 @@ def judge(
         projects[name].largest = max(projects[name].largest, job.gpus)
     # Kueue's heads: higher priority first, then the oldest (creation time)
     pending.sort(key=lambda nj: (-nj[1].priority, nj[1].created, nj[1].namespace, nj[1].job))
+    fairness = None
+    if fair_sharing is not None and fair_sharing.enabled:
+        fairness = Fairness(fair_sharing, weights_of(charger.cqs, charger.cohorts))
     kai_free = free_gpus
     verdicts: list[QueueVerdict] = []
     for name, job in pending:
@@ -270,7 +276,9 @@ def judge(
         flavor = ""
         if p.scheduler == "kueue":
             pod = first_pod.get((job.namespace, job.job), {})
-            found = kueue_verdict(p, job, pod, flavors, projects, charger.cqs[name], running)
+            found = kueue_verdict(
+                p, job, pod, flavors, projects, charger.cqs[name], running, fairness
+            )
             verdict, flavor = found[:4], found[4]
         elif p.scheduler == "kai":
             verdict, kai_free = _kai(p, job, projects, kai_free)

@@ -37,6 +37,7 @@ from typing import Any
 import duckdb
 
 from gpuscope.analytics.base import Analysis
+from gpuscope.analytics.queueing.queue_fair import FairSharing
 from gpuscope.analytics.queueing.queues import Charger, Project, QueueState, QueueVerdict, judge
 from gpuscope.collector.storage.store import utc
 from gpuscope.core.records import Finding, finding_id
@@ -127,7 +128,14 @@ def run_quota(
     labels = None
     if charger.cqs:  # which Kueue flavor a running pod is of: its node's labels
         labels = {str(n.get("name")): n.get("labels") or {} for n in _records(con, "nodes_at", at)}
-    state = judge(pods, quotas, free_gpus=free, capacity_gpus=capacity, node_labels=labels)
+    state = judge(
+        pods,
+        quotas,
+        free_gpus=free,
+        capacity_gpus=capacity,
+        node_labels=labels,
+        fair_sharing=kueue_fair_sharing(settings),
+    )
     cache: dict[str, Any] = {}
 
     def placement() -> Mapping[str, Any]:
@@ -136,6 +144,11 @@ def run_quota(
         return dict(cache["p"])
 
     return quota_analysis(state, at, placement, hours=hours, window=window)
+
+
+def kueue_fair_sharing(settings: AnalyticsSettings) -> FairSharing:
+    """Kueue's fair sharing configuration as the settings give it."""
+    return FairSharing(settings.kueue_fair_sharing, tuple(settings.kueue_fair_sharing_strategies))
 
 
 def _held(pod: Mapping[str, Any]) -> float:
