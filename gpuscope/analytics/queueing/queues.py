@@ -28,9 +28,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
+from gpuscope.analytics.queueing.kai_reclaim import KaiQueue, kai_reclaim
 from gpuscope.analytics.queueing.kai_share import kai_queue_shares
 from gpuscope.analytics.queueing.queue_charge import (
     KAI_LABEL,
@@ -42,7 +43,7 @@ from gpuscope.analytics.queueing.queue_charge import (
 from gpuscope.analytics.queueing.queue_fair import FairSharing, weights_of
 from gpuscope.analytics.queueing.queue_flavors import Flavors
 from gpuscope.analytics.queueing.queue_kueue import Fairness, kueue_verdict
-from gpuscope.analytics.queueing.queue_preemption import Job, kai_reclaim
+from gpuscope.analytics.queueing.queue_preemption import Job
 from gpuscope.collector.cluster.dra_apply import CLAIM_HOLDER_KIND
 
 __all__ = ["KAI_LABEL", "KUEUE_LABEL", "Charger", "Project", "QueueState", "QueueVerdict", "judge"]
@@ -269,6 +270,7 @@ def judge(
     if fair_sharing is not None and fair_sharing.enabled:
         fairness = Fairness(fair_sharing, weights_of(charger.cqs, charger.cohorts))
     kai_free = free_gpus
+    kai_queues = _kai_queues(charger, shares)
     verdicts: list[QueueVerdict] = []
     for name, job in pending:
         p = projects[name]
@@ -281,7 +283,7 @@ def judge(
             )
             verdict, flavor = found[:4], found[4]
         elif p.scheduler == "kai":
-            verdict, kai_free = _kai(p, job, projects, kai_free)
+            verdict, kai_free = _kai(p, job, projects, kai_free, kai_queues)
         elif p.scheduler == "inadmissible":
             verdict = (
                 "quota",
@@ -336,7 +338,13 @@ def judge(
 Verdict = tuple[str, str, str, tuple[Job, ...]]
 
 
-def _kai(p: Project, job: Job, projects: dict[str, Project], free: float) -> tuple[Verdict, float]:
+def _kai(
+    p: Project,
+    job: Job,
+    projects: dict[str, Project],
+    free: float,
+    queues: Mapping[str, KaiQueue],
+) -> tuple[Verdict, float]:
     limit = p.guaranteed + p.borrowing_limit
     if p.used + job.gpus > limit + EPSILON:
         return (
@@ -347,6 +355,7 @@ def _kai(p: Project, job: Job, projects: dict[str, Project], free: float) -> tup
         ), free
     if job.gpus <= free + EPSILON:
         p.used += job.gpus
+        p.running.append(replace(job, start_time=math.inf))  # the most recently started
         return (
             "placement",
             "kai.fits",
@@ -354,26 +363,33 @@ def _kai(p: Project, job: Job, projects: dict[str, Project], free: float) -> tup
             "it waits for a node",
             (),
         ), free - job.gpus
-    siblings = {
-        n: pr
-        for n, pr in projects.items()
-        if pr.scheduler == "kai" and pr.cohort == p.cohort and n != p.name
-    }
-    choice = kai_reclaim(
-        p.name,
-        p.used,
-        p.guaranteed,
-        job,
-        free,
-        {n: (pr.used, pr.guaranteed, pr.running, pr.weight) for n, pr in siblings.items()},
-    )
-    if choice.victims:
-        freed = 0.0
-        for victim_queue, victim in choice.taken:
-            projects[victim_queue].running.remove(victim)
-            projects[victim_queue].victims.append(victim)
-            projects[victim_queue].used -= victim.gpus
-            freed += victim.gpus
-        p.used += job.gpus
-        return ("quota", choice.rule, choice.reason, choice.victims), free + freed - job.gpus
-    return (choice.waits_on, choice.rule, choice.reason, ()), free
+    running = {n: pr.running for n, pr in projects.items() if pr.scheduler == "kai"}
+    choice = kai_reclaim(p.name, job, free, queues, running)
+    if not choice.victims:
+        return (choice.waits_on, choice.rule, choice.reason, ()), free
+    freed = 0.0
+    for victim_queue, victim in choice.taken:
+        projects[victim_queue].running.remove(victim)
+        projects[victim_queue].victims.append(victim)
+        projects[victim_queue].used -= victim.gpus
+        freed += victim.gpus
+    p.used += job.gpus
+    p.running.append(replace(job, start_time=math.inf))
+    return ("quota", choice.rule, choice.reason, choice.victims), free + freed - job.gpus
+
+
+def _kai_queues(charger: Charger, shares: Mapping[str, float]) -> dict[str, KaiQueue]:
+    """KAI Queues with their fair shares; where no cluster capacity gave shares, the
+    deserved quota stands in (gpuscope/analytics/queueing/kai_reclaim.py)."""
+    out = {}
+    for name, rec in charger.kai.items():
+        deserved = float(field_of(rec, "guaranteed_gpus", 0.0))
+        limit = field_of(rec, "limit", None)
+        out[name] = KaiQueue(
+            name,
+            str(field_of(rec, "cohort", "")),
+            deserved,
+            None if limit is None else float(limit),
+            shares.get(name, deserved) if any(shares.values()) else deserved,
+        )
+    return out
