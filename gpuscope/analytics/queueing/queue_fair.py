@@ -110,15 +110,15 @@ class _Ordering:
     def has(self, key: Key) -> bool:
         return bool(self.by_queue.get(key[1]))
 
-    def targets(self) -> list[Key] | None:
-        """The next queue to take from (a list of one), or None when all are pruned."""
-        root = self.shape.ancestors(self.me)[-1] if self.path else None
-        if root is None:
-            return [self.me] if self.has(self.me) else None
+    def target(self) -> Key | None:
+        """The next queue to take a candidate from; None once every one is pruned."""
+        if not self.path:  # no cohort: only its own queue's candidates
+            return self.me if self.has(self.me) else None
+        root = self.shape.ancestors(self.me)[-1]
         while root not in self.pruned:
             found = self._next(root)
             if found is not None:
-                return [found]
+                return found
         return None
 
     def _next(self, cohort: Key) -> Key | None:
@@ -260,8 +260,7 @@ def _first(
     """``runFirstFsStrategy``: True once it fits, else the candidates passed over."""
     order = _Ordering(q, flavors, shares, _by_queue(found))
     retry: list[tuple[str, Job]] = []
-    while (pick := order.targets()) is not None:
-        target = pick[0]
+    while (target := order.target()) is not None:
         queue = order.by_queue[target[1]]
         if target == order.me:
             if take(q, queue.pop(0)):
@@ -292,8 +291,7 @@ def _second(
 ) -> bool:
     """``runSecondFsStrategy`` (LessThanInitialShare): one candidate per queue."""
     order = _Ordering(q, flavors, shares, _by_queue(retry))
-    while (pick := order.targets()) is not None:
-        target = pick[0]
+    while (target := order.target()) is not None:
         mine, theirs = order.sides(target)
         passes = shares.share(mine) < shares.share(theirs)
         if passes and take(target[1], order.by_queue[target[1]].pop(0)):

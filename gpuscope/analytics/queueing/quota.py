@@ -38,6 +38,7 @@ import duckdb
 
 from gpuscope.analytics.base import Analysis
 from gpuscope.analytics.queueing.queue_fair import FairSharing
+from gpuscope.analytics.queueing.queue_flavors import flavor_quotas
 from gpuscope.analytics.queueing.queues import Charger, Project, QueueState, QueueVerdict, judge
 from gpuscope.collector.storage.store import utc
 from gpuscope.core.records import Finding, finding_id
@@ -126,7 +127,8 @@ def run_quota(
         held = sum(_held(p) for p in pods)
         free = max(0.0, capacity - held)
     labels = None
-    if charger.cqs:  # which Kueue flavor a running pod is of: its node's labels
+    if any(len(flavor_quotas(q)) > 1 for q in charger.cqs.values()):
+        # which of its queue's Kueue flavors a running pod is of: its node's labels
         labels = {str(n.get("name")): n.get("labels") or {} for n in _records(con, "nodes_at", at)}
     state = judge(
         pods,
