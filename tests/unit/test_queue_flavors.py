@@ -161,3 +161,38 @@ def test_preemption_happens_in_the_flavor_the_victim_runs_in() -> None:
     v = _judge(objects, pods)
     assert (v.rule, v.flavor) == ("kueue.withinClusterQueue", "a100")
     assert [x.job for x in v.victims] == ["Job/lo"]
+
+
+def _two_preemptions(fungibility: tuple[str, str]) -> QueueVerdict:
+    """Both flavors full; team may preempt its own low-priority job in either: in h100
+    (nominal 2) it then borrows 2 from lender, in a100 (nominal 4) it does not."""
+    preemption = {
+        "withinClusterQueue": "LowerPriority",
+        "reclaimWithinCohort": "LowerPriority",
+        "borrowWithinCohort": {"policy": "LowerPriority"},
+    }
+    objects = [
+        *FLAVORS,
+        _queue([("h100", 2), ("a100", 4)], "pool", fungibility, preemption),
+        _queue([("h100", 4), ("a100", 0)], "pool", name="lender"),
+        local_queue("team", "team"),
+        local_queue("lender", "lender"),
+    ]
+    pods = [
+        pod("team", "lo-h-0", 4, "h100-0", job="lo-h", priority=0),
+        pod("lender", "own-0", 2, "h100-0", job="own", priority=5),
+        pod("team", "lo-a-0", 4, "a100-0", job="lo-a", priority=0),
+        pod("team", "wait-0", 4, None, job="wait", minute=5, priority=5),
+    ]
+    return _judge(objects, pods)
+
+
+def test_between_two_preemptions_the_one_that_does_not_borrow_wins() -> None:
+    """isPreferred: same mode, not borrowing first (whenCanPreempt TryNextFlavor)."""
+    v = _two_preemptions(("TryNextFlavor", "TryNextFlavor"))
+    assert (v.flavor, [x.job for x in v.victims]) == ("a100", ["Job/lo-a"])
+
+
+def test_when_can_preempt_preempt_with_borrow_stops_at_the_first_preemption() -> None:
+    v = _two_preemptions(("Borrow", "Preempt"))
+    assert (v.flavor, [x.job for x in v.victims]) == ("h100", ["Job/lo-h"])
