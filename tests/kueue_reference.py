@@ -108,6 +108,8 @@ class RJob:
     flavor: str = "default-flavor"
     #: Its pods' nodeSelector.
     selector: dict[str, str] = field(default_factory=dict)
+    #: Its pods tolerate the tainted flavors' taint.
+    tolerates: bool = False
 
 
 @dataclass
@@ -125,11 +127,13 @@ class KueueReference:
     def __init__(self, queues: list[RQueue], cohorts: list[RCohort], running: list[RJob],
                  labels: dict[str, dict[str, str]] | None = None,
                  fair: list[str] | None = None,
-                 weights: dict[str, float] | None = None) -> None:  # fmt: skip
+                 weights: dict[str, float] | None = None,
+                 tainted: frozenset[str] = frozenset()) -> None:  # fmt: skip
         """``labels``: each ResourceFlavor's nodeLabels (a flavor not there has none);
         ``fair``: the fair sharing strategies (None: classic preemption); ``weights``: the
         fairSharing weight of queues and cohorts by name (default 1)."""
         self.labels = labels or {}
+        self.tainted = tainted
         self.fair = fair
         self.weights = weights or {}
         self.cur = "default-flavor"  # the flavor the arithmetic below is about
@@ -217,7 +221,10 @@ class KueueReference:
 
     # -- admission ---------------------------------------------------------------------------
     def suits(self, x: RQueue, flavor: str, j: RJob) -> bool:
-        """flavorSelector: the job's nodeSelector on the keys its queue's flavors label."""
+        """Its pods tolerate the flavor's taint (NoSchedule), and flavorSelector: the job's
+        nodeSelector on the keys its queue's flavors label."""
+        if flavor in self.tainted and not j.tolerates:
+            return False
         keys = {k for f, *_ in x.quotas() for k in self.labels.get(f, {})}
         mine = self.labels.get(flavor, {})
         return all(mine.get(k) == v for k, v in j.selector.items() if k in keys)
@@ -287,7 +294,7 @@ class KueueReference:
     def now(j: RJob, flavor: str) -> RJob:
         """Admitted now: the most recently admitted of all (CandidatesOrdering)."""
         return RJob(j.queue, j.namespace, j.name, j.gpus, j.priority, j.created, 10**9, flavor,
-                    j.selector)  # fmt: skip
+                    j.selector, j.tolerates)  # fmt: skip
 
     def lower_subtree_fits(self, me: tuple[str, str], gpus: float) -> bool:
         if self.up(me) is None:

@@ -83,3 +83,39 @@ def test_dominant_resource_share_follows_kueues_integer_arithmetic() -> None:
     assert shares.share(("cq", "c")) == 2**63 - 1
     assert Shares(flavors, {}).share(("cq", "c")) == 0
     assert shares.share(("cohort", "pool")) == 0
+
+
+def _cohort(name: str, parent: str | None = None) -> dict[str, Any]:
+    spec: dict[str, Any] = {"resourceGroups": [{"coveredResources": ["nvidia.com/gpu"],
+                            "flavors": [{"name": "default-flavor", "resources": [
+                                {"name": "nvidia.com/gpu", "nominalQuota": 0}]}]}]}  # fmt: skip
+    if parent:
+        spec["parent"] = parent
+    return {"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "Cohort",
+            "metadata": {"name": name}, "spec": spec}  # fmt: skip
+
+
+def test_a_cohort_wins_a_tie_with_a_queue_in_the_walk_from_the_root() -> None:
+    """Cohort org holds p (4 GPUs), x (2) and cohort sub, which holds y (2): 8 in all. x and
+    y each run two 2-GPU jobs, so x and sub each borrow 2 of 8 (share 250). p's 2-GPU
+    job needs a victim: ordering.go descends into the cohort on a tie, so y's newest job
+    goes, not x's."""
+    objects = [_cohort("org"), _cohort("sub", "org")]
+    for name, nominal, cohort in (("p", 4, "org"), ("x", 2, "org"), ("y", 2, "sub")):
+        cq = cluster_queue(name, nominal, cohort, preemption={"reclaimWithinCohort": "Any"})
+        objects += [cq, local_queue(name, name)]
+    pods = [
+        pod("x", "x1-0", 2, "n0", job="x1", minute=1),
+        pod("x", "x2-0", 2, "n0", job="x2", minute=2),
+        pod("y", "y1-0", 2, "n1", job="y1", minute=3),
+        pod("y", "y2-0", 2, "n1", job="y2", minute=4),
+        pod("p", "wait-0", 2, None, job="wait", minute=5),
+    ]
+    quotas = quotas_from_objects(objects_from_documents([("o", kubectl_list(objects))]))
+    (v,) = judge(
+        [pod_from_json(p) for p in pods], quotas, fair_sharing=FairSharing(True, (S2A, S2B))
+    ).verdicts
+    assert (v.rule, [x.namespace + "/" + x.job for x in v.victims]) == (
+        "kueue.fairSharing",
+        ["y/Job/y2"],
+    )

@@ -8,7 +8,8 @@ name), queues whose resource groups cover no GPU, LocalQueues in two namespaces 
 in half the states (each strategy alone and both; classic preemption in the others, where
 the weights decide nothing), every preemption policy, and several GPU flavors in one ClusterQueue (ResourceFlavors with and
 without nodeLabels, quotas per flavor in queues and cohorts, both flavorFungibility
-policies, pending jobs pinned by nodeSelector, running pods on nodes of their flavor).
+policies, a tainted spot flavor that half the jobs tolerate, pending jobs pinned by
+nodeSelector, running pods on nodes of their flavor).
 Each state goes in as the objects ``--objects`` reads, and
 the same records go through the collector's store and ``run_quota`` (``--db``); both
 must name, job by job, what the reference says: admitted, never fits, refused for its
@@ -65,8 +66,13 @@ KIND = {
 }
 PRODUCT = "nvidia.com/gpu.product"
 #: ResourceFlavors: nodeLabels of each; the node a running pod of each flavor is on.
-FLAVORS = {"h100": {PRODUCT: "H100"}, "a100": {PRODUCT: "A100"}, "default-flavor": {}}
-NODES = {"node-h100": "H100", "node-a100": "A100", "node-default-flavor": "L4"}
+FLAVORS = {"h100": {PRODUCT: "H100"}, "a100": {PRODUCT: "A100"}, "default-flavor": {},
+           "spot": {PRODUCT: "H100", "pool": "spot"}}  # fmt: skip
+#: Flavors whose nodes carry the spot taint (the flavor's nodeTaints).
+TAINTED = frozenset({"spot"})
+SPOT_TAINT = {"key": "spot", "value": "true", "effect": "NoSchedule"}
+NODES = {"node-h100": {PRODUCT: "H100"}, "node-a100": {PRODUCT: "A100"},
+         "node-default-flavor": {PRODUCT: "L4"}, "node-spot": {PRODUCT: "H100", "pool": "spot"}}  # fmt: skip
 FUNGIBILITY = [("Borrow", "TryNextFlavor"), ("TryNextFlavor", "TryNextFlavor"),
                ("Borrow", "Preempt"), ("TryNextFlavor", "Preempt")]  # fmt: skip
 PINS: list[dict[str, str]] = [{}, {}, {}, {PRODUCT: "H100"}, {PRODUCT: "A100"}, {PRODUCT: "L4"}]
@@ -139,17 +145,18 @@ class State:
         self.fair = rng.choice(FAIR)
         if self.fair:  # fair sharing states: more queues that may reclaim, more borrowing
             for q in self.queues:
-                if q.reclaim == "Never" and rng.random() < 0.7:
+                if q.reclaim == "Never" and rng.random() < 0.9:
                     q.reclaim = "Any"
         minutes = iter(rng.sample(range(1, 500), 60))
+        tolerant = random.Random(f"{seed}-tolerations")  # which jobs tolerate the spot taint
         ref = self.reference([])
         self.running: list[RJob] = []
-        for k in range(rng.randint(2, 24 if self.fair else 16)):  # admitted where they fit
+        for k in range(rng.randint(2, 36 if self.fair else 16)):  # admitted where they fit
             q = rng.choice(self.queues)
             created = next(minutes)
             j = RJob(q.name, rng.choice([f"{q.name}-a", f"{q.name}-b"]), f"{prefix}run-{k}",
                      rng.randint(1, 8), rng.randint(0, 2), created,
-                     created + rng.randint(0, 120))  # fmt: skip
+                     created + rng.randint(0, 120), tolerates=tolerant.random() < 0.5)  # fmt: skip
             admitted = ref.admit(j)
             if admitted.kind == "fits":
                 j.flavor = admitted.flavor
@@ -157,7 +164,7 @@ class State:
         self.pending = [
             RJob(q.name, rng.choice([f"{q.name}-a", f"{q.name}-b"]), f"{prefix}wait-{k}",
                  rng.randint(1, 8), rng.randint(0, 3), next(minutes),
-                 selector=dict(rng.choice(PINS)))
+                 selector=dict(rng.choice(PINS)), tolerates=tolerant.random() < 0.5)
             for k, q in enumerate(rng.choices(self.queues, k=rng.randint(1, 5)))
         ]  # fmt: skip
 
@@ -206,6 +213,8 @@ class State:
             rf = resource_flavor(name)
             if labels:
                 rf["spec"]["nodeLabels"] = labels
+            if name in TAINTED:
+                rf["spec"]["nodeTaints"] = [SPOT_TAINT]
             out.append(rf)
         for c in self.cohorts:
             obj = _cohort_object(c)
@@ -215,14 +224,16 @@ class State:
         return out
 
     def pods(self) -> list[PodInfo]:
-        out = [pod_from_json(pod(j.namespace, j.name, j.gpus, f"node-{j.flavor}", job=j.name,
-                                 minute=j.created, started=j.started, priority=j.priority))
-               for j in self.running]  # fmt: skip
-        for j in self.pending:
-            obj = pod(j.namespace, j.name, j.gpus, None, job=j.name, minute=j.created,
+        out = []
+        for j in self.running + self.pending:
+            running = j in self.running
+            obj = pod(j.namespace, j.name, j.gpus, f"node-{j.flavor}" if running else None,
+                      job=j.name, minute=j.created, started=j.started if running else None,
                       priority=j.priority)  # fmt: skip
             if j.selector:
                 obj["spec"]["nodeSelector"] = dict(j.selector)
+            if j.tolerates:
+                obj["spec"]["tolerations"] = [{**SPOT_TAINT, "operator": "Equal"}]
             out.append(pod_from_json(obj))
         return out
 
@@ -231,7 +242,8 @@ class State:
 
     def reference(self, running: list[RJob]) -> KueueReference:
         weights = {n: float(w) for n, w in self.weights.items()}
-        return KueueReference(self.queues, self.cohorts, running, FLAVORS, self.fair, weights)
+        return KueueReference(self.queues, self.cohorts, running, FLAVORS, self.fair, weights,
+                              TAINTED)  # fmt: skip
 
     def fair_sharing(self) -> FairSharing:
         return FairSharing(self.fair is not None, tuple(self.fair or (S2A, S2B)))
@@ -253,7 +265,12 @@ def _gpu_quota(nominal: int, borrowing: int | None, lending: int | None) -> dict
 
 def nodes() -> list[NodeInfo]:
     """The nodes running pods are on: one per flavor, labelled as its ResourceFlavor."""
-    return [node_from_json(node(name, model=model)) for name, model in NODES.items()]
+    out = []
+    for name, labels in NODES.items():
+        obj = node(name, model=labels[PRODUCT])
+        obj["metadata"]["labels"].update(labels)
+        out.append(node_from_json(obj))
+    return out
 
 
 def _node_labels() -> dict[str, dict[str, str]]:
@@ -282,6 +299,7 @@ def test_the_states_cover_what_they_claim() -> None:
     (a generator that drifted into trivial states would make the agreement hollow)."""
     kinds: set[str] = set()
     depth2 = lower_newer = later_flavor = preempt_later = fair_preempt = fair_other_queue = 0
+    spot_admitted = spot_refused = 0
     for seed in range(STATES):
         s = State(seed)
         kinds |= {o.kind for o in s.expected().values()}
@@ -289,10 +307,18 @@ def test_the_states_cover_what_they_claim() -> None:
             q.cohort == "vision" for q in s.queues)  # fmt: skip
         lower_newer += any(j.started > j.created for j in s.running)
         firsts = {q.name: q.quotas()[0][0] for q in s.queues}
+        by_name = {q.name: q for q in s.queues}
         outcomes = s.expected()
         jobs = {f"Job/{j.name}": j for j in s.pending}
         later = [o for k, o in outcomes.items() if o.flavor and o.flavor != firsts[jobs[k].queue]]
         later_flavor += len(later)
+        spot_admitted += sum(o.flavor == "spot" for o in outcomes.values())
+        spot_refused += sum(
+            not jobs[k].tolerates
+            and "spot" in [f for f, *_ in by_name[jobs[k].queue].quotas()]
+            and o.kind not in ("namespace", "no_gpu")
+            for k, o in outcomes.items()
+        )
         if s.fair is not None:
             preempting = [o for o in outcomes.values() if o.kind == "preempt"]
             fair_preempt += len(preempting)
@@ -306,6 +332,7 @@ def test_the_states_cover_what_they_claim() -> None:
     assert depth2 > 50 and lower_newer > 400
     assert later_flavor > 100 and preempt_later > 10
     assert fair_preempt > 30 and fair_other_queue > 15
+    assert spot_admitted > 30 and spot_refused > 30
 
 
 def test_objects_path_agrees_with_kueues_source_on_500_states() -> None:
