@@ -273,7 +273,7 @@ def _quota_from_files(
     from gpuscope.analytics.placement.allocation_sources import kubectl_records
     from gpuscope.analytics.placement.fragmentation import analyze_fragmentation
     from gpuscope.analytics.queueing.queues import judge
-    from gpuscope.analytics.queueing.quota import quota_analysis
+    from gpuscope.analytics.queueing.quota import kueue_fair_sharing, quota_analysis
     from gpuscope.collector.cluster.queue_records import quotas_from_objects
 
     # DRA claims in ``objects`` count as device-plugin GPUs in quota usage too
@@ -287,7 +287,15 @@ def _quota_from_files(
         state = state_from_records(node_infos, pod_infos, known)
         return dict(analyze_fragmentation(state, at=at, settings=settings.analytics).summary)
 
-    state = judge(pod_infos, quotas, free_gpus=free, capacity_gpus=capacity)
+    labels = {n.name: n.labels for n in node_infos}
+    state = judge(
+        pod_infos,
+        quotas,
+        free_gpus=free,
+        capacity_gpus=capacity,
+        node_labels=labels,
+        fair_sharing=kueue_fair_sharing(settings.analytics),
+    )
     found = quota_analysis(state, utc(at), placement)
     found.summary["data_until"] = None
     return found

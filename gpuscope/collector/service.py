@@ -190,9 +190,9 @@ class CollectorService:
             return
         self.metrics.inventory_syncs.labels("ok").inc()
         # the settings' guarantees take precedence over a queue or quota of the same name;
-        # LocalQueues and Cohorts are no one's guarantee and always kept
+        # LocalQueues, Cohorts and ResourceFlavors are no one's guarantee and always kept
         configured = {q.project for q in quotas}
-        keep = ("kueue-localqueue", "kueue-cohort")
+        keep = ("kueue-localqueue", "kueue-cohort", "kueue-flavor")
         quotas += [q for q in snap.quotas if q.source in keep or q.project not in configured]
         pdbs = None if snap.pdbs is None else [budget_record(b) for b in snap.pdbs]
         self.store.record_inventory(now, nodes=snap.nodes, pods=snap.pods, quotas=quotas, pdbs=pdbs)

@@ -307,6 +307,14 @@ def check_api_token(token: str) -> None:
         )
 
 
+FairSharingStrategy = Literal["LessThanOrEqualToFinalShare", "LessThanInitialShare"]
+#: Kueue's default ``fairSharing.preemptionStrategies``.
+FAIR_SHARING_STRATEGIES: tuple[FairSharingStrategy, ...] = (
+    "LessThanOrEqualToFinalShare",
+    "LessThanInitialShare",
+)
+
+
 class AnalyticsSettings(_Section):
     """Thresholds of the detectors; the defaults follow common practice."""
 
@@ -354,6 +362,14 @@ class AnalyticsSettings(_Section):
     )
     #: Share of tasks the FGD task mix keeps (most frequent groups first).
     fgd_task_coverage: float = Field(default=0.95, gt=0, le=1)
+    #: Kueue's ``fairSharing.enable`` (its Configuration, which gpuscope cannot read from
+    #: the cluster): the queue model then preempts by fair sharing's strategies, not
+    #: classic preemption (docs/analytics.md, Queues, "Kueue fair sharing").
+    kueue_fair_sharing: bool = False
+    #: Kueue's ``fairSharing.preemptionStrategies``, in order (its default: both).
+    kueue_fair_sharing_strategies: list[FairSharingStrategy] = Field(
+        default_factory=lambda: list(FAIR_SHARING_STRATEGIES), min_length=1, max_length=2
+    )
     #: Node labels that name topology domains (racks, leaf switches, NVLink domains) when
     #: no Kueue/KAI Topology or Volcano HyperNode is given; unset: the defaults in
     #: gpuscope.analytics.domains.topology_levels (GKE, AWS, topograph, nvidia.com/gpu.clique).

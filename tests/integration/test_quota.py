@@ -235,8 +235,10 @@ def test_a_job_blocked_by_fragmentation_is_not_a_quota_reclaim(store: Store) -> 
 
 def test_kai_reclaim_follows_the_over_quota_weight(store: Store) -> None:
     """KAI queues a and c are each 8 over their quota of 8; b (quota 16, using 8) waits for
-    8 and no GPU is free. a's over-use per unit of overQuotaWeight (1) is the largest
-    (c's weight is 3), so KAI takes a's whole preemptible 4-GPU jobs, never c's."""
+    8 and no GPU is free. No node is stored, so the deserved quotas stand in for the fair
+    shares (overQuotaWeight then decides nothing): a and c hold the same share of theirs
+    and a comes first by name; two of a's whole preemptible 4-GPU jobs (the most recent
+    first) free the 8 GPUs before c's job is reached."""
     pods = [running("a", f"a{i}", 4) for i in range(4)] + [running("c", "c0", 16)]
     pods += [running("b", "b0", 8), pending("b", "b-wait", 8)]
     quotas = [quota("a", 8, "kai"), quota("c", 8, "kai"), quota("b", 16, "kai")]

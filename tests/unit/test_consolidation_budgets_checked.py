@@ -19,7 +19,9 @@ The reference shares no code with gpuscope:
 The product is run as ``analyze consolidation --nodes --pods --objects pdbs.json``
 (run_on_snapshot). Each plan must be feasible, spend no budget beyond what the Eviction API
 grants, meet as many goals as the reference's optimum and need no more evictions (10 % of
-a small optimum is the optimum itself).
+a small optimum is the optimum itself). 50 instances of the same generator also go
+through the collector's store (nodes, pods and budgets as the inventory records them) and
+``analyze consolidation --db`` (run_on_store), which must plan what the files plan.
 """
 
 from __future__ import annotations
@@ -32,7 +34,10 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gpuscope.analytics.runner import run_on_snapshot
+from gpuscope.analytics.runner import run_on_snapshot, run_on_store
+from gpuscope.collector.cluster.inventory_records import node_from_json, pod_from_json
+from gpuscope.collector.cluster.pdb_records import budget_from_json, budget_record
+from gpuscope.collector.storage.store import Store
 from gpuscope.core.kube_objects import objects_from_documents
 from gpuscope.core.settings import Settings
 from tests.unit.test_consolidation_checked import (
@@ -210,6 +215,21 @@ def plan_of(
     return result.summary, targets
 
 
+def plan_from_db(
+    tmp: Path, nodes: list[dict[str, Any]], pods: list[dict[str, Any]], budgets: list[Any]
+) -> dict[str, Any]:
+    """The same snapshot written through the store as one inventory, planned from it."""
+    with Store.open(tmp / "inventory.duckdb") as store:
+        store.record_inventory(
+            AT,
+            nodes=[node_from_json(n) for n in nodes],
+            pods=[pod_from_json(p) for p in pods],
+            pdbs=[budget_record(budget_from_json(b)) for b in budgets],
+        )
+        (analysis,) = run_on_store(store, AT, Settings(), ["consolidation"], persist=False).values()
+    return analysis.summary
+
+
 #: Random states checked (issue 37: 500).
 EXAMPLES = 500
 
@@ -263,3 +283,24 @@ def test_zz_the_budgets_mattered() -> None:
         print(SEEN)
         assert SEEN["budget_binds"] >= SEEN["instances"] // 10
         assert SEEN["budget_spent_whole"] >= SEEN["instances"] // 20
+
+
+@settings(
+    max_examples=50,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+@given(case=with_budgets())
+def test_the_stored_inventory_plans_what_the_files_plan(case: Any, tmp_path_factory: Any) -> None:
+    """``--db``: the goals met and the evictions (so the budgets spent) are the files'."""
+    nodes_json, pods_json, budgets = case
+    tmp = tmp_path_factory.mktemp("pdbdb")
+    summary, _ = plan_of(tmp, nodes_json, pods_json, budgets)
+    stored = plan_from_db(tmp, nodes_json, pods_json, budgets)
+    assert (stored["goals_met"], sorted(stored["evictions"])) == (
+        summary["goals_met"],
+        sorted(summary["evictions"]),
+    )
+    assert stored["pdb_blocked"] == summary["pdb_blocked"]

@@ -29,6 +29,7 @@ class Charger:
         self.quotas = list(quotas)
         self.cqs, self.kai = self._by("kueue"), self._by("kai")
         self.config, self.cohorts = self._by("config"), self._by("kueue-cohort")
+        self.flavors = self._by("kueue-flavor")
         self.local = {
             (field_of(q, "namespace", ""), field_of(q, "project", "")): field_of(
                 q, "cluster_queue", ""

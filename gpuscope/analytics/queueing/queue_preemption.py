@@ -28,11 +28,7 @@ Kueue's classic preemption, as its scheduler does it (kubernetes-sigs/kueue
   candidates are taken greedily until the job fits, then, walking back from the
   second-last, a job whose GPUs are not needed is given back.
 
-KAI-Scheduler's reclaim (its "Fairness" and "Scheduling Queues" pages): a queue within
-its deserved quota may evict whole preemptible jobs (priority below 100: KAI's ``train``
-class) of sibling queues that are over their own quota, never taking one below it; the
-queue furthest over its quota per unit of ``overQuotaWeight`` (the weight that divides
-the over-quota share) gives back first.
+KAI-Scheduler's reclaim is in :mod:`gpuscope.analytics.queueing.kai_reclaim`.
 """
 
 from __future__ import annotations
@@ -44,8 +40,6 @@ from typing import Any
 from gpuscope.analytics.queueing.queue_tree import CohortTree, Key
 
 EPSILON = 1e-6
-#: KAI: workloads of priority 100 and above (``build``, ``inference``) are not preemptible.
-KAI_NON_PREEMPTIBLE_PRIORITY = 100
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,7 +107,7 @@ def _policy(rec: Any, key: str) -> str:
     return str(value or "Never")
 
 
-def _allows(policy: str, victim: Job, job: Job) -> bool:
+def allows(policy: str, victim: Job, job: Job) -> bool:
     """Kueue's ``priorityTooHighToPreempt``, negated: may ``policy`` take ``victim``?"""
     lower = victim.priority < job.priority
     if policy == "LowerPriority":
@@ -152,7 +146,7 @@ def _candidates(
     same = [
         _Candidate(q, v, "within")
         for v in running.get(q, ())
-        if within != "Never" and _allows(within, v, job)
+        if within != "Never" and allows(within, v, job)
     ]
     hier: list[_Candidate] = []
     prio: list[_Candidate] = []
@@ -182,7 +176,7 @@ def _candidates(
             out += [
                 _Candidate(child[1], v, variant(v, advantage), lca)
                 for v in running.get(child[1], ())
-                if _allows(reclaim, v, job)
+                if allows(reclaim, v, job)
             ]
 
     if tree.parent(key) is not None and reclaim != "Never":
@@ -321,69 +315,4 @@ def kueue_preemption(
         rule,
         f"{policy}: Kueue preempts {len(victims)} job(s) "
         f"({sum(v.gpus for v in victims):g} GPUs) to admit it ({where})",
-    )
-
-
-def kai_reclaim(
-    name: str,
-    used: float,
-    quota: float,
-    job: Job,
-    free: float,
-    siblings: Mapping[str, tuple[float, float, Sequence[Job], float]],
-) -> Choice:
-    """The whole jobs KAI would evict from sibling queues over their quota so that queue
-    ``name`` (within its quota with ``job``) can run it; ``free`` GPUs are already free."""
-    if used + job.gpus > quota + EPSILON:
-        return Choice(
-            (),
-            (),
-            "kai.over_quota_waits",
-            f"KAI Queue {name}: {used:g} used + {job.gpus:g} asked is beyond its "
-            f"deserved quota {quota:g} and the cluster has only {free:g} free GPUs: "
-            "over-quota resources are not reclaimed for it",
-        )
-    # the queue furthest over its quota for its over-quota weight gives back first
-    over = {n: (u - qq) / max(w, 1e-9) for n, (u, qq, _, w) in siblings.items() if u > qq + EPSILON}
-    if not over:
-        return Choice(
-            (),
-            (),
-            "kai.nothing_to_reclaim",
-            f"KAI Queue {name} is within its quota but no sibling queue is over "
-            f"its own: it waits for capacity ({free:g} GPUs free)",
-            "placement",
-        )
-    level = {n: siblings[n][0] for n in over}
-    order = sorted(
-        ((n, v) for n in over for v in siblings[n][2] if v.priority < KAI_NON_PREEMPTIBLE_PRIORITY),
-        key=lambda c: (-over[c[0]], c[1].priority, -c[1].start_time, c[1].namespace, c[1].job),
-    )
-    taken: list[tuple[str, Job]] = []
-    need = job.gpus - free
-    for n, v in order:
-        if need <= EPSILON:
-            break
-        if level[n] - v.gpus < siblings[n][1] - EPSILON:
-            continue  # never below the sibling's own quota
-        taken.append((n, v))
-        level[n] -= v.gpus
-        need -= v.gpus
-    if need > EPSILON:
-        return Choice(
-            (),
-            (),
-            "kai.reclaim_blocked",
-            f"KAI Queue {name} is owed GPUs within its quota, but the over-quota "
-            "queues' preemptible jobs (priority below 100) cannot free "
-            f"{job.gpus - free:g} GPUs without going below their own quota",
-        )
-    victims = tuple(v for _, v in taken)
-    return Choice(
-        victims,
-        tuple(taken),
-        "kai.reclaim",
-        f"KAI Queue {name} is within its deserved quota {quota:g}: KAI reclaims "
-        f"{sum(v.gpus for v in victims):g} GPUs as whole preemptible jobs from "
-        "sibling queues over their quota",
     )

@@ -150,6 +150,12 @@ class CohortTree:
     def children(self, key: Key) -> list[Key]:
         return list(self.nodes[key].children)
 
+    def leaves(self, key: Key) -> list[str]:
+        """The ClusterQueues in ``key``'s subtree."""
+        if key[0] == "cq":
+            return [key[1]]
+        return [q for child in self.nodes[key].children for q in self.leaves(child)]
+
     def reclaim_in_hierarchy(self, cq: str, gpus: float) -> bool:
         """Kueue's ``FindHeightOfLowestSubtreeThatFits``: does ``gpus`` more fit within
         the quota of some cohort below the root on ``cq``'s path (or within ``cq``'s own

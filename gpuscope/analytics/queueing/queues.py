@@ -31,6 +31,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from gpuscope.analytics.queueing.kai_reclaim import KaiQueue, kai_reclaim
 from gpuscope.analytics.queueing.kai_share import kai_queue_shares
 from gpuscope.analytics.queueing.queue_charge import (
     KAI_LABEL,
@@ -39,8 +40,10 @@ from gpuscope.analytics.queueing.queue_charge import (
     field_of,
     pod_gpus,
 )
-from gpuscope.analytics.queueing.queue_preemption import Job, kai_reclaim, kueue_preemption
-from gpuscope.analytics.queueing.queue_tree import CohortTree
+from gpuscope.analytics.queueing.queue_fair import FairSharing, weights_of
+from gpuscope.analytics.queueing.queue_flavors import Flavors
+from gpuscope.analytics.queueing.queue_kueue import Fairness, kueue_verdict
+from gpuscope.analytics.queueing.queue_preemption import Job
 from gpuscope.collector.cluster.dra_apply import CLAIM_HOLDER_KIND
 
 __all__ = ["KAI_LABEL", "KUEUE_LABEL", "Charger", "Project", "QueueState", "QueueVerdict", "judge"]
@@ -73,6 +76,8 @@ class QueueVerdict:
     pods: tuple[str, ...] = ()
     local_queue: str = ""
     cohort: str = ""
+    #: The Kueue flavor it is admitted to or preempts in ("" where none, or not Kueue).
+    flavor: str = ""
 
 
 @dataclass(slots=True)
@@ -149,12 +154,18 @@ def _projects(charger: Charger) -> dict[str, Project]:
     return out
 
 
+def _job_key(pod: Any) -> tuple[str, str]:
+    """(namespace, ``Kind/name`` of its controller, or ``Pod/name`` without one)."""
+    owner, owner_kind = field_of(pod, "owner_name", ""), field_of(pod, "owner_kind", "")
+    name = f"{owner_kind}/{owner}" if owner else f"Pod/{field_of(pod, 'name', '')}"
+    return (str(field_of(pod, "namespace", "")), name)
+
+
 def _jobs(pods: list[tuple[Any, float]]) -> dict[tuple[str, str], Job]:
     jobs: dict[tuple[str, str], Job] = {}
     for pod, gpus in pods:
-        owner, owner_kind = field_of(pod, "owner_name", ""), field_of(pod, "owner_kind", "")
-        name = f"{owner_kind}/{owner}" if owner else f"Pod/{field_of(pod, 'name', '')}"
-        key = (str(field_of(pod, "namespace", "")), name)
+        key = _job_key(pod)
+        name = key[1]
         job = jobs.get(key)
         priority = int(field_of(pod, "priority", 0) or 0)
         start = float(field_of(pod, "start_time", 0.0) or 0.0)
@@ -191,19 +202,25 @@ def judge(
     *,
     free_gpus: float = math.inf,
     capacity_gpus: float | None = None,
+    node_labels: Mapping[str, Mapping[str, str]] | None = None,
+    fair_sharing: FairSharing | None = None,
 ) -> QueueState:
     """The queue model as of one instant: every pending job's verdict.
 
     ``pods`` and ``quotas`` are PodInfo/QuotaInfo records or their JSON mappings;
     ``free_gpus`` (the cluster's unallocated GPUs) is what KAI's over-quota share draws
     on (Kueue's quotas do not depend on it); ``capacity_gpus`` (the GPUs of ready nodes)
-    gives KAI's fair shares.
+    gives KAI's fair shares; ``node_labels`` (node name: labels) tells the Kueue flavor
+    a running pod is of (gpuscope/analytics/queueing/queue_flavors.py);
+    ``fair_sharing`` is Kueue's configuration (classic preemption where off or None).
     """
     charger = Charger(quotas)
     projects = _projects(charger)
-    held: dict[str, list[tuple[Any, float]]] = {}
+    flavors = Flavors(charger.cqs, charger.cohorts.values(), charger.flavors.values())
+    held: dict[tuple[str, str], list[tuple[Any, float]]] = {}
     waiting: dict[str, list[tuple[Any, float]]] = {}
     local_of: dict[tuple[str, str], str] = {}
+    first_pod: dict[tuple[str, str], Any] = {}
     for pod in pods:
         gpus = pod_gpus(pod)
         if gpus <= EPSILON or field_of(pod, "owner_kind", "") == CLAIM_HOLDER_KIND:
@@ -213,7 +230,9 @@ def judge(
         project = projects.setdefault(name, Project(name, scheduler))
         if node and phase in ("Running", "Pending"):
             project.used += gpus
-            held.setdefault(name, []).append((pod, gpus))
+            labels = None if node_labels is None else node_labels.get(str(node))
+            flavor = flavors.of_node(name, labels) if scheduler == "kueue" else ""
+            held.setdefault((name, flavor), []).append((pod, gpus))
         elif not node and phase == "Pending":
             project.pending += gpus
             project.pending_pods += 1
@@ -222,10 +241,21 @@ def judge(
                 project.pending_since = min(project.pending_since or since, since)
             waiting.setdefault(name, []).append((pod, gpus))
             local_of[(str(field_of(pod, "namespace", "")), name)] = lq
-    for name, members in held.items():
-        projects[name].running = list(_jobs(members).values())
+            first_pod.setdefault(_job_key(pod), pod)
+    # each Kueue flavor's running jobs per queue: lists that admissions and preemptions
+    # below change in place, with each project's ``running``
+    running: dict[str, dict[str, list[Job]]] = {}
+    for (name, flavor), members in held.items():
+        jobs = list(_jobs(members).values())
+        projects[name].running += jobs
+        if projects[name].scheduler == "kueue":
+            running.setdefault(flavor, {}).setdefault(name, []).extend(jobs)
+            if flavor in flavors.trees:
+                flavors.tree(flavor).add_usage(name, sum(j.gpus for j in jobs))
     for p in projects.values():
         p.held_gpus = p.used
+        if p.scheduler == "kueue":
+            p.root = flavors.root(p.name)
     shares: dict[str, float] = {}
     if capacity_gpus is not None and charger.kai:
         outside = sum(p.held_gpus for p in projects.values() if p.scheduler != "kai")
@@ -236,24 +266,24 @@ def judge(
         projects[name].largest = max(projects[name].largest, job.gpus)
     # Kueue's heads: higher priority first, then the oldest (creation time)
     pending.sort(key=lambda nj: (-nj[1].priority, nj[1].created, nj[1].namespace, nj[1].job))
-    tree = CohortTree(charger.cqs.values(), charger.cohorts.values())
-    for name, p in projects.items():
-        if p.scheduler == "kueue":
-            tree.add_usage(name, p.used)
-            root = tree.root(name)
-            p.root = root[1] if root else ""
+    fairness = None
+    if fair_sharing is not None and fair_sharing.enabled:
+        fairness = Fairness(fair_sharing, weights_of(charger.cqs, charger.cohorts))
     kai_free = free_gpus
-    # each Kueue queue's running jobs: the lists themselves, which admissions and
-    # preemptions below change in place
-    running = {n: pr.running for n, pr in projects.items() if pr.scheduler == "kueue"}
+    kai_queues = _kai_queues(charger, shares)
     verdicts: list[QueueVerdict] = []
     for name, job in pending:
         p = projects[name]
         lq = local_of.get((job.namespace, name), "")
+        flavor = ""
         if p.scheduler == "kueue":
-            verdict = _kueue(p, job, tree, projects, charger, running)
+            pod = first_pod.get((job.namespace, job.job), {})
+            found = kueue_verdict(
+                p, job, pod, flavors, projects, charger.cqs[name], running, fairness
+            )
+            verdict, flavor = found[:4], found[4]
         elif p.scheduler == "kai":
-            verdict, kai_free = _kai(p, job, projects, kai_free)
+            verdict, kai_free = _kai(p, job, projects, kai_free, kai_queues)
         elif p.scheduler == "inadmissible":
             verdict = (
                 "quota",
@@ -299,6 +329,7 @@ def judge(
                 job.pods,
                 lq,
                 p.cohort,
+                flavor if p.scheduler == "kueue" else "",
             )
         )
     return QueueState(projects, tuple(verdicts), shares)
@@ -307,75 +338,13 @@ def judge(
 Verdict = tuple[str, str, str, tuple[Job, ...]]
 
 
-def _kueue(
+def _kai(
     p: Project,
     job: Job,
-    tree: CohortTree,
     projects: dict[str, Project],
-    charger: Charger,
-    running: Mapping[str, list[Job]],
-) -> Verdict:
-    q = p.name
-    rec = charger.cqs[q]
-    selected = field_of(rec, "selected_namespaces", None)
-    if selected is not None and job.namespace not in selected:
-        selector = field_of(rec, "namespace_selector", "") or "null"
-        return (
-            "quota",
-            "kueue.namespace_not_selected",
-            f"namespace {job.namespace} is not selected by ClusterQueue {q}'s "
-            f"namespaceSelector {selector}"
-            f"{' (unset: selects no namespace)' if selector == 'null' else ''}: Kueue "
-            "leaves the workload inadmissible",
-            (),
-        )
-    if not field_of(rec, "gpu_covered", True):
-        return (
-            "quota",
-            "kueue.resource_not_covered",
-            f"ClusterQueue {q}'s resourceGroups do not cover nvidia.com/gpu: Kueue finds no "
-            "flavor for it and never admits a GPU job there, not even by borrowing "
-            "(a queue must define a quota, even 0, for a resource to borrow it)",
-            (),
-        )
-    if job.gpus > tree.potential_available(q) + EPSILON:
-        return (
-            "quota",
-            "kueue.never_fits",
-            f"{job.gpus:g} GPUs exceed what ClusterQueue {q} can ever use "
-            f"({tree.potential_available(q):g}: nominal quota, borrowing limit and what "
-            "its cohort could lend)",
-            (),
-        )
-    available = tree.available(q)
-    if job.gpus <= available + EPSILON:
-        tree.add_usage(q, job.gpus)
-        p.used += job.gpus
-        # admitted now: a later head may preempt it (the most recently admitted of all)
-        p.running.append(replace(job, start_time=math.inf))
-        borrowing = p.used > p.guaranteed + EPSILON
-        return (
-            "placement",
-            "kueue.fits_quota",
-            f"fits ClusterQueue {q}'s available quota ({available:g} GPUs"
-            f"{', borrowing from cohort ' + p.cohort if borrowing else ''}): "
-            "Kueue admits it; it waits for a node",
-            (),
-        )
-    choice = kueue_preemption(q, job, tree, running, rec)
-    if choice.victims:
-        for victim_queue, victim in choice.taken:
-            projects[victim_queue].running.remove(victim)
-            projects[victim_queue].victims.append(victim)
-            projects[victim_queue].used -= victim.gpus
-            tree.add_usage(victim_queue, -victim.gpus)
-        tree.add_usage(q, job.gpus)
-        p.used += job.gpus
-        p.running.append(replace(job, start_time=math.inf))
-    return ("quota", choice.rule, choice.reason, choice.victims)
-
-
-def _kai(p: Project, job: Job, projects: dict[str, Project], free: float) -> tuple[Verdict, float]:
+    free: float,
+    queues: Mapping[str, KaiQueue],
+) -> tuple[Verdict, float]:
     limit = p.guaranteed + p.borrowing_limit
     if p.used + job.gpus > limit + EPSILON:
         return (
@@ -386,6 +355,7 @@ def _kai(p: Project, job: Job, projects: dict[str, Project], free: float) -> tup
         ), free
     if job.gpus <= free + EPSILON:
         p.used += job.gpus
+        p.running.append(replace(job, start_time=math.inf))  # the most recently started
         return (
             "placement",
             "kai.fits",
@@ -393,26 +363,33 @@ def _kai(p: Project, job: Job, projects: dict[str, Project], free: float) -> tup
             "it waits for a node",
             (),
         ), free - job.gpus
-    siblings = {
-        n: pr
-        for n, pr in projects.items()
-        if pr.scheduler == "kai" and pr.cohort == p.cohort and n != p.name
-    }
-    choice = kai_reclaim(
-        p.name,
-        p.used,
-        p.guaranteed,
-        job,
-        free,
-        {n: (pr.used, pr.guaranteed, pr.running, pr.weight) for n, pr in siblings.items()},
-    )
-    if choice.victims:
-        freed = 0.0
-        for victim_queue, victim in choice.taken:
-            projects[victim_queue].running.remove(victim)
-            projects[victim_queue].victims.append(victim)
-            projects[victim_queue].used -= victim.gpus
-            freed += victim.gpus
-        p.used += job.gpus
-        return ("quota", choice.rule, choice.reason, choice.victims), free + freed - job.gpus
-    return (choice.waits_on, choice.rule, choice.reason, ()), free
+    running = {n: pr.running for n, pr in projects.items() if pr.scheduler == "kai"}
+    choice = kai_reclaim(p.name, job, free, queues, running)
+    if not choice.victims:
+        return (choice.waits_on, choice.rule, choice.reason, ()), free
+    freed = 0.0
+    for victim_queue, victim in choice.taken:
+        projects[victim_queue].running.remove(victim)
+        projects[victim_queue].victims.append(victim)
+        projects[victim_queue].used -= victim.gpus
+        freed += victim.gpus
+    p.used += job.gpus
+    p.running.append(replace(job, start_time=math.inf))
+    return ("quota", choice.rule, choice.reason, choice.victims), free + freed - job.gpus
+
+
+def _kai_queues(charger: Charger, shares: Mapping[str, float]) -> dict[str, KaiQueue]:
+    """KAI Queues with their fair shares; where no cluster capacity gave shares, the
+    deserved quota stands in (gpuscope/analytics/queueing/kai_reclaim.py)."""
+    out = {}
+    for name, rec in charger.kai.items():
+        deserved = float(field_of(rec, "guaranteed_gpus", 0.0))
+        limit = field_of(rec, "limit", None)
+        out[name] = KaiQueue(
+            name,
+            str(field_of(rec, "cohort", "")),
+            deserved,
+            None if limit is None else float(limit),
+            shares.get(name, deserved) if any(shares.values()) else deserved,
+        )
+    return out

@@ -37,6 +37,8 @@ from typing import Any
 import duckdb
 
 from gpuscope.analytics.base import Analysis
+from gpuscope.analytics.queueing.queue_fair import FairSharing
+from gpuscope.analytics.queueing.queue_flavors import flavor_quotas
 from gpuscope.analytics.queueing.queues import Charger, Project, QueueState, QueueVerdict, judge
 from gpuscope.collector.storage.store import utc
 from gpuscope.core.records import Finding, finding_id
@@ -124,7 +126,18 @@ def run_quota(
         capacity = float(found)
         held = sum(_held(p) for p in pods)
         free = max(0.0, capacity - held)
-    state = judge(pods, quotas, free_gpus=free, capacity_gpus=capacity)
+    labels = None
+    if any(len(flavor_quotas(q)) > 1 for q in charger.cqs.values()):
+        # which of its queue's Kueue flavors a running pod is of: its node's labels
+        labels = {str(n.get("name")): n.get("labels") or {} for n in _records(con, "nodes_at", at)}
+    state = judge(
+        pods,
+        quotas,
+        free_gpus=free,
+        capacity_gpus=capacity,
+        node_labels=labels,
+        fair_sharing=kueue_fair_sharing(settings),
+    )
     cache: dict[str, Any] = {}
 
     def placement() -> Mapping[str, Any]:
@@ -133,6 +146,11 @@ def run_quota(
         return dict(cache["p"])
 
     return quota_analysis(state, at, placement, hours=hours, window=window)
+
+
+def kueue_fair_sharing(settings: AnalyticsSettings) -> FairSharing:
+    """Kueue's fair sharing configuration as the settings give it."""
+    return FairSharing(settings.kueue_fair_sharing, tuple(settings.kueue_fair_sharing_strategies))
 
 
 def _held(pod: Mapping[str, Any]) -> float:
@@ -261,6 +279,7 @@ def _verdict_json(v: QueueVerdict) -> dict[str, Any]:
         "local_queue": v.local_queue,
         "scheduler": v.scheduler,
         "cohort": v.cohort,
+        "flavor": v.flavor,
         "gpus": _gpus(v.gpus),
         "priority": v.priority,
         "waits_on": v.waits_on,

@@ -323,7 +323,7 @@ rows AS (
            coalesce(TRY_CAST(q.record->>'guaranteed_gpus' AS DOUBLE), 0) AS guaranteed
     FROM hours AS h JOIN quotas AS q
       ON q.valid_from <= h.hour AND (q.valid_to IS NULL OR q.valid_to > h.hour)
-    WHERE coalesce(q.record->>'source', '') NOT IN ('kueue-localqueue', 'kueue-cohort')
+    WHERE coalesce(q.record->>'source', '') NOT IN ('kueue-localqueue', 'kueue-cohort', 'kueue-flavor')
 ),
 per_source AS (
     SELECT hour, project, source, sum(guaranteed) AS guaranteed FROM rows GROUP BY ALL

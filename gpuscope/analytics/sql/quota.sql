@@ -19,7 +19,7 @@ quota_rows AS (
       ON q.valid_from <= i.t AND (q.valid_to IS NULL OR q.valid_to > i.t)
     -- LocalQueues hold no quota (they name the ClusterQueue that does); a Cohort's own
     -- quota is shared by its queues, nobody's guarantee
-    WHERE coalesce(q.record->>'source', '') NOT IN ('kueue-localqueue', 'kueue-cohort')
+    WHERE coalesce(q.record->>'source', '') NOT IN ('kueue-localqueue', 'kueue-cohort', 'kueue-flavor')
 ),
 local_queues AS (
     -- a pod's kueue.x-k8s.io/queue-name names a LocalQueue in its namespace, whose
@@ -98,6 +98,12 @@ WHERE valid_from <= $at AND (valid_to IS NULL OR valid_to > $at);
 -- Every quota and queue object valid at $at: ClusterQueues, LocalQueues, Cohorts, KAI
 -- Queues, ResourceQuotas and the settings' guarantees.
 SELECT CAST(record AS VARCHAR), epoch(valid_from) FROM quotas
+WHERE valid_from <= $at AND (valid_to IS NULL OR valid_to > $at);
+
+-- name: nodes_at
+-- Every node record valid at $at: its labels tell which Kueue ResourceFlavor a running
+-- pod's GPUs are of (analytics/queueing/queue_flavors.py).
+SELECT CAST(record AS VARCHAR), epoch(valid_from) FROM inventory_nodes
 WHERE valid_from <= $at AND (valid_to IS NULL OR valid_to > $at);
 
 -- name: gpus_at

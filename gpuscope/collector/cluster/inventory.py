@@ -52,6 +52,7 @@ from gpuscope.collector.cluster.queue_records import (
     quota_from_cohort,
     quota_from_kai_queue,
     quota_from_localqueue,
+    quota_from_resourceflavor,
     quota_from_resourcequota,
 )
 from gpuscope.core.settings import WorkloadSettings
@@ -75,11 +76,13 @@ __all__ = [
     "quota_from_cohort",
     "quota_from_kai_queue",
     "quota_from_localqueue",
+    "quota_from_resourceflavor",
     "quota_from_resourcequota",
 ]
 KUEUE = ("kueue.x-k8s.io", "v1beta1", "clusterqueues")
 KUEUE_LOCAL = ("kueue.x-k8s.io", "v1beta1", "localqueues")
 KUEUE_COHORTS = ("kueue.x-k8s.io", "v1beta1", "cohorts")
+KUEUE_FLAVORS = ("kueue.x-k8s.io", "v1beta1", "resourceflavors")
 KAI = ("scheduling.run.ai", "v2", "queues")
 
 
@@ -244,6 +247,8 @@ class KubeInventory:
         # the quota; Cohort objects give a cohort its own quota and a parent
         quotas += [quota_from_localqueue(o) for o in self._optional_crd(*KUEUE_LOCAL)]
         quotas += [quota_from_cohort(o) for o in self._optional_crd(*KUEUE_COHORTS)]
+        # ResourceFlavors: which nodes (labels, taints) are of which GPU flavor
+        quotas += [quota_from_resourceflavor(o) for o in self._optional_crd(*KUEUE_FLAVORS)]
         quotas += [quota_from_kai_queue(o) for o in self._optional_crd(*KAI)]
         with self._lock:
             self._namespaces = tuple(

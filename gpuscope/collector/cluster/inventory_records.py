@@ -151,8 +151,8 @@ class QuotaInfo:
     over_quota_weight: float | None = None
     #: The most GPUs it may use at all; None for no limit.
     limit: float | None = None
-    #: ``kueue`` (a ClusterQueue), ``kueue-localqueue``, ``kueue-cohort``, ``kai``,
-    #: ``resourcequota`` or ``config``.
+    #: ``kueue`` (a ClusterQueue), ``kueue-localqueue``, ``kueue-cohort``,
+    #: ``kueue-flavor`` (a ResourceFlavor), ``kai``, ``resourcequota`` or ``config``.
     source: str = ""
     #: The namespace of a ResourceQuota or a LocalQueue, "" for cluster-scoped queues.
     namespace: str = ""
@@ -184,6 +184,20 @@ class QuotaInfo:
     #: ``metadata.creationTimestamp`` of a KAI Queue (unix seconds): KAI's last
     #: tie-break when it hands out what is left of the fair shares.
     created: float | None = None
+    #: Per GPU flavor, in the resource group's order (the order Kueue's flavor assigner
+    #: tries them): ``(flavor, nominalQuota, borrowingLimit, lendingLimit)``, limits None
+    #: where unset; empty in records from before flavors were kept apart.
+    flavor_quotas: tuple[tuple[str, float, float | None, float | None], ...] = ()
+    #: A ClusterQueue's ``flavorFungibility`` ("" where unset: Kueue's defaults, ``Borrow``
+    #: and ``TryNextFlavor``).
+    when_can_borrow: str = ""
+    when_can_preempt: str = ""
+    #: A Kueue ResourceFlavor (``source`` ``kueue-flavor``): its ``nodeLabels`` as
+    #: ``key=value``, its ``nodeTaints`` as ``key=value:effect`` and its ``tolerations``
+    #: as ``key|operator|value|effect``.
+    node_labels: tuple[str, ...] = ()
+    node_taints: tuple[str, ...] = ()
+    tolerations: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,4 +1,5 @@
-"""Queue and quota objects as records: Kueue ClusterQueues, LocalQueues and Cohorts, KAI
+"""Queue and quota objects as records: Kueue ClusterQueues, LocalQueues, Cohorts and
+ResourceFlavors, KAI
 Queues, ResourceQuotas.
 
 Pure functions from the objects as the API server (or ``kubectl get -o json``) gives them
@@ -15,6 +16,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from gpuscope.collector.cluster.inventory_records import QuotaInfo, parse_quantity, parse_time
+from gpuscope.collector.cluster.scheduling_rules import HARD_EFFECTS, taint_text, toleration
 from gpuscope.core import kube_names as names
 from gpuscope.core.kube_objects import ObjectSet
 
@@ -124,6 +126,15 @@ def _quotas(spec: Mapping[str, Any]) -> dict[str, Any]:
         "lending_limit": _limit_sum([_opt_num(r.get("lendingLimit")) for _, r in gpu]),
         "over_quota_weight": _opt_num(weight),
         "flavors": tuple(f for f, _ in gpu),
+        "flavor_quotas": tuple(
+            (
+                f,
+                parse_quantity(r.get("nominalQuota", 0)),
+                _opt_num(r.get("borrowingLimit")),
+                _opt_num(r.get("lendingLimit")),
+            )
+            for f, r in gpu
+        ),
     }
 
 
@@ -138,6 +149,7 @@ def quota_from_clusterqueue(
     pre = spec.get("preemption") or {}
     borrow = pre.get("borrowWithinCohort") or {}
     threshold = borrow.get("maxPriorityThreshold")
+    fungibility = spec.get("flavorFungibility") or {}
     return QuotaInfo(
         project=str((obj.get("metadata") or {}).get("name", "")),
         source="kueue",
@@ -147,6 +159,8 @@ def quota_from_clusterqueue(
         borrow_within_cohort=str(borrow.get("policy") or ""),
         borrow_max_priority=int(threshold) if isinstance(threshold, int | float) else None,
         gpu_covered=_covers_gpu(spec),
+        when_can_borrow=str(fungibility.get("whenCanBorrow") or ""),
+        when_can_preempt=str(fungibility.get("whenCanPreempt") or ""),
         **_namespace_fields(spec, namespaces),
         **_quotas(spec),
     )
@@ -174,6 +188,27 @@ def quota_from_cohort(obj: Mapping[str, Any]) -> QuotaInfo:
         source="kueue-cohort",
         cohort=str(spec.get("parentName") or spec.get("parent") or ""),
         **_quotas(spec),
+    )
+
+
+def quota_from_resourceflavor(obj: Mapping[str, Any]) -> QuotaInfo:
+    """A Kueue ResourceFlavor: the node labels and taints that tell which nodes are of it
+    (Kueue's flavor assigner matches a workload's node selector and tolerations against
+    them; gpuscope also tells a running pod's flavor by its node's labels). No quota."""
+    spec = obj.get("spec") or {}
+    taints = tuple(
+        taint_text(str(t.get("key") or ""), str(t.get("value") or ""), str(t.get("effect") or ""))
+        for t in spec.get("nodeTaints") or ()
+        if t.get("effect") in HARD_EFFECTS
+    )
+    tolerations = tuple(t for t in map(toleration, spec.get("tolerations") or ()) if t)
+    return QuotaInfo(
+        project=str((obj.get("metadata") or {}).get("name", "")),
+        guaranteed_gpus=0.0,
+        source="kueue-flavor",
+        node_labels=tuple(sorted(f"{k}={v}" for k, v in (spec.get("nodeLabels") or {}).items())),
+        node_taints=taints,
+        tolerations=tolerations,
     )
 
 
@@ -227,6 +262,7 @@ def quotas_from_objects(objects: ObjectSet) -> list[QuotaInfo]:
     ]
     quotas += map(quota_from_localqueue, objects.of("LocalQueue", group=KUEUE_GROUP))
     quotas += map(quota_from_cohort, objects.of("Cohort", group=KUEUE_GROUP))
+    quotas += map(quota_from_resourceflavor, objects.of("ResourceFlavor", group=KUEUE_GROUP))
     quotas += map(quota_from_kai_queue, objects.of("Queue", group=KAI_GROUP))
     return sorted(quotas, key=lambda q: (q.source, q.namespace, q.project))
 
