@@ -42,6 +42,12 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 
+from gpuscope.collector.querying.fleet_summaries import (
+    GAUGE_TYPES,
+    SummaryQuestion,
+    reshape,
+    summary_questions,
+)
 from gpuscope.collector.querying.promql import LabelCache, batches_from_matrix, matrix_result
 from gpuscope.collector.querying.query_client import DeadlinePassed, QueryClient, QueryRefused
 from gpuscope.collector.querying.shard_state import ShardState
@@ -99,6 +105,9 @@ class FleetSource:
     client: QueryClient
     shards: int = 8
     recording_rules: bool = False
+    #: Ask per-workload, per-node and hot-port summaries instead of per-GPU series
+    #: (:mod:`gpuscope.collector.querying.fleet_summaries`).
+    summaries: bool = False
     latency_offset: float = 30.0
     max_buckets_per_query: int = 12
     max_lag_buckets: int = 288
@@ -293,6 +302,8 @@ class FleetSource:
         deadline: float | None = None,
     ) -> list[Batch]:
         """Every question for one shard over buckets ``start..end``: one batch a bucket."""
+        if self.summaries:
+            return self._ask_summaries(nodes, start, end, target, deadline)
         merged: dict[int, Batch] = {}
         for query, name in self.questions(nodes):
             params = self._range(query, start, end)
@@ -305,6 +316,31 @@ class FleetSource:
             name_of = None if name is not None else {**RULE_NAMES, **{m: m for m in LAST}}
             for b in batches_from_matrix(result, target, name_of=name_of, cache=self.labels):
                 into = merged.setdefault(b.ts_ms, Batch(b.target, b.ts_ms, types=b.types))
+                into.names.extend(b.names)
+                into.labels.extend(b.labels)
+                into.values.extend(b.values)
+        return [merged[ts] for ts in sorted(merged)]
+
+    def _ask_summaries(
+        self,
+        nodes: Sequence[str],
+        start: float,
+        end: float,
+        target: str,
+        deadline: float | None,
+    ) -> list[Batch]:
+        """The summaries' questions for one shard over buckets ``start..end``."""
+        merged: dict[int, Batch] = {}
+        questions: list[SummaryQuestion] = summary_questions(f'node=~"{node_regex(nodes)}"')
+        keep = {m: m for m in LAST}
+        for q in questions:
+            params = self._range(q.query, start, end)
+            data = self.client.query("/api/v1/query_range", params, deadline=deadline)
+            result = reshape(q, matrix_result(data, self.shown_url))
+            name_of = None if q.name is not None else keep
+            for b in batches_from_matrix(result, target, name_of=name_of, cache=self.labels):
+                into = merged.setdefault(b.ts_ms, Batch(b.target, b.ts_ms, types=b.types))
+                into.types.update(GAUGE_TYPES)
                 into.names.extend(b.names)
                 into.labels.extend(b.labels)
                 into.values.extend(b.values)
