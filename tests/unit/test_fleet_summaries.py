@@ -60,7 +60,8 @@ def test_hot_ports_are_filtered_at_the_floor_below_the_detectors_line() -> None:
     assert tx.query.startswith(f"increase(gpuscope_ib_transmit_bytes_total{{{SEL}}}[300s]) and")
     # the floor times the bucket: an increase over 5 minutes against the line rate
     assert f"{HOT_PORT_FLOOR * 300:g} * gpuscope_ib_port_rate_bytes_per_second" in tx.query
-    assert "increase(gpuscope_ib_receive_bytes_total" in tx.query  # either direction
+    # either direction: the busier one
+    assert "gpuscope_ib_transmit_bytes_total|gpuscope_ib_receive_bytes_total" in tx.query
 
 
 def test_increases_are_stored_as_given_not_as_counters() -> None:
@@ -107,3 +108,39 @@ def test_fleet_source_asks_the_summaries_when_set() -> None:
     src = FleetSource(Client(), shards=1, summaries=True)  # type: ignore[arg-type]
     assert src._ask(["a", "b"], 0.0, 300.0, "t") == []
     assert asked == [q.query for q in summary_questions(SEL)]
+
+
+def test_a_shards_node_regex_matches_exactly_its_nodes() -> None:
+    import re
+
+    from gpuscope.collector.querying.fleet import node_regex
+
+    cases = [
+        ["gpu-node-10", "gpu-node-02", "gpu-node-100"],
+        ["gpu-1", "gpu-10"],  # one name is the common prefix itself
+        ["a.b", "c"],
+        ["ip-10-0-1-2.ec2.internal"],
+    ]
+    others = [
+        "gpu-node-1",
+        "gpu-node-1000",
+        "gpu-node-",
+        "gpu-11",
+        "axb",
+        "ip-10-0-1-3.ec2.internal",
+    ]
+    for nodes in cases:
+        pattern = re.compile(node_regex(nodes).replace("\\\\", "\\"))
+        assert all(pattern.fullmatch(n) for n in nodes), nodes
+        assert not any(pattern.fullmatch(n) for n in others if n not in nodes), nodes
+
+
+def test_every_question_fits_victoriametrics_query_length_at_100k_gpus() -> None:
+    """12,500 nodes in 40 shards (the default): each question under 16 KB
+    (``-search.maxQueryLen``), the selector written three times at most."""
+    from gpuscope.collector.querying.fleet import node_regex
+
+    nodes = [f"gpu-node-{i:05d}" for i in range(0, 12_500, 40)]  # one shard's 313 nodes
+    sel = f'node=~"{node_regex(nodes)}"'
+    for q in summary_questions(sel):
+        assert len(q.query) < 16_384 and q.query.count(sel) <= 3, q.query[:200]

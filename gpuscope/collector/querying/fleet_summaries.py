@@ -91,11 +91,12 @@ def _held(sel: str) -> str:
 
 def _hot(sel: str, floor: float) -> str:
     """Ports over ``floor`` of their line rate in the bucket, either direction (labels
-    node, device, port)."""
+    node, device, port). Both directions in one selector: the shard's node matcher is
+    the long part of a query, and engines bound a query's length."""
+    both = "gpuscope_ib_transmit_bytes_total|gpuscope_ib_receive_bytes_total"
     line = f"{floor * 300:g} * gpuscope_ib_port_rate_bytes_per_second{{{sel}}}"
-    tx = f"increase(gpuscope_ib_transmit_bytes_total{{{sel}}}{W}) > {PORT_ON} ({line})"
-    rx = f"increase(gpuscope_ib_receive_bytes_total{{{sel}}}{W}) > {PORT_ON} ({line})"
-    return f"(max by (node, device, port) ({tx}) or max by (node, device, port) ({rx}))"
+    busier = f'max by (node, device, port) (increase({{__name__=~"{both}",{sel}}}{W}))'
+    return f"({busier} > {PORT_ON} ({line}))"
 
 
 def summary_questions(sel: str, floor: float = HOT_PORT_FLOOR) -> list[SummaryQuestion]:
