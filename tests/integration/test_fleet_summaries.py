@@ -62,6 +62,33 @@ def _workloads(store: Store, at: float) -> dict[str, tuple[float, str]]:
     return {f"{r['namespace']}/{r['pod']}": (float(r["gpus"]), r["status"]) for r in rows}
 
 
+def _drill(vm: str, store: Store, at: float) -> dict[str, dict[str, int]]:
+    """Per finding kind, the first finding's drill-down asked of the engine: series by name
+    (each with points over the last 30 minutes)."""
+    from datetime import UTC, datetime
+
+    from gpuscope.analytics.runner import DETECTORS, run_on_store
+    from gpuscope.collector.querying.drilldown import drilldown, drilldown_queries
+    from gpuscope.collector.querying.query_client import QueryClient
+
+    out = run_on_store(store, datetime.fromtimestamp(at, UTC), SETTINGS, DETECTORS, persist=False)
+    client = QueryClient(vm, timeout_seconds=30)
+    got: dict[str, dict[str, int]] = {}
+    try:
+        for kind in ("idle_session", "bandwidth_hotspot"):
+            f = next(f for a in out.values() for f in a.findings if f.kind == kind)
+            queries = drilldown_queries(kind, f.subject, f.evidence or {}, 60)
+            series = drilldown(client, queries, at - 1800, at, 60)
+            assert all(s["points"] for s in series), kind
+            names: dict[str, int] = {}
+            for s in series:
+                names[s["name"]] = names.get(s["name"], 0) + 1
+            got[kind] = names
+    finally:
+        client.close()
+    return got
+
+
 def test_summaries_find_what_direct_scraping_finds(run: SimRun, tmp_path: Path) -> None:
     direct = scrape_directly(run, tmp_path / "d.duckdb", SETTINGS)
     with victoria_metrics(tmp_path, "-search.disableCache") as vm:
@@ -92,6 +119,10 @@ def test_summaries_store_no_per_gpu_series(run: SimRun, tmp_path: Path) -> None:
         push_to_victoriametrics(vm, run.pages(), run.times())
         vm_flush(vm)
         store = run_fleet(vm, run, tmp_path / "s.duckdb", SETTINGS, SUMMARIES)
+        drilled = _drill(vm, store, run.end)
+    # an idle notebook's one GPU, and a hot port's traffic over its line rate, from the engine
+    assert drilled["idle_session"] == {"utilization": 1, "sm_active": 1, "memory_used_bytes": 1}
+    assert drilled["bandwidth_hotspot"]["transmit_ratio"] == 1
     cur = store.cursor()
     uuids: list[Any] = cur.execute(
         "SELECT DISTINCT uuid FROM series WHERE metric LIKE 'gpuscope_gpu_%' "
