@@ -136,3 +136,21 @@ def test_summaries_store_no_per_gpu_series(run: SimRun, tmp_path: Path) -> None:
     all_ports = 8 * len(run.cluster.node_names)
     assert ports is not None and 0 < ports[0] < all_ports
     cur.close()
+
+
+def test_summaries_on_prometheus_find_what_direct_scraping_finds(
+    run: SimRun, tmp_path: Path
+) -> None:
+    """The same questions are plain PromQL: Prometheus answers them as VictoriaMetrics does."""
+    from bench.fleet_sim import write_openmetrics
+    from tests.integration.engines import prometheus_on_blocks
+
+    direct = scrape_directly(run, tmp_path / "d.duckdb", SETTINGS)
+    om = tmp_path / "fleet.om"
+    write_openmetrics(run.pages(), run.times(), om)
+    with prometheus_on_blocks(tmp_path, om) as prom:
+        summed = run_fleet(prom, run, tmp_path / "s.duckdb", SETTINGS, SUMMARIES)
+    want = findings(direct, run.end, SETTINGS)
+    got = findings(summed, run.end, SETTINGS)
+    for name in ("idle", "bandwidth", "fragmentation"):
+        assert want[name] and got[name] == want[name], name

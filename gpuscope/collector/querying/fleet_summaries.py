@@ -91,12 +91,18 @@ def _held(sel: str) -> str:
 
 def _hot(sel: str, floor: float) -> str:
     """Ports over ``floor`` of their line rate in the bucket, either direction (labels
-    node, device, port). Both directions in one selector: the shard's node matcher is
-    the long part of a query, and engines bound a query's length."""
-    both = "gpuscope_ib_transmit_bytes_total|gpuscope_ib_receive_bytes_total"
+    node, device, port). One selector a direction: Prometheus refuses ``increase()`` over
+    both at once (the name dropped, two series of one label set), VictoriaMetrics does not."""
     line = f"{floor * 300:g} * gpuscope_ib_port_rate_bytes_per_second{{{sel}}}"
-    busier = f'max by (node, device, port) (increase({{__name__=~"{both}",{sel}}}{W}))'
-    return f"({busier} > {PORT_ON} ({line}))"
+
+    def over(metric: str) -> str:
+        return (
+            f"(max by (node, device, port) (increase({metric}{{{sel}}}{W})) > {PORT_ON} ({line}))"
+        )
+
+    return (
+        f"({over('gpuscope_ib_transmit_bytes_total')} or {over('gpuscope_ib_receive_bytes_total')})"
+    )
 
 
 def summary_questions(sel: str, floor: float = HOT_PORT_FLOOR) -> list[SummaryQuestion]:
