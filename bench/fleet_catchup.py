@@ -55,6 +55,11 @@ def _hwm_mb(pid: int) -> float:
     return int(status.split("VmHWM:")[1].split()[0]) / 1024
 
 
+def _rss_mb(pid: int) -> float:
+    status = Path(f"/proc/{pid}/status").read_text()
+    return int(status.split("VmRSS:")[1].split()[0]) / 1024
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -115,7 +120,9 @@ def planted_findings(db: Path, cluster: Any, origin: float, at: float) -> dict[s
     return kinds
 
 
-def run_collector(tmp: Path, engine: str, db: Path, shards: int) -> dict[str, Any]:
+def run_collector(
+    tmp: Path, engine: str, db: Path, shards: int, summaries: bool = False
+) -> dict[str, Any]:
     """One ``gpuscope collector`` until its first cycle is done: its figures."""
     port = _free_port()
     cfg = tmp / f"collector-{port}.yaml"
@@ -123,7 +130,8 @@ def run_collector(tmp: Path, engine: str, db: Path, shards: int) -> dict[str, An
         "prometheus_url": engine, "db": str(db), "kubernetes": "none",
         "listen": f"127.0.0.1:{port}",
         "query": {"mode": "fleet", "shards": shards, "retries": 0, "timeout_seconds": 300,
-                  "interval_seconds": 3600, "cycle_deadline_seconds": 3000},
+                  "interval_seconds": 3600, "cycle_deadline_seconds": 3000,
+                  "summaries": summaries},
     }}))  # fmt: skip
     t0 = time.perf_counter()
     proc = subprocess.Popen(
@@ -160,7 +168,9 @@ def run_collector(tmp: Path, engine: str, db: Path, shards: int) -> dict[str, An
     return {"wall_s": wall, "cpu_s": cpu, "rss_mb": rss, "status": status}
 
 
-def measure(nodes: int, step: float, shards: int, keep: bool = False) -> dict[str, Any]:
+def measure(
+    nodes: int, step: float, shards: int, keep: bool = False, summaries: bool = False
+) -> dict[str, Any]:
     from bench.fleet_sim import FleetPages, push_to_victoriametrics
     from gpuscope.sim import SimulatedCluster
     from gpuscope.sim.scenario import default_scenario
@@ -184,17 +194,22 @@ def measure(nodes: int, step: float, shards: int, keep: bool = False) -> dict[st
     try:
         _wait(base + "/health")
         # start-up alone: a collector whose first cycle has nothing to ask (no data yet)
-        idle = run_collector(tmp, base, tmp / "idle.duckdb", shards)
+        idle = run_collector(tmp, base, tmp / "idle.duckdb", shards, summaries)
         t0 = time.perf_counter()
         times = [start + k * step for k in range(int((end - start + BUCKET_S) // step))]
-        pushed = push_to_victoriametrics(base, pages, times)
+        pushed = 0
+        for k, t in enumerate(times):
+            pushed += push_to_victoriametrics(base, pages, [t])
+            print(f"pushed step {k + 1}/{len(times)} at {time.perf_counter() - t0:.0f} s",
+                  file=sys.stderr, flush=True)  # fmt: skip
         httpx.get(base + "/internal/force_flush", timeout=600)
         load_s = time.perf_counter() - t0
         db = tmp / "c.duckdb"
         seed(db, shards, start)
         size0 = db.stat().st_size
         engine0 = _cpu_of(vm.pid)
-        got = run_collector(tmp, base, db, shards)
+        engine_rss0 = _rss_mb(vm.pid)
+        got = run_collector(tmp, base, db, shards, summaries)
         engine_cpu = _cpu_of(vm.pid) - engine0
         size = db.stat().st_size + (db.with_suffix(".duckdb.wal").stat().st_size
                                     if db.with_suffix(".duckdb.wal").exists() else 0)  # fmt: skip
@@ -213,6 +228,8 @@ def measure(nodes: int, step: float, shards: int, keep: bool = False) -> dict[st
         st = got["status"]
         return {
             "nodes": nodes, "gpus": nodes * 8, "shards": shards, "step_s": step,
+            "summaries": summaries, "engine_rss_mb_loaded": engine_rss0,
+            "engine_peak_rss_mb": _hwm_mb(vm.pid),
             "pushed_samples": pushed, "load_s": load_s,
             "catch_up_hour_s": got["wall_s"] - idle["wall_s"],
             "collector_cpu_s": got["cpu_s"] - idle["cpu_s"],
@@ -241,10 +258,11 @@ def main() -> None:
     p.add_argument("--nodes", type=int, action="append", help="nodes of 8 GPUs (repeatable)")
     p.add_argument("--step", type=float, default=60.0, help="seconds between pages pushed")
     p.add_argument("--gpus-per-shard", type=int, default=256)
+    p.add_argument("--summaries", action="store_true", help="collector.query.summaries")
     args = p.parse_args()
     for nodes in args.nodes or [128]:
         shards = max(1, math.ceil(nodes * 8 / args.gpus_per_shard))
-        print(json.dumps(measure(nodes, args.step, shards)), flush=True)
+        print(json.dumps(measure(nodes, args.step, shards, summaries=args.summaries)), flush=True)
 
 
 if __name__ == "__main__":

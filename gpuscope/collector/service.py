@@ -21,6 +21,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +35,7 @@ from gpuscope.collector.gauges.database_gauges import DatabaseGauges
 from gpuscope.collector.gauges.inventory_gauges import InventoryGauges
 from gpuscope.collector.gauges.metrics import CollectorMetrics
 from gpuscope.collector.http_api.api import ApiState, create_app
+from gpuscope.collector.http_api.api_drilldown import drilldown_router
 from gpuscope.collector.http_api.api_whatif import WhatIf
 from gpuscope.collector.querying.query_ingest import QueryIngest, QueryIngestMetrics
 from gpuscope.collector.scraping.ingest import IngestWriter, StoreFailed, first_line
@@ -123,6 +125,9 @@ class CollectorService:
         self.routers: list[Callable[[list[Any], list[Any]], Any]] = []
         #: Routers of expensive read routes (see ApiState.expensive_routers).
         self.expensive_routers: list[Callable[[list[Any], list[Any]], Any]] = []
+        if self.query_source is not None:  # a finding's per-GPU series, from the engine
+            source = self.query_source
+            self.routers.append(partial(drilldown_router, self.store, lambda: source.client))
         #: The what-if replay for GET /api/v1/whatif (see ApiState.whatif).
         self.whatif: WhatIf | None = None
 

@@ -42,6 +42,10 @@ class QuerySettings(BaseModel):
     #: Fleet mode: read the engine's ``gpuscope:*`` recording rules
     #: (dashboards/rules/gpuscope-fleet-rules.yaml) instead of asking ``*_over_time``.
     recording_rules: bool = False
+    #: Fleet mode: store per-workload, per-node and hot-port summaries the engine
+    #: aggregates instead of every GPU's series (docs/scale.md, "Fleet summaries"): the
+    #: collector's cost then grows with workloads, nodes and problems, not GPUs.
+    summaries: bool = False
     #: Fleet mode: seconds between cycles (each stores the buckets closed since).
     interval_seconds: float = Field(default=60.0, ge=1, le=3600)
     #: Fleet mode: shards asked at once.

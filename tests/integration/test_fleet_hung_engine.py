@@ -61,10 +61,13 @@ class Hung:
                                  "data": {"resultType": "matrix", "result": result}}),
                  "application/json")  # fmt: skip
             return
-        first = re.search(r'node=~"([^"|]+)', query)
+        # the shard's first node: its nodes' common prefix (if written once) and the
+        # first alternative after it
+        first = re.search(r'node=~"([^"(|]*)\(?([^"|)]*)', query)
         assert first is not None, query
+        node = (first.group(1) + first.group(2)).replace("\\", "")
         with self.lock:
-            self.asked.append(shard_of(first.group(1).replace("\\", ""), SHARDS))
+            self.asked.append(shard_of(node, SHARDS))
             self.open_now += 1
             self.most_open = max(self.most_open, self.open_now)
         try:

@@ -192,7 +192,11 @@ WITH held AS (
     SELECT namespace, pod, container, gpu_uuid,
            any_value(node) AS node, any_value(kind) AS kind, any_value(project) AS project,
            bool_or(coalesce(interactive, false) OR kind = 'interactive') AS interactive,
-           min(start_ts) AS start_ts
+           min(start_ts) AS start_ts,
+           -- a fleet summary's workload key (docs/scale.md, "Fleet summaries") stands for
+           -- all the GPUs it holds: their count is its `gpu` label
+           max(CASE WHEN starts_with(gpu_uuid, 'workload:')
+                    THEN coalesce(TRY_CAST(gpu AS DOUBLE), 1.0) ELSE 1.0 END) AS held_gpus
     FROM workload_intervals
     WHERE start_ts <= $at AND (end_ts IS NULL OR end_ts > $at) AND last_seen >= $stale
       AND NOT list_contains($protected, namespace)
@@ -243,7 +247,7 @@ per_workload AS (
            any_value(kind) AS kind, bool_or(interactive) AS interactive,
            any_value(project) AS project, any_value(pod_labels) AS pod_labels,
            any_value(owner_kind) AS owner_kind, any_value(owner_name) AS owner_name,
-           min(pod_start) AS start_ts, sum(share) AS gpus,
+           min(pod_start) AS start_ts, sum(share * held_gpus) AS gpus,
            list(gpu_uuid ORDER BY gpu_uuid) AS gpu_uuids,
            coalesce(bool_or(busy_recent), false) AS busy_recent,
            bool_and(data_ok) AS data_ok,

@@ -179,3 +179,9 @@ as_of AS (
 SELECT held.gpus, idle.since, as_of.ts
 FROM held CROSS JOIN as_of LEFT JOIN idle ON true
 """
+#: One finding by id: its newest occurrence (for its drill-down).
+FINDING_BY_ID = """
+SELECT kind, subject, evidence, since, observed_at, resolved_at
+FROM findings WHERE id = $id
+ORDER BY observed_at DESC LIMIT 1
+"""

@@ -42,6 +42,12 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 
+from gpuscope.collector.querying.fleet_summaries import (
+    GAUGE_TYPES,
+    SummaryQuestion,
+    reshape,
+    summary_questions,
+)
 from gpuscope.collector.querying.promql import LabelCache, batches_from_matrix, matrix_result
 from gpuscope.collector.querying.query_client import DeadlinePassed, QueryClient, QueryRefused
 from gpuscope.collector.querying.shard_state import ShardState
@@ -90,8 +96,23 @@ def shard_of(node: str, shards: int) -> int:
 
 def node_regex(nodes: Sequence[str]) -> str:
     """A PromQL string literal's content matching exactly these nodes (regex escaped, then
-    backslashes doubled for the string literal)."""
-    return "|".join(re.escape(n) for n in sorted(nodes)).replace("\\", "\\\\")
+    backslashes doubled for the string literal). Their common prefix is written once
+    (``gpu-node-(0012|0047)``): a shard of 300 nodes named alike is then a third as long,
+    and engines bound a query's length (VictoriaMetrics ``-search.maxQueryLen``, 16 KB)."""
+    names = sorted(set(nodes))
+    # the common prefix of sorted names is that of the first and the last
+    first, last = (names[0], names[-1]) if len(names) > 1 else ("", "")
+    size = next(
+        (i for i, (a, b) in enumerate(zip(first, last, strict=False)) if a != b),
+        min(len(first), len(last)),
+    )
+    prefix = first[:size]
+    if len(prefix) < 4:
+        text = "|".join(re.escape(n) for n in names)
+    else:
+        rest = "|".join(re.escape(n[len(prefix) :]) for n in names)
+        text = f"{re.escape(prefix)}({rest})"
+    return text.replace("\\", "\\\\")
 
 
 @dataclass
@@ -99,6 +120,9 @@ class FleetSource:
     client: QueryClient
     shards: int = 8
     recording_rules: bool = False
+    #: Ask per-workload, per-node and hot-port summaries instead of per-GPU series
+    #: (:mod:`gpuscope.collector.querying.fleet_summaries`).
+    summaries: bool = False
     latency_offset: float = 30.0
     max_buckets_per_query: int = 12
     max_lag_buckets: int = 288
@@ -293,6 +317,8 @@ class FleetSource:
         deadline: float | None = None,
     ) -> list[Batch]:
         """Every question for one shard over buckets ``start..end``: one batch a bucket."""
+        if self.summaries:
+            return self._ask_summaries(nodes, start, end, target, deadline)
         merged: dict[int, Batch] = {}
         for query, name in self.questions(nodes):
             params = self._range(query, start, end)
@@ -305,6 +331,31 @@ class FleetSource:
             name_of = None if name is not None else {**RULE_NAMES, **{m: m for m in LAST}}
             for b in batches_from_matrix(result, target, name_of=name_of, cache=self.labels):
                 into = merged.setdefault(b.ts_ms, Batch(b.target, b.ts_ms, types=b.types))
+                into.names.extend(b.names)
+                into.labels.extend(b.labels)
+                into.values.extend(b.values)
+        return [merged[ts] for ts in sorted(merged)]
+
+    def _ask_summaries(
+        self,
+        nodes: Sequence[str],
+        start: float,
+        end: float,
+        target: str,
+        deadline: float | None,
+    ) -> list[Batch]:
+        """The summaries' questions for one shard over buckets ``start..end``."""
+        merged: dict[int, Batch] = {}
+        questions: list[SummaryQuestion] = summary_questions(f'node=~"{node_regex(nodes)}"')
+        keep = {m: m for m in LAST}
+        for q in questions:
+            params = self._range(q.query, start, end)
+            data = self.client.query("/api/v1/query_range", params, deadline=deadline)
+            result = reshape(q, matrix_result(data, self.shown_url))
+            name_of = None if q.name is not None else keep
+            for b in batches_from_matrix(result, target, name_of=name_of, cache=self.labels):
+                into = merged.setdefault(b.ts_ms, Batch(b.target, b.ts_ms, types=b.types))
+                into.types.update(GAUGE_TYPES)
                 into.names.extend(b.names)
                 into.labels.extend(b.labels)
                 into.values.extend(b.values)

@@ -1,0 +1,209 @@
+"""Fleet summaries: what fleet mode asks when ``collector.query.summaries`` is on.
+
+Why: fleet mode as first built stored every GPU's ~24 series a bucket, so the collector's
+memory, CPU and disk grew with every GPU (issue 40: 1.1 GB peak RSS at 30,000 GPUs). With
+summaries the engine aggregates where the data already lives and the collector stores what
+the detectors decide on, whose count grows with workloads, nodes and *problems*, not GPUs:
+
+- per workload (node, namespace, pod, container): its busy peak in the bucket (the highest
+  busy signal of any GPU it holds: DCGM SM activity where the GPU has it, else NVML
+  utilization), its own per-process utilization peak and memory mean, and the GPUs it
+  holds; for GPUs shared by more than one workload (fractions), which workload holds which
+  GPU (``gpuscope:shared_gpu_workload_info``: packing fractions onto GPUs needs it, whole
+  GPUs are counted). Stored under the agent's own names with ``uuid`` set to the workload's key
+  (``workload:<namespace>/<pod>/<container>``), so the idle detector judges a workload
+  as one "GPU" that is busy when any of its GPUs was, exactly the rule it applies per GPU
+  (a workload is idle when every GPU it holds is), and the GPUs it holds ride in the
+  ``gpu`` label of its ``gpuscope_gpu_workload_info`` summary;
+- per node: GPUs present, healthy, held by a workload, and utilization mean and peak
+  (``gpuscope:node_*``), the fragmentation detector's sample-side inputs (free GPUs come
+  from Kubernetes);
+- per InfiniBand port, only ports over :data:`HOT_PORT_FLOOR` of their line rate in the
+  bucket (either direction): both directions' bucket increase, the transmit wait and the
+  line rate; ports with errors only, their errors' increase; GPUs reported down, and
+  GPUs whose ECC errors grew. The bandwidth detector's own hot line (``ib_hot_ratio``,
+  0.8) is above the floor, so no port it would call hot is left out.
+
+Increases are asked of the engine (``increase(...[300s])``) and stored as gauges under the
+counters' names: a stored counter sample is already its bucket's increase (docs/storage.md),
+so the detectors read them unchanged. Per-GPU series are not stored; a finding's drill-down
+asks the engine for them (:mod:`gpuscope.collector.querying.drilldown`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+#: A port is kept in a bucket when either direction carried at least this share of its
+#: line rate there (the bandwidth detector's ``ib_hot_ratio`` must not be below it).
+HOT_PORT_FLOOR = 0.5
+#: The uuid a workload's summary series carry: one key per (namespace, pod, container).
+WORKLOAD_KEY_PREFIX = "workload:"
+WORKLOAD_BY = "node, namespace, pod, container"
+PORT_ON = "on (node, device, port)"
+W = "[300s]"
+
+#: Counters whose summaries are their bucket's increase, stored as gauges under their names.
+INCREASES = (
+    "gpuscope_ib_transmit_bytes_total",
+    "gpuscope_ib_receive_bytes_total",
+    "gpuscope_ib_transmit_wait_total",
+    "gpuscope_ib_errors_total",
+    "gpuscope_gpu_ecc_errors_total",
+)
+#: Every summary is stored as given (a gauge): increases included.
+GAUGE_TYPES = {name: "gauge" for name in INCREASES}
+
+
+@dataclass(frozen=True)
+class SummaryQuestion:
+    """One PromQL question of a shard and how its answer is stored.
+
+    ``name``: the metric name stored (``None``: the answer keeps its own ``__name__``);
+    ``workload_key``: the answer's ``uuid`` becomes its workload's key; ``count_in_gpu``:
+    the value (a GPU count) moves into the ``gpu`` label and the stored value is 1."""
+
+    query: str
+    name: str | None
+    workload_key: bool = False
+    count_in_gpu: bool = False
+
+
+def workload_key(namespace: str, pod: str, container: str) -> str:
+    """The key a workload's summaries are stored under (the idle detector's "uuid")."""
+    return f"{WORKLOAD_KEY_PREFIX}{namespace}/{pod}/{container}"
+
+
+def _busy_per_gpu(sel: str) -> str:
+    """Each GPU's busy peak in the bucket, one series per (node, uuid): SM activity where
+    the GPU reports it, else utilization (the idle detector's own choice of signal)."""
+    return (
+        f"(max by (node, uuid) (max_over_time(gpuscope_gpu_sm_active_ratio{{{sel}}}{W}))"
+        f" or max by (node, uuid) (max_over_time(gpuscope_gpu_utilization_ratio{{{sel}}}{W})))"
+    )
+
+
+def _held(sel: str) -> str:
+    """1 per (GPU, workload) held at the bucket's end: the join's right side."""
+    return f"max by (node, uuid, namespace, pod, container) (gpuscope_gpu_workload_info{{{sel}}})"
+
+
+def _hot(sel: str, floor: float) -> str:
+    """Ports over ``floor`` of their line rate in the bucket, either direction (labels
+    node, device, port). One selector a direction: Prometheus refuses ``increase()`` over
+    both at once (the name dropped, two series of one label set), VictoriaMetrics does not."""
+    line = f"{floor * 300:g} * gpuscope_ib_port_rate_bytes_per_second{{{sel}}}"
+
+    def over(metric: str) -> str:
+        return (
+            f"(max by (node, device, port) (increase({metric}{{{sel}}}{W})) > {PORT_ON} ({line}))"
+        )
+
+    return (
+        f"({over('gpuscope_ib_transmit_bytes_total')} or {over('gpuscope_ib_receive_bytes_total')})"
+    )
+
+
+def summary_questions(sel: str, floor: float = HOT_PORT_FLOOR) -> list[SummaryQuestion]:
+    """Every question of one shard (``sel``: its node matcher, e.g. ``node=~"a|b"``)."""
+    held = _held(sel)
+    hot = _hot(sel, floor)
+    busy = (
+        f"max by ({WORKLOAD_BY}) ({_busy_per_gpu(sel)} * on (node, uuid) group_right () "
+        f"(0 * {held} + 1))"
+    )
+    info_by = f"{WORKLOAD_BY}, project, interactive, workload_kind"
+    node = "gpuscope:node_"
+    per_gpu_util = f"max_over_time(gpuscope_gpu_utilization_ratio{{{sel}}}{W})"
+    return [
+        # per node: liveness (the fleet-aware alert rules) and the agents' sources
+        SummaryQuestion(
+            f'{{__name__=~"gpuscope_agent_info|gpuscope_agent_source_up",{sel}}}', None
+        ),
+        # per workload
+        SummaryQuestion(busy, "gpuscope_gpu_utilization_ratio", workload_key=True),
+        SummaryQuestion(
+            f"count by ({info_by}) (gpuscope_gpu_workload_info{{{sel}}})",
+            "gpuscope_gpu_workload_info",
+            workload_key=True,
+            count_in_gpu=True,
+        ),
+        SummaryQuestion(
+            f"max by ({WORKLOAD_BY}) "
+            f"(max_over_time(gpuscope_gpu_workload_utilization_ratio{{{sel}}}{W}))",
+            "gpuscope_gpu_workload_utilization_ratio",
+            workload_key=True,
+        ),
+        SummaryQuestion(
+            f"sum by ({WORKLOAD_BY}) "
+            f"(avg_over_time(gpuscope_gpu_workload_memory_used_bytes{{{sel}}}{W}))",
+            "gpuscope_gpu_workload_memory_used_bytes",
+            workload_key=True,
+        ),
+        # which GPU a workload holds, for shared GPUs only: packing fractions needs it
+        SummaryQuestion(
+            f"gpuscope_gpu_workload_info{{{sel}}} and on (node, uuid) "
+            f"(count by (node, uuid) (gpuscope_gpu_workload_info{{{sel}}}) > 1)",
+            "gpuscope:shared_gpu_workload_info",
+        ),
+        # per node: the fragmentation inputs and the node's utilization
+        SummaryQuestion(f"count by (node) (gpuscope_gpu_info{{{sel}}})", node + "gpus"),
+        SummaryQuestion(f"sum by (node) (gpuscope_gpu_up{{{sel}}})", node + "gpus_up"),
+        SummaryQuestion(f"count by (node) ({held})", node + "gpus_held"),
+        SummaryQuestion(f"avg by (node) ({per_gpu_util})", node + "utilization_mean"),
+        SummaryQuestion(f"max by (node) ({per_gpu_util})", node + "utilization_max"),
+        # per port, the hot ones only: both directions, waits, line rate
+        *(
+            SummaryQuestion(f"increase({m}{{{sel}}}{W}) and {PORT_ON} {hot}", m)
+            for m in (
+                "gpuscope_ib_transmit_bytes_total",
+                "gpuscope_ib_receive_bytes_total",
+                "gpuscope_ib_transmit_wait_total",
+            )
+        ),
+        SummaryQuestion(
+            f"gpuscope_ib_port_rate_bytes_per_second{{{sel}}} and {PORT_ON} {hot}",
+            "gpuscope_ib_port_rate_bytes_per_second",
+        ),
+        # problems only: ports with errors, GPUs down, GPUs whose ECC errors grew
+        SummaryQuestion(
+            f"increase(gpuscope_ib_errors_total{{{sel}}}{W}) > 0", "gpuscope_ib_errors_total"
+        ),
+        SummaryQuestion(f"gpuscope_gpu_up{{{sel}}} == 0", "gpuscope_gpu_up"),
+        SummaryQuestion(
+            f"increase(gpuscope_gpu_ecc_errors_total{{{sel}}}{W}) > 0",
+            "gpuscope_gpu_ecc_errors_total",
+        ),
+    ]
+
+
+def reshape(
+    question: SummaryQuestion, result: Iterable[dict[str, object]]
+) -> list[dict[str, object]]:
+    """An answer's series as they are stored: named, workload-keyed, a GPU count moved
+    into ``gpu`` (one series per distinct count: a count is a label, the value 1)."""
+    out: list[dict[str, object]] = []
+    for item in result:
+        metric, values = item.get("metric"), item.get("values")
+        if not isinstance(metric, dict) or not isinstance(values, list):
+            continue
+        labels = dict(metric)
+        if question.name is not None:
+            labels["__name__"] = question.name
+        if question.workload_key:
+            labels["uuid"] = workload_key(
+                str(labels.get("namespace", "")),
+                str(labels.get("pod", "")),
+                str(labels.get("container", "")),
+            )
+        if not question.count_in_gpu:
+            out.append({"metric": labels, "values": values})
+            continue
+        by_count: dict[str, list[object]] = {}
+        for point in values:
+            count = f"{float(point[1]):g}"
+            by_count.setdefault(count, []).append([point[0], "1"])
+        for count, points in by_count.items():
+            out.append({"metric": {**labels, "gpu": count}, "values": points})
+    return out

@@ -1,0 +1,156 @@
+"""Fleet summaries against a real VictoriaMetrics (issue 40): with
+``collector.query.summaries`` the collector stores per-workload, per-node and hot-port
+aggregates the engine computes, not every GPU's series, and the detectors still find what
+direct scraping of the same simulated cluster finds: the idle workloads (with the GPUs they
+hold), the hot InfiniBand ports, the link with errors and the blocked job."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bench.fleet_sim import push_to_victoriametrics
+from gpuscope.collector.storage.store import Store
+from tests.integration.engines import victoria_metrics, vm_flush
+from tests.integration.fleet_cluster import SimRun, scrape_directly, sim_run
+from tests.integration.test_fleet_mode import FLEET, SETTINGS, findings, run_fleet
+
+pytestmark = pytest.mark.integration
+
+SUMMARIES = FLEET.model_copy(update={"summaries": True})
+
+
+@pytest.fixture(scope="module")
+def run() -> SimRun:
+    return sim_run(nodes=8, minutes=30)
+
+
+def _series(store: Store) -> int:
+    cur = store.cursor()
+    row = cur.execute("SELECT count(DISTINCT series_id) FROM samples").fetchone()
+    cur.close()
+    return int(row[0]) if row else 0
+
+
+def _idle_gpus(store: Store, at: float) -> dict[str, float]:
+    from datetime import UTC, datetime
+
+    from gpuscope.analytics.runner import DETECTORS, run_on_store
+
+    out = run_on_store(store, datetime.fromtimestamp(at, UTC), SETTINGS, DETECTORS, persist=False)
+    return {
+        f"{f.kind} {f.subject.get('namespace')}/{f.subject.get('pod')}": float(
+            f.evidence["gpus_held"]
+        )
+        for f in out["idle"].findings
+        if f.evidence and "gpus_held" in f.evidence
+    }
+
+
+def _workloads(store: Store, at: float) -> dict[str, tuple[float, str]]:
+    """Every workload the idle detector judged: the GPUs it holds and its status."""
+    from datetime import UTC, datetime
+
+    from gpuscope.analytics.detectors.idle import _workload_rows, activity_state
+
+    when = datetime.fromtimestamp(at, UTC)
+    a = SETTINGS.analytics
+    state, _, _ = activity_state(store, when, a, persist=False)
+    rows = _workload_rows(store, state, when, a, SETTINGS.workloads, 15.0)
+    return {f"{r['namespace']}/{r['pod']}": (float(r["gpus"]), r["status"]) for r in rows}
+
+
+def _drill(vm: str, store: Store, at: float) -> dict[str, dict[str, int]]:
+    """Per finding kind, the first finding's drill-down asked of the engine: series by name
+    (each with points over the last 30 minutes)."""
+    from datetime import UTC, datetime
+
+    from gpuscope.analytics.runner import DETECTORS, run_on_store
+    from gpuscope.collector.querying.drilldown import drilldown, drilldown_queries
+    from gpuscope.collector.querying.query_client import QueryClient
+
+    out = run_on_store(store, datetime.fromtimestamp(at, UTC), SETTINGS, DETECTORS, persist=False)
+    client = QueryClient(vm, timeout_seconds=30)
+    got: dict[str, dict[str, int]] = {}
+    try:
+        for kind in ("idle_session", "bandwidth_hotspot"):
+            f = next(f for a in out.values() for f in a.findings if f.kind == kind)
+            queries = drilldown_queries(kind, f.subject, f.evidence or {}, 60)
+            series = drilldown(client, queries, at - 1800, at, 60)
+            assert all(s["points"] for s in series), kind
+            names: dict[str, int] = {}
+            for s in series:
+                names[s["name"]] = names.get(s["name"], 0) + 1
+            got[kind] = names
+    finally:
+        client.close()
+    return got
+
+
+def test_summaries_find_what_direct_scraping_finds(run: SimRun, tmp_path: Path) -> None:
+    direct = scrape_directly(run, tmp_path / "d.duckdb", SETTINGS)
+    with victoria_metrics(tmp_path, "-search.disableCache") as vm:
+        assert push_to_victoriametrics(vm, run.pages(), run.times()) > 0
+        vm_flush(vm)
+        per_gpu = run_fleet(vm, run, tmp_path / "f.duckdb", SETTINGS, FLEET)
+        summed = run_fleet(vm, run, tmp_path / "s.duckdb", SETTINGS, SUMMARIES)
+    want = findings(direct, run.end, SETTINGS)
+    got = findings(summed, run.end, SETTINGS)
+    assert want["idle"] and want["bandwidth"] and want["fragmentation"]  # the test has teeth
+    for name in ("idle", "bandwidth", "fragmentation"):
+        assert got[name] == want[name], name
+    # an idle workload's GPUs are counted from its summary's `gpu` label
+    held = _idle_gpus(direct, run.end)
+    assert held and _idle_gpus(summed, run.end) == held
+    # every workload's GPUs, multi-GPU training pods among them, and its status
+    every = _workloads(direct, run.end)
+    assert max(every.values())[0] > 1 and _workloads(summed, run.end) == every
+    # fewer series than one a GPU per signal: the summaries grow with workloads and nodes
+    gpus = 8 * len(run.cluster.node_names)
+    assert _series(summed) < 0.3 * _series(per_gpu), (_series(summed), _series(per_gpu), gpus)
+
+
+def test_summaries_store_no_per_gpu_series(run: SimRun, tmp_path: Path) -> None:
+    """Every stored GPU-level series is a workload's summary (its key is the workload's),
+    and only hot ports' traffic is kept."""
+    with victoria_metrics(tmp_path, "-search.disableCache") as vm:
+        push_to_victoriametrics(vm, run.pages(), run.times())
+        vm_flush(vm)
+        store = run_fleet(vm, run, tmp_path / "s.duckdb", SETTINGS, SUMMARIES)
+        drilled = _drill(vm, store, run.end)
+    # an idle notebook's one GPU, and a hot port's traffic over its line rate, from the engine
+    assert drilled["idle_session"] == {"utilization": 1, "sm_active": 1, "memory_used_bytes": 1}
+    assert drilled["bandwidth_hotspot"]["transmit_ratio"] == 1
+    cur = store.cursor()
+    uuids: list[Any] = cur.execute(
+        "SELECT DISTINCT uuid FROM series WHERE metric LIKE 'gpuscope_gpu_%' "
+        "AND metric NOT IN ('gpuscope_gpu_up', 'gpuscope_gpu_ecc_errors_total')"
+    ).fetchall()
+    assert uuids and all(str(u).startswith("workload:") for (u,) in uuids)
+    ports = cur.execute(
+        "SELECT count(DISTINCT (node, device, port)) FROM series "
+        "WHERE metric = 'gpuscope_ib_transmit_bytes_total'"
+    ).fetchone()
+    all_ports = 8 * len(run.cluster.node_names)
+    assert ports is not None and 0 < ports[0] < all_ports
+    cur.close()
+
+
+def test_summaries_on_prometheus_find_what_direct_scraping_finds(
+    run: SimRun, tmp_path: Path
+) -> None:
+    """The same questions are plain PromQL: Prometheus answers them as VictoriaMetrics does."""
+    from bench.fleet_sim import write_openmetrics
+    from tests.integration.engines import prometheus_on_blocks
+
+    direct = scrape_directly(run, tmp_path / "d.duckdb", SETTINGS)
+    om = tmp_path / "fleet.om"
+    write_openmetrics(run.pages(), run.times(), om)
+    with prometheus_on_blocks(tmp_path, om) as prom:
+        summed = run_fleet(prom, run, tmp_path / "s.duckdb", SETTINGS, SUMMARIES)
+    want = findings(direct, run.end, SETTINGS)
+    got = findings(summed, run.end, SETTINGS)
+    for name in ("idle", "bandwidth", "fragmentation"):
+        assert want[name] and got[name] == want[name], name

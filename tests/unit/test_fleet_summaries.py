@@ -1,0 +1,147 @@
+"""Fleet summaries' questions and how their answers are stored (issue 40): the PromQL each
+shard asks, and the reshaping that makes a workload's summary look like one GPU to the idle
+detector (its key as ``uuid``, the GPUs it holds in ``gpu``)."""
+
+from __future__ import annotations
+
+from gpuscope.collector.querying.fleet import FleetSource
+from gpuscope.collector.querying.fleet_summaries import (
+    GAUGE_TYPES,
+    HOT_PORT_FLOOR,
+    SummaryQuestion,
+    reshape,
+    summary_questions,
+    workload_key,
+)
+from gpuscope.collector.storage.store_sql import series_kind
+from gpuscope.core.settings import AnalyticsSettings
+
+SEL = 'node=~"a|b"'
+
+
+def _by_name() -> dict[str | None, list[SummaryQuestion]]:
+    out: dict[str | None, list[SummaryQuestion]] = {}
+    for q in summary_questions(SEL):
+        out.setdefault(q.name, []).append(q)
+    return out
+
+
+def test_every_question_is_limited_to_the_shard() -> None:
+    for q in summary_questions(SEL):
+        selectors = q.query.count("{")
+        assert selectors > 0 and q.query.count(SEL) == selectors, q.query
+
+
+def test_nothing_is_asked_per_gpu_but_problems_and_shared_gpus() -> None:
+    """Every question either aggregates (by workload, node or port) or filters to a
+    problem (hot port, errors, GPU down, shared GPU): no bare per-GPU selector of a busy
+    signal or level."""
+    for q in summary_questions(SEL):
+        text = q.query
+        aggregated = " by (" in text
+        filtered = any(op in text for op in (" and ", " > 0", " == 0"))
+        per_node = "gpuscope_agent_info" in text
+        assert aggregated or filtered or per_node, text
+
+
+def test_the_workload_busy_peak_joins_each_gpus_signal_to_its_holders() -> None:
+    (busy,) = _by_name()["gpuscope_gpu_utilization_ratio"]
+    assert busy.workload_key
+    q = busy.query
+    assert q.startswith("max by (node, namespace, pod, container) (")
+    # SM activity where a GPU has it, else utilization: the idle detector's own signal
+    assert "max_over_time(gpuscope_gpu_sm_active_ratio" in q and " or " in q
+    assert "on (node, uuid) group_right ()" in q and "gpuscope_gpu_workload_info" in q
+
+
+def test_hot_ports_are_filtered_at_the_floor_below_the_detectors_line() -> None:
+    assert AnalyticsSettings().ib_hot_ratio > HOT_PORT_FLOOR
+    (tx,) = _by_name()["gpuscope_ib_transmit_bytes_total"]
+    assert tx.query.startswith(f"increase(gpuscope_ib_transmit_bytes_total{{{SEL}}}[300s]) and")
+    # the floor times the bucket: an increase over 5 minutes against the line rate
+    assert f"{HOT_PORT_FLOOR * 300:g} * gpuscope_ib_port_rate_bytes_per_second" in tx.query
+    # either direction, each its own selector (Prometheus refuses increase() over both)
+    assert "max by (node, device, port) (increase(gpuscope_ib_receive_bytes_total" in tx.query
+    assert "__name__=~" not in tx.query
+
+
+def test_increases_are_stored_as_given_not_as_counters() -> None:
+    for name in GAUGE_TYPES:
+        assert series_kind(name, {}) == "counter"  # as the agent's counter would be
+        assert series_kind(name, GAUGE_TYPES) == "gauge"  # a summary is its increase
+
+
+def test_reshape_keys_a_workload_and_moves_its_gpu_count_into_gpu() -> None:
+    (info,) = _by_name()["gpuscope_gpu_workload_info"]
+    answer = [{
+        "metric": {"node": "n1", "namespace": "ml", "pod": "p", "container": "c"},
+        "values": [[100, "8"], [400, "8"], [700, "4"]],
+    }]  # fmt: skip
+    got = reshape(info, answer)
+    assert [(s["metric"]["gpu"], s["values"]) for s in got] == [  # type: ignore[index]
+        ("8", [[100, "1"], [400, "1"]]),
+        ("4", [[700, "1"]]),
+    ]
+    for s in got:
+        m = s["metric"]
+        assert isinstance(m, dict)
+        assert m["uuid"] == workload_key("ml", "p", "c") == "workload:ml/p/c"
+        assert m["__name__"] == "gpuscope_gpu_workload_info"
+
+
+def test_reshape_keeps_values_and_own_names_where_asked() -> None:
+    q = SummaryQuestion("x", None)
+    answer = [{"metric": {"__name__": "gpuscope_agent_info", "node": "n"}, "values": [[1, "1"]]}]
+    assert reshape(q, answer) == answer
+    assert reshape(q, [{"metric": "bad"}]) == []
+
+
+def test_fleet_source_asks_the_summaries_when_set() -> None:
+    asked: list[str] = []
+
+    class Client:
+        shown_url = "http://engine"
+
+        def query(self, path: str, params: dict[str, str], **_: object) -> dict[str, object]:
+            asked.append(params["query"])
+            return {"resultType": "matrix", "result": []}
+
+    src = FleetSource(Client(), shards=1, summaries=True)  # type: ignore[arg-type]
+    assert src._ask(["a", "b"], 0.0, 300.0, "t") == []
+    assert asked == [q.query for q in summary_questions(SEL)]
+
+
+def test_a_shards_node_regex_matches_exactly_its_nodes() -> None:
+    import re
+
+    from gpuscope.collector.querying.fleet import node_regex
+
+    cases = [
+        ["gpu-node-10", "gpu-node-02", "gpu-node-100"],
+        ["gpu-1", "gpu-10"],  # one name is the common prefix itself
+        ["a.b", "c"],
+        ["ip-10-0-1-2.ec2.internal"],
+    ]
+    others = [
+        "gpu-node-1",
+        "gpu-node-1000",
+        "gpu-node-",
+        "gpu-11",
+        "axb",
+        "ip-10-0-1-3.ec2.internal",
+    ]
+    for nodes in cases:
+        pattern = re.compile(node_regex(nodes).replace("\\\\", "\\"))
+        assert all(pattern.fullmatch(n) for n in nodes), nodes
+        assert not any(pattern.fullmatch(n) for n in others if n not in nodes), nodes
+
+
+def test_every_question_fits_victoriametrics_query_length_at_100k_gpus() -> None:
+    """12,500 nodes in 40 shards (the default): each question under 16 KB
+    (``-search.maxQueryLen``), the selector written five times at most."""
+    from gpuscope.collector.querying.fleet import node_regex
+
+    nodes = [f"gpu-node-{i:05d}" for i in range(0, 12_500, 40)]  # one shard's 313 nodes
+    sel = f'node=~"{node_regex(nodes)}"'
+    for q in summary_questions(sel):
+        assert len(q.query) < 16_384 and q.query.count(sel) <= 5, q.query[:200]
