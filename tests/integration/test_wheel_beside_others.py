@@ -30,7 +30,10 @@ OTHER = "analytics-python"
 
 #: The environment the venv's commands run in: without PYTHONPATH (the development setup puts
 #: the checkout there, which would shadow the installed wheel), from a folder outside it.
-CLEAN_ENV = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
+#: pip's check for a newer pip is one more index request per command, and answers nothing here.
+CLEAN_ENV = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")} | {
+    "PIP_DISABLE_PIP_VERSION_CHECK": "1"
+}
 
 
 def _run(*cmd: str | Path) -> subprocess.CompletedProcess[str]:
@@ -45,18 +48,29 @@ def _ok(*cmd: str | Path) -> str:
 
 
 @pytest.fixture(scope="module")
-def venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def wheel_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The gpuscope wheel built once for the module: both tests read the same file (building
+    it is an isolated build environment of its own each time)."""
+    dist = tmp_path_factory.mktemp("dist")
+    _ok(sys.executable, "-m", "pip", "wheel", "--no-deps", "-w", dist, ROOT)
+    return dist
+
+
+@pytest.fixture(scope="module")
+def venv(tmp_path_factory: pytest.TempPathFactory, wheel_dir: Path) -> Path:
     """A fresh venv holding the built gpuscope wheel (with the server extra) and
-    ``analytics-python``; skipped only when the package index is unreachable."""
+    ``analytics-python``; skipped only when the package index is unreachable. Installed
+    without compiling every module to bytecode (``--no-compile``: most of the install's CPU,
+    and no part of what is checked; Python compiles what it imports)."""
     tmp = tmp_path_factory.mktemp("wheel")
     got = _run(sys.executable, "-m", "pip", "download", "--no-deps", "-d", tmp / "dl", OTHER)
     if got.returncode != 0:
         pytest.skip(f"package index unreachable (pip download {OTHER}): {got.stderr[-300:]}")
-    _ok(sys.executable, "-m", "pip", "wheel", "--no-deps", "-w", tmp / "dist", ROOT)
-    (wheel,) = (tmp / "dist").glob("gpuscope-*.whl")
+    (wheel,) = wheel_dir.glob("gpuscope-*.whl")
     env = tmp / "venv"
     _ok(sys.executable, "-m", "venv", env)
-    _ok(env / "bin" / "python", "-m", "pip", "install", "-q", f"{wheel}[server]", OTHER)
+    _ok(env / "bin" / "python", "-m", "pip", "install", "-q", "--no-compile",
+        f"{wheel}[server]", OTHER)  # fmt: skip
     return env
 
 
@@ -96,9 +110,8 @@ def _gpuscope_works(env: Path, tmp: Path) -> None:
         assert (exported / "rules" / source.name).read_text() == source.read_text()
 
 
-def test_the_wheel_installs_only_the_gpuscope_package(tmp_path: Path) -> None:
-    _ok(sys.executable, "-m", "pip", "wheel", "--no-deps", "-w", tmp_path, ROOT)
-    assert _top_level(tmp_path) == {"gpuscope"}
+def test_the_wheel_installs_only_the_gpuscope_package(wheel_dir: Path) -> None:
+    assert _top_level(wheel_dir) == {"gpuscope"}
 
 
 def test_both_work_side_by_side_and_after_either_is_uninstalled(venv: Path, tmp_path: Path) -> None:
@@ -110,7 +123,7 @@ def test_both_work_side_by_side_and_after_either_is_uninstalled(venv: Path, tmp_
     _ok(*pip, "uninstall", "-y", OTHER)  # gpuscope survives analytics-python's removal
     _gpuscope_works(venv, tmp_path)
 
-    _ok(*pip, "install", "-q", OTHER)
+    _ok(*pip, "install", "-q", "--no-compile", OTHER)
     _ok(*pip, "uninstall", "-y", "gpuscope")  # and analytics-python survives gpuscope's
     _analytics_works(venv)
     assert _run(venv / "bin" / "python", "-c", "import gpuscope").returncode != 0
