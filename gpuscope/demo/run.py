@@ -167,8 +167,7 @@ def run_demo(
         # file rewritten without the blocks that freed: the running collector's hourly job,
         # beside the scraping as there (the live minute's scrapes wait out the file's swap);
         # then the weekly report of the closed week, which reads none of the live data
-        maintenance = threading.Event()
-        report_job = _Background(lambda: _after_history(service, out, clock, days, maintenance))
+        report_job = _Background(lambda: _after_history(service, out, clock, days))
         step(3, f"scraping every agent over HTTP once a second for {seconds:g} s")
         deadline = time.time() + seconds
         samples = 0
@@ -177,9 +176,9 @@ def run_demo(
             # the intervals between samples (and the rates made of them) are then exact
             time.sleep(1.0 - time.time() % 1.0)
             samples += service.scrape_cycle()
-        while not maintenance.wait(0.1):  # the detectors read the roll-ups
-            report_job.raise_failure()
-        _return_freed_memory(service)  # a new database instance, if it reopened the file
+        # the detectors read the roll-ups; and they wait for the report too, so that its
+        # peak of memory (the what-if replays) never adds to theirs
+        report = report_job.result()
         step(4, f"{service.store.samples_stored():,} samples stored; running every detector")
         at = datetime.fromtimestamp(clock(), UTC)
         analyses = analytics_job(service)
@@ -190,7 +189,6 @@ def run_demo(
         step(6, "idle termination and consolidation policies, as a dry run")
         steps = plan_demo_actions(service, out, at)
         step(7, "the weekly report of the week that just ended")
-        report = report_job.result()
         _print_summary(analyses, alerts, steps, sink, report, db, out, at)
         if sock is not None:
             _serve(service, sock, listen)
@@ -214,15 +212,12 @@ def _after_history(
     out: Path,
     clock: Callable[[], float],
     days: float,
-    maintained: threading.Event,
 ) -> Any:
-    """The store's maintenance after the history (``maintained`` set once it is done),
-    then the weekly report of the week that ended where the history does."""
-    try:
-        if days > 0:
-            service.retention_cycle()
-    finally:
-        maintained.set()
+    """The store's maintenance after the history, then the weekly report of the week that
+    ended where the history does."""
+    if days > 0:
+        service.retention_cycle()
+        _return_freed_memory(service)  # a new database instance, if it reopened the file
     return _report(service, out, datetime.fromtimestamp(clock(), UTC))
 
 
@@ -242,17 +237,13 @@ class _Background:
         except BaseException as exc:  # handed to the waiting thread
             self._error = exc
 
-    def raise_failure(self) -> None:
-        """Raise what the call raised, if it has failed."""
-        if self._error is not None:
-            raise self._error
-
     def wait(self) -> None:
         self._thread.join()
 
     def result(self) -> Any:
         self._thread.join()
-        self.raise_failure()
+        if self._error is not None:
+            raise self._error
         return self._value
 
 
