@@ -31,15 +31,14 @@ Measured over each window after a warm-up:
 - the ticks each accounted for: the collector's status (scrapes, failures, skipped) per
   target against the ticks of the first window.
 
-Then, on the first 8 and the first 16 of the same agents (``--sizes``), both servers fresh
-and as shipped, a 2-minute window each: the CPU per stored sample at each size (a cycle's
-fixed cost shows more on a small cluster).
+With ``--sizes 8,16``, then on the first 8 and the first 16 of the same agents, both
+servers fresh and as shipped, a 2-minute window each: the CPU per stored sample at each
+size (bench/collector_sizes.py measures 8, 16 and 32 so, as a benchmark of its own).
 
 Run: .venv/bin/python bench/collector_process.py [--quick] [--agents N] [--interval S]
 [--seconds S] [--segment S] [--sizes 8,16] (or `python -m bench --only collector_process`).
 The default (32 agents, 5 s, a window of 300 s as shipped, then a day scaled down: 120 s
-segments and blocks for two hours, so 1,440 s for the day, then 8 and 16 agents for 120 s
-each) takes about 40 minutes.
+segments and blocks for two hours, so 1,440 s for the day) takes about 35 minutes.
 """
 
 from __future__ import annotations
@@ -209,9 +208,9 @@ def phase(root: Path, urls: list[str], step: float, window: float, seg: int | No
         )
 
 
-#: Smaller clusters measured too, each in a short window of its own (``--sizes``): a
-#: cycle's fixed cost shows more on few agents than on 32.
-SIZES = (8, 16)
+#: Smaller clusters measured too, each in a short window of its own (``--sizes``; none
+#: by default: bench/collector_sizes.py measures them).
+SIZES: tuple[int, ...] = ()
 SIZE_WINDOW_S = 120.0
 
 
@@ -394,7 +393,7 @@ def main() -> None:
         "--sizes",
         default=None,
         help="smaller agent counts measured too, comma-separated, a 2-minute window each "
-        f"(default {','.join(map(str, SIZES))}; '' for none)",
+        f"(default {','.join(map(str, SIZES)) or 'none'})",
     )
     args = ap.parse_args()
     sizes = None if args.sizes is None else tuple(int(s) for s in args.sizes.split(",") if s)

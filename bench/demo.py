@@ -7,7 +7,7 @@ live scraping), and reports for each figure min/median/max over the runs:
 - wall time from start to exit;
 - peak memory: each process's own high-water mark (``VmHWM`` in /proc/<pid>/status, kept by
   the kernel, read every 50 ms while the process lives), for the CLI alone and summed over
-  the CLI and its helper process (an upper bound: their peaks need not coincide). Not
+  the CLI and its two helper processes (an upper bound: their peaks need not coincide). Not
   ``ru_maxrss`` from wait4: Linux folds into it the high-water mark of the memory the child
   had before exec, a copy of this (large) benchmark process;
 - the database file's size once the demo has exited.
@@ -122,7 +122,7 @@ def run(quick: bool = False, runs: int | None = None) -> list[Figure]:
             "gpuscope demo wall time",
             statistics.median(walls),
             "s",
-            aim="≤ 90 s on 2 cores",
+            aim="≤ 60 s on a quiet 2-core machine",
             notes=note + _spread(walls) + " s",
             key=True,
         ),
@@ -130,7 +130,7 @@ def run(quick: bool = False, runs: int | None = None) -> list[Figure]:
             "gpuscope demo peak RSS (CLI and helper process, each one's high-water mark, summed)",
             max(trees),
             "MB",
-            aim="≤ 700 MB",
+            aim="≤ 500 MB",
             notes=note + _spread(trees) + " MB; VmHWM read every 50 ms",
             key=True,
         ),

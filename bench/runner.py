@@ -34,6 +34,7 @@ BENCHMARKS: tuple[Benchmark, ...] = (
     Benchmark("parse", "Collector"),
     Benchmark("ingest", "Collector"),
     Benchmark("collector_process", "Collector"),
+    Benchmark("collector_sizes", "Collector"),
     Benchmark("store", "Collector"),
     Benchmark("api", "Collector"),
     Benchmark("hostile_targets", "Collector"),

@@ -20,6 +20,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -151,6 +152,7 @@ def run_demo(
     servers = start_agents(cluster, cluster.node_names, sim_clock)
     service: CollectorService | None = None
     sink: AlertSink | None = None
+    report_job: _Background | None = None
     try:
         settings = _settings(db, [u for u, _ in servers], listen, out)
         service = CollectorService(settings, clock=clock)
@@ -158,13 +160,14 @@ def run_demo(
         if days > 0:
             step(2, f"{days:g} days of history through the store's ingest path, every 5 min")
             _fill_week(service, cluster, [u for u, _ in servers], now0.timestamp(), days, origin)
-            # roll-ups, compaction of the closed days and of today's closed segments, and the
-            # file rewritten without the blocks that freed: the running collector's hourly job
-            service.retention_cycle()
-            _return_freed_memory(service)  # a new database instance, if it reopened the file
         # the live data starts where the history ends
         offset[0] = time.time() - now0.timestamp()
         record_simulated_inventory(service, cluster, clock(), origin)
+        # roll-ups, compaction of the closed days and of today's closed segments, and the
+        # file rewritten without the blocks that freed: the running collector's hourly job,
+        # beside the scraping as there (the live minute's scrapes wait out the file's swap);
+        # then the weekly report of the closed week, which reads none of the live data
+        report_job = _Background(lambda: _after_history(service, out, clock, days))
         step(3, f"scraping every agent over HTTP once a second for {seconds:g} s")
         deadline = time.time() + seconds
         samples = 0
@@ -173,6 +176,9 @@ def run_demo(
             # the intervals between samples (and the rates made of them) are then exact
             time.sleep(1.0 - time.time() % 1.0)
             samples += service.scrape_cycle()
+        # the detectors read the roll-ups; and they wait for the report too, so that its
+        # peak of memory (the what-if replays) never adds to theirs
+        report = report_job.result()
         step(4, f"{service.store.samples_stored():,} samples stored; running every detector")
         at = datetime.fromtimestamp(clock(), UTC)
         analyses = analytics_job(service)
@@ -183,7 +189,6 @@ def run_demo(
         step(6, "idle termination and consolidation policies, as a dry run")
         steps = plan_demo_actions(service, out, at)
         step(7, "the weekly report of the week that just ended")
-        report = _report(service, out, at)
         _print_summary(analyses, alerts, steps, sink, report, db, out, at)
         if sock is not None:
             _serve(service, sock, listen)
@@ -194,10 +199,52 @@ def run_demo(
             sock.close()
         if sink is not None:
             sink.close()
+        if report_job is not None:  # it reads the store that is closed next
+            report_job.wait()
         if service is not None:
             service.stop()
         stop_agents([server for _, server in servers])
     return 0
+
+
+def _after_history(
+    service: CollectorService,
+    out: Path,
+    clock: Callable[[], float],
+    days: float,
+) -> Any:
+    """The store's maintenance after the history, then the weekly report of the week that
+    ended where the history does."""
+    if days > 0:
+        service.retention_cycle()
+        _return_freed_memory(service)  # a new database instance, if it reopened the file
+    return _report(service, out, datetime.fromtimestamp(clock(), UTC))
+
+
+class _Background:
+    """A call run in a thread of its own while the demo goes on; :meth:`result` waits for
+    its value and raises what it raised."""
+
+    def __init__(self, call: Callable[[], Any]) -> None:
+        self._error: BaseException | None = None
+        self._value: Any = None
+        self._thread = threading.Thread(target=self._run, args=(call,), daemon=True)
+        self._thread.start()
+
+    def _run(self, call: Callable[[], Any]) -> None:
+        try:
+            self._value = call()
+        except BaseException as exc:  # handed to the waiting thread
+            self._error = exc
+
+    def wait(self) -> None:
+        self._thread.join()
+
+    def result(self) -> Any:
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        return self._value
 
 
 def _return_freed_memory(service: CollectorService) -> None:

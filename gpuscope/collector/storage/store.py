@@ -25,6 +25,7 @@ from gpuscope.collector.storage import schema
 from gpuscope.collector.storage.reader_gate import ReaderGate
 from gpuscope.collector.storage.schema import begin, migrate
 from gpuscope.collector.storage.store_alerts import AlertsMixin
+from gpuscope.collector.storage.store_bulk import BulkMixin
 from gpuscope.collector.storage.store_maintenance import MaintenanceMixin
 from gpuscope.collector.storage.store_reclaim import (
     DEFAULT_MIN_FREE_RATIO,
@@ -45,13 +46,12 @@ from gpuscope.collector.storage.store_sql import (
     series_kind,
     utc,
 )
-from gpuscope.collector.storage.store_writer import WriterMixin
 from gpuscope.core.errors import UserError
 
 __all__ = ["BadBatch", "Retention", "Store", "series_kind", "utc"]
 
 
-class Store(WriterMixin, MaintenanceMixin, ReclaimMixin, RecordsMixin, AlertsMixin):
+class Store(BulkMixin, MaintenanceMixin, ReclaimMixin, RecordsMixin, AlertsMixin):
     """The collector's database. Open with :meth:`open`; close it (or use ``with``)."""
 
     def __init__(

@@ -21,7 +21,7 @@ import numpy as np
 import pyarrow as pa  # type: ignore[import-untyped]
 
 from gpuscope.collector.scraping.batch import Batch
-from gpuscope.collector.storage.increases import LastValues
+from gpuscope.collector.storage.increases import LastValues, Step
 from gpuscope.collector.storage.store_sql import (
     INTERVAL_LABELS,
     INTERVAL_TOUCH_S,
@@ -69,6 +69,27 @@ class _Resolved:
             self.present.clear()
             self.present[flags] = hit
         return hit
+
+
+@dataclass(frozen=True, eq=False, slots=True)
+class _Cycle:
+    """A prepared cycle (:meth:`WriterMixin._prepare`): its rows, as tables and bound lists,
+    and what it changes of the writer's memory once committed."""
+
+    batches: list[Batch]
+    new: dict[SeriesKey, int]
+    kinds: dict[SeriesKey, str]
+    step: Step
+    counts: list[int]
+    sample_table: pa.Table
+    samples: bool
+    scrapes: dict[str, list[Any]]
+    touch: dict[str, list[Any]]
+    touched: dict[str, int]
+    #: (target, time, the intervals present) of each target whose open set changes
+    interval_work: list[tuple[str, datetime, dict[IntervalKey, dict[str, str]]]]
+    resolved: list[_Resolved | None]
+    first_ts: datetime
 
 
 def _interval_key(labels: Mapping[str, str]) -> IntervalKey:
@@ -149,6 +170,38 @@ class WriterMixin(StoreParts):
         down: Sequence[tuple[str, float, float, str]],
         meta: Mapping[str, str],
     ) -> list[int]:
+        cyc = self._prepare(batches, down)
+        tables = {"batch": cyc.sample_table}
+        if cyc.new:
+            tables["new_series"] = self._series_table(cyc.new, cyc.kinds)
+        with self._transaction(**tables) as c:
+            if cyc.new:
+                c.execute(Q["insert_series"], {"ts": cyc.first_ts})
+            if cyc.samples:
+                c.execute(Q["append_samples"])
+                c.execute(Q["update_series"])
+                c.execute(Q["add_samples_stored"], {"n": sum(cyc.counts)})
+            if cyc.scrapes:
+                c.execute(Q["insert_scrapes"], cyc.scrapes)
+            if cyc.touch["target"]:
+                c.execute(Q["touch_intervals_many"], cyc.touch)
+            still_open = {
+                target: self._update_intervals(c, target, when, present)
+                for target, when, present in cyc.interval_work
+            }
+            for key, value in meta.items():
+                c.execute(Q["set_meta"], [key, value])
+        self._settle(cyc, still_open)
+        return cyc.counts
+
+    def _prepare(
+        self,
+        batches: Sequence[tuple[Batch, float]],
+        down: Sequence[tuple[str, float, float, str]],
+    ) -> _Cycle:
+        """A cycle's rows and the changes it makes, from the writer's memory; nothing is
+        written and nothing of the memory changes here but the open intervals of targets
+        whose set is unchanged (the same either way)."""
         ids, new, next_id = self._ids, dict[SeriesKey, int](), self._next_id
         all_sids: list[int] = []
         all_secs: list[int] = []
@@ -233,36 +286,23 @@ class WriterMixin(StoreParts):
         cols = [list(c) for c in zip(*scrape_rows, strict=True)]
         names = ("target", "ts", "up", "duration_s", "samples", "error")
         scrapes = dict(zip(names, cols, strict=True)) if cols else {}  # bound as lists
-        tables = {"batch": sample_table}
-        if new:
-            tables["new_series"] = self._series_table(new, kinds)
         first_ts = utc(batches[0][0].ts_ms / 1000) if batches else utc(0)
-        with self._transaction(**tables) as c:
-            if new:
-                c.execute(Q["insert_series"], {"ts": first_ts})
-            if all_sids:
-                c.execute(Q["append_samples"])
-                c.execute(Q["update_series"])
-                c.execute(Q["add_samples_stored"], {"n": sum(counts)})
-            if scrapes:
-                c.execute(Q["insert_scrapes"], scrapes)
-            if touch["target"]:
-                c.execute(Q["touch_intervals_many"], touch)
-            still_open = {
-                target: self._update_intervals(c, target, when, present)
-                for target, when, present in interval_work
-            }
-            for key, value in meta.items():
-                c.execute(Q["set_meta"], [key, value])
-        ids.update(new)
-        self._next_id += len(new)
-        self._last.apply(step)
-        self._touched.update(touched)
+        return _Cycle(
+            [b for b, _ in batches], new, kinds, step, counts, sample_table, bool(all_sids),
+            scrapes, touch, touched, interval_work, resolved, first_ts,
+        )  # fmt: skip
+
+    def _settle(self, cyc: _Cycle, still_open: Mapping[str, set[IntervalKey]]) -> None:
+        """The writer's memory after ``cyc`` was committed, with ``still_open`` the open
+        intervals of the targets whose set changed."""
+        self._ids.update(cyc.new)
+        self._next_id += len(cyc.new)
+        self._last.apply(cyc.step)
+        self._touched.update(cyc.touched)
         self._open.update(still_open)
-        for (batch, _), memo in zip(batches, resolved, strict=True):
+        for batch, memo in zip(cyc.batches, cyc.resolved, strict=True):
             if memo is not None:
                 self._resolved[batch.target] = memo
-        return counts
 
     @staticmethod
     def _series_table(new: Mapping[SeriesKey, int], kinds: Mapping[SeriesKey, str]) -> pa.Table:

@@ -81,6 +81,34 @@ SELECT coalesce(r->>'namespace', ''), coalesce(r->>'pod', ''), coalesce(r->>'con
        $target, $ts, $ts, NULL
 FROM (SELECT CAST(record AS JSON) AS r FROM opened);
 
+-- name: insert_series_at
+-- new_series: as insert_series, and ts: the time of the cycle each series came in (a run
+-- of cycles written at once, collector/storage/store_bulk.py).
+INSERT INTO series
+SELECT series_id, metric, kind, node, gpu, uuid, mig_instance, device, port,
+       namespace, pod, container, labels, ts, ts, NULL
+FROM new_series;
+
+-- name: insert_intervals_run
+-- opened: record (JSON: the labels, as open_intervals), target, start_ts, last_seen, end_ts:
+-- the intervals a run of cycles opened, as its cycles one by one would have left them.
+INSERT INTO workload_intervals
+SELECT coalesce(r->>'namespace', ''), coalesce(r->>'pod', ''), coalesce(r->>'container', ''),
+       coalesce(r->>'node', ''), coalesce(r->>'gpu', ''), coalesce(r->>'uuid', ''),
+       r->>'workload_kind', r->>'project', TRY_CAST(r->>'interactive' AS BOOLEAN),
+       target, start_ts, last_seen, end_ts
+FROM (SELECT CAST(record AS JSON) AS r, target, start_ts, last_seen, end_ts FROM opened);
+
+-- name: update_intervals_run
+-- earlier: target, namespace, pod, container, node, uuid, last_seen, end_ts: what a run of
+-- cycles did to intervals open before it (last_seen NULL: not touched; end_ts NULL: open).
+UPDATE workload_intervals AS w
+SET last_seen = coalesce(e.last_seen, w.last_seen), end_ts = e.end_ts
+FROM earlier AS e
+WHERE w.target = e.target AND w.end_ts IS NULL
+  AND w.namespace = e.namespace AND w.pod = e.pod AND w.container = e.container
+  AND w.node = e.node AND w.gpu_uuid = e.uuid;
+
 -- name: rollup_5m_coarse
 -- The series whose every 5-minute bucket in [$lo, $hi) holds one (finite) raw sample: their
 -- raw samples stand in for their roll-up (docs/storage.md, "Roll-ups").

@@ -1,0 +1,126 @@
+"""Benchmark: the collector's CPU per stored sample beside Prometheus at 8, 16 and 32 agents.
+
+A cycle's fixed cost (the scrape loop's tick, the writer's transaction, the scheduled jobs)
+shows more on a small cluster than on 32 agents. For each size, `gpuscope agent --gpu-source
+sim` processes (one per simulated node, 8 GPUs each) serve on loopback, and a fresh
+`gpuscope collector` (as shipped: analytics, alerts and maintenance on their schedules) and
+a fresh Prometheus scrape the first N of them at the same interval in the same window
+(bench/collector_process.py's ``phase``: CPU of every thread from /proc over the window,
+over the samples each stored in it).
+
+The window is 2 minutes after the warm-up, so the collector's scheduled analytics (every 5
+minutes from its start) would never fall in it; each size is therefore measured twice: a
+2-minute window as shipped, and a window of the analytics' own interval that holds exactly
+one analytics run (its cost per sample as a running collector pays it), for the sizes in
+``--long`` (8 by default: the smallest, where a fixed cost shows most).
+
+Run: .venv/bin/python bench/collector_sizes.py [--quick] [--sizes 8,16,32] [--interval S]
+(or `python -m bench --only collector_sizes`); about 14 minutes with the defaults.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+from contextlib import ExitStack
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.collector_process import Phase, phase
+from bench.figure import Figure, Reference, print_figures
+from bench.processes import free_port, process
+
+SIZES = (8, 16, 32)
+WINDOW_S = 120.0
+#: The collector's analytics interval as shipped (analytics.interval_minutes).
+ANALYTICS_S = 300.0
+#: The sizes also measured over ANALYTICS_S (the smallest: where a fixed cost shows most).
+LONG_SIZES = (8,)
+
+
+def run(
+    quick: bool = False,
+    sizes: tuple[int, ...] | None = None,
+    interval: float | None = None,
+    long: tuple[int, ...] | None = None,
+) -> list[Figure]:
+    chosen = sizes or ((2,) if quick else SIZES)
+    step = interval or (2.0 if quick else 5.0)
+    window = 20.0 if quick else WINDOW_S
+    figures: list[Figure] = []
+    with tempfile.TemporaryDirectory() as tmp, ExitStack() as stack:
+        root = Path(tmp)
+        urls = []
+        for i in range(max(chosen)):
+            port = free_port()
+            url = f"http://127.0.0.1:{port}/metrics"
+            stack.enter_context(
+                process(
+                    [sys.executable, "-m", "gpuscope.cli.main", "agent", "--gpu-source", "sim",
+                     "--node", f"gpu-node-{i % 32:02d}", "--listen", f"127.0.0.1:{port}",
+                     "--log-level", "WARNING"],
+                    url,
+                )
+            )  # fmt: skip
+            urls.append(url)
+        for n in chosen:
+            short = phase(root / f"agents-{n}", urls[:n], step, window, None)
+            if short is None:
+                return [
+                    Figure(
+                        "collector CPU per stored sample by cluster size",
+                        0.0,
+                        "",
+                        reference=Reference.not_installed("Prometheus"),
+                    )
+                ]
+            figures.append(figure(n, step, short, "as shipped; no analytics run in it"))
+            if n in (LONG_SIZES if long is None else long) and not quick:
+                # the window starts after the warm-up; the analytics' first run is at
+                # ANALYTICS_S from the start, so a window of ANALYTICS_S holds one
+                whole = phase(root / f"agents-{n}-long", urls[:n], step, ANALYTICS_S, None)
+                if whole is not None:
+                    figures.append(figure(n, step, whole, "holding one scheduled analytics run"))
+    return figures
+
+
+def figure(n: int, step: float, ph: Phase, what: str) -> Figure:
+    """CPU per stored sample at ``n`` agents in the window of ``ph``."""
+    return Figure(
+        f"collector process, CPU per stored sample at {n} agents, {ph.elapsed:.0f} s window",
+        ph.c_cpu / max(ph.c_samples, 1) * 1e6,
+        "µs",
+        aim="≤ 1.0x Prometheus's",
+        reference=Reference(
+            f"Prometheus, same {n} agents", ph.p_cpu / max(ph.p_samples, 1) * 1e6, "µs"
+        ),
+        notes=f"{n} agent processes x 8 simulated GPUs at {step:g} s, both servers fresh, "
+        f"{what}, in the same run on "
+        f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f} at the end; "
+        f"collector {ph.c_cpu:.1f} s CPU for {ph.c_samples:,} samples, Prometheus "
+        f"{ph.p_cpu:.1f} s for {ph.p_samples:,.0f}",
+    )
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="2 agents, 2 s, 20 s")
+    ap.add_argument("--sizes", default=None, help="agent counts, comma-separated")
+    ap.add_argument("--interval", type=float, default=None)
+    ap.add_argument(
+        "--long", default=None, help="sizes also measured over the analytics' interval "
+        f"(default {','.join(map(str, LONG_SIZES))}; '' for none)",
+    )  # fmt: skip
+    args = ap.parse_args()
+
+    def ints(text: str | None) -> tuple[int, ...] | None:
+        return None if text is None else tuple(int(s) for s in text.split(",") if s)
+
+    print_figures(run(args.quick, ints(args.sizes), args.interval, ints(args.long)))
+
+
+if __name__ == "__main__":
+    main()
