@@ -134,7 +134,7 @@ def evict(
 
 
 def _ready(pod: Obj) -> bool:
-    """``IsPodReady``: the pod's ``Ready`` condition is ``True``."""
+    """``IsPodReady`` (pkg/api/v1/pod/util.go): the pod's ``Ready`` condition is ``True``."""
     return any(
         c.get("type") == "Ready" and c.get("status") == "True"
         for c in (pod.get("status") or {}).get("conditions") or ()
@@ -142,13 +142,15 @@ def _ready(pod: Obj) -> bool:
 
 
 def _healthy(pod: Obj) -> bool:
-    """``countHealthyPods``: not being deleted, and Ready."""
+    """``countHealthyPods`` (pkg/controller/disruption/disruption.go): not being deleted,
+    and Ready."""
     return not pod["metadata"].get("deletionTimestamp") and _ready(pod)
 
 
 def _selects(pdb: Obj, pod: Obj) -> bool:
-    """``LabelSelectorAsSelector`` of the budget's selector: a null or absent selector
-    matches nothing, an empty one (``{}``) everything (policy/v1)."""
+    """``LabelSelectorAsSelector`` (apimachinery pkg/apis/meta/v1/helpers.go) of the
+    budget's selector: a null or absent selector matches nothing, an empty one (``{}``)
+    everything (policy/v1)."""
     selector = (pdb.get("spec") or {}).get("selector")
     if selector is None:
         return False
@@ -160,7 +162,8 @@ class _SyncFailed(Exception):
 
 
 def _scaled(value: Any, total: int) -> int:
-    """``intstr.GetScaledValueFromIntOrPercent(value, total, roundUp=true)``."""
+    """``intstr.GetScaledValueFromIntOrPercent(value, total, roundUp=true)``
+    (apimachinery pkg/util/intstr/intstr.go)."""
     if isinstance(value, int) and not isinstance(value, bool):
         return value
     text = str(value)
@@ -179,8 +182,10 @@ def _controller(obj: Obj) -> Obj | None:
 
 
 def _scale_of(store: KubeStore, ref: Obj, ns: str) -> int | None:
-    """The finders of the controller: a ReplicationController, a Deployment (through its
-    ReplicaSet), a ReplicaSet, a StatefulSet; None when none of them is the pod's."""
+    """The disruption controller's finders (pkg/controller/disruption/disruption.go:
+    ``getPodReplicationController``, ``getPodDeployment``, ``getPodReplicaSet``,
+    ``getPodStatefulSet``): a ReplicationController, a Deployment (through its ReplicaSet),
+    a ReplicaSet, a StatefulSet; None when none of them is the pod's."""
     plural = {
         "ReplicationController": "replicationcontrollers",
         "ReplicaSet": "replicasets",
@@ -208,7 +213,7 @@ def _scale_of(store: KubeStore, ref: Obj, ns: str) -> int | None:
 
 
 def _expected_scale(store: KubeStore, ns: str, pods: list[Obj]) -> int:
-    """``getExpectedScale``: the replicas of the selected pods' controllers, each counted
+    """``getExpectedScale`` (disruption.go): the replicas of the selected pods' controllers, each counted
     once; pods without a controller are left out; a controller of a kind with no finder
     fails the sync."""
     scales: dict[str, int] = {}
@@ -226,7 +231,7 @@ def _expected_scale(store: KubeStore, ns: str, pods: list[Obj]) -> int:
 
 
 def _expected_and_desired(store: KubeStore, ns: str, spec: Obj, pods: list[Obj]) -> tuple[int, int]:
-    """``getExpectedPodCount``."""
+    """``getExpectedPodCount`` (pkg/controller/disruption/disruption.go)."""
     if spec.get("maxUnavailable") is not None:
         expected = _expected_scale(store, ns, pods)
         return expected, max(0, expected - _scaled(spec["maxUnavailable"], expected))
@@ -241,7 +246,7 @@ def _expected_and_desired(store: KubeStore, ns: str, spec: Obj, pods: list[Obj])
 
 def pdb_status(store: KubeStore, pdb: Obj) -> Obj:
     """The status the disruption controller keeps on a budget, as if it had just caught up
-    (``trySync``/``updatePdbStatus``; on a failed sync, ``failSafe``: no disruption allowed
+    (disruption.go ``trySync``/``updatePdbStatus``; on a failed sync, ``failSafe``: no disruption allowed
     and a ``SyncFailed`` condition, the generation not marked observed)."""
     ns = pdb["metadata"].get("namespace", "")
     spec: dict[str, Any] = pdb.get("spec") or {}
@@ -291,7 +296,7 @@ def disruption_blocker(store: KubeStore, pod: Obj) -> ApiError | None:
     """What the Eviction API answers for a Running, not Terminating ``pod`` from its
     budgets: 500 when more than one selects it; nothing for a pod that is not Ready where
     the budget lets it go (``AlwaysAllow``, or ``currentHealthy >= desiredHealthy > 0``);
-    else ``checkAndDecrement``: 429 (``DisruptionBudget`` cause) while the budget is still
+    else ``checkAndDecrement`` (pkg/registry/core/pod/storage/eviction.go): 429 (``DisruptionBudget`` cause) while the budget is still
     being processed or allows no disruption, 403 when its count is negative."""
     ns = pod["metadata"].get("namespace", "")
     pdbs, _ = store.list(store.resource("poddisruptionbudgets"), ns)
