@@ -229,19 +229,7 @@ def run(
     small = tuple(s for s in (sizes if sizes is not None else (() if quick else SIZES)) if s < n)
     with tempfile.TemporaryDirectory() as tmp, ExitStack() as stack:
         root = Path(tmp)
-        urls = []
-        for i in range(n):
-            port = free_port()
-            url = f"http://127.0.0.1:{port}/metrics"
-            stack.enter_context(
-                process(
-                    [sys.executable, "-m", "gpuscope.cli.main", "agent", "--gpu-source", "sim",
-                     "--node", f"gpu-node-{i % 32:02d}", "--listen", f"127.0.0.1:{port}",
-                     "--log-level", "WARNING"],
-                    url,
-                )
-            )  # fmt: skip
-            urls.append(url)
+        urls = sim_agents(stack, n)
         shipped = phase(root / "shipped", urls, step, window, None)
         scaled = phase(root / "scaled", urls, step, DAY_SEGMENTS * seg, seg)  # a day, scaled
         # the first k of the same agents, both servers fresh, a 2-minute window each
@@ -259,11 +247,35 @@ def run(
             )
         ]
     rows = figures(n, step, seg, shipped, scaled)
-    return rows + [size_figure(k, step, ph) for k, ph in by_size.items() if ph is not None]
+    return rows + [
+        size_figure(k, step, ph, f"the first {k} of the run's agents, as shipped")
+        for k, ph in by_size.items()
+        if ph is not None
+    ]
 
 
-def size_figure(n: int, step: float, ph: Phase) -> Figure:
-    """CPU per stored sample at ``n`` agents, both as shipped, in a short window."""
+def sim_agents(stack: ExitStack, n: int) -> list[str]:
+    """``n`` `gpuscope agent --gpu-source sim` processes on loopback (simulated nodes
+    gpu-node-00..31, 8 GPUs each), kept running until ``stack`` closes; their page URLs."""
+    urls = []
+    for i in range(n):
+        port = free_port()
+        url = f"http://127.0.0.1:{port}/metrics"
+        stack.enter_context(
+            process(
+                [sys.executable, "-m", "gpuscope.cli.main", "agent", "--gpu-source", "sim",
+                 "--node", f"gpu-node-{i % 32:02d}", "--listen", f"127.0.0.1:{port}",
+                 "--log-level", "WARNING"],
+                url,
+            )
+        )  # fmt: skip
+        urls.append(url)
+    return urls
+
+
+def size_figure(n: int, step: float, ph: Phase, what: str) -> Figure:
+    """CPU per stored sample at ``n`` agents in the window of ``ph``, beside Prometheus on
+    the same agents in the same run (``what``: how the window was taken)."""
     return Figure(
         f"collector process, CPU per stored sample at {n} agents, {ph.elapsed:.0f} s window",
         ph.c_cpu / max(ph.c_samples, 1) * 1e6,
@@ -272,10 +284,11 @@ def size_figure(n: int, step: float, ph: Phase) -> Figure:
         reference=Reference(
             f"Prometheus, same {n} agents", ph.p_cpu / max(ph.p_samples, 1) * 1e6, "µs"
         ),
-        notes=f"{n} agent processes x 8 simulated GPUs at {step:g} s (the first {n} of the "
-        f"run's agents), both servers fresh and as shipped, in the same run on "
-        f"{os.cpu_count()} cores; collector {ph.c_cpu:.1f} s CPU for {ph.c_samples:,} "
-        f"samples, Prometheus {ph.p_cpu:.1f} s for {ph.p_samples:,.0f}",
+        notes=f"{n} agent processes x 8 simulated GPUs at {step:g} s, both servers fresh, "
+        f"{what}, in the same run on "
+        f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f} at the end; "
+        f"collector {ph.c_cpu:.1f} s CPU for {ph.c_samples:,} samples, Prometheus "
+        f"{ph.p_cpu:.1f} s for {ph.p_samples:,.0f}",
     )
 
 

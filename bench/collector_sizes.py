@@ -21,7 +21,6 @@ Run: .venv/bin/python bench/collector_sizes.py [--quick] [--sizes 8,16,32] [--in
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import tempfile
 from contextlib import ExitStack
@@ -29,9 +28,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.collector_process import Phase, phase
+from bench.collector_process import phase, sim_agents, size_figure
 from bench.figure import Figure, Reference, print_figures
-from bench.processes import free_port, process
 
 SIZES = (8, 16, 32)
 WINDOW_S = 120.0
@@ -53,19 +51,7 @@ def run(
     figures: list[Figure] = []
     with tempfile.TemporaryDirectory() as tmp, ExitStack() as stack:
         root = Path(tmp)
-        urls = []
-        for i in range(max(chosen)):
-            port = free_port()
-            url = f"http://127.0.0.1:{port}/metrics"
-            stack.enter_context(
-                process(
-                    [sys.executable, "-m", "gpuscope.cli.main", "agent", "--gpu-source", "sim",
-                     "--node", f"gpu-node-{i % 32:02d}", "--listen", f"127.0.0.1:{port}",
-                     "--log-level", "WARNING"],
-                    url,
-                )
-            )  # fmt: skip
-            urls.append(url)
+        urls = sim_agents(stack, max(chosen))
         for n in chosen:
             short = phase(root / f"agents-{n}", urls[:n], step, window, None)
             if short is None:
@@ -77,32 +63,16 @@ def run(
                         reference=Reference.not_installed("Prometheus"),
                     )
                 ]
-            figures.append(figure(n, step, short, "as shipped; no analytics run in it"))
+            figures.append(size_figure(n, step, short, "as shipped; no analytics run in it"))
             if n in (LONG_SIZES if long is None else long) and not quick:
                 # the window starts after the warm-up; the analytics' first run is at
                 # ANALYTICS_S from the start, so a window of ANALYTICS_S holds one
                 whole = phase(root / f"agents-{n}-long", urls[:n], step, ANALYTICS_S, None)
                 if whole is not None:
-                    figures.append(figure(n, step, whole, "holding one scheduled analytics run"))
+                    figures.append(
+                        size_figure(n, step, whole, "holding one scheduled analytics run")
+                    )
     return figures
-
-
-def figure(n: int, step: float, ph: Phase, what: str) -> Figure:
-    """CPU per stored sample at ``n`` agents in the window of ``ph``."""
-    return Figure(
-        f"collector process, CPU per stored sample at {n} agents, {ph.elapsed:.0f} s window",
-        ph.c_cpu / max(ph.c_samples, 1) * 1e6,
-        "µs",
-        aim="≤ 1.0x Prometheus's",
-        reference=Reference(
-            f"Prometheus, same {n} agents", ph.p_cpu / max(ph.p_samples, 1) * 1e6, "µs"
-        ),
-        notes=f"{n} agent processes x 8 simulated GPUs at {step:g} s, both servers fresh, "
-        f"{what}, in the same run on "
-        f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f} at the end; "
-        f"collector {ph.c_cpu:.1f} s CPU for {ph.c_samples:,} samples, Prometheus "
-        f"{ph.p_cpu:.1f} s for {ph.p_samples:,.0f}",
-    )
 
 
 def main() -> None:
