@@ -38,6 +38,7 @@ from collections.abc import Callable
 from typing import Any
 
 from gpuscope.analytics.placement.allocation import EPS
+from gpuscope.analytics.whatif.calibration import DEFAULT_POLICY
 from gpuscope.analytics.whatif.capacity_change import (
     MAX_ADD,
     AddNodes,
@@ -59,7 +60,6 @@ log = logging.getLogger(__name__)
 SIZE_CLASSES = ("fraction", "1", "2-4", "5-8", ">8")
 #: The cuts of queued GPU-hours the search answers, and their keys.
 CUTS = (("fewest_gpus_half", 0.5), ("fewest_gpus_90", 0.9))
-DEFAULT_POLICY = "leastallocated"
 #: Replays one search may run at most (a replay of 10,000 GPUs x 7 days takes 30-50 s on
 #: 2 cores: bench/capacity.py).
 MAX_REPLAYS = 48

@@ -38,7 +38,7 @@ import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from gpuscope.analytics.placement.allocation import NodeState, admits
+from gpuscope.analytics.placement.allocation import NodeState
 from gpuscope.analytics.placement.fragmentation import TaskMix, fgd_node
 from gpuscope.analytics.whatif.events import MILLI, Request
 from gpuscope.analytics.whatif.nodes import Signature, state_of
@@ -92,11 +92,6 @@ def fit_class(free: int, steps: Sequence[int]) -> int:
     ``free``."""
     i = bisect.bisect_right(steps, free)
     return steps[i - 1] if i else -1
-
-
-def feasible(template: NodeState, sig: Signature, req: Request) -> bool:
-    """Whether the node could take the pod now (the allocation model's rules, in milli)."""
-    return admits(state_of(template, sig), req.task) and has_free(template, sig, req)
 
 
 def has_free(template: NodeState, sig: Signature, req: Request) -> bool:
