@@ -90,7 +90,6 @@ def capacity_of_workload(
     """The capacity what-if of files: the trace's tasks drawn as the first seed's arrivals
     (the baseline cluster's capacity sets how many), or the snapshot's pods, as a window
     from the first arrival to the last."""
-    from gpuscope.analytics.whatif.capacity import capacity_whatif, first_seed
     from gpuscope.analytics.whatif.events import arrivals, inflate
     from gpuscope.analytics.whatif.history import History
     from gpuscope.analytics.whatif.inputs import DEFAULT_ARRIVALS, FIRST_SEED
@@ -103,14 +102,7 @@ def capacity_of_workload(
         events = tuple(arrivals(drawn))
     end = max((e.arrive for e in events), default=0.0)
     history = History(workload.inventory, (), tuple(events), 0.0, end, workload.node_infos)
-    return capacity_whatif(
-        history,
-        change,
-        policy,
-        search=args.capacity_search,
-        coverage=coverage,
-        replayer=first_seed(coverage, drop=args.drop),
-    )
+    return capacity_of_history(history, change, policy, args, coverage)
 
 
 def capacity_of_history(
