@@ -60,6 +60,32 @@ def test_packing_starts_the_4_gpu_job_that_spreading_blocks(tmp_path: Path) -> N
     assert out["summary"]["capacity_gpus"] == 8
 
 
+def test_the_capacity_what_if_of_files_runs_under_the_configured_policy(tmp_path: Path) -> None:
+    """On files the capacity what-if replays under ``analytics.whatif_policy``: spreading
+    (the default) leaves the 4-GPU job waiting and one more node starts it; packing
+    (configured) starts it on the cluster as it was."""
+    nodes = [k8s_node("a", 4), k8s_node("b", 4)]
+    pods = [
+        k8s_pod("one", "a", gpus=1, started="2024-12-31T00:00:00Z"),
+        k8s_pod("two", "b", gpus=1, started="2024-12-31T00:01:00Z"),
+        k8s_pod("four", None, gpus=4, started="2024-12-31T00:02:00Z"),
+    ]
+    args = [*write(tmp_path, nodes, pods), "--policy", "leastallocated", "--json"]
+    proc = gpuscope(tmp_path, *args, "--add-nodes", "Tesla-T4:1")
+    assert proc.returncode == 0, proc.stderr
+    cap = json.loads(proc.stdout)["capacity"]
+    assert cap["policy"] == "leastallocated"
+    assert cap["baseline"]["jobs_never_started"] == 1
+    assert cap["changed"]["jobs_never_started"] == 0
+    config = tmp_path / "gpuscope.yaml"
+    config.write_text("analytics:\n  whatif_policy: mostallocated\n")
+    proc = gpuscope(tmp_path, *args, "--add-nodes", "Tesla-T4:1", "--config", str(config))
+    assert proc.returncode == 0, proc.stderr
+    cap = json.loads(proc.stdout)["capacity"]
+    assert cap["policy"] == "mostallocated"
+    assert cap["baseline"]["jobs_never_started"] == 0
+
+
 def test_the_trace_replays_to_the_arrival_share() -> None:
     proc = gpuscope(
         CSV,
