@@ -89,8 +89,14 @@ def write(store: Store, h: History) -> None:
     ]
     quotas = [QuotaInfo(project=p, guaranteed_gpus=g, source="config") for p, g in h.guarantees]
     changes = sorted({0, *(p.start for p in h.pods if 0 < p.start < h.steps)})
+    # the scrapes between two inventory changes in one transaction (``append_cycles``, held
+    # equal to ``append_cycle`` one cycle at a time by tests/unit/test_store_bulk.py)
+    run: list[list[tuple[Batch, float]]] = []
     for k in range(h.steps):
         if k in changes:
+            if run:
+                store.append_cycles(run)
+                run = []
             pods = [_pod_info(h, p, k) for p in h.pods]
             store.record_inventory(h.ts(k), nodes=nodes if k == 0 else None, pods=pods,
                                    quotas=quotas if k == 0 else None)  # fmt: skip
@@ -116,7 +122,9 @@ def write(store: Store, h: History) -> None:
                     labels += [tuple(sorted(info.items())), tuple(sorted(who.items()))]
                     values += [1.0, p.use(k)]
             cycle.append((Batch(node, ms, names, labels, values, {}), 0.01))
-        store.append_cycle(cycle)
+        run.append(cycle)
+    if run:
+        store.append_cycles(run)
 
 
 @st.composite

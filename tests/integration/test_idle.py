@@ -69,13 +69,18 @@ def fill(
     down: Callable[[str, datetime], bool] = lambda node, ts: False,
     sm_active: bool = False,
 ) -> None:
-    """Scrape every node (one target each) every ``step`` seconds from start to end."""
+    """Scrape every node (one target each) every ``step`` seconds from start to end. Runs of
+    cycles where every node answered are written in one transaction by ``append_cycles``
+    (held equal to ``append_cycle`` one at a time by tests/unit/test_store_bulk.py); a cycle
+    with a node down goes through ``append_cycle`` with its down targets."""
     gpus, works = list(gpus), list(works)
     nodes = sorted({g.node for g in gpus})
     ts = start
+    run: list[list[tuple[Batch, float]]] = []
     while ts <= end:
         ms = int((ts - datetime(1970, 1, 1)).total_seconds() * 1000)
-        batches, missing = [], []
+        batches: list[tuple[Batch, float]] = []
+        missing: list[tuple[str, float, float, str]] = []
         for node in nodes:
             if down(node, ts):
                 missing.append((node, ms / 1000, 0.0, "connection refused"))
@@ -109,8 +114,16 @@ def fill(
                         labels.append(tuple(sorted(info.items())))
                         values.append(1.0)
             batches.append((Batch(node, ms, names, labels, values, {}), 0.01))
-        store.append_cycle(batches, missing)
+        if missing:
+            if run:
+                store.append_cycles(run)
+                run = []
+            store.append_cycle(batches, missing)
+        else:
+            run.append(batches)
         ts += timedelta(seconds=step)
+    if run:
+        store.append_cycles(run)
 
 
 def analyze(store: Store, at: datetime = END, **kw: Any) -> tuple[dict[str, Any], list[Finding]]:

@@ -57,9 +57,12 @@ def store_history(
     ends: dict[str, datetime] | None = None,
 ) -> None:
     """Every notebook on a GPU of its own (node-<name>), scraped each ``step`` from start
-    to end inclusive through Store.append_cycle; ``util`` None: no sample of the GPU then;
-    ``ends``: when a notebook was deleted (its workload series stops)."""
+    to end inclusive, as the collector's cycles written in one transaction
+    (``Store.append_cycles``, held equal to ``append_cycle`` one cycle at a time by
+    tests/unit/test_store_bulk.py); ``util`` None: no sample of the GPU then; ``ends``: when
+    a notebook was deleted (its workload series stops)."""
     ends = ends or {}
+    cycles: list[list[tuple[Batch, float]]] = []
     with Store.open(path) as store:
         ts = start
         while ts <= end:
@@ -88,8 +91,9 @@ def store_history(
                     labels.append(tuple(sorted(info.items())))
                     values.append(1.0)
                 batches.append((Batch(gpu["node"], ms, metric_names, labels, values, {}), 0.01))
-            store.append_cycle(batches, [])
+            cycles.append(batches)
             ts += step
+        store.append_cycles(cycles)
 
 
 def gpuscope(*args: str) -> subprocess.CompletedProcess[str]:

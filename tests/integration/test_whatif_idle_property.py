@@ -1,5 +1,5 @@
 """The idle-policy replay against a reference written here, on random session histories
-stored through the collector's ingest path; and its ladder monotonic.
+stored through the collector's store (its bulk path); and its ladder monotonic.
 
 The reference walks each session's 5-minute buckets one by one (the replay works on runs
 in SQL and polars): a bucket's value on a GPU is its highest sample, busy at or over the
@@ -80,6 +80,10 @@ def sessions(draw: st.DrawFn) -> list[Session]:
 
 
 def store_sessions(path: Path, sess: list[Session]) -> None:
+    """The sessions' six hours as the collector's cycles, written in one transaction by
+    ``Store.append_cycles`` (the store's bulk path, tests/unit/test_store_bulk.py holds it
+    equal to ``append_cycle`` one cycle at a time; most of an example's time before)."""
+    cycles: list[list[tuple[Batch, float]]] = []
     with Store.open(path) as store:
         for i in range(SAMPLES + 1):
             ts = T0 + timedelta(seconds=i * STEP)
@@ -105,7 +109,8 @@ def store_sessions(path: Path, sess: list[Session]) -> None:
                         labels.append(tuple(sorted(info.items())))
                         values.append(1.0)
                 batches.append((Batch(f"node-{s.name}", ms, names, labels, values, {}), 0.01))
-            store.append_cycle(batches, [])
+            cycles.append(batches)
+        store.append_cycles(cycles)
 
 
 def bucket_states(s: Session) -> list[tuple[datetime, datetime, str]]:
