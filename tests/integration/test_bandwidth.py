@@ -56,6 +56,7 @@ class Node:
         self.workloads: list[tuple[str, str]] = []  # (pod, gpu)
         self.step: float = STEP
         self.link_rate: Profile = const(RATE)  # the link-rate gauge over time
+        self.played: list[list[tuple[Batch, float]]] | None = None  # scrapes held by play
 
     def scrape(self, t: float) -> None:
         names: list[str] = []
@@ -78,7 +79,11 @@ class Node:
                               workload_kind="training"))  # fmt: skip
             values.append(1.0)
         at = T0 + timedelta(seconds=t)
-        self.store.append_scrape(Batch(self.name, ms(at), names, labels, values, TYPES))
+        batch = Batch(self.name, ms(at), names, labels, values, TYPES)
+        if self.played is None:
+            self.store.append_scrape(batch)
+        else:
+            self.played.append([(batch, 0.0)])
 
     def advance(self, t: float) -> None:
         """Counters over (t, t + step] at each profile's share of the link rate."""
@@ -88,11 +93,15 @@ class Node:
             self.wait[dev] += max(0.0, share - 0.9) * 1e6 * self.step
 
     def play(self, until: float, start: float = 0.0) -> None:
-        t = start
+        """Scrapes every ``step`` from ``start`` to ``until``, stored as one run of cycles
+        (``Store.append_cycles``, held equal to a scrape at a time by test_store_bulk)."""
+        t, self.played = start, []
         while t <= until:
             self.scrape(t)
             self.advance(t)
             t += self.step
+        played, self.played = self.played, None
+        self.store.append_cycles(played)
 
 
 @pytest.fixture
@@ -274,6 +283,7 @@ class GpuNode:
         self.capacity = {NVLINK: capacity[0], PCIE: capacity[1]}
         self.total = dict.fromkeys(self.links, 1e12)
         self.workloads: list[tuple[str, str]] = []  # (pod, gpu)
+        self.played: list[list[tuple[Batch, float]]] = []  # scrapes held by play
 
     def gpu(self, gpu: str) -> dict[str, str]:
         return {"node": self.name, "gpu": gpu, "uuid": f"GPU-{self.name}-{gpu}", "mig_instance": ""}
@@ -295,16 +305,19 @@ class GpuNode:
             labels.append(lab(**self.gpu(gpu), namespace="ml", pod=pod, container="main",
                               project="vision", workload_kind="training"))  # fmt: skip
             values.append(1.0)
-        batch = Batch(self.name, ms(at(t)), names, labels, values, GPU_TYPES)
-        self.store.append_scrape(batch)
+        self.played.append([(Batch(self.name, ms(at(t)), names, labels, values, GPU_TYPES), 0.0)])
 
     def play(self, until: float) -> None:
+        """Scrapes every ``STEP`` from 0 to ``until``, stored as one run of cycles
+        (``Store.append_cycles``, held equal to a scrape at a time by test_store_bulk)."""
         t = 0.0
         while t <= until:
             self.scrape(t)
             for key, profile in self.links.items():
                 self.total[key] += profile(t + STEP / 2) * self.capacity[key[0]] * STEP
             t += STEP
+        played, self.played = self.played, []
+        self.store.append_cycles(played)
 
 
 def test_nvlink_at_90_percent_is_a_hotspot_and_50_percent_is_not(store: Store) -> None:
