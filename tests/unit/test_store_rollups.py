@@ -49,8 +49,11 @@ def value(i: int, t: datetime) -> float:
 def history(
     store: Store, spacing: dict[int, Any], hours: int
 ) -> dict[int, list[tuple[datetime, float]]]:
-    """Scrape each GPU at its spacing (seconds, or a function of time) for ``hours``."""
+    """Scrape each GPU at its spacing (seconds, or a function of time) for ``hours``, the
+    scrapes stored as one run of cycles (``Store.append_cycles``, held equal to a scrape at a
+    time by test_store_bulk: roll-ups come from the store's maintenance, not the writes)."""
     kept: dict[int, list[tuple[datetime, float]]] = defaultdict(list)
+    cycles: list[list[tuple[Batch, float]]] = []
     t = DAY
     while t < DAY + timedelta(hours=hours):
         due = {}
@@ -60,8 +63,9 @@ def history(
                 due[i] = value(i, t)
                 kept[i].append((t, due[i]))
         if due:
-            store.append_scrape(cycle(t, due))
+            cycles.append([(cycle(t, due), 0.0)])
         t += timedelta(seconds=15)
+    store.append_cycles(cycles)
     return kept
 
 
