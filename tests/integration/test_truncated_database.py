@@ -29,18 +29,24 @@ pytestmark = pytest.mark.integration
 
 @pytest.fixture(scope="module")
 def whole(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A database of many blocks: four targets' scrapes of 400 series, 300 times."""
+    """A database of many blocks: four targets' scrapes of 400 series, 300 times (each
+    target's scrapes one run of cycles, ``Store.append_cycles``)."""
     path = tmp_path_factory.mktemp("whole") / "g.duckdb"
     start = int(time.time() * 1000) - 300 * 15_000
     names = [f"gpuscope_gpu_utilization_ratio_{i % 20}" for i in range(400)]
     with Store.open(path) as store:
         for n in range(4):
-            labels = [(("gpu", str(i)), ("node", f"node-{n}")) for i in range(400)]
+            labels: list[tuple[tuple[str, str], ...]] = [
+                (("gpu", str(i)), ("node", f"node-{n}")) for i in range(400)
+            ]
+            cycles = []
             for k in range(300):
                 values = [float((i * 7 + k * 13) % 101) / 100 for i in range(400)]
-                store.append_scrape(
-                    Batch(f"http://n{n}:9835/metrics", start + k * 15_000, names, labels, values)
+                scrape = Batch(
+                    f"http://n{n}:9835/metrics", start + k * 15_000, names, labels, values
                 )
+                cycles.append([(scrape, 0.0)])
+            store.append_cycles(cycles)
         store.checkpoint()
     assert path.stat().st_size > 1_000_000
     return path

@@ -22,12 +22,15 @@ HOURS = Retention(compact_segment_s=3600)  # segments of an hour (the default is
 
 
 def fill(store: Store, minutes: int, start: datetime = START) -> None:
-    """Three series, one sample each a minute, interleaved as scrapes write them."""
+    """Three series, one sample each a minute, interleaved as scrapes write them, stored as
+    one run of cycles (``Store.append_cycles``, held equal to a scrape at a time by
+    test_store_bulk; segments and compaction follow the samples' times, not the writes)."""
+    cycles = []
     for i in range(minutes):
         at = start + timedelta(minutes=i)
-        store.append_scrape(
-            batch(at, (UTIL, GPU1, i / 100), (ENERGY, GPU0, 5.0 * i), (UTIL, GPU0, 0.5))
-        )
+        scrape = batch(at, (UTIL, GPU1, i / 100), (ENERGY, GPU0, 5.0 * i), (UTIL, GPU0, 0.5))
+        cycles.append([(scrape, 0.0)])
+    store.append_cycles(cycles)
 
 
 def order(store: Store, lo: datetime, hi: datetime) -> list[tuple[int, datetime]]:
