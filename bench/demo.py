@@ -128,7 +128,7 @@ def run(quick: bool = False, runs: int | None = None) -> list[Figure]:
             key=True,
         ),
         Figure(
-            "gpuscope demo peak RSS (the CLI and any child process, each one's high-water mark, summed)",
+            "gpuscope demo peak RSS (the CLI and any child process, high-water marks summed)",
             max(trees),
             "MB",
             aim="≤ 500 MB",
