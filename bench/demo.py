@@ -7,7 +7,8 @@ live scraping), and reports for each figure min/median/max over the runs:
 - wall time from start to exit;
 - peak memory: each process's own high-water mark (``VmHWM`` in /proc/<pid>/status, kept by
   the kernel, read every 50 ms while the process lives), for the CLI alone and summed over
-  the CLI and its two helper processes (an upper bound: their peaks need not coincide). Not
+  the CLI and any child process (an upper bound: their peaks need not coincide; the demo
+  has had none since its readings are computed in its own process). Not
   ``ru_maxrss`` from wait4: Linux folds into it the high-water mark of the memory the child
   had before exec, a copy of this (large) benchmark process;
 - the database file's size once the demo has exited.
@@ -127,7 +128,7 @@ def run(quick: bool = False, runs: int | None = None) -> list[Figure]:
             key=True,
         ),
         Figure(
-            "gpuscope demo peak RSS (CLI and helper process, each one's high-water mark, summed)",
+            "gpuscope demo peak RSS (the CLI and any child process, high-water marks summed)",
             max(trees),
             "MB",
             aim="≤ 500 MB",

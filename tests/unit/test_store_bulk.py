@@ -127,19 +127,20 @@ def test_a_failed_run_leaves_nothing_and_the_writer_as_it_was(tmp_path: Path) ->
 
 def test_the_demos_history_in_runs_is_the_one_cycle_at_a_time(tmp_path: Path) -> None:
     """fill_history on a small simulated cluster (12 hours, pods coming and going): runs of
-    cycles with two helper processes (the demo's way) and one append_cycle a cycle with
-    one helper store the same rows."""
+    50 cycles, their readings computed 50 times at once (the demo's way), and one
+    append_cycle a cycle, each cycle's readings the simulator's at that time, store the
+    same rows."""
     scenario = default_scenario(nodes=6)
     end = float(int(time.time()) // 86_400 * 86_400)
     origin = end - scenario.live_offset
     cluster = SimulatedCluster(scenario.model_copy(update={"origin": origin}))
     targets = {n: f"http://{n}:9400/metrics" for n in cluster.node_names}
     got = []
-    for name, run_cycles, helpers in (("one", 1, 1), ("run", 50, 2)):
+    for name, run_cycles in (("one", 1), ("run", 50)):
         with Store.open(tmp_path / f"{name}.duckdb") as store:
             n = fill_history(
                 store, cluster, targets, start=end - 43_200, end=end, origin=origin,
-                run_cycles=run_cycles, helpers=helpers,
+                run_cycles=run_cycles,
             )  # fmt: skip
             got.append((n, rows(store)))
     assert got[0][0] > 0
