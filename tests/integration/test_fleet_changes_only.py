@@ -1,0 +1,139 @@
+"""Fleet summaries stored only where they change (``collector.query.changes_only``) against
+a real VictoriaMetrics: on the same simulated fleet, with a node that goes down for ten
+minutes and an agent source that fails for ten, the detectors' findings and every metric
+alert rule's answer at every bucket (judged as the alert engine judges fleet data: at the
+bucket's end, over whole buckets) equal those of the store that holds every summary in
+every bucket, while the change-only store holds fewer samples.
+
+The workloads' summaries are stored in every bucket either way (the idle detector reads
+a missing bucket as missing data); the demo's scenario starts, idles and ends workloads
+within the 30 minutes, and their findings are part of what is compared."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from bench.fleet_sim import FleetPages, import_lines
+from gpuscope.alerts.conditions import DataView, evaluate_metric
+from gpuscope.alerts.config import MetricRule, default_config
+from gpuscope.collector.storage.store import Store
+from gpuscope.collector.storage.store_sql import utc
+from tests.integration.engines import victoria_metrics, vm_flush
+from tests.integration.fleet_cluster import BUCKET_S, SimRun, sim_run
+from tests.integration.test_fleet_mode import FLEET, SETTINGS, findings, run_fleet
+
+pytestmark = pytest.mark.integration
+
+SUMMARIES = FLEET.model_copy(update={"summaries": True})
+DOWN_NODE = 2  # index in the cluster's nodes: its agent is gone for minutes 10-20
+FAILING_NODE = 5  # its InfiniBand source reports 0 for minutes 5-15
+
+
+def _lines(run: SimRun, pages: FleetPages, t: float) -> Iterable[str]:
+    """Every node's page at ``t`` as import lines, less the node that is down and with
+    the failing source's ``up`` at 0 while it fails."""
+    down = run.cluster.node_names[DOWN_NODE]
+    failing = run.cluster.node_names[FAILING_NODE]
+    minute = (t - run.start) / 60
+    alive = ((n, p) for n, p in pages.pages(t) if not (n == down and 10 <= minute < 20))
+    for line in import_lines(alive, round(t * 1000)):
+        if (
+            5 <= minute < 15
+            and line.startswith("gpuscope_agent_source_up{")
+            and f'node="{failing}"' in line
+            and 'source="infiniband"' in line
+        ):
+            head, _, stamp = line.rsplit(" ", 2)
+            yield f"{head} 0 {stamp}"
+        else:
+            yield line
+
+
+def _push(base: str, run: SimRun) -> None:
+    import gzip
+
+    import httpx
+
+    pages = run.pages()
+    with httpx.Client(timeout=120) as http:
+        for t in run.times():
+            body = gzip.compress(("\n".join(_lines(run, pages, t)) + "\n").encode())
+            r = http.post(
+                base + "/api/v1/import/prometheus",
+                content=body,
+                headers={"Content-Encoding": "gzip"},
+            )
+            r.raise_for_status()
+    vm_flush(base)
+
+
+def _alerts(store: Store, at: float) -> set[tuple[str, str, float | None]]:
+    """Every metric rule's candidates judged at the bucket ending at ``at``."""
+    when = datetime.fromtimestamp(at, UTC)
+    view = DataView(utc(when), float(BUCKET_S))
+    out: set[tuple[str, str, float | None]] = set()
+    cur = store.cursor()
+    try:
+        for rule in default_config().rules:
+            if isinstance(rule, MetricRule):
+                for c in evaluate_metric(cur, rule, when, view):
+                    out.add((c.rule, repr(sorted(c.labels.items())), c.value))
+    finally:
+        cur.close()
+    return out
+
+
+def _alive(store: Store, node: str) -> list[float]:
+    """The bucket ends where ``node``'s agent was seen."""
+    cur = store.cursor()
+    rows = cur.execute(
+        "SELECT DISTINCT epoch(ts) FROM samples JOIN series USING (series_id) "
+        "WHERE metric = 'gpuscope_agent_info' AND node = ? ORDER BY 1",
+        [node],
+    ).fetchall()
+    cur.close()
+    return [float(r[0]) for r in rows]
+
+
+def _samples(store: Store, metric_like: str) -> int:
+    cur = store.cursor()
+    row = cur.execute(
+        "SELECT count(*) FROM samples JOIN series USING (series_id) WHERE metric LIKE ?",
+        [metric_like],
+    ).fetchone()
+    cur.close()
+    return int(row[0]) if row else 0
+
+
+def test_change_only_summaries_give_the_every_bucket_answers(tmp_path: Path) -> None:
+    run = sim_run(nodes=8, minutes=30)
+    with victoria_metrics(tmp_path) as vm:
+        _push(vm, run)
+        every = run_fleet(
+            vm, run, tmp_path / "every.duckdb", SETTINGS,
+            SUMMARIES.model_copy(update={"changes_only": False}),
+        )  # fmt: skip
+        changes = run_fleet(vm, run, tmp_path / "changes.duckdb", SETTINGS, SUMMARIES)
+    try:
+        ends = [b + BUCKET_S - 1 for b in run.buckets()]
+        # the failing source is alerted on, and the node down is missing from both stores
+        fired = set().union(*(_alerts(every, at) for at in ends))
+        assert "AgentSourceDown" in {r for r, _, _ in fired}, fired
+        for store in (every, changes):
+            assert _alive(store, run.cluster.node_names[DOWN_NODE]) == ends[:2] + ends[4:]
+        for at in ends:
+            assert _alerts(changes, at) == _alerts(every, at), at
+        for at in ends[2:]:
+            assert findings(changes, at, SETTINGS) == findings(every, at, SETTINGS), at
+        # node summaries stored where they change: fewer samples ...
+        assert _samples(changes, "gpuscope:node_gpus%") < _samples(every, "gpuscope:node_gpus%")
+        # ... and the rest in every bucket either way
+        for kept in ("gpuscope_gpu_%", "gpuscope_agent_%", "gpuscope_ib_%"):
+            assert _samples(changes, kept) == _samples(every, kept), kept
+    finally:
+        every.close()
+        changes.close()
