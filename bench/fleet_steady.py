@@ -43,8 +43,8 @@ RESULTS = Path(__file__).resolve().parent / "results" / "fleet_steady.jsonl"
 
 
 def cycles(base: str, db: Path, shards: int, start: float, changes_only: bool,
-           engine_pid: int) -> dict[str, Any]:  # fmt: skip
-    """One bucket a cycle over ``BUCKETS`` buckets from ``start``: each cycle's figures."""
+           engine_pid: int, buckets: int = BUCKETS) -> dict[str, Any]:  # fmt: skip
+    """One bucket a cycle over ``buckets`` buckets from ``start``: each cycle's figures."""
     from gpuscope.collector.querying.query_ingest import QueryIngest
     from gpuscope.collector.storage.store import Store
     from gpuscope.core.query_settings import QuerySettings
@@ -57,7 +57,7 @@ def cycles(base: str, db: Path, shards: int, start: float, changes_only: bool,
         w.cursor = start
     rows = []
     try:
-        for k in range(BUCKETS):
+        for k in range(buckets):
             # the cycle just after bucket k is past the engine's latency offset
             now = start + (k + 1) * BUCKET_S + q.latency_offset_seconds + 1
             cpu0, eng0, t0 = time.process_time(), _cpu_of(engine_pid), time.perf_counter()
@@ -92,7 +92,7 @@ def cycles(base: str, db: Path, shards: int, start: float, changes_only: bool,
     }
 
 
-def measure(nodes: int, step: float, gpus_per_shard: int) -> dict[str, Any]:
+def measure(nodes: int, step: float, gpus_per_shard: int, buckets: int = BUCKETS) -> dict[str, Any]:
     from bench.fleet_sim import FleetPages, push_to_victoriametrics
     from gpuscope.sim import SimulatedCluster
     from gpuscope.sim.scenario import default_scenario
@@ -100,7 +100,7 @@ def measure(nodes: int, step: float, gpus_per_shard: int) -> dict[str, Any]:
     scenario = default_scenario(nodes, steady=False)  # as fleet_catchup.py, for its reason
     cluster = SimulatedCluster(scenario)
     end = math.floor((time.time() - 900) / BUCKET_S) * BUCKET_S
-    start = end - BUCKETS * BUCKET_S
+    start = end - buckets * BUCKET_S
     pages = FleetPages(cluster, cluster.node_names, start - scenario.live_offset)
     shards = max(1, math.ceil(nodes * 8 / gpus_per_shard))
     tmp = Path(tempfile.mkdtemp(prefix="gpuscope-fleet-steady-"))
@@ -123,10 +123,12 @@ def measure(nodes: int, step: float, gpus_per_shard: int) -> dict[str, Any]:
         load_s = time.perf_counter() - t0
         out: dict[str, Any] = {
             "nodes": nodes, "gpus": nodes * 8, "shards": shards, "step_s": step,
-            "load_s": load_s, "at": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+            "buckets": buckets, "load_s": load_s,
+            "at": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         }  # fmt: skip
         for name, changes_only in (("every_bucket", False), ("changes_only", True)):
-            out[name] = cycles(base, tmp / f"{name}.duckdb", shards, start, changes_only, vm.pid)
+            db = tmp / f"{name}.duckdb"
+            out[name] = cycles(base, db, shards, start, changes_only, vm.pid, buckets)
         out["bench_peak_rss_mb"] = _hwm_mb(__import__("os").getpid())
         return out
     finally:
@@ -140,9 +142,10 @@ def main() -> None:
     p.add_argument("--nodes", type=int, action="append", help="nodes of 8 GPUs (repeatable)")
     p.add_argument("--step", type=float, default=300.0, help="seconds between pages pushed")
     p.add_argument("--gpus-per-shard", type=int, default=2048)
+    p.add_argument("--buckets", type=int, default=BUCKETS, help="cycles a mode, the first included")
     args = p.parse_args()
     for nodes in args.nodes or [128]:
-        got = measure(nodes, args.step, args.gpus_per_shard)
+        got = measure(nodes, args.step, args.gpus_per_shard, args.buckets)
         got["load_average"] = Path("/proc/loadavg").read_text().split()[:3]
         line = json.dumps(got)
         print(line, flush=True)

@@ -99,6 +99,20 @@ def _alive(store: Store, node: str) -> list[float]:
     return [float(r[0]) for r in rows]
 
 
+def _node_summaries(store: Store) -> dict[tuple[str, str], list[tuple[float, float]]]:
+    """Every ``gpuscope:node_*`` series by (metric, node): its (time, value) in order."""
+    cur = store.cursor()
+    rows = cur.execute(
+        "SELECT metric, node, epoch(ts), value FROM samples JOIN series USING (series_id) "
+        "WHERE metric LIKE 'gpuscope:node_%' ORDER BY 1, 2, 3"
+    ).fetchall()
+    cur.close()
+    out: dict[tuple[str, str], list[tuple[float, float]]] = {}
+    for metric, node, ts, value in rows:
+        out.setdefault((metric, node), []).append((float(ts), float(value)))
+    return out
+
+
 def _samples(store: Store, metric_like: str) -> int:
     cur = store.cursor()
     row = cur.execute(
@@ -129,6 +143,12 @@ def test_change_only_summaries_give_the_every_bucket_answers(tmp_path: Path) -> 
             assert _alerts(changes, at) == _alerts(every, at), at
         for at in ends[2:]:
             assert findings(changes, at, SETTINGS) == findings(every, at, SETTINGS), at
+        # a node summary's last value at or before each bucket is its value there
+        every_nodes, changed_nodes = _node_summaries(every), _node_summaries(changes)
+        for key, points in every_nodes.items():
+            for ts, value in points:
+                carried = [v for t, v in changed_nodes.get(key, []) if t <= ts]
+                assert carried and carried[-1] == value, (key, ts)
         # node summaries stored where they change: fewer samples ...
         assert _samples(changes, "gpuscope:node_gpus%") < _samples(every, "gpuscope:node_gpus%")
         # ... and the rest in every bucket either way

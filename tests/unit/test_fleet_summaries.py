@@ -152,7 +152,8 @@ def test_every_question_fits_victoriametrics_query_length_at_100k_gpus() -> None
 def test_node_summaries_are_asked_only_where_they_differ_from_the_bucket_before() -> None:
     """Each ``gpuscope:node_*`` question, change-only, is its every-bucket question less
     the nodes where it equals the same question a bucket earlier (every selector of that
-    one offset by 300 s): a node new or changed is stored, an unchanged one is not."""
+    one offset by 300 s): a node new or changed is stored, an unchanged one is not, but
+    in the hour's last bucket, where every node is."""
     every = {q.name: q.query for q in summary_questions(SEL, changes_only=False)}
     changed = {q.name: q.query for q in summary_questions(SEL)}
     nodes = [n for n in every if n and n.startswith("gpuscope:node_")]
@@ -162,7 +163,11 @@ def test_node_summaries_are_asked_only_where_they_differ_from_the_bucket_before(
         before = q.replace(f"{{{SEL}}}[300s]", f"{{{SEL}}}[300s] offset 300s")
         before = re.sub(rf"\{{{re.escape(SEL)}\}}(?!\[)", f"{{{SEL}}} offset 300s", before)
         assert before.count(" offset 300s") == q.count(SEL)
-        assert changed[name] == f"({q}) unless on (node) (({q}) == on (node) ({before}))"
+        assert changed[name] == (
+            f"({q}) unless on (node) (({q}) == on (node) ({before}))"
+            # every node in each hour's last bucket (evaluated at second 3599 of the hour)
+            f" or (({q}) and on () (vector(time() % 3600) >= 3300))"
+        )
 
 
 def test_only_node_summaries_change_with_changes_only() -> None:

@@ -45,6 +45,10 @@ PORT_ON = "on (node, device, port)"
 W = "[300s]"
 #: The bucket before, in a selector (``x{S}[300s] offset 300s``).
 OFFSET = " offset 300s"
+#: Change-only series are stored whole in each hour's last bucket (its evaluation time's
+#: second of the hour is 3599, at or past this).
+HOUR_S = 3600
+KEYFRAME_AT = HOUR_S - 300
 
 #: Counters whose summaries are their bucket's increase, stored as gauges under their names.
 INCREASES = (
@@ -112,14 +116,18 @@ def _hot(sel: str, floor: float) -> str:
 
 def _changed(question: str, before: str, on: str) -> str:
     """``question``'s series whose value differs from ``before`` (the same question a bucket
-    earlier) or that ``before`` lacks: a series is stored where it changes."""
-    return f"({question}) unless on ({on}) (({question}) == on ({on}) ({before}))"
+    earlier) or that ``before`` lacks, and all of them in each hour's last bucket (evaluated
+    at its last second, ``time() % 3600`` is 3599): a reader finds every series' value
+    within the hour before, whenever the collector started."""
+    changed = f"({question}) unless on ({on}) (({question}) == on ({on}) ({before}))"
+    return f"{changed} or (({question}) and on () (vector(time() % {HOUR_S}) >= {KEYFRAME_AT}))"
 
 
 def _node_questions(sel: str, changes_only: bool) -> list[SummaryQuestion]:
     """Per node: GPUs present, healthy, held, and utilization mean and peak. With
-    ``changes_only`` each is asked only where it differs from the bucket before (nothing
-    the detectors read: they are for the engine's and the API's node views)."""
+    ``changes_only`` each is asked only where it differs from the bucket before, and in
+    each hour's last bucket (no detector, alert rule or API view reads them: they are
+    the store's record of the fleet's nodes, read as each series' last value)."""
 
     def node(off: str) -> list[tuple[str, str]]:
         util = f"max_over_time(gpuscope_gpu_utilization_ratio{{{sel}}}{W}{off})"
