@@ -119,8 +119,9 @@ def _changed(question: str, before: str, on: str) -> str:
     earlier) or that ``before`` lacks, and all of them in each hour's last bucket (evaluated
     at its last second, ``time() % 3600`` is 3599): a reader finds every series' value
     within the hour before, whenever the collector started."""
-    changed = f"({question}) unless on ({on}) (({question}) == on ({on}) ({before}))"
-    return f"{changed} or (({question}) and on () (vector(time() % {HOUR_S}) >= {KEYFRAME_AT}))"
+    same = f"({question}) == on ({on}) ({before})"
+    keyframe = f"vector(time() % {HOUR_S}) >= {KEYFRAME_AT}"
+    return f"({question}) unless on ({on}) (({same}) unless on () ({keyframe}))"
 
 
 def _node_questions(sel: str, changes_only: bool) -> list[SummaryQuestion]:
@@ -134,7 +135,12 @@ def _node_questions(sel: str, changes_only: bool) -> list[SummaryQuestion]:
         return [
             (f"count by (node) (gpuscope_gpu_info{{{sel}}}{off})", "gpus"),
             (f"sum by (node) (gpuscope_gpu_up{{{sel}}}{off})", "gpus_up"),
-            (f"count by (node) ({_held(sel, off)})", "gpus_held"),
+            # 0 where a node's GPUs are all free (a count of nothing is no series)
+            (
+                f"(count by (node) ({_held(sel, off)}) or on (node) "
+                f"(0 * count by (node) (gpuscope_gpu_info{{{sel}}}{off})))",
+                "gpus_held",
+            ),
             (f"avg by (node) ({util})", "utilization_mean"),
             (f"max by (node) ({util})", "utilization_max"),
         ]
