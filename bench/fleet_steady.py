@@ -147,6 +147,10 @@ def main() -> None:
     for nodes in args.nodes or [128]:
         got = measure(nodes, args.step, args.gpus_per_shard, args.buckets)
         got["load_average"] = Path("/proc/loadavg").read_text().split()[:3]
+        got["commit"] = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False,
+            cwd=Path(__file__).resolve().parent,
+        ).stdout.strip()  # fmt: skip
         line = json.dumps(got)
         print(line, flush=True)
         with RESULTS.open("a", encoding="utf-8") as f:
