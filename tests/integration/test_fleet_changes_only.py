@@ -158,7 +158,10 @@ def test_change_only_summaries_give_the_every_bucket_answers(tmp_path: Path) -> 
             vm, run, tmp_path / "every.duckdb", SETTINGS,
             SUMMARIES.model_copy(update={"changes_only": False}),
         )  # fmt: skip
-        changes = run_fleet(vm, run, tmp_path / "changes.duckdb", SETTINGS, SUMMARIES)
+        changes = run_fleet(
+            vm, run, tmp_path / "changes.duckdb", SETTINGS,
+            SUMMARIES.model_copy(update={"changes_only": True}),
+        )  # fmt: skip
     try:
         ends = [b + BUCKET_S - 1 for b in run.buckets()]
         # the job's lifecycle is in both stores: held in buckets 1-4, idle in bucket 2

@@ -156,7 +156,7 @@ def test_node_summaries_are_asked_only_where_they_differ_from_the_bucket_before(
     one offset by 300 s): a node new or changed is stored, an unchanged one is not, but
     in the hour's last bucket, where every node is."""
     every = {q.name: q.query for q in summary_questions(SEL, changes_only=False)}
-    changed = {q.name: q.query for q in summary_questions(SEL)}
+    changed = {q.name: q.query for q in summary_questions(SEL, changes_only=True)}
     nodes = [n for n in every if n and n.startswith("gpuscope:node_")]
     assert len(nodes) == 5
     for name in nodes:
@@ -175,7 +175,7 @@ def test_only_node_summaries_change_with_changes_only() -> None:
     """The workloads', ports' and problems' questions, and node liveness, are the same
     either way: the detectors and alert rules read them in every bucket."""
     every = summary_questions(SEL, changes_only=False)
-    changed = summary_questions(SEL)
+    changed = summary_questions(SEL, changes_only=True)
     assert [q.name for q in every] == [q.name for q in changed]
     for a, b in zip(every, changed, strict=True):
         if not (a.name or "").startswith("gpuscope:node_"):

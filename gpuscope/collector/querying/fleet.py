@@ -125,7 +125,7 @@ class FleetSource:
     summaries: bool = False
     #: With ``summaries``: what changes only, where the detectors allow it
     #: (:func:`~gpuscope.collector.querying.fleet_summaries.summary_questions`).
-    changes_only: bool = True
+    changes_only: bool = False
     latency_offset: float = 30.0
     max_buckets_per_query: int = 12
     max_lag_buckets: int = 288

@@ -153,7 +153,7 @@ def _node_questions(sel: str, changes_only: bool) -> list[SummaryQuestion]:
 
 
 def summary_questions(
-    sel: str, floor: float = HOT_PORT_FLOOR, *, changes_only: bool = True
+    sel: str, floor: float = HOT_PORT_FLOOR, *, changes_only: bool = False
 ) -> list[SummaryQuestion]:
     """Every question of one shard (``sel``: its node matcher, e.g. ``node=~"a|b"``).
     ``changes_only``: node summaries only where they change (docs/scale.md, "What is
