@@ -49,8 +49,10 @@ def cycles(base: str, db: Path, shards: int, start: float, changes_only: bool,
     from gpuscope.collector.storage.store import Store
     from gpuscope.core.query_settings import QuerySettings
 
+    # no cycle deadline: a loaded machine's 100,000-GPU cycle may take minutes of wall time
     q = QuerySettings(mode="fleet", shards=shards, summaries=True, changes_only=changes_only,
-                      retries=0, timeout_seconds=300)  # fmt: skip
+                      retries=0, timeout_seconds=300, interval_seconds=3600,
+                      cycle_deadline_seconds=3000)  # fmt: skip
     store = Store.open(db)
     ingest = QueryIngest(base, q, 15.0, store, store.append_scrape)
     for w in ingest.fleet.windows.values():
