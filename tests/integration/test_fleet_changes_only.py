@@ -24,7 +24,7 @@ from gpuscope.alerts.config import MetricRule, default_config
 from gpuscope.collector.storage.store import Store
 from gpuscope.collector.storage.store_sql import utc
 from tests.integration.engines import victoria_metrics, vm_flush
-from tests.integration.fleet_cluster import BUCKET_S, SimRun, sim_run
+from tests.integration.fleet_cluster import BUCKET_S, SimRun, node_summaries, sim_run
 from tests.integration.test_fleet_mode import FLEET, SETTINGS, findings, run_fleet
 
 pytestmark = pytest.mark.integration
@@ -114,20 +114,6 @@ def _alive(store: Store, node: str) -> list[float]:
     return [float(r[0]) for r in rows]
 
 
-def _node_summaries(store: Store) -> dict[tuple[str, str], list[tuple[float, float]]]:
-    """Every ``gpuscope:node_*`` series by (metric, node): its (time, value) in order."""
-    cur = store.cursor()
-    rows = cur.execute(
-        "SELECT metric, node, epoch(ts), value FROM samples JOIN series USING (series_id) "
-        "WHERE metric LIKE 'gpuscope:node_%' ORDER BY 1, 2, 3"
-    ).fetchall()
-    cur.close()
-    out: dict[tuple[str, str], list[tuple[float, float]]] = {}
-    for metric, node, ts, value in rows:
-        out.setdefault((metric, node), []).append((float(ts), float(value)))
-    return out
-
-
 def _busy_peaks(store: Store, key: str) -> list[tuple[float, float]]:
     """A workload's stored busy peak, bucket by bucket."""
     cur = store.cursor()
@@ -166,7 +152,7 @@ def test_change_only_summaries_give_the_every_bucket_answers(tmp_path: Path) -> 
         ends = [b + BUCKET_S - 1 for b in run.buckets()]
         # the job's lifecycle is in both stores: held in buckets 1-4, idle in bucket 2
         key = ("gpuscope:node_gpus_held", run.cluster.node_names[CYCLED_NODE])
-        held = [v for _, v in _node_summaries(every)[key]]
+        held = [v for _, v in node_summaries(every)[key]]
         assert held == [0, 8, 8, 8, 8, 0], held
         peaks = _busy_peaks(every, f"workload:nlp/{CYCLED_POD}/main")
         assert [ts for ts, _ in peaks] == ends[1:5]
@@ -182,7 +168,7 @@ def test_change_only_summaries_give_the_every_bucket_answers(tmp_path: Path) -> 
             assert findings(changes, at, SETTINGS) == findings(every, at, SETTINGS), at
         # a node summary's last value at or before each bucket is its value there (a node
         # down has none in the every-bucket store: presence is gpuscope_agent_info's)
-        every_nodes, changed_nodes = _node_summaries(every), _node_summaries(changes)
+        every_nodes, changed_nodes = node_summaries(every), node_summaries(changes)
         for key, points in every_nodes.items():
             for ts, value in points:
                 carried = [v for t, v in changed_nodes.get(key, []) if t <= ts]
