@@ -146,13 +146,15 @@ def main() -> None:
     p.add_argument("--gpus-per-shard", type=int, default=2048)
     p.add_argument("--buckets", type=int, default=BUCKETS, help="cycles a mode, the first included")
     args = p.parse_args()
+    # the code measured: the commit checked out when the run starts
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False,
+        cwd=Path(__file__).resolve().parent,
+    ).stdout.strip()  # fmt: skip
     for nodes in args.nodes or [128]:
         got = measure(nodes, args.step, args.gpus_per_shard, args.buckets)
         got["load_average"] = Path("/proc/loadavg").read_text().split()[:3]
-        got["commit"] = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False,
-            cwd=Path(__file__).resolve().parent,
-        ).stdout.strip()  # fmt: skip
+        got["commit"] = commit
         line = json.dumps(got)
         print(line, flush=True)
         with RESULTS.open("a", encoding="utf-8") as f:
