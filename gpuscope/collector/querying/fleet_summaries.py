@@ -16,8 +16,8 @@ the detectors decide on, whose count grows with workloads, nodes and *problems*,
   (a workload is idle when every GPU it holds is), and the GPUs it holds ride in the
   ``gpu`` label of its ``gpuscope_gpu_workload_info`` summary;
 - per node: GPUs present, healthy, held by a workload, and utilization mean and peak
-  (``gpuscope:node_*``), the fragmentation detector's sample-side inputs (free GPUs come
-  from Kubernetes);
+  (``gpuscope:node_*``; with ``changes_only`` only where they differ from the bucket
+  before, and every node in each hour's last bucket: nothing in gpuscope reads them);
 - per InfiniBand port, only ports over :data:`HOT_PORT_FLOOR` of their line rate in the
   bucket (either direction): both directions' bucket increase, the transmit wait and the
   line rate; ports with errors only, their errors' increase; GPUs reported down, and
