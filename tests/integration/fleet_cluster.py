@@ -77,3 +77,17 @@ def scrape_directly(run: SimRun, db: Path, settings: Settings) -> Store:
         ]
         store.append_cycle([(o.batch, 0.0) for o in outcomes if o.batch is not None])
     return store
+
+
+def node_summaries(store: Store) -> dict[tuple[str, str], list[tuple[float, float]]]:
+    """Every ``gpuscope:node_*`` series by (metric, node): its (time, value) in order."""
+    cur = store.cursor()
+    rows = cur.execute(
+        "SELECT metric, node, epoch(ts), value FROM samples JOIN series USING (series_id) "
+        "WHERE metric LIKE 'gpuscope:node_%' ORDER BY 1, 2, 3"
+    ).fetchall()
+    cur.close()
+    out: dict[tuple[str, str], list[tuple[float, float]]] = {}
+    for metric, node, ts, value in rows:
+        out.setdefault((metric, node), []).append((float(ts), float(value)))
+    return out

@@ -6,6 +6,7 @@ hold), the hot InfiniBand ports, the link with errors and the blocked job."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +15,7 @@ import pytest
 from bench.fleet_sim import push_to_victoriametrics
 from gpuscope.collector.storage.store import Store
 from tests.integration.engines import victoria_metrics, vm_flush
-from tests.integration.fleet_cluster import SimRun, scrape_directly, sim_run
+from tests.integration.fleet_cluster import SimRun, node_summaries, scrape_directly, sim_run
 from tests.integration.test_fleet_mode import FLEET, SETTINGS, findings, run_fleet
 
 pytestmark = pytest.mark.integration
@@ -141,16 +142,28 @@ def test_summaries_store_no_per_gpu_series(run: SimRun, tmp_path: Path) -> None:
 def test_summaries_on_prometheus_find_what_direct_scraping_finds(
     run: SimRun, tmp_path: Path
 ) -> None:
-    """The same questions are plain PromQL: Prometheus answers them as VictoriaMetrics does."""
+    """The same questions are plain PromQL: Prometheus answers them as VictoriaMetrics does,
+    the change-only node summaries' too."""
     from bench.fleet_sim import write_openmetrics
     from tests.integration.engines import prometheus_on_blocks
 
     direct = scrape_directly(run, tmp_path / "d.duckdb", SETTINGS)
     om = tmp_path / "fleet.om"
     write_openmetrics(run.pages(), run.times(), om)
+    changes_only = SUMMARIES.model_copy(update={"changes_only": True})
     with prometheus_on_blocks(tmp_path, om) as prom:
         summed = run_fleet(prom, run, tmp_path / "s.duckdb", SETTINGS, SUMMARIES)
+        changed = run_fleet(prom, run, tmp_path / "c.duckdb", SETTINGS, changes_only)
     want = findings(direct, run.end, SETTINGS)
     got = findings(summed, run.end, SETTINGS)
     for name in ("idle", "bandwidth", "fragmentation"):
         assert want[name] and got[name] == want[name], name
+    # the change-only questions (offset, vector(time())) too: each node summary's last
+    # value at or before every bucket is its every-bucket value
+    assert findings(changed, run.end, SETTINGS) == got
+    every, carried = node_summaries(summed), node_summaries(changed)
+    assert every and sum(map(len, carried.values())) < sum(map(len, every.values()))
+    for key, points in every.items():
+        for ts, value in points:
+            last = [v for t, v in carried.get(key, []) if t <= ts]
+            assert last and math.isclose(last[-1], value, rel_tol=1e-12), (key, ts)

@@ -4,6 +4,8 @@ detector (its key as ``uuid``, the GPUs it holds in ``gpu``)."""
 
 from __future__ import annotations
 
+import re
+
 from gpuscope.collector.querying.fleet import FleetSource
 from gpuscope.collector.querying.fleet_summaries import (
     GAUGE_TYPES,
@@ -138,10 +140,60 @@ def test_a_shards_node_regex_matches_exactly_its_nodes() -> None:
 
 def test_every_question_fits_victoriametrics_query_length_at_100k_gpus() -> None:
     """12,500 nodes in 40 shards (the default): each question under 16 KB
-    (``-search.maxQueryLen``), the selector written five times at most."""
+    (``-search.maxQueryLen``), with room to spare: the selector written six times at most
+    (the GPUs a node holds, change-only: itself and the bucket before, 0 where none)."""
     from gpuscope.collector.querying.fleet import node_regex
 
     nodes = [f"gpu-node-{i:05d}" for i in range(0, 12_500, 40)]  # one shard's 313 nodes
     sel = f'node=~"{node_regex(nodes)}"'
     for q in summary_questions(sel):
-        assert len(q.query) < 16_384 and q.query.count(sel) <= 5, q.query[:200]
+        assert len(q.query) < 13_000 and q.query.count(sel) <= 6, q.query[:200]
+
+
+def test_node_summaries_are_asked_only_where_they_differ_from_the_bucket_before() -> None:
+    """Each ``gpuscope:node_*`` question, change-only, is its every-bucket question less
+    the nodes where it equals the same question a bucket earlier (every selector of that
+    one offset by 300 s): a node new or changed is stored, an unchanged one is not, but
+    in the hour's last bucket, where every node is."""
+    every = {q.name: q.query for q in summary_questions(SEL, changes_only=False)}
+    changed = {q.name: q.query for q in summary_questions(SEL, changes_only=True)}
+    nodes = [n for n in every if n and n.startswith("gpuscope:node_")]
+    assert len(nodes) == 5
+    for name in nodes:
+        q = every[name]
+        before = q.replace(f"{{{SEL}}}[300s]", f"{{{SEL}}}[300s] offset 300s")
+        before = re.sub(rf"\{{{re.escape(SEL)}\}}(?!\[)", f"{{{SEL}}} offset 300s", before)
+        assert before.count(" offset 300s") == q.count(SEL)
+        assert changed[name] == (
+            f"({q}) unless on (node) ((({q}) == on (node) ({before}))"
+            # but every node in each hour's last bucket (evaluated at second 3599)
+            " unless on () (vector(time() % 3600) >= 3300))"
+        )
+
+
+def test_only_node_summaries_change_with_changes_only() -> None:
+    """The workloads', ports' and problems' questions, and node liveness, are the same
+    either way: the detectors and alert rules read them in every bucket."""
+    every = summary_questions(SEL, changes_only=False)
+    changed = summary_questions(SEL, changes_only=True)
+    assert [q.name for q in every] == [q.name for q in changed]
+    for a, b in zip(every, changed, strict=True):
+        if not (a.name or "").startswith("gpuscope:node_"):
+            assert a == b
+
+
+def test_fleet_source_passes_changes_only_on() -> None:
+    asked: list[str] = []
+
+    class Client:
+        shown_url = "http://engine"
+
+        def query(self, path: str, params: dict[str, str], **_: object) -> dict[str, object]:
+            asked.append(params["query"])
+            return {"resultType": "matrix", "result": []}
+
+    for changes_only in (False, True):
+        asked.clear()
+        src = FleetSource(Client(), shards=1, summaries=True, changes_only=changes_only)  # type: ignore[arg-type]
+        src._ask(["a", "b"], 0.0, 300.0, "t")
+        assert asked == [q.query for q in summary_questions(SEL, changes_only=changes_only)]

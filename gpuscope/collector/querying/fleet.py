@@ -123,6 +123,9 @@ class FleetSource:
     #: Ask per-workload, per-node and hot-port summaries instead of per-GPU series
     #: (:mod:`gpuscope.collector.querying.fleet_summaries`).
     summaries: bool = False
+    #: With ``summaries``: what changes only, where the detectors allow it
+    #: (:func:`~gpuscope.collector.querying.fleet_summaries.summary_questions`).
+    changes_only: bool = False
     latency_offset: float = 30.0
     max_buckets_per_query: int = 12
     max_lag_buckets: int = 288
@@ -346,7 +349,9 @@ class FleetSource:
     ) -> list[Batch]:
         """The summaries' questions for one shard over buckets ``start..end``."""
         merged: dict[int, Batch] = {}
-        questions: list[SummaryQuestion] = summary_questions(f'node=~"{node_regex(nodes)}"')
+        questions: list[SummaryQuestion] = summary_questions(
+            f'node=~"{node_regex(nodes)}"', changes_only=self.changes_only
+        )
         keep = {m: m for m in LAST}
         for q in questions:
             params = self._range(q.query, start, end)

@@ -16,8 +16,8 @@ the detectors decide on, whose count grows with workloads, nodes and *problems*,
   (a workload is idle when every GPU it holds is), and the GPUs it holds ride in the
   ``gpu`` label of its ``gpuscope_gpu_workload_info`` summary;
 - per node: GPUs present, healthy, held by a workload, and utilization mean and peak
-  (``gpuscope:node_*``), the fragmentation detector's sample-side inputs (free GPUs come
-  from Kubernetes);
+  (``gpuscope:node_*``; with ``changes_only`` only where they differ from the bucket
+  before, and every node in each hour's last bucket: nothing in gpuscope reads them);
 - per InfiniBand port, only ports over :data:`HOT_PORT_FLOOR` of their line rate in the
   bucket (either direction): both directions' bucket increase, the transmit wait and the
   line rate; ports with errors only, their errors' increase; GPUs reported down, and
@@ -43,6 +43,12 @@ WORKLOAD_KEY_PREFIX = "workload:"
 WORKLOAD_BY = "node, namespace, pod, container"
 PORT_ON = "on (node, device, port)"
 W = "[300s]"
+#: The bucket before, in a selector (``x{S}[300s] offset 300s``).
+OFFSET = " offset 300s"
+#: Change-only series are stored whole in each hour's last bucket (its evaluation time's
+#: second of the hour is 3599, at or past this).
+HOUR_S = 3600
+KEYFRAME_AT = HOUR_S - 300
 
 #: Counters whose summaries are their bucket's increase, stored as gauges under their names.
 INCREASES = (
@@ -84,9 +90,12 @@ def _busy_per_gpu(sel: str) -> str:
     )
 
 
-def _held(sel: str) -> str:
-    """1 per (GPU, workload) held at the bucket's end: the join's right side."""
-    return f"max by (node, uuid, namespace, pod, container) (gpuscope_gpu_workload_info{{{sel}}})"
+def _held(sel: str, off: str = "") -> str:
+    """1 per (GPU, workload) held at the bucket's end (``off``: a bucket earlier): the
+    join's right side."""
+    return (
+        f"max by (node, uuid, namespace, pod, container) (gpuscope_gpu_workload_info{{{sel}}}{off})"
+    )
 
 
 def _hot(sel: str, floor: float) -> str:
@@ -105,8 +114,50 @@ def _hot(sel: str, floor: float) -> str:
     )
 
 
-def summary_questions(sel: str, floor: float = HOT_PORT_FLOOR) -> list[SummaryQuestion]:
-    """Every question of one shard (``sel``: its node matcher, e.g. ``node=~"a|b"``)."""
+def _changed(question: str, before: str, on: str) -> str:
+    """``question``'s series whose value differs from ``before`` (the same question a bucket
+    earlier) or that ``before`` lacks, and all of them in each hour's last bucket (evaluated
+    at its last second, ``time() % 3600`` is 3599): a reader finds every series' value
+    within the hour before, whenever the collector started."""
+    same = f"({question}) == on ({on}) ({before})"
+    keyframe = f"vector(time() % {HOUR_S}) >= {KEYFRAME_AT}"
+    return f"({question}) unless on ({on}) (({same}) unless on () ({keyframe}))"
+
+
+def _node_questions(sel: str, changes_only: bool) -> list[SummaryQuestion]:
+    """Per node: GPUs present, healthy, held, and utilization mean and peak. With
+    ``changes_only`` each is asked only where it differs from the bucket before, and in
+    each hour's last bucket (no detector, alert rule or API view reads them: they are
+    the store's record of the fleet's nodes, read as each series' last value)."""
+
+    def node(off: str) -> list[tuple[str, str]]:
+        util = f"max_over_time(gpuscope_gpu_utilization_ratio{{{sel}}}{W}{off})"
+        return [
+            (f"count by (node) (gpuscope_gpu_info{{{sel}}}{off})", "gpus"),
+            (f"sum by (node) (gpuscope_gpu_up{{{sel}}}{off})", "gpus_up"),
+            # 0 where a node's GPUs are all free (a count of nothing is no series)
+            (
+                f"(count by (node) ({_held(sel, off)}) or on (node) "
+                f"(0 * count by (node) (gpuscope_gpu_info{{{sel}}}{off})))",
+                "gpus_held",
+            ),
+            (f"avg by (node) ({util})", "utilization_mean"),
+            (f"max by (node) ({util})", "utilization_max"),
+        ]
+
+    now, before = node(""), node(OFFSET)
+    return [
+        SummaryQuestion(_changed(q, b, "node") if changes_only else q, f"gpuscope:node_{name}")
+        for (q, name), (b, _) in zip(now, before, strict=True)
+    ]
+
+
+def summary_questions(
+    sel: str, floor: float = HOT_PORT_FLOOR, *, changes_only: bool = False
+) -> list[SummaryQuestion]:
+    """Every question of one shard (``sel``: its node matcher, e.g. ``node=~"a|b"``).
+    ``changes_only``: node summaries only where they change (docs/scale.md, "What is
+    stored only where it changes")."""
     held = _held(sel)
     hot = _hot(sel, floor)
     busy = (
@@ -114,8 +165,6 @@ def summary_questions(sel: str, floor: float = HOT_PORT_FLOOR) -> list[SummaryQu
         f"(0 * {held} + 1))"
     )
     info_by = f"{WORKLOAD_BY}, project, interactive, workload_kind"
-    node = "gpuscope:node_"
-    per_gpu_util = f"max_over_time(gpuscope_gpu_utilization_ratio{{{sel}}}{W})"
     return [
         # per node: liveness (the fleet-aware alert rules) and the agents' sources
         SummaryQuestion(
@@ -148,11 +197,7 @@ def summary_questions(sel: str, floor: float = HOT_PORT_FLOOR) -> list[SummaryQu
             "gpuscope:shared_gpu_workload_info",
         ),
         # per node: the fragmentation inputs and the node's utilization
-        SummaryQuestion(f"count by (node) (gpuscope_gpu_info{{{sel}}})", node + "gpus"),
-        SummaryQuestion(f"sum by (node) (gpuscope_gpu_up{{{sel}}})", node + "gpus_up"),
-        SummaryQuestion(f"count by (node) ({held})", node + "gpus_held"),
-        SummaryQuestion(f"avg by (node) ({per_gpu_util})", node + "utilization_mean"),
-        SummaryQuestion(f"max by (node) ({per_gpu_util})", node + "utilization_max"),
+        *_node_questions(sel, changes_only),
         # per port, the hot ones only: both directions, waits, line rate
         *(
             SummaryQuestion(f"increase({m}{{{sel}}}{W}) and {PORT_ON} {hot}", m)

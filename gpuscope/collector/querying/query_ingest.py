@@ -101,6 +101,7 @@ class QueryIngest:
             shards=q.shards,
             recording_rules=q.recording_rules,
             summaries=q.summaries,
+            changes_only=q.changes_only,
             latency_offset=q.latency_offset_seconds,
             max_buckets_per_query=q.max_buckets_per_query,
             max_lag_buckets=q.max_lag_buckets,
