@@ -48,8 +48,14 @@ from gpuscope.sim import SimulatedCluster, default_scenario
 
 DB_NAME = "gpuscope.duckdb"
 #: DuckDB's buffer for the demo's database: its maintenance spills past it (docs/storage.md);
-#: 256MB left the weekly report's queries a 650 MB peak (192MB: 590 MB, the same time).
-DEMO_DB_MEMORY = "192MB"
+#: 256MB left the weekly report's queries a 650 MB peak, 192MB 584 MB, 128MB about 545 MB
+#: (the report's queries need between 96MB and 128MB at DEMO_DB_THREADS; 96MB fails them).
+DEMO_DB_MEMORY = "128MB"
+#: DuckDB's threads for the demo's database: what a query needs of the buffer grows with
+#: them (the report's fit 128MB with 2 to 4 threads, not with 8), so the demo's memory
+#: does not grow with the machine's cores. The demo is sized for 2 cores.
+DEMO_DB_THREADS = 2
+_SET_THREADS = f"SET threads = {DEMO_DB_THREADS}"
 STEPS = 7
 #: Windows that a run of seconds can fill (the defaults are 30 and 5 minutes).
 DEMO_ANALYTICS = {
@@ -156,7 +162,7 @@ def run_demo(
     try:
         settings = _settings(db, [u for u, _ in servers], listen, out)
         service = CollectorService(settings, clock=clock)
-        _return_freed_memory(service)
+        _demo_db_settings(service)
         if days > 0:
             step(2, f"{days:g} days of history through the store's ingest path, every 5 min")
             _fill_week(service, cluster, [u for u, _ in servers], now0.timestamp(), days, origin)
@@ -217,7 +223,7 @@ def _after_history(
     ended where the history does."""
     if days > 0:
         service.retention_cycle()
-        _return_freed_memory(service)  # a new database instance, if it reopened the file
+        _demo_db_settings(service)  # a new database instance, if it reopened the file
     return _report(service, out, datetime.fromtimestamp(clock(), UTC))
 
 
@@ -247,15 +253,16 @@ class _Background:
         return self._value
 
 
-def _return_freed_memory(service: CollectorService) -> None:
+def _demo_db_settings(service: CollectorService) -> None:
     """Have DuckDB's allocator hand freed memory back to the system as it goes (its
     background threads), instead of keeping it for later: without them the week's ingest
     kept about 200 MB more resident, and each heavy query after (roll-ups, the report)
-    added its peak on top of that. A setting of the database instance, so set again when
-    the store reopens its file."""
+    added its peak on top of that; and DuckDB's threads to :data:`DEMO_DB_THREADS`.
+    Settings of the database instance, so set again when the store reopens its file."""
     cur = service.store.cursor()
     try:
         cur.execute("SET allocator_background_threads = true")
+        cur.execute(_SET_THREADS)
     finally:
         cur.close()
 

@@ -43,21 +43,29 @@ guarantees AS (
            max(borrowing_limit) AS borrowing_limit, max(weight) AS weight
     FROM per_source GROUP BY t, project
 ),
-quota_pods AS (
-    SELECT i.t,
-           coalesce(lq.cluster_queue, nullif(p.record->>'project', ''),
-                    p.record->>'namespace') AS project,
+pod_fields AS (
+    -- each pod version's fields read out of its JSON once, before the join with the
+    -- instants: the join then carries a few typed columns, not every record once an
+    -- instant (a week's half-hourly instants held 100 MB of records at once)
+    SELECT p.valid_from, p.valid_to,
+           p.record->>'namespace' AS namespace,
+           nullif(p.record->>'project', '') AS project,
            p.record->>'phase' AS phase,
            nullif(p.record->>'node', '') AS node,
            coalesce(TRY_CAST(p.record->>'gpu_request' AS DOUBLE), 0)
              + coalesce(TRY_CAST(p.record->>'gpu_fraction' AS DOUBLE), 0)
                * coalesce(TRY_CAST(p.record->>'fraction_devices' AS DOUBLE), 1) AS gpus,
-           p.valid_from
-    FROM instants AS i JOIN inventory_pods AS p
+           p.record->'labels'->>'kueue.x-k8s.io/queue-name' AS queue_name
+    FROM inventory_pods AS p
+),
+quota_pods AS (
+    SELECT i.t,
+           coalesce(lq.cluster_queue, p.project, p.namespace) AS project,
+           p.phase, p.node, p.gpus, p.valid_from
+    FROM instants AS i JOIN pod_fields AS p
       ON p.valid_from <= i.t AND (p.valid_to IS NULL OR p.valid_to > i.t)
     LEFT JOIN local_queues AS lq
-      ON lq.t = i.t AND lq.namespace = p.record->>'namespace'
-     AND lq.name = p.record->'labels'->>'kueue.x-k8s.io/queue-name'
+      ON lq.t = i.t AND lq.namespace = p.namespace AND lq.name = p.queue_name
 ),
 demand AS (
     -- held: bound to a node and not finished (a Pending pod bound to a node already holds
