@@ -20,12 +20,14 @@ from gpuscope.alerts.rules import SeriesWindow, metric_candidates, target_candid
 from gpuscope.collector.storage.schema import GET_META, QUERY_CURSOR_KEY
 from gpuscope.collector.storage.store_sql import LABEL_COLUMNS, utc
 
-#: Every series of the metric seen since $lookback, with its samples in ($lo, $now].
+#: Every series of the metric seen since $lookback, with its samples in ($lo, $now]; its
+#: staleness from its newest sample in the window too (``series.last_seen`` lags it by up to
+#: a minute between the writer's folds, collector/storage/writer_log.py).
 SERIES_WINDOW = """
 SELECT s.node, s.gpu, s.uuid, s.mig_instance, s.device, s.port,
        s.namespace, s.pod, s.container, s.labels,
        count(x.value), coalesce(sum(x.value), 0), min(x.value), max(x.value),
-       arg_max(x.value, x.ts), epoch(CAST($now AS TIMESTAMP) - s.last_seen)
+       arg_max(x.value, x.ts), epoch(CAST($now AS TIMESTAMP) - greatest(s.last_seen, max(x.ts)))
 FROM series AS s
 LEFT JOIN samples AS x ON x.series_id = s.series_id AND x.ts > $lo AND x.ts <= $now
 WHERE s.metric = $metric AND s.last_seen > $lookback AND s.first_seen <= $now
