@@ -164,3 +164,18 @@ def test_an_open_folds_a_log_left_behind_before_reading_it(tmp_path: Path) -> No
         assert cur.execute("SELECT value FROM meta WHERE key = 'samples_stored'").fetchone() == (
             "24",
         )
+
+
+def test_a_cycle_of_targets_down_logs_nothing(tmp_path: Path) -> None:
+    """A cycle that stored no sample (every target down) adds no row to the log (a count row
+    of 0 would only widen what a recovery after a kill reads), and still its scrape row."""
+    with Store.open(tmp_path / "s.duckdb") as store:
+        cycle(store, T0, 100.0)
+        cycle(store, T0 + timedelta(seconds=5), 110.0)
+        cur = store.cursor()
+        before = cur.execute("SELECT count(*) FROM writer_log").fetchone()
+        at = (T0 + timedelta(seconds=10)).replace(tzinfo=UTC).timestamp()
+        store.append_cycle([], [("t1", at, 1.0, "timeout")])
+        assert cur.execute("SELECT count(*) FROM writer_log").fetchone() == before
+        assert cur.execute("SELECT count(*) FROM scrapes WHERE NOT up").fetchone() == (1,)
+        assert store.samples_stored() == 16

@@ -96,6 +96,8 @@ class WriterLog:
         changed = step.counter & ~same
         sids = step.sids[changed]
         n = len(sids)
+        if not (n or count):  # no sample stored (every target down): nothing to log
+            return Pending(None, None, 0, minute)
         rows = pa.table(
             [pa.array(np.full(n + 1, self.seq, np.int64)),
              pa.array(np.append(sids, 0), pa.uint32(), mask=np.append(np.zeros(n, bool), True)),
