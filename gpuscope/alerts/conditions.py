@@ -27,7 +27,8 @@ SERIES_WINDOW = """
 SELECT s.node, s.gpu, s.uuid, s.mig_instance, s.device, s.port,
        s.namespace, s.pod, s.container, s.labels,
        count(x.value), coalesce(sum(x.value), 0), min(x.value), max(x.value),
-       arg_max(x.value, x.ts), epoch(CAST($now AS TIMESTAMP) - greatest(s.last_seen, max(x.ts)))
+       arg_max(x.value, x.ts),
+       epoch(CAST($now AS TIMESTAMP) - greatest(max(s.last_seen), max(x.ts)))
 FROM series AS s
 LEFT JOIN samples AS x ON x.series_id = s.series_id AND x.ts > $lo AND x.ts <= $now
 WHERE s.metric = $metric AND s.last_seen > $lookback AND s.first_seen <= $now
