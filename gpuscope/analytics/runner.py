@@ -103,17 +103,24 @@ def run_on_store(
 
 #: The newest data the store holds: the last sample of any series, the last inventory
 #: change (the inventory is recorded as versions, so an unchanged one adds nothing).
+#: ``series.last_seen`` lags the newest sample by up to LAST_SEEN_LAG_S between the
+#: writer's folds (collector/storage/writer_log.py): the samples after its newest value
+#: (read first and bound as a constant, so that DuckDB skips the row groups before it by
+#: their min/max statistics) have the last word.
 NEWEST_DATA = """
-SELECT greatest((SELECT max(last_seen) FROM series),
+SELECT greatest(CAST($seen AS TIMESTAMP),
+                (SELECT max(ts) FROM samples WHERE ts > $seen),
                 (SELECT max(valid_from) FROM inventory_nodes),
                 (SELECT max(valid_from) FROM inventory_pods))
 """
+NEWEST_SEEN = "SELECT max(last_seen) FROM series"
 
 
 def newest_data(con: Any, at: datetime | None = None) -> datetime | None:
     """When the store's data ends, as of ``at`` (data after ``at`` means it reaches ``at``);
     None for an empty store."""
-    row = con.execute(NEWEST_DATA).fetchone()
+    seen = con.execute(NEWEST_SEEN).fetchone()
+    row = con.execute(NEWEST_DATA, {"seen": seen[0] if seen else None}).fetchone()
     newest = row[0] if row else None
     if not isinstance(newest, datetime):
         return None

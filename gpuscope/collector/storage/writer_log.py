@@ -14,13 +14,15 @@ So a kill at any point loses nothing and repeats nothing: ``series.last_raw`` an
 together hold every counter's last raw value as committed, and ``meta`` and the log every
 sample counted; opening the file read-write folds a log left behind (:data:`RECOVER`), and
 a read-only open adds the log's counts to ``meta``'s (``samples_logged``). Between folds
-``series.last_seen`` (and a gauge's ``last_raw``) lags by up to a minute, as
-``workload_intervals.last_seen`` does (docs/storage.md).
+``series.last_seen`` (and a gauge's ``last_raw``) lags the newest sample by up to
+:data:`LAST_SEEN_LAG_S` (a cycle that would make it lag more folds), and readers that
+prefilter series by ``last_seen`` widen the prefilter by that much (docs/storage.md).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from typing import Any
 
 import duckdb
@@ -37,6 +39,19 @@ FOLD_S = 60
 #: ... and at least every this many cycles (sample times that stay in one minute: a
 #: backfill, a test's fixed clock).
 FOLD_CYCLES = 60
+#: How far ``series.last_seen`` may lag a series' newest committed sample: a cycle with a
+#: sample more than this after its series' folded ``last_seen`` (a series back after a
+#: silence, one first seen since the writer opened) folds, so the bound holds for every
+#: series, not only for those scraped each minute. Readers that prefilter series by
+#: ``last_seen`` widen the prefilter by it (``last_seen >= start - LAST_SEEN_LAG_S``):
+#: a series scraped at least every minute never makes a cycle fold early by it.
+LAST_SEEN_LAG_S = 2 * FOLD_S
+
+
+def seen_bound(t: datetime) -> datetime:
+    """The bound on ``series.last_seen`` of the series with a sample at or after ``t``."""
+    return t - timedelta(seconds=LAST_SEEN_LAG_S)
+
 
 Ids = npt.NDArray[np.uint32]
 Secs = npt.NDArray[np.int64]
@@ -63,6 +78,9 @@ class WriterLog:
 
     #: per series id: the time (Unix s) of its last sample, what ``series.last_seen`` gets
     seen: Secs = field(default_factory=lambda: np.zeros(0, np.int64))
+    #: per series id: the time (Unix s) ``series.last_seen`` holds as far as this writer
+    #: knows (0: not known, its next sample folds); never above the true value
+    folded_seen: Secs = field(default_factory=lambda: np.zeros(0, np.int64))
     #: per series id: touched since the last fold
     dirty: npt.NDArray[np.bool_] = field(default_factory=lambda: np.zeros(0, np.bool_))
     #: samples committed since the last fold (in the log's count rows)
@@ -81,14 +99,18 @@ class WriterLog:
             return
         new = max(size, 2 * len(self.seen), 1024)
         seen, dirty = np.zeros(new, np.int64), np.zeros(new, np.bool_)
+        folded = np.zeros(new, np.int64)
         seen[: len(self.seen)], dirty[: len(self.dirty)] = self.seen, self.dirty
-        self.seen, self.dirty = seen, dirty
+        folded[: len(self.folded_seen)] = self.folded_seen
+        self.seen, self.dirty, self.folded_seen = seen, dirty, folded
 
     def pending(self, step: Step, times_s: Secs, last: LastValues, count: int) -> Pending:
         """The cycle's rows: ``step`` as prepared (not applied to ``last`` yet), its rows'
         times, and its sample count. Pure: nothing changes until :meth:`committed`."""
         minute = int(times_s.max()) // FOLD_S if len(times_s) else (self.minute or 0)
-        if self.minute != minute or self.cycles + 1 >= FOLD_CYCLES:
+        self._grow(int(step.sids.max()) + 1 if len(step.sids) else 0)
+        behind = bool(np.any(times_s - self.folded_seen[step.sids] > LAST_SEEN_LAG_S))
+        if self.minute != minute or self.cycles + 1 >= FOLD_CYCLES or behind:
             fold = self.fold_table(last, step, times_s)
             return Pending(None, fold, count, minute, self.samples + count, self.rows > 0)
         prev = last.raw_of(step.sids)
@@ -130,6 +152,10 @@ class WriterLog:
     def committed(self, pending: Pending, step: Step, times_s: Secs) -> None:
         """The cycle of ``pending`` was committed: remember what it logged or folded."""
         if pending.fold is not None:
+            ids = pending.fold.column("series_id").to_numpy().astype(np.int64)
+            ts = pending.fold.column("ts").cast(pa.int64()).to_numpy()
+            self._grow(int(ids.max()) + 1 if len(ids) else 0)
+            self.folded_seen[ids] = np.maximum(self.folded_seen[ids], ts)
             self.folded(pending.minute)
             return
         self._grow(int(step.sids.max()) + 1 if len(step.sids) else 0)
