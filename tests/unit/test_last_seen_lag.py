@@ -18,12 +18,13 @@ import pytest
 from gpuscope.alerts.conditions import series_windows
 from gpuscope.alerts.config import MetricRule
 from gpuscope.analytics.detectors.bandwidth import run_bandwidth
+from gpuscope.analytics.report.data import pod_usage
 from gpuscope.analytics.runner import newest_data
 from gpuscope.collector.http_api import api_queries
 from gpuscope.collector.scraping.batch import Batch
 from gpuscope.collector.storage.store import Store
 from gpuscope.collector.storage.writer_log import FOLD_S, LAST_SEEN_LAG_S
-from gpuscope.core.settings import AnalyticsSettings
+from gpuscope.core.settings import AnalyticsSettings, Settings
 
 T0 = datetime(2025, 3, 3, 10, 0, 0)  # on a whole minute
 STEP = 5
@@ -32,9 +33,11 @@ END = 395
 UTIL = "gpuscope_gpu_utilization_ratio"
 TX, RX = "gpuscope_ib_transmit_bytes_total", "gpuscope_ib_receive_bytes_total"
 LINK = "gpuscope_ib_port_rate_bytes_per_second"
-TYPES = {UTIL: "gauge", TX[:-6]: "counter", RX[:-6]: "counter", LINK: "gauge"}
+INFO = "gpuscope_gpu_workload_info"
+TYPES = {INFO: "gauge", UTIL: "gauge", TX[:-6]: "counter", RX[:-6]: "counter", LINK: "gauge"}
 RATE = 50e9
 GPUS = [(("gpu", str(i)), ("node", "n1"), ("uuid", f"GPU-{i}")) for i in range(2)]
+POD = (*GPUS[0], ("container", "main"), ("namespace", "ml"), ("pod", "train-0"))
 PORT = (("device", "mlx5_0"), ("node", "n2"), ("port", "1"))
 
 
@@ -43,7 +46,8 @@ def ms(t: float) -> int:
 
 
 def gpu_batch(t: float) -> Batch:
-    return Batch("gpus", ms(t), [UTIL, UTIL], GPUS, [0.5, 0.75], TYPES)
+    """Two busy GPUs; a pod holds the first."""
+    return Batch("gpus", ms(t), [UTIL, UTIL, INFO], [*GPUS, POD], [0.5, 0.75, 1.0], TYPES)
 
 
 def port_batch(t: float) -> Batch:
@@ -147,3 +151,11 @@ def test_an_alert_rule_sees_a_series_back_after_a_silence(port_back: Store) -> N
 
 def test_newest_data_is_the_newest_sample_not_the_last_fold(gpus: Store) -> None:
     assert newest_data(gpus.cursor()) == T0 + timedelta(seconds=END)
+
+
+def test_report_use_of_a_window_after_the_last_fold_has_data(gpus: Store) -> None:
+    # the pod held GPU 0 (at 50 %) over the whole 30 s: its use is known, not no_data
+    got = pod_usage(gpus.cursor(), utc(365), utc(END), Settings()).to_dicts()
+    assert [(r["pod"], r["no_data"], r["idle"]) for r in got] == [("train-0", 0.0, 0.0)]
+    assert got[0]["allocated"] == pytest.approx(30 / 3600)
+    assert got[0]["used"] == pytest.approx(0.5 * 30 / 3600)
