@@ -155,7 +155,7 @@ class WriterLog:
             ids = pending.fold.column("series_id").to_numpy().astype(np.int64)
             ts = pending.fold.column("ts").cast(pa.int64()).to_numpy()
             self._grow(int(ids.max()) + 1 if len(ids) else 0)
-            self.folded_seen[ids] = np.maximum(self.folded_seen[ids], ts)
+            self.folded_seen[ids] = ts  # what fold_series writes
             self.folded(pending.minute)
             return
         self._grow(int(step.sids.max()) + 1 if len(step.sids) else 0)
