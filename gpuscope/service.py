@@ -22,7 +22,7 @@ from gpuscope.analytics.api import analytics_router
 from gpuscope.analytics.base import Analysis
 from gpuscope.analytics.idle_whatif.api import idle_whatif_router
 from gpuscope.analytics.report.weekly import ReportResult, weekly_report
-from gpuscope.analytics.runner import DETECTORS, run_on_store
+from gpuscope.analytics.runner import DETECTORS, load_scheduled, run_on_store
 from gpuscope.collector.http_api.api_topology import topology_router
 from gpuscope.collector.http_api.api_whatif import CapacityQuery, WhatIf
 from gpuscope.collector.service import CollectorService, run_collector
@@ -91,6 +91,7 @@ def alerts_job(service: CollectorService, engine: AlertsEngine | None) -> None:
 def add_analytics(service: CollectorService) -> None:
     minutes = service.settings.analytics.interval_minutes
     engine = add_alerts(service)
+    load_scheduled()  # the detectors' imports at start, not in the first run
 
     def job() -> None:
         analytics_job(service)

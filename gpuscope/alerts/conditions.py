@@ -19,16 +19,21 @@ from gpuscope.alerts.model import Candidate
 from gpuscope.alerts.rules import SeriesWindow, metric_candidates, target_candidates
 from gpuscope.collector.storage.schema import GET_META, QUERY_CURSOR_KEY
 from gpuscope.collector.storage.store_sql import LABEL_COLUMNS, utc
+from gpuscope.collector.storage.writer_log import seen_bound
 
-#: Every series of the metric seen since $lookback, with its samples in ($lo, $now].
+#: Every series of the metric seen since the rule's lookback, with its samples in ($lo, $now];
+#: its staleness from its newest sample in the window too. ``series.last_seen`` lags a
+#: series' newest sample by up to LAST_SEEN_LAG_S between the writer's folds
+#: (collector/storage/writer_log.py), so $seen_lo is the lookback less that much.
 SERIES_WINDOW = """
 SELECT s.node, s.gpu, s.uuid, s.mig_instance, s.device, s.port,
        s.namespace, s.pod, s.container, s.labels,
        count(x.value), coalesce(sum(x.value), 0), min(x.value), max(x.value),
-       arg_max(x.value, x.ts), epoch(CAST($now AS TIMESTAMP) - s.last_seen)
+       arg_max(x.value, x.ts),
+       epoch(CAST($now AS TIMESTAMP) - greatest(max(s.last_seen), max(x.ts)))
 FROM series AS s
 LEFT JOIN samples AS x ON x.series_id = s.series_id AND x.ts > $lo AND x.ts <= $now
-WHERE s.metric = $metric AND s.last_seen > $lookback AND s.first_seen <= $now
+WHERE s.metric = $metric AND s.last_seen > $seen_lo AND s.first_seen <= $now
 GROUP BY ALL
 """
 
@@ -113,7 +118,7 @@ def series_windows(
         "metric": rule.metric,
         "now": at,
         "lo": at - timedelta(seconds=window),
-        "lookback": at - timedelta(seconds=max(rule.lookback, window)),
+        "seen_lo": seen_bound(at - timedelta(seconds=max(rule.lookback, window))),
     }
     out = []
     for row in con.execute(SERIES_WINDOW, params).fetchall():

@@ -6,6 +6,7 @@ of what this module hands them. Used by ``gpuscope analyze`` and the collector's
 
 from __future__ import annotations
 
+import importlib
 import json
 import logging
 from collections.abc import Sequence
@@ -26,6 +27,27 @@ log = logging.getLogger(__name__)
 DETECTORS: tuple[str, ...] = ("idle", "fragmentation", "quota", "bandwidth", "topology")
 #: Analyses that plan rather than detect: run on demand, not on the schedule.
 PLANNERS: tuple[str, ...] = ("consolidation",)
+
+
+#: What a run of DETECTORS imports on first use (run_on_store and topology_from_store
+#: import lazily, so that the CLI's other commands start without them).
+SCHEDULED_MODULES: tuple[str, ...] = (
+    "gpuscope.analytics.detectors.bandwidth",
+    "gpuscope.analytics.detectors.idle",
+    "gpuscope.analytics.inventory",
+    "gpuscope.analytics.placement.allocation",
+    "gpuscope.analytics.placement.fragmentation",
+    "gpuscope.analytics.queueing.quota",
+    "gpuscope.analytics.domains.topology_inputs",
+)
+
+
+def load_scheduled() -> None:
+    """Import what a scheduled run of :data:`DETECTORS` uses (polars, pyarrow.compute, the
+    detectors): ~0.6 s of CPU once. The collector's service calls it as it starts, so its
+    first analytics run costs what every later one does (issue 39)."""
+    for name in SCHEDULED_MODULES:
+        importlib.import_module(name)
 
 
 def run_on_store(
@@ -81,17 +103,24 @@ def run_on_store(
 
 #: The newest data the store holds: the last sample of any series, the last inventory
 #: change (the inventory is recorded as versions, so an unchanged one adds nothing).
+#: ``series.last_seen`` lags the newest sample by up to LAST_SEEN_LAG_S between the
+#: writer's folds (collector/storage/writer_log.py): the samples after its newest value
+#: (read first and bound as a constant, so that DuckDB skips the row groups before it by
+#: their min/max statistics) have the last word.
 NEWEST_DATA = """
-SELECT greatest((SELECT max(last_seen) FROM series),
+SELECT greatest(CAST($seen AS TIMESTAMP),
+                (SELECT max(ts) FROM samples WHERE ts > $seen),
                 (SELECT max(valid_from) FROM inventory_nodes),
                 (SELECT max(valid_from) FROM inventory_pods))
 """
+NEWEST_SEEN = "SELECT max(last_seen) FROM series"
 
 
 def newest_data(con: Any, at: datetime | None = None) -> datetime | None:
     """When the store's data ends, as of ``at`` (data after ``at`` means it reaches ``at``);
     None for an empty store."""
-    row = con.execute(NEWEST_DATA).fetchone()
+    seen = con.execute(NEWEST_SEEN).fetchone()
+    row = con.execute(NEWEST_DATA, {"seen": seen[0] if seen else None}).fetchone()
     newest = row[0] if row else None
     if not isinstance(newest, datetime):
         return None

@@ -37,6 +37,9 @@ def _nan(value: object) -> object:
 
 
 def rows(store: Store) -> dict[str, list[Any]]:
+    """Every table's rows as the store leaves them durably: its log folded into series and
+    meta first (as closing it does; writer_log.py)."""
+    store.fold_log()
     cur = store.cursor()
     try:
         return {

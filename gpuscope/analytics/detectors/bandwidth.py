@@ -61,6 +61,7 @@ import duckdb
 
 from gpuscope.analytics.base import Analysis
 from gpuscope.collector.storage.store import utc
+from gpuscope.collector.storage.writer_log import seen_bound
 from gpuscope.core.records import Finding, Severity, finding_id
 from gpuscope.core.settings import AnalyticsSettings
 
@@ -259,13 +260,17 @@ def run_bandwidth(
     at = utc(at)
     window = timedelta(minutes=settings.ib_hot_window_minutes)
     lo = at - window
-    params: dict[str, Any] = {"at": at, "lo": lo, "read_lo": lo - read_lookback(window)}
+    read_lo = lo - read_lookback(window)
+    # series.last_seen lags a series' newest sample (collector/storage/writer_log.py)
+    params: dict[str, Any] = {"at": at, "lo": lo, "read_lo": read_lo}
+    params |= {"seen_lo": seen_bound(read_lo)}
     params |= {"hot": settings.ib_hot_ratio, "hot_share": HOT_SHARE}
     params |= {"coverage": COVERAGE, "idle": IDLE_RATIO}
     cur = con.execute(Q["port_stats"], params)
     names = [d[0] for d in cur.description or ()]
     ports = [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
-    errors = con.execute(Q["port_errors"], {"at": at, "lo": lo}).fetchall()
+    err_params = {"at": at, "lo": lo, "seen_lo": seen_bound(lo)}
+    errors = con.execute(Q["port_errors"], err_params).fetchall()
 
     hot = [p for p in ports if p["hot"]]
     imbalanced = [p for p in hot if p["node_busy_ports"] == p["node_hot_ports"] < p["node_ports"]]

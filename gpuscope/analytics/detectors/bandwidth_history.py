@@ -24,6 +24,7 @@ from gpuscope.analytics.detectors.bandwidth import (
 )
 from gpuscope.analytics.rollups import rollup_5m_frontier
 from gpuscope.collector.storage.store import utc
+from gpuscope.collector.storage.writer_log import seen_bound
 from gpuscope.core.settings import AnalyticsSettings
 
 #: Windows :func:`bandwidth_history` judges in one query (4 hours at 5-minute steps).
@@ -105,6 +106,7 @@ def candidate_links(
         "start_s": (start - EPOCH).total_seconds(),
         "end": start + n * step,
         "read_lo": start - window - read_lookback(window),
+        "seen_lo": seen_bound(start - window - read_lookback(window)),
         "step": step.total_seconds(),
         "window": window.total_seconds(),
         "n": n,
@@ -134,6 +136,7 @@ def _port_history(
         "start_s": (start - EPOCH).total_seconds(),
         "end": start + n * step,
         "read_lo": start - window - lookback,
+        "seen_lo": seen_bound(start - window - lookback),
         "step": step.total_seconds(),
         "window": window.total_seconds(),
         "lookback": lookback.total_seconds(),

@@ -33,6 +33,7 @@ from gpuscope.analytics.report.whatif import whatif_over
 from gpuscope.analytics.report.whatif_capacity import whatif_capacity_over
 from gpuscope.analytics.report.whatif_topology import whatif_topology_over
 from gpuscope.analytics.whatif.history import read_history
+from gpuscope.collector.storage.writer_log import seen_bound
 from gpuscope.core.gpu_prices import estimated_price
 from gpuscope.core.owners import pod_owner
 from gpuscope.core.settings import Settings
@@ -87,11 +88,13 @@ def hourly_use(
     # the first chunk's hours start at the 5-minute bucket holding $lo (a window from
     # 10:37 has a piece in the 10:35 bucket); reads still start at $lo, as in one query
     cuts[0] = lo - timedelta(seconds=(lo - EPOCH).total_seconds() % 300)
+    seen = seen_bound(lo)  # series.last_seen lags a series' newest sample (writer_log.py)
     frames = []
     for c0, c1 in itertools.pairwise(cuts):
         # past the range's own edges too: a gap there is judged by what is on its far side
         r0, r1 = c0 - GAP_MARGIN, c1 + GAP_MARGIN
-        frames.append(frame(con, Q["hourly_use"], **params, c0=c0, c1=c1, r0=r0, r1=r1))
+        cut = {"c0": c0, "c1": c1, "r0": r0, "r1": r1, "seen_lo": seen}
+        frames.append(frame(con, Q["hourly_use"], **params, **cut))
     return pl.concat(frames)
 
 
@@ -195,7 +198,7 @@ def _allocation_lane(
             whatif=whatif_over(cur, week, an, history=history),
             whatif_topology=whatif_topology_over(history, an),
             whatif_capacity=whatif_capacity_over(history, an),
-            ib=frame(cur, Q["ib_hot_ports"], **params),
+            ib=frame(cur, Q["ib_hot_ports"], **params, seen_start=seen_bound(params["start"])),
             idle_policies=idle_policies_over(cur, week, settings),
             over_quota=over_quota_hours(cur, week.start, week.end),
         )

@@ -2,7 +2,9 @@
 -- name line. Parameters are bound: $lo (start of the previous week: the report compares),
 -- $start/$end (the reported week, [start, end)), $frontier (how far the 5-minute roll-ups
 -- are complete: buckets before it come from samples_5m, raw samples from it on),
--- $threshold (analytics.idle_utilization_below).
+-- $threshold (analytics.idle_utilization_below); $seen_lo/$seen_start ($lo/$start less
+-- LAST_SEEN_LAG_S, report/inputs.py: series.last_seen lags a series' newest sample by up
+-- to that much, collector/storage/writer_log.py) prefilter series by last_seen.
 
 -- name: create_held
 -- Who held which GPU in [$held_lo, $held_end), one row per pod, GPU and interval (a pod's
@@ -76,7 +78,7 @@ WITH util_series AS (
     SELECT series_id, uuid
     FROM series
     WHERE metric = 'gpuscope_gpu_utilization_ratio' AND uuid IS NOT NULL AND uuid <> ''
-      AND last_seen >= $lo AND first_seen < $end
+      AND last_seen >= $seen_lo AND first_seen < $end
 ),
 gpu_ids AS (
     SELECT uuid, row_number() OVER (ORDER BY uuid) AS gid
@@ -117,7 +119,7 @@ signal_series AS (
     FROM series AS x JOIN gpu_ids AS g USING (uuid)
     WHERE (x.metric = 'gpuscope_gpu_sm_active_ratio'
            OR ($memory AND x.metric = 'gpuscope_gpu_memory_utilization_ratio'))
-      AND x.last_seen >= $lo AND x.first_seen < $end
+      AND x.last_seen >= $seen_lo AND x.first_seen < $end
 ),
 signal_rolled AS (
     SELECT i.gid, i.sm, i.multi, r.bucket, r.max AS m
@@ -152,7 +154,7 @@ share_series AS (
     JOIN gpu_ids AS g USING (uuid)
     JOIN pods AS p ON p.namespace = x.namespace AND p.pod = x.pod
     WHERE x.metric = 'gpuscope_gpu_workload_utilization_ratio'
-      AND x.last_seen >= $lo AND x.first_seen < $end
+      AND x.last_seen >= $seen_lo AND x.first_seen < $end
       AND (x.namespace, x.pod) IN (SELECT (namespace, pod) FROM report_held WHERE share < 1)
 ),
 share_util AS (
@@ -346,7 +348,7 @@ WITH ib AS (
     FROM series
     WHERE metric IN ('gpuscope_ib_transmit_bytes_total', 'gpuscope_ib_receive_bytes_total',
                      'gpuscope_ib_port_rate_bytes_per_second')
-      AND last_seen >= $start AND first_seen < $end
+      AND last_seen >= $seen_start AND first_seen < $end
 ),
 b AS (
     SELECT series_id, bucket, sum AS increase, max AS peak

@@ -1,7 +1,9 @@
 -- Named queries of analytics/detectors/bandwidth.py. Parameters are bound: $at (the time analysed),
 -- $lo (the start of the window, $at - window), $read_lo (a little earlier: the sample
--- before the window, which starts its first sub-interval), $hot (ib_hot_ratio),
--- $hot_share (the share of the window that must be over $hot), $coverage (the share of
+-- before the window, which starts its first sub-interval), $seen_lo (the series
+-- prefilter: $read_lo, or $lo for port_errors, less LAST_SEEN_LAG_S, as series.last_seen
+-- lags a series' newest sample by up to that much: collector/storage/writer_log.py),
+-- $hot (ib_hot_ratio), $hot_share (the share of the window that must be over $hot), $coverage (the share of
 -- the window the samples must cover), $idle (a rail under this is idle).
 -- Counter samples are increases since the previous sample of their series, so the rate
 -- of a sub-interval is value / (ts - previous ts) and the window's is sum / span.
@@ -15,7 +17,7 @@ WITH ib AS (
     FROM series
     WHERE metric IN ('gpuscope_ib_transmit_bytes_total', 'gpuscope_ib_receive_bytes_total',
                      'gpuscope_ib_transmit_wait_total', 'gpuscope_ib_port_rate_bytes_per_second')
-      AND last_seen > $read_lo AND first_seen <= $at
+      AND last_seen > $seen_lo AND first_seen <= $at
 ),
 raw AS (
     -- only the window (+ a little): time-ordered row groups outside it are skipped by
@@ -127,7 +129,7 @@ ORDER BY p.node, p.device, p.port;
 WITH errs AS (
     SELECT series_id, node, device, port, labels['type'] AS type
     FROM series
-    WHERE metric = 'gpuscope_ib_errors_total' AND last_seen > $lo AND first_seen <= $at
+    WHERE metric = 'gpuscope_ib_errors_total' AND last_seen > $seen_lo AND first_seen <= $at
 )
 SELECT e.node, e.device, e.port, coalesce(e.type, '') AS type, sum(s.value) AS increase,
        min(s.ts) FILTER (WHERE s.value > 0) AS first_increase
@@ -158,7 +160,7 @@ WITH links AS (
     FROM series
     WHERE metric IN ('gpuscope_gpu_nvlink_bytes_total', 'gpuscope_gpu_pcie_bytes_total')
       AND coalesce(mig_instance, '') = ''
-      AND last_seen > $read_lo AND first_seen <= $at
+      AND last_seen > $seen_lo AND first_seen <= $at
 ),
 models AS (
     -- the model each GPU had most recently by $at
@@ -273,14 +275,14 @@ WITH link_series AS (
     SELECT series_id AS link_id, node, device, port
     FROM series
     WHERE metric = 'gpuscope_ib_port_rate_bytes_per_second'
-      AND last_seen > $read_lo AND first_seen <= $end
+      AND last_seen > $seen_lo AND first_seen <= $end
 ),
 ib AS (
     SELECT s.series_id, l.link_id
     FROM series AS s
     JOIN link_series AS l USING (node, device, port)
     WHERE s.metric IN ('gpuscope_ib_transmit_bytes_total', 'gpuscope_ib_receive_bytes_total')
-      AND s.last_seen > $read_lo AND s.first_seen <= $end
+      AND s.last_seen > $seen_lo AND s.first_seen <= $end
 ),
 rate_floor AS (
     SELECT link_id, min(rate) AS rate
@@ -344,7 +346,7 @@ WITH link_series AS (
     SELECT series_id AS link_id, node, device, port
     FROM series
     WHERE metric = 'gpuscope_ib_port_rate_bytes_per_second'
-      AND last_seen > $read_lo AND first_seen <= $end
+      AND last_seen > $seen_lo AND first_seen <= $end
       AND ($all_links OR series_id IN (SELECT unnest($links)))
 ),
 ib AS (
@@ -352,7 +354,7 @@ ib AS (
     FROM series AS s
     JOIN link_series AS l USING (node, device, port)
     WHERE s.metric IN ('gpuscope_ib_transmit_bytes_total', 'gpuscope_ib_receive_bytes_total')
-      AND s.last_seen > $read_lo AND s.first_seen <= $end
+      AND s.last_seen > $seen_lo AND s.first_seen <= $end
 ),
 link_samples AS (
     SELECT series_id AS link_id, epoch(ts) - $start_s AS t, value

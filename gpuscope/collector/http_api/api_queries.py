@@ -3,8 +3,14 @@ the tables below (never user input) complete a template."""
 
 from __future__ import annotations
 
+from gpuscope.collector.storage.writer_log import LAST_SEEN_LAG_S
+
 GPU_UTIL = "gpuscope_gpu_utilization_ratio"
 WORKLOAD_UTIL = "gpuscope_gpu_workload_utilization_ratio"
+
+#: ``series.last_seen`` lags a series' newest sample by up to LAST_SEEN_LAG_S (the writer's
+#: log, collector/storage/writer_log.py): the series prefilter reaches back that much more.
+_LAG = LAST_SEEN_LAG_S
 
 #: level -> (metric, key expression over `series AS s`, extra CTE for the key, filter)
 _LEVELS: dict[str, tuple[str, str]] = {
@@ -32,7 +38,7 @@ picked AS (
       AND ($node IS NULL OR s.node = $node)
       AND ($namespace IS NULL OR s.namespace = $namespace)
       AND ($project IS NULL OR coalesce(p.project, s.namespace) = $project)
-      AND s.last_seen >= $start
+      AND s.last_seen >= CAST($start AS TIMESTAMP) - INTERVAL {lag} SECOND
 ),
 page AS (
     SELECT DISTINCT key FROM picked ORDER BY key LIMIT $limit OFFSET $offset
@@ -63,7 +69,7 @@ WHERE s.metric = '{metric}'
   AND ($node IS NULL OR s.node = $node)
   AND ($namespace IS NULL OR s.namespace = $namespace)
   AND ($project IS NULL OR coalesce(p.project, s.namespace) = $project)
-  AND s.last_seen >= $start
+  AND s.last_seen >= CAST($start AS TIMESTAMP) - INTERVAL {lag} SECOND
 """
 
 #: Raw samples, each its own weight; a NaN or infinite gauge sample is left out of means
@@ -93,7 +99,7 @@ RESOLUTIONS: tuple[tuple[str, int, str], ...] = (
 )
 
 UTILIZATION: dict[tuple[str, str], str] = {
-    (level, res): _UTILIZATION.format(key=key, metric=metric, source=source)
+    (level, res): _UTILIZATION.format(key=key, metric=metric, source=source, lag=_LAG)
     for level, (metric, key) in _LEVELS.items()
     for res, _, source in RESOLUTIONS
 }
@@ -108,7 +114,7 @@ def resolution_for(step_seconds: float) -> str:
 
 
 UTILIZATION_KEYS: dict[str, str] = {
-    level: _UTILIZATION_KEYS.format(key=key, metric=metric)
+    level: _UTILIZATION_KEYS.format(key=key, metric=metric, lag=_LAG)
     for level, (metric, key) in _LEVELS.items()
 }
 

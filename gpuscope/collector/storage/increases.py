@@ -107,6 +107,16 @@ class LastValues:
         raw = np.where(counter & ~finite, prev, vals)
         return Step(order, ids, value, raw, ~counter | finite, counter)
 
+    def raw_of(self, ids: Ids) -> Floats:
+        """The last raw values of series ``ids`` (NaN: none yet)."""
+        out: Floats = self._raw[ids]
+        return out
+
+    def counter_of(self, ids: Ids) -> Flags:
+        """Which of series ``ids`` are counters."""
+        out: Flags = self._counter[ids]
+        return out
+
     def apply(self, step: Step) -> None:
         """Make ``step``'s raw values the series' last ones (after its commit)."""
         self._raw[step.sids] = step.raw

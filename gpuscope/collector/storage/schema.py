@@ -230,6 +230,14 @@ MIGRATION_7_PDBS: tuple[str, ...] = (
     )""",
 )
 
+#: v8: the writer's log (collector/storage/writer_log.py): what cycles committed since the
+#: last fold into ``series`` and ``meta`` (counters' raw values, sample counts).
+MIGRATION_8_WRITER_LOG: tuple[str, ...] = (
+    """CREATE TABLE writer_log (
+        seq BIGINT NOT NULL, series_id UINTEGER, value DOUBLE NOT NULL, ts TIMESTAMP_S
+    )""",
+)
+
 #: Version -> statements that bring a database at version - 1 to it.
 MIGRATIONS: dict[int, tuple[str, ...]] = {
     1: MIGRATION_1_TABLES,
@@ -239,6 +247,7 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
     5: MIGRATION_5_ALERTS,
     6: MIGRATION_6_PACKED_ROLLUPS,
     7: MIGRATION_7_PDBS,
+    8: MIGRATION_8_WRITER_LOG,
 }
 LATEST_VERSION: int = max(MIGRATIONS)
 

@@ -11,6 +11,7 @@ parameters only.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -155,7 +156,12 @@ class Store(BulkMixin, MaintenanceMixin, ReclaimMixin, RecordsMixin, AlertsMixin
         self.close()
 
     def close(self) -> None:
+        """Fold the writer's log into series and meta (writer_log.py), then close."""
         with self._lock:
+            if not self.read_only:
+                # a database that cannot write: the next open folds the log
+                with contextlib.suppress(duckdb.Error):
+                    self.fold_log()
             self._con.close()
 
     def cursor(self) -> duckdb.DuckDBPyConnection:
@@ -220,8 +226,12 @@ class Store(BulkMixin, MaintenanceMixin, ReclaimMixin, RecordsMixin, AlertsMixin
         return int(self._query(schema.READ_VERSION)[0][0])
 
     def samples_stored(self) -> int:
-        """Raw sample rows acknowledged (committed) over the life of the database."""
-        return int(self._query(schema.GET_META, ["samples_stored"])[0][0])
+        """Raw sample rows acknowledged (committed) over the life of the database: the
+        writer's count; read-only, meta's and its log's (writer_log.py)."""
+        if not self.read_only:
+            return self._stored_total
+        logged = int(self._query(Q["samples_logged"])[0][0])
+        return int(self._query(schema.GET_META, ["samples_stored"])[0][0]) + logged
 
     def series_id(self, metric: str, labels: Labels) -> int | None:
         """The id of a series this writer knows (None for an unknown one)."""

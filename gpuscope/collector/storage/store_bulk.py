@@ -19,7 +19,6 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-import numpy as np
 import pyarrow as pa  # type: ignore[import-untyped]
 
 from gpuscope.collector.scraping.batch import Batch
@@ -120,13 +119,13 @@ class BulkMixin(WriterMixin):
             saved = (
                 dict(self._ids), self._next_id, copy.deepcopy(self._last),
                 {t: set(k) for t, k in self._open.items()}, dict(self._touched),
-                dict(self._resolved),
+                dict(self._resolved), copy.deepcopy(self._wlog), self._stored_total,
             )  # fmt: skip
             try:
                 return self._append_run(cycles)
             except BaseException:
                 (self._ids, self._next_id, self._last, self._open, self._touched,
-                 self._resolved) = saved  # fmt: skip
+                 self._resolved, self._wlog, self._stored_total) = saved  # fmt: skip
                 raise
 
     def _append_run(self, cycles: Sequence[Sequence[tuple[Batch, float]]]) -> int:
@@ -136,7 +135,7 @@ class BulkMixin(WriterMixin):
         scrapes: dict[str, list[Any]] = {}
         stored = 0
         for batches in cycles:
-            cyc = self._prepare(batches, ())
+            cyc = self._prepare(batches, (), log=False)
             for target, ts in zip(cyc.touch["target"], cyc.touch["ts"], strict=True):
                 log.touch(target, ts)
             still_open = {t: log.change(t, ts, p) for t, ts, p in cyc.interval_work}
@@ -150,27 +149,20 @@ class BulkMixin(WriterMixin):
                 scrapes.setdefault(key, []).extend(values)
             stored += sum(cyc.counts)
         new_intervals, earlier = log.tables()
+        wlog = self._wlog  # the run's series and samples, and any the log holds: folded
+        fold = wlog.fold_table(self._last, None, None)
         with self._transaction() as c:
             if series:
                 run_with(c, "new_series", pa.concat_tables(series), Q["insert_series_at"], None)
             if samples:
                 rows = pa.concat_tables(samples)
                 run_with(c, "batch", rows, Q["append_samples"], None)
-                run_with(c, "batch", _last_rows(rows), Q["update_series"], None)
-                c.execute(Q["add_samples_stored"], {"n": stored})
+            self._fold(c, fold, wlog.samples, wlog.rows > 0)
             if scrapes:
                 c.execute(Q["insert_scrapes"], scrapes)
             if earlier.num_rows:
                 run_with(c, "earlier", earlier, Q["update_intervals_run"], None)
             if new_intervals.num_rows:
                 run_with(c, "opened", new_intervals, Q["insert_intervals_run"], None)
+        wlog.folded(None)
         return stored
-
-
-def _last_rows(rows: pa.Table) -> pa.Table:
-    """Each series' last row of a run (the rows in time order): what ``update_series``
-    leaves after the run's cycles one by one."""
-    sids = rows["series_id"].to_numpy()
-    backwards = sids[::-1]
-    _, first = np.unique(backwards, return_index=True)
-    return rows.take(pa.array(len(sids) - 1 - first))

@@ -18,6 +18,7 @@ from typing import Any, cast
 
 import duckdb
 import numpy as np
+import numpy.typing as npt
 import pyarrow as pa  # type: ignore[import-untyped]
 
 from gpuscope.collector.scraping.batch import Batch
@@ -38,6 +39,7 @@ from gpuscope.collector.storage.store_sql import (
     series_kind,
     utc,
 )
+from gpuscope.collector.storage.writer_log import Pending, WriterLog, recover, scan
 
 
 @dataclass(frozen=True, eq=False, slots=True)
@@ -90,6 +92,10 @@ class _Cycle:
     interval_work: list[tuple[str, datetime, dict[IntervalKey, dict[str, str]]]]
     resolved: list[_Resolved | None]
     first_ts: datetime
+    #: each stored row's time (Unix s), in the step's order
+    times_s: npt.NDArray[np.int64]
+    #: what the cycle logs, or folds (writer_log.py); None in a bulk run
+    pending: Pending | None
 
 
 def _interval_key(labels: Mapping[str, str]) -> IntervalKey:
@@ -113,8 +119,14 @@ class WriterMixin(StoreParts):
         #: Per target, its last batch's columns once all its series had ids: a steady page
         #: (the parser hands back the same lists) resolves without hashing a label set.
         self._resolved: dict[str, _Resolved] = {}
+        #: what is committed and not yet folded into series and meta (writer_log.py)
+        self._wlog = WriterLog()
+        #: samples committed over the life of the database (the writer's count)
+        self._stored_total = 0
         if read_only:
             return
+        recover(con)  # a log a killed writer left: folded before anything is read
+        self._stored_total = int(con.execute(Q["get_samples_stored"]).fetchall()[0][0])
         last = []
         for sid, counter, raw, metric, *cols, extra in con.execute(Q["load_series"]).fetchall():
             pairs = [(k, v) for k, v in zip(LABEL_COLUMNS, cols, strict=True) if v is not None]
@@ -171,16 +183,20 @@ class WriterMixin(StoreParts):
         meta: Mapping[str, str],
     ) -> list[int]:
         cyc = self._prepare(batches, down)
-        tables = {"batch": cyc.sample_table}
-        if cyc.new:
-            tables["new_series"] = self._series_table(cyc.new, cyc.kinds)
-        with self._transaction(**tables) as c:
+        pending = cyc.pending
+        assert pending is not None
+        # tables by replacement scan (writer_log.scan), not registered: a view registered
+        # and dropped each cycle cost ~1 ms of CPU
+        with self._transaction() as c:
             if cyc.new:
-                c.execute(Q["insert_series"], {"ts": cyc.first_ts})
+                scan(c, Q["insert_series"], {"ts": cyc.first_ts},
+                     new_series=self._series_table(cyc.new, cyc.kinds))  # fmt: skip
             if cyc.samples:
-                c.execute(Q["append_samples"])
-                c.execute(Q["update_series"])
-                c.execute(Q["add_samples_stored"], {"n": sum(cyc.counts)})
+                scan(c, Q["append_samples"], batch=cyc.sample_table)
+            if pending.rows is not None:
+                scan(c, Q["append_writer_log"], log_rows=pending.rows)
+            if pending.fold is not None:
+                self._fold(c, pending.fold, pending.meta_add, pending.clear)
             if cyc.scrapes:
                 c.execute(Q["insert_scrapes"], cyc.scrapes)
             if cyc.touch["target"]:
@@ -198,6 +214,8 @@ class WriterMixin(StoreParts):
         self,
         batches: Sequence[tuple[Batch, float]],
         down: Sequence[tuple[str, float, float, str]],
+        *,
+        log: bool = True,
     ) -> _Cycle:
         """A cycle's rows and the changes it makes, from the writer's memory; nothing is
         written and nothing of the memory changes here but the open intervals of targets
@@ -249,6 +267,7 @@ class WriterMixin(StoreParts):
         counts: list[int] = stored_by.tolist()
         raw = pa.array(step.raw, pa.float64(), mask=step.counter & np.isnan(step.raw))
         times_s = np.asarray(all_secs, np.int64)[step.order]
+        pending = self._wlog.pending(step, times_s, self._last, sum(counts)) if log else None
         sample_table = pa.table(
             [pa.array(step.sids, pa.uint32()), pa.array(times_s, pa.timestamp("s")),
              pa.array(step.value, pa.float64()), raw, pa.array(step.stored, pa.bool_())],
@@ -289,7 +308,7 @@ class WriterMixin(StoreParts):
         first_ts = utc(batches[0][0].ts_ms / 1000) if batches else utc(0)
         return _Cycle(
             [b for b, _ in batches], new, kinds, step, counts, sample_table, bool(all_sids),
-            scrapes, touch, touched, interval_work, resolved, first_ts,
+            scrapes, touch, touched, interval_work, resolved, first_ts, times_s, pending,
         )  # fmt: skip
 
     def _settle(self, cyc: _Cycle, still_open: Mapping[str, set[IntervalKey]]) -> None:
@@ -297,12 +316,38 @@ class WriterMixin(StoreParts):
         intervals of the targets whose set changed."""
         self._ids.update(cyc.new)
         self._next_id += len(cyc.new)
+        if cyc.pending is None:  # a bulk run's cycle: folded with the run
+            self._wlog.touched(cyc.step, cyc.times_s, sum(cyc.counts))
+        else:
+            self._wlog.committed(cyc.pending, cyc.step, cyc.times_s)
         self._last.apply(cyc.step)
+        self._stored_total += sum(cyc.counts)
         self._touched.update(cyc.touched)
         self._open.update(still_open)
         for batch, memo in zip(cyc.batches, cyc.resolved, strict=True):
             if memo is not None:
                 self._resolved[batch.target] = memo
+
+    def _fold(
+        self, con: duckdb.DuckDBPyConnection, fold: pa.Table, samples: int, clear: bool
+    ) -> None:
+        """Write ``fold``'s series rows and ``samples`` to meta, and empty the log."""
+        if fold.num_rows:
+            scan(con, Q["fold_series"], fold=fold)
+        if samples:
+            con.execute(Q["add_samples_stored"], {"n": samples})
+        if clear:
+            con.execute(Q["clear_writer_log"])
+
+    def fold_log(self) -> None:
+        """Fold what is logged into series and meta now (the store closing)."""
+        wlog = self._wlog
+        if not (wlog.samples or wlog.rows or wlog.dirty.any()):
+            return
+        fold = wlog.fold_table(self._last, None, None)
+        with self._transaction() as c:
+            self._fold(c, fold, wlog.samples, wlog.rows > 0)
+        wlog.folded(None)
 
     @staticmethod
     def _series_table(new: Mapping[SeriesKey, int], kinds: Mapping[SeriesKey, str]) -> pa.Table:

@@ -26,6 +26,46 @@ INSERT INTO samples SELECT series_id, ts, value FROM batch WHERE stored;
 UPDATE series SET last_seen = b.ts, last_raw = b.raw
 FROM batch AS b WHERE series.series_id = b.series_id;
 
+-- name: append_writer_log
+-- log_rows: seq, series_id, value, ts: a cycle's counters whose raw value changed (value:
+-- the raw value) and its sample count (series_id NULL, ts: its first sample's time), until
+-- the next fold (collector/storage/writer_log.py).
+INSERT INTO writer_log SELECT seq, series_id, value, ts FROM log_rows;
+
+-- name: fold_series
+-- fold: series_id, ts, raw: every series touched since the last fold, as the writer holds
+-- it (its last sample's time and last raw value).
+UPDATE series SET last_seen = f.ts, last_raw = f.raw
+FROM fold AS f WHERE series.series_id = f.series_id;
+
+-- name: clear_writer_log
+DELETE FROM writer_log;
+
+-- name: recover_log_raw
+-- A log left by a writer that did not fold it (killed): each counter's last logged value.
+UPDATE series SET last_raw = l.raw
+FROM (SELECT series_id, arg_max(value, seq) AS raw FROM writer_log
+      WHERE series_id IS NOT NULL GROUP BY series_id) AS l
+WHERE series.series_id = l.series_id;
+
+-- name: recover_log_seen
+-- ... and each series' last sample time since the log's first cycle.
+UPDATE series SET last_seen = x.ts
+FROM (SELECT series_id, max(ts) AS ts FROM samples
+      WHERE ts >= (SELECT min(ts) FROM writer_log WHERE series_id IS NULL)
+      GROUP BY series_id) AS x
+WHERE series.series_id = x.series_id AND x.ts > series.last_seen;
+
+-- name: get_samples_stored
+SELECT CAST(value AS HUGEINT) FROM meta WHERE key = 'samples_stored';
+
+-- name: writer_log_rows
+SELECT count(*) FROM writer_log;
+
+-- name: samples_logged
+-- The samples of the cycles in the log (not yet in meta's samples_stored).
+SELECT coalesce(CAST(sum(value) AS HUGEINT), 0) FROM writer_log WHERE series_id IS NULL;
+
 -- name: add_samples_stored
 UPDATE meta SET value = CAST(CAST(value AS HUGEINT) + $n AS VARCHAR)
 WHERE key = 'samples_stored';
