@@ -42,13 +42,10 @@ from gpuscope.collector.storage.store_sql import INTERVAL_TOUCH_S, Q
 from gpuscope.core.catalogue import AGENT_METRICS
 from gpuscope.core.records import WorkloadKind
 from gpuscope.sim import SimulatedCluster
-from gpuscope.sim.behaviour import BURST_SECONDS, idle_at
+from gpuscope.sim.behaviour_arrays import diurnal_numpy, level, mean_level_integral
 from gpuscope.sim.cluster import BOOT_BEFORE_ORIGIN, SimPod
-from gpuscope.sim.scenario import DAY, WorkloadSpec
+from gpuscope.sim.scenario import DAY
 
-GOLDEN = np.uint64(0x9E3779B97F4A7C15)
-_C1 = np.uint64(0xBF58476D1CE4E5B9)
-_C2 = np.uint64(0x94D049BB133111EB)
 GPU_GAUGES = (
     "gpuscope_gpu_utilization_ratio",
     "gpuscope_gpu_memory_utilization_ratio",
@@ -66,65 +63,6 @@ CHUNK_CYCLES = 720
 #: the sample names whose rows this module writes (the rest of the store's families are
 #: left out of the vectorised span: see bench/history.py)
 GENERATED = (*GPU_GAUGES, WORKLOAD_UTIL, *IB_METRICS)
-
-
-def mix(*values: np.ndarray) -> np.ndarray:
-    """gpuscope.sim.behaviour.mix over arrays (uint64 arithmetic wraps as ``& _MASK``)."""
-    h = np.full(np.broadcast_shapes(*(np.shape(v) for v in values)), GOLDEN, np.uint64)
-    for v in values:
-        h = h ^ v.astype(np.uint64)
-        h = h + GOLDEN
-        z = h
-        z = (z ^ (z >> np.uint64(30))) * _C1
-        z = (z ^ (z >> np.uint64(27))) * _C2
-        h = z ^ (z >> np.uint64(31))
-    return h
-
-
-def noise(*values: np.ndarray) -> np.ndarray:
-    return mix(*values).astype(np.float64) / 2.0**64
-
-
-def _clip(x: np.ndarray) -> np.ndarray:
-    return np.where(x < 0, 0.0, np.where(x > 1, 1.0, x))
-
-
-def level(w: WorkloadSpec, key: int, start: float, t: np.ndarray) -> np.ndarray:
-    """gpuscope.sim.behaviour.level at every time of ``t``."""
-    u = w.utilization
-    n = noise(np.full(t.shape, key, np.uint64), (t // 15.0).astype(np.uint64))
-    if w.kind == "training":
-        return _clip(u + (n - 0.5) * 0.08)
-    if w.kind == "batch":
-        return _clip(u + (n - 0.5) * 0.3)
-    if w.kind == "inference":
-        diurnal = 0.6 + 0.4 * np.sin(2 * math.pi * t / DAY)
-        return _clip(u * diurnal + (n - 0.5) * 0.1)
-    burst = noise(
-        np.full(t.shape, key, np.uint64),
-        (t // BURST_SECONDS).astype(np.uint64),
-        np.full(t.shape, 7, np.uint64),
-    )
-    out = np.where(burst < 0.5, _clip(2 * u * n), 0.0)
-    went_idle = idle_at(w, start)
-    if went_idle is not None:
-        out = np.where(t >= went_idle, 0.0, out)
-    return out
-
-
-def mean_level_integral(w: WorkloadSpec, start: float, t1: float, t2: np.ndarray) -> np.ndarray:
-    """gpuscope.sim.behaviour.mean_level_integral with ``t2`` an array."""
-    u = w.utilization
-    if w.kind in ("training", "batch"):
-        out = u * (t2 - t1)
-    elif w.kind == "inference":
-        w_ = 2 * math.pi / DAY
-        out = u * (0.6 * (t2 - t1) - 0.4 / w_ * (np.cos(w_ * t2) - math.cos(w_ * t1)))
-    else:
-        went_idle = idle_at(w, start)
-        end = t2 if went_idle is None else np.minimum(t2, went_idle)
-        out = np.maximum(0.0, end - t1) * 0.5 * u
-    return np.where(t2 <= t1, 0.0, out)
 
 
 def _round4(x: np.ndarray) -> np.ndarray:
@@ -176,7 +114,8 @@ def gpu_values(
     per_span: list[np.ndarray] = []
     for sp in held:
         tt = t[sp.lo : sp.hi]
-        lv = level(sp.pod.workload, sp.pod.key ^ sp.gpu, sp.pod.start, tt) * sp.share
+        lv = level(sp.pod.workload, sp.pod.key ^ sp.gpu, sp.pod.start, tt, diurnal_numpy(tt))
+        lv = lv * sp.share
         util[sp.gpu, sp.lo : sp.hi] += lv
         per_span.append(np.minimum(1.0, lv))
     util = np.minimum(1.0, util)
@@ -205,7 +144,9 @@ def ib_values(
             if not on.any():
                 continue
             stop = t if pod.end is None else np.minimum(t, pod.end)
-            frac = mean_level_integral(w, pod.start, pod.start, stop) / max(w.utilization, 1e-9)
+            cos = np.cos(2 * math.pi * stop / DAY)
+            frac = mean_level_integral(w, pod.start, pod.start, stop, cos)
+            frac = frac / max(w.utilization, 1e-9)
             sent = sent + np.where(on, w.ib_load * rate * frac, 0.0)
             wait = wait + np.where(on, max(0.0, w.ib_load - 0.9) * 2e8 * (stop - pod.start), 0.0)
         out[0, port] = np.floor(base + sent) // 4 * 4

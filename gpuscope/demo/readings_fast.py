@@ -35,19 +35,16 @@ import numpy as np
 
 from gpuscope.demo.readings import Layouts, NodeFrame, kept_items
 from gpuscope.sim import SimulatedCluster
-from gpuscope.sim.behaviour import BUCKET_SECONDS, BURST_SECONDS, idle_at, stable_id
+from gpuscope.sim.behaviour import BUCKET_SECONDS, stable_id
+from gpuscope.sim.behaviour_arrays import buckets, level, mean_level_integral, noise
 from gpuscope.sim.cluster import BOOT_BEFORE_ORIGIN, Assignment, SimPod
-from gpuscope.sim.scenario import DAY, GPU_MODELS, WorkloadSpec
+from gpuscope.sim.scenario import DAY, GPU_MODELS
 
 __all__ = ["RUN", "fast_frames"]
 
 #: Times computed at once per node (the demo writes 72 cycles a transaction).
 RUN = 72
 Key = tuple[str, tuple[str, ...]]
-
-_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
-_C1 = np.uint64(0xBF58476D1CE4E5B9)
-_C2 = np.uint64(0x94D049BB133111EB)
 
 
 def fast_frames(
@@ -131,7 +128,7 @@ def _moving(
         if i in lost:
             continue
         on_gpu: list[tuple[SimPod, Assignment, np.ndarray]] = [
-            (p, a, _level(p.workload, p.key ^ i, p.start, t, diurnal) * a.share)
+            (p, a, level(p.workload, p.key ^ i, p.start, t, diurnal) * a.share)
             for p in pods
             for a in p.assignments
             if a.gpu_index == i
@@ -141,7 +138,7 @@ def _moving(
         span_w = (model.max_watts - model.idle_watts) / (len(instances) or 1)
         util = _gpu(out, [node, str(i), uuid_, ""], on_gpu, t, bool(instances))
         procs[(i, "")] = [(1000 + (p.key ^ i) % 4_000_000, lv) for p, _, lv in on_gpu]
-        g = _noise(np.full(t.shape, stable_id(uuid_), np.uint64), _buckets(t, BUCKET_SECONDS))
+        g = noise(np.full(t.shape, stable_id(uuid_), np.uint64), buckets(t, BUCKET_SECONDS))
         labels = (node, str(i), uuid_, "")
         out["gpuscope_gpu_power_watts", labels] = _round(idle_w + span_w * util + g * 3, 2)
         out["gpuscope_gpu_temperature_celsius", labels] = _round(31 + 44 * util + g, 1)
@@ -204,7 +201,9 @@ def _ib(
                 continue
             end = cluster._end(pod)
             stop = t if end is None else np.minimum(t, end)
-            frac = _integral(w, pod.start, pod.start, stop) / max(w.utilization, 1e-9)
+            cos = np.array([math.cos(2 * math.pi * x / DAY) for x in stop.tolist()])
+            frac = mean_level_integral(w, pod.start, pod.start, stop, cos)
+            frac = frac / max(w.utilization, 1e-9)
             sent = sent + w.ib_load * rate * frac
             wait = wait + max(0.0, w.ib_load - 0.9) * 2e8 * (stop - pod.start)
         labels = (node, f"mlx5_{port}", "1")
@@ -218,67 +217,3 @@ def _ib(
 def _round(x: np.ndarray, digits: int) -> list[float]:
     """Python's ``round`` of each value (correctly rounded, as the simulator's readings)."""
     return [round(v, digits) for v in x.tolist()]
-
-
-def _buckets(t: np.ndarray, seconds: float) -> np.ndarray:
-    """``int(t // seconds)`` of each time as the 64-bit pattern ``mix`` takes (negative
-    times wrap as ``& _MASK``)."""
-    out: np.ndarray = np.floor_divide(t, seconds).astype(np.int64).view(np.uint64)
-    return out
-
-
-def _mix(*values: np.ndarray) -> np.ndarray:
-    """gpuscope.sim.behaviour.mix over arrays (uint64 arithmetic wraps as ``& _MASK``)."""
-    h = np.full(values[0].shape, _GOLDEN, np.uint64)
-    for v in values:
-        h = (h ^ v) + _GOLDEN
-        z = (h ^ (h >> np.uint64(30))) * _C1
-        z = (z ^ (z >> np.uint64(27))) * _C2
-        h = z ^ (z >> np.uint64(31))
-    return h
-
-
-def _noise(*values: np.ndarray) -> np.ndarray:
-    return _mix(*values).astype(np.float64) / 2.0**64
-
-
-def _clip(x: np.ndarray) -> np.ndarray:
-    return np.where(x < 0, 0.0, np.where(x > 1, 1.0, x))
-
-
-def _level(
-    w: WorkloadSpec, key: int, start: float, t: np.ndarray, diurnal: np.ndarray
-) -> np.ndarray:
-    """gpuscope.sim.behaviour.level at every time of ``t`` (``diurnal``: its daily cycle
-    at those times)."""
-    u = w.utilization
-    keys = np.full(t.shape, key, np.uint64)
-    n = _noise(keys, _buckets(t, BUCKET_SECONDS))
-    if w.kind == "training":
-        return _clip(u + (n - 0.5) * 0.08)
-    if w.kind == "batch":
-        return _clip(u + (n - 0.5) * 0.3)
-    if w.kind == "inference":
-        return _clip(u * diurnal + (n - 0.5) * 0.1)
-    burst = _noise(keys, _buckets(t, BURST_SECONDS), np.full(t.shape, 7, np.uint64))
-    out = np.where(burst < 0.5, _clip(2 * u * n), 0.0)
-    went_idle = idle_at(w, start)
-    if went_idle is not None:
-        out = np.where(t >= went_idle, 0.0, out)
-    return out
-
-
-def _integral(w: WorkloadSpec, start: float, t1: float, t2: np.ndarray) -> np.ndarray:
-    """gpuscope.sim.behaviour.mean_level_integral with ``t2`` an array."""
-    u = w.utilization
-    if w.kind in ("training", "batch"):
-        out = u * (t2 - t1)
-    elif w.kind == "inference":
-        w_ = 2 * math.pi / DAY
-        cos2 = np.array([math.cos(w_ * x) for x in t2.tolist()])
-        out = u * (0.6 * (t2 - t1) - 0.4 / w_ * (cos2 - math.cos(w_ * t1)))
-    else:
-        went_idle = idle_at(w, start)
-        end = t2 if went_idle is None else np.minimum(t2, went_idle)
-        out = np.maximum(0.0, end - t1) * 0.5 * u
-    return np.where(t2 <= t1, 0.0, out)
