@@ -66,6 +66,19 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def start_victoria_metrics(tmp: Path) -> tuple[subprocess.Popen[bytes], str]:
+    """VictoriaMetrics as shipped (its cache off, so each question costs what a new one
+    does) on a free loopback port, its data under ``tmp``: the process and its URL. The
+    caller waits for ``/health`` and stops it."""
+    port = _free_port()
+    vm = subprocess.Popen(
+        [VM, f"-storageDataPath={tmp / 'vm'}", f"-httpListenAddr=127.0.0.1:{port}",
+         "-loggerLevel=ERROR", "-search.disableCache"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    return vm, f"http://127.0.0.1:{port}"
+
+
 def _wait(url: str, seconds: float = 60) -> None:
     end = time.monotonic() + seconds
     while True:
@@ -184,13 +197,7 @@ def measure(
     start = end - HOUR_BUCKETS * BUCKET_S
     pages = FleetPages(cluster, cluster.node_names, start - scenario.live_offset)
     tmp = Path(tempfile.mkdtemp(prefix="gpuscope-fleet-catchup-"))
-    port = _free_port()
-    vm = subprocess.Popen(
-        [VM, f"-storageDataPath={tmp / 'vm'}", f"-httpListenAddr=127.0.0.1:{port}",
-         "-loggerLevel=ERROR", "-search.disableCache"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
-    base = f"http://127.0.0.1:{port}"
+    vm, base = start_victoria_metrics(tmp)
     try:
         _wait(base + "/health")
         # start-up alone: a collector whose first cycle has nothing to ask (no data yet)

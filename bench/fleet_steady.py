@@ -35,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import httpx
 
-from bench.fleet_catchup import VM, _cpu_of, _free_port, _hwm_mb, _wait
+from bench.fleet_catchup import _cpu_of, _hwm_mb, _wait, start_victoria_metrics
 
 BUCKET_S = 300
 BUCKETS = 12
@@ -106,13 +106,7 @@ def measure(nodes: int, step: float, gpus_per_shard: int, buckets: int = BUCKETS
     pages = FleetPages(cluster, cluster.node_names, start - scenario.live_offset)
     shards = max(1, math.ceil(nodes * 8 / gpus_per_shard))
     tmp = Path(tempfile.mkdtemp(prefix="gpuscope-fleet-steady-"))
-    port = _free_port()
-    vm = subprocess.Popen(
-        [VM, f"-storageDataPath={tmp / 'vm'}", f"-httpListenAddr=127.0.0.1:{port}",
-         "-loggerLevel=ERROR", "-search.disableCache"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
-    base = f"http://127.0.0.1:{port}"
+    vm, base = start_victoria_metrics(tmp)
     try:
         _wait(base + "/health")
         t0 = time.perf_counter()
@@ -146,6 +140,8 @@ def main() -> None:
     p.add_argument("--gpus-per-shard", type=int, default=2048)
     p.add_argument("--buckets", type=int, default=BUCKETS, help="cycles a mode, the first included")
     args = p.parse_args()
+    if any(n < 6 for n in args.nodes or []):  # the default scenario's own least
+        p.error("--nodes: the simulated cluster needs at least 6 nodes")
     # the code measured: the commit checked out when the run starts
     commit = subprocess.run(
         ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False,
