@@ -98,17 +98,25 @@ def test_reshape_keeps_values_and_own_names_where_asked() -> None:
     assert reshape(q, [{"metric": "bad"}]) == []
 
 
+class RecordingClient:
+    """An engine that answers every question with an empty matrix and keeps the PromQL
+    it was asked."""
+
+    shown_url = "http://engine"
+
+    def __init__(self) -> None:
+        self.asked: list[str] = []
+
+    def query(self, path: str, params: dict[str, str], **_: object) -> dict[str, object]:
+        self.asked.append(params["query"])
+        return {"resultType": "matrix", "result": []}
+
+
 def test_fleet_source_asks_the_summaries_when_set() -> None:
-    asked: list[str] = []
+    client = RecordingClient()
+    asked = client.asked
 
-    class Client:
-        shown_url = "http://engine"
-
-        def query(self, path: str, params: dict[str, str], **_: object) -> dict[str, object]:
-            asked.append(params["query"])
-            return {"resultType": "matrix", "result": []}
-
-    src = FleetSource(Client(), shards=1, summaries=True)  # type: ignore[arg-type]
+    src = FleetSource(client, shards=1, summaries=True)  # type: ignore[arg-type]
     assert src._ask(["a", "b"], 0.0, 300.0, "t") == []
     assert asked == [q.query for q in summary_questions(SEL)]
 
@@ -183,17 +191,11 @@ def test_only_node_summaries_change_with_changes_only() -> None:
 
 
 def test_fleet_source_passes_changes_only_on() -> None:
-    asked: list[str] = []
-
-    class Client:
-        shown_url = "http://engine"
-
-        def query(self, path: str, params: dict[str, str], **_: object) -> dict[str, object]:
-            asked.append(params["query"])
-            return {"resultType": "matrix", "result": []}
+    client = RecordingClient()
+    asked = client.asked
 
     for changes_only in (False, True):
         asked.clear()
-        src = FleetSource(Client(), shards=1, summaries=True, changes_only=changes_only)  # type: ignore[arg-type]
+        src = FleetSource(client, shards=1, summaries=True, changes_only=changes_only)  # type: ignore[arg-type]
         src._ask(["a", "b"], 0.0, 300.0, "t")
         assert asked == [q.query for q in summary_questions(SEL, changes_only=changes_only)]
