@@ -18,3 +18,8 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+#: How often a test's loopback HTTP server looks for its shutdown (socketserver's default is
+#: 0.5 s, which every ``shutdown()`` waited for: about 0.3 s a test that starts one).
+SHUTDOWN_POLL_S = 0.02

@@ -17,6 +17,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
+from tests.conftest import SHUTDOWN_POLL_S
+
 CULLER_SCOPES = frozenset({"list:users", "read:users:activity", "read:servers", "delete:servers"})
 
 
@@ -46,7 +48,11 @@ class FakeHub:
         self._lock = threading.Lock()
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
         self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._thread = threading.Thread(
+            target=self._server.serve_forever,
+            kwargs={"poll_interval": SHUTDOWN_POLL_S},
+            daemon=True,
+        )
 
     @property
     def url(self) -> str:
@@ -84,6 +90,7 @@ class FakeHub:
 def _handler(hub: FakeHub) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
+        disable_nagle_algorithm = True  # one request, not one per client delayed ACK
 
         def log_message(self, format: str, *args: Any) -> None:
             return None

@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from tests.conftest import SHUTDOWN_POLL_S
+
 
 @dataclass
 class Reply:
@@ -40,6 +42,8 @@ def receiver(*script: Reply) -> Iterator[Receiver]:
     state = Receiver(url="", script=list(script) or [Reply()])
 
     class Handler(BaseHTTPRequestHandler):
+        disable_nagle_algorithm = True  # the body is not held for the client's delayed ACK
+
         def do_POST(self) -> None:
             length = int(self.headers.get("Content-Length", 0))
             raw = self.rfile.read(length)
@@ -70,7 +74,9 @@ def receiver(*script: Reply) -> Iterator[Receiver]:
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     server.daemon_threads = True
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    threading.Thread(
+        target=server.serve_forever, kwargs={"poll_interval": SHUTDOWN_POLL_S}, daemon=True
+    ).start()
     state.url = f"http://127.0.0.1:{server.server_address[1]}"
     try:
         yield state

@@ -14,7 +14,7 @@ from typing import Any
 
 import httpx
 
-from tests.conftest import free_port
+from tests.conftest import SHUTDOWN_POLL_S, free_port
 
 ENV = {**os.environ, "PYTHONUNBUFFERED": "1"}
 
@@ -97,6 +97,8 @@ def http_server(respond: Responder) -> Iterator[str]:
     base URL."""
 
     class Handler(BaseHTTPRequestHandler):
+        disable_nagle_algorithm = True  # the body is not held for the client's delayed ACK
+
         def do_GET(self) -> None:
             respond(self)
 
@@ -108,7 +110,9 @@ def http_server(respond: Responder) -> Iterator[str]:
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     server.daemon_threads = True
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    threading.Thread(
+        target=server.serve_forever, kwargs={"poll_interval": SHUTDOWN_POLL_S}, daemon=True
+    ).start()
     try:
         yield f"http://127.0.0.1:{server.server_address[1]}"
     finally:
