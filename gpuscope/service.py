@@ -21,7 +21,6 @@ from typing import TYPE_CHECKING, Any, Protocol
 from gpuscope.analytics.api import analytics_router
 from gpuscope.analytics.base import Analysis
 from gpuscope.analytics.idle_whatif.api import idle_whatif_router
-from gpuscope.analytics.report.weekly import ReportResult, weekly_report
 from gpuscope.analytics.runner import DETECTORS, load_scheduled, run_on_store
 from gpuscope.collector.http_api.api_topology import topology_router
 from gpuscope.collector.http_api.api_whatif import CapacityQuery, WhatIf
@@ -33,6 +32,7 @@ if TYPE_CHECKING:
     from gpuscope.actions.executor import OwnerNotice
     from gpuscope.alerts.engine import AlertsEngine
     from gpuscope.alerts.model import Severity
+    from gpuscope.analytics.report.weekly import ReportResult
 
 log = logging.getLogger(__name__)
 
@@ -349,6 +349,9 @@ Deliver = Callable[[str, Path], None]
 
 def report_job(service: CollectorService, deliver: Deliver | None = None) -> ReportResult:
     """Write last week's report from the live store, then hand it to ``deliver``."""
+    # imported here: the report's charts (matplotlib) are not needed until the first one
+    from gpuscope.analytics.report.weekly import weekly_report
+
     now = datetime.fromtimestamp(service.clock(), UTC)
     cur = service.store.cursor()
     try:

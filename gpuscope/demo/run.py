@@ -177,7 +177,10 @@ def run_demo(
         step(3, f"scraping every agent over HTTP once a second for {seconds:g} s")
         deadline = time.time() + seconds
         samples = 0
-        while time.time() < deadline:
+        # and on while the report is written: the detectors' windows (seconds, see
+        # DEMO_ANALYTICS) must end in live data, or every workload reads idle and no port
+        # hot (a slow machine's report outlasting the scraping did that)
+        while time.time() < deadline or report_job.running():
             # cycles start on whole seconds: the store keeps whole-second timestamps, so
             # the intervals between samples (and the rates made of them) are then exact
             time.sleep(1.0 - time.time() % 1.0)
@@ -242,6 +245,9 @@ class _Background:
             self._value = call()
         except BaseException as exc:  # handed to the waiting thread
             self._error = exc
+
+    def running(self) -> bool:
+        return self._thread.is_alive()
 
     def wait(self) -> None:
         self._thread.join()

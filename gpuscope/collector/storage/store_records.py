@@ -42,19 +42,28 @@ class RecordsMixin(StoreParts):
         as :func:`~gpuscope.collector.cluster.pdb_records.budget_record` mappings) as history.
 
         A changed or vanished object's current version ends at ``now``, a new or changed
-        one starts there; ``None`` leaves that kind alone.
+        one starts there; ``None`` leaves that kind alone. The snapshot is compared with the
+        current versions here, so only the objects that changed are written (a listing of
+        a steady cluster writes nothing).
         """
         snapshots = dict(zip(INVENTORY, (nodes, pods, quotas, pdbs), strict=True))
         with self._transaction() as con:
             for table, records in snapshots.items():
                 if records is None:
                     continue
-                recs = json_records(records, ())["record"].to_pylist()
-                keys = [INVENTORY[table](json.loads(text)) for text in recs]
-                snap = dict(zip(keys, recs, strict=True))
-                table_ = pa.table({"key": list(snap), "record": list(snap.values())})
-                for sql in SCD_SQL[table]:
-                    run_with(con, "snap", table_, sql, {"now": utc(now)})
+                rows = [as_dict(r) for r in records]
+                texts = json_records(rows, ())["record"].to_pylist()
+                snap = dict(zip(map(INVENTORY[table], rows), texts, strict=True))
+                current_sql, close_sql, open_sql = SCD_SQL[table]
+                current = dict(con.execute(current_sql).fetchall())
+                closing = [k for k, text in current.items() if snap.get(k) != text]
+                opening = {k: text for k, text in snap.items() if current.get(k) != text}
+                params = {"now": utc(now)}
+                if closing:
+                    run_with(con, "closing", pa.table({"key": closing}), close_sql, params)
+                if opening:
+                    table_ = pa.table({"key": list(opening), "record": list(opening.values())})
+                    run_with(con, "opening", table_, open_sql, params)
 
     def record_findings(
         self, findings: Iterable[Any], now: datetime, *, kinds: Iterable[str]

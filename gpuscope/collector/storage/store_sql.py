@@ -82,7 +82,9 @@ INVENTORY = {
     "quotas": lambda r: f"{r.get('source', '')}/{r.get('namespace', '')}/{r['project']}",
     "inventory_pdbs": lambda r: f"{r['namespace']}/{r['name']}",
 }
-SCD_SQL = {t: (Q["scd_close"].format(table=t), Q["scd_open"].format(table=t)) for t in INVENTORY}
+#: Inventory table -> its (current versions, close, open) statements.
+SCD_SQL = {t: tuple(Q[q].format(table=t) for q in ("scd_current", "scd_close", "scd_open"))
+           for t in INVENTORY}  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)

@@ -259,19 +259,19 @@ FROM samples AS s JOIN series AS r ON r.series_id = s.series_id
 WHERE s.ts >= $lo AND s.ts < $hi
 ORDER BY s.series_id, s.ts;
 
+-- name: scd_current
+-- The current version of every object, its record as the text it was written as.
+SELECT key, CAST(record AS VARCHAR) FROM {table} WHERE valid_to IS NULL;
+
 -- name: scd_close
--- snap: key, record (canonical JSON text). Close the current version of every object
--- that is gone or changed.
+-- closing: key. Close the current version of every object that is gone or changed.
 UPDATE {table} SET valid_to = $now
-WHERE valid_to IS NULL AND NOT EXISTS (
-    SELECT 1 FROM snap
-    WHERE snap.key = {table}.key AND snap.record = CAST({table}.record AS VARCHAR));
+WHERE valid_to IS NULL AND key IN (SELECT key FROM closing);
 
 -- name: scd_open
+-- opening: key, record (canonical JSON text). A version for every new or changed object.
 INSERT INTO {table}
-SELECT key, record, $now, NULL FROM snap
-WHERE NOT EXISTS (
-    SELECT 1 FROM {table} AS t WHERE t.valid_to IS NULL AND t.key = snap.key);
+SELECT key, record, $now, NULL FROM opening;
 
 -- name: update_findings
 -- incoming: record (JSON, the docs/design.md finding shape, times as naive UTC ISO text)
