@@ -340,6 +340,29 @@ def test_full_reanalysis_reads_rollups_for_history(tmp_path: Path) -> None:
         assert again == findings
 
 
+def test_full_reanalysis_learns_a_sparse_keys_spacing_from_the_rollups(tmp_path: Path) -> None:
+    """A key sampled every 20 minutes, busy for 40 minutes, then two samples missing (a
+    bucket start to the next 60 minutes apart), idle after: three of its usual spacings, so not a gap in data by the
+    learned-spacing rule, which the roll-ups' re-analysis applies as the fold does: its data
+    are gap-free from its first bucket. (Judged without its spacing, by the 15-minute floor,
+    the hour would read as a gap, and coverage would restart after it.)"""
+    nb = Work("alice", "jupyter-alice", "interactive", (A0,))
+    end = T0 + timedelta(hours=6)
+    missing = (T0 + 60 * MIN, T0 + 80 * MIN)
+    with Store.open(tmp_path / "sparse.duckdb") as s:
+        fill(s, [A0], [nb], lambda g, ts: None if ts in missing else 0.9 if ts < missing[0] else 0.0,
+             end=end, step=1200)  # fmt: skip
+        s.apply_retention(end)
+        cfg = AnalyticsSettings(startup_grace_minutes=0)
+        state, incremental, _ = activity_state(s, end, cfg, scrape_interval_s=60, persist=False)
+        assert not incremental
+        [row] = state.to_pylist()
+        assert row["covered_since"] == T0  # gap-free data since its first bucket
+        findings = run_idle(s, end, cfg, WorkloadSettings(), scrape_interval_s=60).findings
+        # busy before the hour, idle after: idle since the last busy bucket's end
+        assert [(f.kind, f.since) for f in findings] == [("idle_session", T0 + 45 * MIN)]
+
+
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     busy=st.lists(st.booleans(), min_size=5, max_size=40),

@@ -156,15 +156,23 @@ gaps AS (
            lag(max) OVER w >= $threshold AS before_busy, max >= $threshold AS after_busy
     FROM buckets WINDOW w AS (PARTITION BY uuid ORDER BY bucket)
 ),
-judged AS (
+gappy AS (
+    -- a gap restarts coverage only when over 3 x greatest(..., 300, ...) below, so over 900 s:
+    -- the learned spacing is windowed for the keys with such a gap alone (the rolling
+    -- medians over a week of every key's buckets were the demo's memory peak, issue 39)
+    SELECT DISTINCT uuid FROM gaps WHERE gap_s > 900
+),
+learned AS (
     -- the same learned-spacing rule as the fold, on bucket starts
-    SELECT *, coalesce(median(gap_s) OVER (PARTITION BY uuid ORDER BY bucket
-                                           ROWS BETWEEN 8 PRECEDING AND 1 PRECEDING),
-                       median(gap_s) OVER (PARTITION BY uuid ORDER BY bucket
-                                           ROWS BETWEEN 1 FOLLOWING AND 8 FOLLOWING))
+    SELECT uuid, bucket,
+           coalesce(median(gap_s) OVER (PARTITION BY uuid ORDER BY bucket
+                                        ROWS BETWEEN 8 PRECEDING AND 1 PRECEDING),
+                    median(gap_s) OVER (PARTITION BY uuid ORDER BY bucket
+                                        ROWS BETWEEN 1 FOLLOWING AND 8 FOLLOWING))
                AS usual_s
-    FROM gaps
-)
+    FROM gaps SEMI JOIN gappy USING (uuid)
+),
+judged AS (SELECT g.*, l.usual_s FROM gaps AS g LEFT JOIN learned AS l USING (uuid, bucket))
 SELECT uuid,
        max(bucket + INTERVAL 5 MINUTE) FILTER (WHERE max >= $threshold) AS last_busy_ts,
        arg_max(max, bucket) FILTER (WHERE max >= $threshold) AS last_busy_value,
