@@ -33,6 +33,7 @@ from gpuscope.collector.cluster.pdb_records import budget_record
 from gpuscope.collector.gauges.database_gauges import DatabaseGauges
 from gpuscope.collector.gauges.inventory_gauges import InventoryGauges
 from gpuscope.collector.gauges.metrics import CollectorMetrics
+from gpuscope.collector.gauges.target_gauges import TargetGauges
 from gpuscope.collector.http_api.api import ApiState, create_app
 from gpuscope.collector.http_api.api_drilldown import drilldown_router
 from gpuscope.collector.http_api.api_whatif import WhatIf
@@ -73,6 +74,7 @@ class CollectorService:
         self.metrics.registry.register(InventoryGauges(self.store.cursor))
         self.metrics.registry.register(DatabaseGauges(self.store))
         self.targets = TargetRegistry([Target(t.url, t.kind, t.node) for t in cs.targets])
+        self.metrics.registry.register(TargetGauges(self.targets.last_scrapes))
         self.limits = IngestLimits(
             sample_limit=cs.max_series_per_target,
             label_limit=cs.max_labels_per_series,

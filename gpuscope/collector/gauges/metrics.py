@@ -62,24 +62,6 @@ class CollectorMetrics:
             "Ingest writes the database refused for a reason of its own (disk full, I/O).",
             registry=r,
         )
-        self.target_up = Gauge(
-            "gpuscope_collector_target_up",
-            "1 if the target's last scrape succeeded.",
-            ["target"],
-            registry=r,
-        )
-        self.target_samples = Gauge(
-            "gpuscope_collector_target_samples",
-            "Samples in the target's last scrape.",
-            ["target"],
-            registry=r,
-        )
-        self.scrape_seconds = Gauge(
-            "gpuscope_collector_scrape_duration_seconds",
-            "Duration of the target's last scrape.",
-            ["target"],
-            registry=r,
-        )
         self.cycle_seconds = Histogram(
             "gpuscope_collector_cycle_seconds",
             "Scrape-and-store cycle duration.",

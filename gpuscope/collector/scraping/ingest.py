@@ -94,6 +94,11 @@ class IngestWriter:
             self.metrics.samples_ingested.inc(stored)
             for o in final:
                 self._account(o)
+            up = sum(o.up for o in final)  # one increment a group, not one a target
+            if up:
+                self.metrics.scrapes.labels("up").inc(up)
+            if len(final) > up:
+                self.metrics.scrapes.labels("down").inc(len(final) - up)
             return stored
 
     def write_batch(self, batch: Batch, *, meta: Mapping[str, str] | None = None) -> int:
@@ -243,13 +248,9 @@ class IngestWriter:
     def _account(self, o: ScrapeOutcome) -> None:
         self.targets.record(o)
         url, m = o.target.url, self.metrics
-        m.scrapes.labels("up" if o.up else "down").inc()
         if o.skipped_ticks:
             m.scrapes.labels("skipped").inc(o.skipped_ticks)
             m.scrape_skipped.labels(url).inc(o.skipped_ticks)
-        m.target_up.labels(url).set(1 if o.up else 0)
-        m.scrape_seconds.labels(url).set(o.duration_seconds)
-        m.target_samples.labels(url).set(o.samples)
         if o.parse_errors:
             m.parse_errors.labels(url).inc(o.parse_errors)
         if not o.up:

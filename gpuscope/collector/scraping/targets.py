@@ -135,6 +135,15 @@ class TargetRegistry:
                         outcome.error,
                     )
 
+    def last_scrapes(self) -> list[tuple[str, bool, float, int]]:
+        """(URL, up, duration in seconds, samples) of each target's last scrape, for the
+        per-target gauges (gpuscope/collector/gauges/target_gauges.py)."""
+        with self._lock:
+            return [
+                (h.url, h.up, h.last_duration_seconds, h.last_samples)
+                for h in self._health.values()
+            ]
+
     def status(self) -> list[dict[str, Any]]:
         with self._lock:
             known = {t.url for t in [*self._static, *self._discovered]}
