@@ -75,7 +75,7 @@ def test_increases_are_stored_as_given_not_as_counters() -> None:
 
 def test_reshape_keys_a_workload_and_moves_its_gpu_count_into_gpu() -> None:
     (info,) = _by_name()["gpuscope_gpu_workload_info"]
-    answer = [{
+    answer: list[dict[str, object]] = [{
         "metric": {"node": "n1", "namespace": "ml", "pod": "p", "container": "c"},
         "values": [[100, "8"], [400, "8"], [700, "4"]],
     }]  # fmt: skip
@@ -93,7 +93,9 @@ def test_reshape_keys_a_workload_and_moves_its_gpu_count_into_gpu() -> None:
 
 def test_reshape_keeps_values_and_own_names_where_asked() -> None:
     q = SummaryQuestion("x", None)
-    answer = [{"metric": {"__name__": "gpuscope_agent_info", "node": "n"}, "values": [[1, "1"]]}]
+    answer: list[dict[str, object]] = [
+        {"metric": {"__name__": "gpuscope_agent_info", "node": "n"}, "values": [[1, "1"]]}
+    ]
     assert reshape(q, answer) == answer
     assert reshape(q, [{"metric": "bad"}]) == []
 
