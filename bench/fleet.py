@@ -31,8 +31,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import httpx
 
 from bench.figure import Figure, print_figures
+from bench.fleet_catchup import start_victoria_metrics
 
-VM = "/usr/bin/victoria-metrics"
 STEP_S = 60
 MINUTES = 15
 
@@ -41,14 +41,6 @@ def _cpu_of(pid: int) -> float:
     """CPU seconds (user + system) a process has used, from /proc."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def cycle_main(url: str, db: str, bucket: float, now: float, shards: int, mode: str) -> None:
@@ -94,13 +86,7 @@ def measure(nodes: int, shards: int, modes: tuple[str, ...]) -> dict[str, dict[s
     start = end - MINUTES * 60
     pages = FleetPages(cluster, cluster.node_names, start - scenario.live_offset)
     tmp = Path(tempfile.mkdtemp(prefix="gpuscope-fleet-bench-"))
-    port = _free_port()
-    vm = subprocess.Popen(
-        [VM, f"-storageDataPath={tmp / 'vm'}", f"-httpListenAddr=127.0.0.1:{port}",
-         "-loggerLevel=ERROR", "-search.disableCache"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
-    base = f"http://127.0.0.1:{port}"
+    vm, base = start_victoria_metrics(tmp)
     try:
         for _ in range(300):
             try:

@@ -265,8 +265,9 @@ def _handler(api: FakeKubeApi) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
         # Headers and body go out as two writes: with Nagle on, the body waits for the
-        # client's delayed ACK of the headers (~40 ms a request on loopback), as no real
-        # API server does.
+        # client's delayed ACK of the headers (~40 ms a request on loopback). kube-apiserver
+        # serves through Go's net/http, whose accepted connections have Nagle off (Go's
+        # net/tcpsock.go, newTCPConn: setNoDelay(fd, true)); so does this fake now.
         disable_nagle_algorithm = True
         _muted = False  # while a planted answer replaces the real one
 
