@@ -34,9 +34,6 @@ from gpuscope.collector.gauges.database_gauges import DatabaseGauges
 from gpuscope.collector.gauges.inventory_gauges import InventoryGauges
 from gpuscope.collector.gauges.metrics import CollectorMetrics
 from gpuscope.collector.gauges.target_gauges import TargetGauges
-from gpuscope.collector.http_api.api import ApiState, create_app
-from gpuscope.collector.http_api.api_drilldown import drilldown_router
-from gpuscope.collector.http_api.api_whatif import WhatIf
 from gpuscope.collector.querying.query_ingest import QueryIngest, QueryIngestMetrics
 from gpuscope.collector.scraping.ingest import IngestWriter, StoreFailed, first_line
 from gpuscope.collector.scraping.limits import IngestLimits
@@ -47,8 +44,12 @@ from gpuscope.collector.storage.store import Retention, Store
 from gpuscope.core.errors import SourceError, UserError
 from gpuscope.core.settings import Settings, parse_listen
 
+# The HTTP API (FastAPI: ~25 MB resident) is imported where it is served: ``gpuscope demo``
+# runs this service without it, and does without that memory (issue 39).
 if TYPE_CHECKING:
     from gpuscope.collector.cluster.inventory import KubeInventory
+    from gpuscope.collector.http_api.api import ApiState
+    from gpuscope.collector.http_api.api_whatif import WhatIf
 
 log = logging.getLogger(__name__)
 
@@ -130,6 +131,8 @@ class CollectorService:
         #: Routers of expensive read routes (see ApiState.expensive_routers).
         self.expensive_routers: list[Callable[[list[Any], list[Any]], Any]] = []
         if self.query_source is not None:  # a finding's per-GPU series, from the engine
+            from gpuscope.collector.http_api.api_drilldown import drilldown_router
+
             source = self.query_source
             self.routers.append(partial(drilldown_router, self.store, lambda: source.client))
         #: The what-if replay for GET /api/v1/whatif (see ApiState.whatif).
@@ -297,6 +300,8 @@ class CollectorService:
         self.scheduler.start()
 
     def api_state(self) -> ApiState:
+        from gpuscope.collector.http_api.api import ApiState
+
         return ApiState(
             store=self.store,
             targets=self.targets,
@@ -401,6 +406,7 @@ def run_collector(
     """
     import uvicorn
 
+    from gpuscope.collector.http_api.api import create_app
     from gpuscope.collector.http_api.api_http import OneWriteH11Protocol
     from gpuscope.collector.http_api.api_server import Dated, QuietServer
 
