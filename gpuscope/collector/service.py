@@ -34,7 +34,6 @@ from gpuscope.collector.gauges.database_gauges import DatabaseGauges
 from gpuscope.collector.gauges.inventory_gauges import InventoryGauges
 from gpuscope.collector.gauges.metrics import CollectorMetrics
 from gpuscope.collector.gauges.target_gauges import TargetGauges
-from gpuscope.collector.querying.query_ingest import QueryIngest, QueryIngestMetrics
 from gpuscope.collector.scraping.ingest import IngestWriter, StoreFailed, first_line
 from gpuscope.collector.scraping.limits import IngestLimits
 from gpuscope.collector.scraping.scrape import Scraper, Target
@@ -44,12 +43,14 @@ from gpuscope.collector.storage.store import Retention, Store
 from gpuscope.core.errors import SourceError, UserError
 from gpuscope.core.settings import Settings, parse_listen
 
-# The HTTP API (FastAPI: ~25 MB resident) is imported where it is served: ``gpuscope demo``
-# runs this service without it, and does without that memory (issue 39).
+# The HTTP API (FastAPI: ~25 MB resident) is imported where it is served, and the query
+# source (httpx, which brings click, rich and pygments: ~18 MB) where one is configured:
+# ``gpuscope demo`` runs this service with neither, and does without that memory (issue 39).
 if TYPE_CHECKING:
     from gpuscope.collector.cluster.inventory import KubeInventory
     from gpuscope.collector.http_api.api import ApiState
     from gpuscope.collector.http_api.api_whatif import WhatIf
+    from gpuscope.collector.querying.query_ingest import QueryIngest
 
 log = logging.getLogger(__name__)
 
@@ -101,18 +102,17 @@ class CollectorService:
         self.fatal = ""
         #: Called with that line; run_collector stops the server with it.
         self.on_fatal: Callable[[str], None] = self._log_fatal
-        self.query_source = (
-            QueryIngest(
+        self.query_source: QueryIngest | None = None
+        if cs.prometheus_url:
+            from gpuscope.collector.querying.query_ingest import QueryIngest, QueryIngestMetrics
+
+            self.query_source = QueryIngest(
                 cs.prometheus_url,
                 cs.query,
                 cs.scrape_interval_seconds,
                 self.store,
                 self._write_batch,
             )
-            if cs.prometheus_url
-            else None
-        )
-        if self.query_source is not None:
             self.metrics.registry.register(QueryIngestMetrics(self.query_source, clock))
         self.inventory = self._make_inventory()
         self._cycles = 0
