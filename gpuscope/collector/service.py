@@ -11,7 +11,6 @@ finish and closes the database cleanly.
 
 from __future__ import annotations
 
-import ctypes
 import dataclasses
 import logging
 import math
@@ -41,6 +40,7 @@ from gpuscope.collector.scraping.scrape_loop import ScrapeLoop
 from gpuscope.collector.scraping.targets import TargetRegistry, discover_targets
 from gpuscope.collector.storage.store import Retention, Store
 from gpuscope.core.errors import SourceError, UserError
+from gpuscope.core.malloc import limit_malloc_arenas
 from gpuscope.core.settings import Settings, parse_listen
 
 # The HTTP API (FastAPI: ~25 MB resident) is imported where it is served, and the query
@@ -379,21 +379,6 @@ def bind_listen(host: str, port: int, text: str) -> socket.socket:
         raise UserError(f"cannot listen on {text}: {exc.strerror}") from None
     sock.set_inheritable(True)
     return sock
-
-
-def limit_malloc_arenas(arenas: int = 2) -> bool:
-    """Cap glibc's malloc arenas (as ``MALLOC_ARENA_MAX`` would). The collector's threads
-    (scrape loop, page parsing, writer, API, jobs) each get an arena by default, up to 8 per
-    core, and each keeps the memory its thread freed: peak RSS beside four hostile targets
-    measured 455 MB so and 406 MB capped at two. Returns whether it applied (glibc only)."""
-    try:
-        libc = ctypes.CDLL("libc.so.6")
-        return bool(libc.mallopt(_M_ARENA_MAX, arenas))
-    except (OSError, AttributeError):
-        return False
-
-
-_M_ARENA_MAX = -8  # from glibc's malloc.h
 
 
 def run_collector(
