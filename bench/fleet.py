@@ -47,8 +47,8 @@ def cycle_main(url: str, db: str, bucket: float, now: float, shards: int, mode: 
     """The child: one fleet cycle for ``bucket`` (or, in pull mode, one 15 s step at its
     start: what the pull path asks every 15 s), figures as one JSON line on stdout."""
     from gpuscope.collector.querying.query_ingest import QueryIngest
-    from gpuscope.collector.service import limit_malloc_arenas
     from gpuscope.collector.storage.store import Store
+    from gpuscope.core.malloc import limit_malloc_arenas
     from gpuscope.core.query_settings import QuerySettings
 
     limit_malloc_arenas()  # as `gpuscope collector` does at start

@@ -18,12 +18,8 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from gpuscope.analytics.api import analytics_router
 from gpuscope.analytics.base import Analysis
-from gpuscope.analytics.idle_whatif.api import idle_whatif_router
 from gpuscope.analytics.runner import DETECTORS, load_scheduled, run_on_store
-from gpuscope.collector.http_api.api_topology import topology_router
-from gpuscope.collector.http_api.api_whatif import CapacityQuery, WhatIf
 from gpuscope.collector.service import CollectorService, run_collector
 from gpuscope.collector.storage.store import Store
 from gpuscope.core.settings import Settings
@@ -33,6 +29,7 @@ if TYPE_CHECKING:
     from gpuscope.alerts.engine import AlertsEngine
     from gpuscope.alerts.model import Severity
     from gpuscope.analytics.report.weekly import ReportResult
+    from gpuscope.collector.http_api.api_whatif import CapacityQuery, WhatIf
 
 log = logging.getLogger(__name__)
 
@@ -392,6 +389,12 @@ def add_report(service: CollectorService, deliver: Deliver | None = None) -> Non
 def extend_service(service: CollectorService, deliver: Deliver | None = None) -> None:
     """Everything above the collector: analytics (and the alerts after each run), the
     actions that read their findings, the weekly report and the what-if replay API."""
+    # the API's routers (FastAPI) are imported here, where they are added: ``gpuscope
+    # demo`` runs the analytics without the API, and without FastAPI's memory (issue 39)
+    from gpuscope.analytics.api import analytics_router
+    from gpuscope.analytics.idle_whatif.api import idle_whatif_router
+    from gpuscope.collector.http_api.api_topology import topology_router
+
     service.whatif = whatif_on_store(service.store, service.settings, service.clock)
     service.expensive_routers.append(
         analytics_router(service.store, service.settings, service.clock)

@@ -11,7 +11,6 @@ finish and closes the database cleanly.
 
 from __future__ import annotations
 
-import ctypes
 import dataclasses
 import logging
 import math
@@ -34,10 +33,6 @@ from gpuscope.collector.gauges.database_gauges import DatabaseGauges
 from gpuscope.collector.gauges.inventory_gauges import InventoryGauges
 from gpuscope.collector.gauges.metrics import CollectorMetrics
 from gpuscope.collector.gauges.target_gauges import TargetGauges
-from gpuscope.collector.http_api.api import ApiState, create_app
-from gpuscope.collector.http_api.api_drilldown import drilldown_router
-from gpuscope.collector.http_api.api_whatif import WhatIf
-from gpuscope.collector.querying.query_ingest import QueryIngest, QueryIngestMetrics
 from gpuscope.collector.scraping.ingest import IngestWriter, StoreFailed, first_line
 from gpuscope.collector.scraping.limits import IngestLimits
 from gpuscope.collector.scraping.scrape import Scraper, Target
@@ -45,10 +40,17 @@ from gpuscope.collector.scraping.scrape_loop import ScrapeLoop
 from gpuscope.collector.scraping.targets import TargetRegistry, discover_targets
 from gpuscope.collector.storage.store import Retention, Store
 from gpuscope.core.errors import SourceError, UserError
+from gpuscope.core.malloc import limit_malloc_arenas
 from gpuscope.core.settings import Settings, parse_listen
 
+# The HTTP API (FastAPI: ~25 MB resident) is imported where it is served, and the query
+# source (httpx, which brings click, rich and pygments: ~18 MB) where one is configured:
+# ``gpuscope demo`` runs this service with neither, and does without that memory (issue 39).
 if TYPE_CHECKING:
     from gpuscope.collector.cluster.inventory import KubeInventory
+    from gpuscope.collector.http_api.api import ApiState
+    from gpuscope.collector.http_api.api_whatif import WhatIf
+    from gpuscope.collector.querying.query_ingest import QueryIngest
 
 log = logging.getLogger(__name__)
 
@@ -100,18 +102,17 @@ class CollectorService:
         self.fatal = ""
         #: Called with that line; run_collector stops the server with it.
         self.on_fatal: Callable[[str], None] = self._log_fatal
-        self.query_source = (
-            QueryIngest(
+        self.query_source: QueryIngest | None = None
+        if cs.prometheus_url:
+            from gpuscope.collector.querying.query_ingest import QueryIngest, QueryIngestMetrics
+
+            self.query_source = QueryIngest(
                 cs.prometheus_url,
                 cs.query,
                 cs.scrape_interval_seconds,
                 self.store,
                 self._write_batch,
             )
-            if cs.prometheus_url
-            else None
-        )
-        if self.query_source is not None:
             self.metrics.registry.register(QueryIngestMetrics(self.query_source, clock))
         self.inventory = self._make_inventory()
         self._cycles = 0
@@ -130,6 +131,8 @@ class CollectorService:
         #: Routers of expensive read routes (see ApiState.expensive_routers).
         self.expensive_routers: list[Callable[[list[Any], list[Any]], Any]] = []
         if self.query_source is not None:  # a finding's per-GPU series, from the engine
+            from gpuscope.collector.http_api.api_drilldown import drilldown_router
+
             source = self.query_source
             self.routers.append(partial(drilldown_router, self.store, lambda: source.client))
         #: The what-if replay for GET /api/v1/whatif (see ApiState.whatif).
@@ -297,6 +300,8 @@ class CollectorService:
         self.scheduler.start()
 
     def api_state(self) -> ApiState:
+        from gpuscope.collector.http_api.api import ApiState
+
         return ApiState(
             store=self.store,
             targets=self.targets,
@@ -376,21 +381,6 @@ def bind_listen(host: str, port: int, text: str) -> socket.socket:
     return sock
 
 
-def limit_malloc_arenas(arenas: int = 2) -> bool:
-    """Cap glibc's malloc arenas (as ``MALLOC_ARENA_MAX`` would). The collector's threads
-    (scrape loop, page parsing, writer, API, jobs) each get an arena by default, up to 8 per
-    core, and each keeps the memory its thread freed: peak RSS beside four hostile targets
-    measured 455 MB so and 406 MB capped at two. Returns whether it applied (glibc only)."""
-    try:
-        libc = ctypes.CDLL("libc.so.6")
-        return bool(libc.mallopt(_M_ARENA_MAX, arenas))
-    except (OSError, AttributeError):
-        return False
-
-
-_M_ARENA_MAX = -8  # from glibc's malloc.h
-
-
 def run_collector(
     settings: Settings, extend: Callable[[CollectorService], None] | None = None
 ) -> int:
@@ -401,6 +391,7 @@ def run_collector(
     """
     import uvicorn
 
+    from gpuscope.collector.http_api.api import create_app
     from gpuscope.collector.http_api.api_http import OneWriteH11Protocol
     from gpuscope.collector.http_api.api_server import Dated, QuietServer
 

@@ -190,6 +190,12 @@ def _allocation_lane(
         fragmentation = fragmentation_over(cur, week, an, states)
         slots, domains = topology_over(cur, week, an, settings.report.top_n, states)
         del states
+        # the lane's heavy queries before the What-if replays: DuckDB hands their memory
+        # back within a second, so the replays (Python, seconds) and the page after them
+        # are never on top of it, nor these queries on top of what the replays leave
+        ib = frame(cur, Q["ib_hot_ports"], **params, seen_start=seen_bound(params["start"]))
+        idle_policies = idle_policies_over(cur, week, settings)
+        over_quota = over_quota_hours(cur, week.start, week.end)
         history = read_history(cur, week.start, week.end)
         return AllocationInputs(
             fragmentation=fragmentation,
@@ -198,9 +204,9 @@ def _allocation_lane(
             whatif=whatif_over(cur, week, an, history=history),
             whatif_topology=whatif_topology_over(history, an),
             whatif_capacity=whatif_capacity_over(history, an),
-            ib=frame(cur, Q["ib_hot_ports"], **params, seen_start=seen_bound(params["start"])),
-            idle_policies=idle_policies_over(cur, week, settings),
-            over_quota=over_quota_hours(cur, week.start, week.end),
+            ib=ib,
+            idle_policies=idle_policies,
+            over_quota=over_quota,
         )
     finally:
         cur.close()

@@ -144,46 +144,61 @@ FROM gpu_activity_state;
 -- re-analysis: a busy bucket counts as busy up to its end (idle since is never earlier
 -- than the truth), data as continuous from the first bucket (a gap shorter than a bucket
 -- cannot be seen in roll-ups), and the last sample as the last bucket's end.
+-- A week of buckets is a million rows for the demo's 256 GPUs and their fractional pods:
+-- they carry a key's number (`kid`), not its name, and the name and signal (one per key)
+-- are joined back to each key's row at the end. With the name on every bucket the query
+-- took 124 MB at its peak against 77 MB (the demo's, on top of the process: issue 39);
+-- tests/integration/test_idle_rollup_prior.py holds the answers equal to that query's.
 WITH {busy_series},
+keys AS (
+    SELECT key, any_value(signal) AS signal, row_number() OVER (ORDER BY key) AS kid
+    FROM busy_series GROUP BY key
+),
+key_series AS (
+    SELECT b.series_id, k.kid, b.share FROM busy_series AS b JOIN keys AS k USING (key)
+),
 buckets AS (
-    SELECT b.key AS uuid, b.signal, r.bucket, max(r.max / b.share) AS max
-    FROM samples_5m AS r JOIN busy_series AS b USING (series_id)
+    SELECT s.kid, r.bucket, max(r.max / s.share) AS max
+    FROM samples_5m AS r JOIN key_series AS s USING (series_id)
     WHERE r.bucket >= $since AND r.bucket < $lo
     GROUP BY ALL
 ),
 gaps AS (
     SELECT *, epoch(bucket) - epoch(lag(bucket) OVER w) AS gap_s,
            lag(max) OVER w >= $threshold AS before_busy, max >= $threshold AS after_busy
-    FROM buckets WINDOW w AS (PARTITION BY uuid ORDER BY bucket)
+    FROM buckets WINDOW w AS (PARTITION BY kid ORDER BY bucket)
 ),
 gappy AS (
     -- a gap restarts coverage only when over 3 x greatest(..., 300, ...) below, so over 900 s:
     -- the learned spacing is windowed for the keys with such a gap alone (the rolling
     -- medians over a week of every key's buckets were the demo's memory peak, issue 39)
-    SELECT DISTINCT uuid FROM gaps WHERE gap_s > 900
+    SELECT DISTINCT kid FROM gaps WHERE gap_s > 900
 ),
 learned AS (
     -- the same learned-spacing rule as the fold, on bucket starts
-    SELECT uuid, bucket,
-           coalesce(median(gap_s) OVER (PARTITION BY uuid ORDER BY bucket
+    SELECT kid, bucket,
+           coalesce(median(gap_s) OVER (PARTITION BY kid ORDER BY bucket
                                         ROWS BETWEEN 8 PRECEDING AND 1 PRECEDING),
-                    median(gap_s) OVER (PARTITION BY uuid ORDER BY bucket
+                    median(gap_s) OVER (PARTITION BY kid ORDER BY bucket
                                         ROWS BETWEEN 1 FOLLOWING AND 8 FOLLOWING))
                AS usual_s
-    FROM gaps SEMI JOIN gappy USING (uuid)
+    FROM gaps SEMI JOIN gappy USING (kid)
 ),
-judged AS (SELECT g.*, l.usual_s FROM gaps AS g LEFT JOIN learned AS l USING (uuid, bucket))
-SELECT uuid,
-       max(bucket + INTERVAL 5 MINUTE) FILTER (WHERE max >= $threshold) AS last_busy_ts,
-       arg_max(max, bucket) FILTER (WHERE max >= $threshold) AS last_busy_value,
-       least(max(bucket) + INTERVAL 5 MINUTE, $lo) AS last_sample_ts,
-       coalesce(max(bucket) FILTER (WHERE gap_s > 3 * greatest($declared_s, 300,
-                                    coalesce(usual_s, least(gap_s, $lookback_s / 3)))
-                                    AND NOT {bridged}),
-                min(bucket)) AS covered_since,
-       any_value(signal) AS signal,
-       NULL::DOUBLE AS spacing
-FROM judged GROUP BY uuid;
+judged AS (SELECT g.*, l.usual_s FROM gaps AS g LEFT JOIN learned AS l USING (kid, bucket)),
+folded AS (
+    SELECT kid,
+           max(bucket + INTERVAL 5 MINUTE) FILTER (WHERE max >= $threshold) AS last_busy_ts,
+           arg_max(max, bucket) FILTER (WHERE max >= $threshold) AS last_busy_value,
+           least(max(bucket) + INTERVAL 5 MINUTE, $lo) AS last_sample_ts,
+           coalesce(max(bucket) FILTER (WHERE gap_s > 3 * greatest($declared_s, 300,
+                                        coalesce(usual_s, least(gap_s, $lookback_s / 3)))
+                                        AND NOT {bridged}),
+                    min(bucket)) AS covered_since
+    FROM judged GROUP BY kid
+)
+SELECT k.key AS uuid, f.last_busy_ts, f.last_busy_value, f.last_sample_ts, f.covered_since,
+       k.signal, NULL::DOUBLE AS spacing
+FROM folded AS f JOIN keys AS k USING (kid);
 
 -- name: workloads
 -- `state`: the activity state at $at (one row per key). Per workload (namespace, pod,
