@@ -234,7 +234,10 @@ pod_records AS (
            -- the controller (gpuscope/analytics/detectors/idle.py picks)
            CAST(record->'labels' AS VARCHAR) AS pod_labels,
            record->>'owner_kind' AS owner_kind, record->>'owner_name' AS owner_name
-    FROM inventory_pods WHERE valid_from <= $at
+    -- only the pods that hold GPUs at $at: no other pod's versions are read (their JSON
+    -- was the policies' idle run's memory peak in the demo, issue 39)
+    FROM inventory_pods
+    WHERE valid_from <= $at AND key IN (SELECT namespace || '/' || pod FROM held)
     QUALIFY row_number() OVER (PARTITION BY key ORDER BY valid_from DESC) = 1
 ),
 protected_pods AS (
