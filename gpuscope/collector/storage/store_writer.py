@@ -376,7 +376,18 @@ class WriterMixin(StoreParts):
         The still-open intervals' ``last_seen`` is the caller's (a cycle touches all its
         targets in one statement, once a minute).
         """
-        was_open, params = self._open.get(target, set()), {"ts": ts, "target": target}
+        return self._change_intervals(con, target, ts, present, self._open.get(target, set()))
+
+    @staticmethod
+    def _change_intervals(
+        con: duckdb.DuckDBPyConnection,
+        target: str,
+        ts: datetime,
+        present: Mapping[IntervalKey, Mapping[str, str]],
+        was_open: set[IntervalKey],
+    ) -> set[IntervalKey]:
+        """:meth:`_update_intervals` from ``was_open``, the intervals open before."""
+        params = {"ts": ts, "target": target}
         gone = was_open - present.keys()
         if gone:
             rows = [dict(zip(INTERVAL_LABELS, k, strict=True)) for k in gone]
