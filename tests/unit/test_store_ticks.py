@@ -94,3 +94,19 @@ def test_a_refused_run_stores_nothing_and_leaves_the_writer_as_it_was(tmp_path: 
         run.append_ticks(ticks[2:5])
         run.append_ticks(ticks[5:])
         assert rows(run) == rows(one)
+
+
+def test_a_run_of_ticks_with_every_target_down_stores_their_scrapes_rows(tmp_path: Path) -> None:
+    """Ticks where no target answered (an agent gone), alone in a run and beside ticks that
+    stored samples, store the same rows as each tick alone."""
+    downs = [([], [("http://a/metrics", (T0 + timedelta(seconds=s)).timestamp(), 0.0, "refused")])
+             for s in (200, 205, 210, 215)]  # fmt: skip
+    ticks = [tick(0), tick(1), *downs[:2], tick(11), *downs[2:]]
+    with Store.open(tmp_path / "one.duckdb") as one, Store.open(tmp_path / "run.duckdb") as run:
+        by_one = [one.append_cycle(*t) for t in ticks]
+        by_run = run.append_ticks(ticks[:2]) + run.append_ticks(ticks[2:4])
+        by_run += run.append_ticks(ticks[4:])
+        assert by_run == by_one
+        got = rows(run)
+        assert got == rows(one)
+        assert sum(1 for r in got["scrapes"] if r[5] == "refused") == 4

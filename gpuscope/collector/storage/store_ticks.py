@@ -125,8 +125,9 @@ def _merged(cycles: Sequence[_Cycle], before: Sequence[Any]) -> tuple[Step, Any,
     sids = np.concatenate([c.step.sids for c in cycles])
     order = np.argsort(sids, kind="stable")
     ids = sids[order]
-    last = np.append(ids[1:] != ids[:-1], True)  # a series' last row in the run
-    first = np.insert(ids[1:] != ids[:-1], 0, True)  # ... and its first
+    last = np.ones(len(ids), np.bool_)  # a series' last row in the run
+    first = np.ones(len(ids), np.bool_)  # ... and its first
+    last[:-1] = first[1:] = ids[1:] != ids[:-1]
     raw = np.concatenate([c.step.raw for c in cycles])[order]
     counter = np.concatenate([c.step.counter for c in cycles])[order]
     times = np.concatenate([c.times_s for c in cycles])[order]
