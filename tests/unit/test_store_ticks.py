@@ -110,3 +110,30 @@ def test_a_run_of_ticks_with_every_target_down_stores_their_scrapes_rows(tmp_pat
         got = rows(run)
         assert got == rows(one)
         assert sum(1 for r in got["scrapes"] if r[5] == "refused") == 4
+
+
+def test_a_run_that_fails_in_its_transaction_is_rolled_back_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An error after the run's samples went in (its intervals' statements come last) rolls
+    the whole run back, and the writer's memory with it: the same ticks stored again after
+    it leave the rows append_cycle leaves."""
+    ticks = [tick(k) for k in range(10)]
+    with Store.open(tmp_path / "one.duckdb") as one, Store.open(tmp_path / "run.duckdb") as run:
+        for t in ticks[:4]:
+            one.append_cycle(*t)
+            run.append_cycle(*t)
+
+        def explode(*args: object, **kwargs: object) -> set[tuple[str, ...]]:
+            raise RuntimeError("disk on fire")
+
+        with monkeypatch.context() as m:
+            m.setattr(run, "_update_intervals", explode)
+            with pytest.raises(RuntimeError, match="disk on fire"):
+                run.append_ticks(ticks[4:7])  # p1 leaves at 5: an interval closes
+        assert run.samples_stored() == one.samples_stored()
+        for t in ticks[4:]:
+            one.append_cycle(*t)
+        run.append_ticks(ticks[4:7])
+        run.append_ticks(ticks[7:])
+        assert rows(run) == rows(one)

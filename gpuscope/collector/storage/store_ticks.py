@@ -113,7 +113,7 @@ class TicksMixin(WriterMixin):
                 if cyc.touch["target"]:
                     c.execute(Q["touch_intervals_many"], cyc.touch)
                 for target, when, present, was_open in work:
-                    self._change_intervals(c, target, when, present, was_open)
+                    self._update_intervals(c, target, when, present, was_open)
         self._wlog.committed(pending, step, times_s)
         self._stored_total += count
         return [cyc.counts for cyc in cycles]
