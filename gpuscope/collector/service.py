@@ -36,7 +36,7 @@ from gpuscope.collector.gauges.target_gauges import TargetGauges
 from gpuscope.collector.scraping.ingest import IngestWriter, StoreFailed, first_line
 from gpuscope.collector.scraping.limits import IngestLimits
 from gpuscope.collector.scraping.scrape import Scraper, Target
-from gpuscope.collector.scraping.scrape_loop import ScrapeLoop
+from gpuscope.collector.scraping.scrape_loop import ScrapeLoop, commit_ticks
 from gpuscope.collector.scraping.targets import TargetRegistry, discover_targets
 from gpuscope.collector.storage.store import Retention, Store
 from gpuscope.core.errors import SourceError, UserError
@@ -279,6 +279,7 @@ class CollectorService:
                 self.writer.write,
                 cs.scrape_interval_seconds,
                 on_fatal=self.on_fatal,
+                commit_ticks=commit_ticks(cs.scrape_interval_seconds),
             )
             self.scrape_loop.start()
         self.scheduler.add_job(

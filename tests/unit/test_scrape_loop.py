@@ -190,3 +190,46 @@ def test_the_group_wait_is_at_most_half_the_interval() -> None:
         15.0,
         on_fatal=lambda message: None,
     ).group_seconds == pytest.approx(0.5)
+
+
+def test_ticks_committed_together_by_the_interval() -> None:
+    """Held at most 10 s, at most 3 ticks a commit; at the default 15 s none waits."""
+    from gpuscope.collector.scraping.scrape_loop import commit_ticks
+
+    assert [commit_ticks(s) for s in (1.0, 5.0, 6.0, 10.0, 15.0, 60.0)] == [3, 3, 2, 2, 1, 1]
+
+
+def test_a_few_ticks_are_written_together_each_targets_pages_in_order() -> None:
+    """With ``commit_ticks=3`` the first tick is written alone (readiness waits for a
+    commit), then three ticks a write, each target's pages in the order of their ticks;
+    what is held when the loop stops is written too."""
+    writes: list[list[ScrapeOutcome]] = []
+    enough = threading.Event()
+
+    def write(group: Sequence[ScrapeOutcome]) -> None:
+        writes.append(list(group))
+        if len(writes) >= 3:
+            enough.set()
+
+    loop = ScrapeLoop(
+        BatchScraper(),  # type: ignore[arg-type]
+        lambda: TARGETS,
+        write,
+        1.0,
+        on_fatal=lambda message: None,
+        commit_ticks=3,
+    )
+    loop.start()
+    try:
+        assert enough.wait(60)
+    finally:
+        loop.stop(timeout=30)
+    for w in writes:
+        for target in TARGETS:
+            mine = [o.scheduled_at for o in w if o.target == target]
+            assert mine == sorted(mine)
+    per_target = [max(sum(o.target == t for o in w) for t in TARGETS) for w in writes]
+    assert per_target[0] == 1
+    assert per_target[1] == 3
+    assert max(per_target) == 3
+    assert sum(len(w) for w in writes) == sum(per_target) * len(TARGETS)  # nothing lost at the stop

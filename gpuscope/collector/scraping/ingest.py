@@ -32,6 +32,7 @@ from gpuscope.collector.scraping.limits import ChurnGuard, IngestLimits
 from gpuscope.collector.scraping.scrape import ScrapeOutcome
 from gpuscope.collector.scraping.targets import TargetRegistry
 from gpuscope.collector.storage.store import BadBatch, Store
+from gpuscope.collector.storage.store_ticks import Tick
 
 log = logging.getLogger(__name__)
 _T = TypeVar("_T")
@@ -168,6 +169,8 @@ class IngestWriter:
             try:
                 return self._append(outcomes), outcomes
             except BadBatch as exc:  # refused before the transaction: that target only
+                if len({o.target.url for o in outcomes}) < len(outcomes):
+                    return self._one_by_one(outcomes)  # a few ticks: the refused page alone
                 marked = [
                     _refused(o, str(exc))
                     if o.target.url == exc.target and o.up and o.batch is not None
@@ -202,15 +205,24 @@ class IngestWriter:
         return stored, final
 
     def _append(self, outcomes: Sequence[ScrapeOutcome]) -> int:
-        up = [(o.batch, o.duration_seconds) for o in outcomes if o.up and o.batch is not None]
-        down = [
-            (o.target.url, o.started_at, o.duration_seconds, o.error)
-            for o in outcomes
-            if not (o.up and o.batch is not None)
-        ]
-        if not up and not down:
-            return 0
-        return sum(self.store.append_cycle(up, down))
+        """Store ``outcomes`` in one transaction: a tick, or a few (a target's outcomes in
+        the order scraped; the scrape loop commits a few ticks at a time)."""
+        ticks: list[Tick] = []
+        seen: set[str] = set()
+        up: list[tuple[Batch, float]] = []
+        down: list[tuple[str, float, float, str]] = []
+        for o in outcomes:
+            if o.target.url in seen:  # its next tick
+                ticks.append((up, down))
+                seen, up, down = set(), [], []
+            seen.add(o.target.url)
+            if o.up and o.batch is not None:
+                up.append((o.batch, o.duration_seconds))
+            else:
+                down.append((o.target.url, o.started_at, o.duration_seconds, o.error))
+        if up or down:
+            ticks.append((up, down))
+        return sum(sum(counts) for counts in self.store.append_ticks(ticks)) if ticks else 0
 
     def _check_writable(self, cause: BaseException) -> None:
         """Raise :class:`_StoreDown` for an error of the store itself (I/O, a failed commit,

@@ -56,6 +56,20 @@ TARGETS_REFRESH_SECONDS = 5.0
 #: The writer's wait for an outcome when none comes: only a safety net, since the scraping
 #: thread wakes it (with None) when its last scrape of a tick ends and when it stops.
 WRITER_WAKE_SECONDS = 30.0
+#: The longest the writer holds a tick's pages to commit them with the next ticks', and
+#: :data:`MAX_COMMIT_TICKS` the most ticks it commits together (half an interval more
+#: when a tick is late): a transaction and each of
+#: its statements cost ~1 ms of CPU whatever their size (issue 39), so at a 5 s interval
+#: three ticks a transaction save two thirds of that; at 15 s (the default) and over, no
+#: tick waits for another.
+COMMIT_HOLD_SECONDS = 10.0
+MAX_COMMIT_TICKS = 3
+
+
+def commit_ticks(interval_seconds: float) -> int:
+    """Ticks committed together at ``interval_seconds``: held at most
+    :data:`COMMIT_HOLD_SECONDS`, at most :data:`MAX_COMMIT_TICKS` of them."""
+    return 1 + min(MAX_COMMIT_TICKS - 1, int(COMMIT_HOLD_SECONDS // interval_seconds))
 
 
 class ScrapeLoop:
@@ -73,6 +87,7 @@ class ScrapeLoop:
         group_seconds: float = 0.5,
         max_group_samples: int = 100_000,
         cpu_share: float = DEFAULT_SHARE,
+        commit_ticks: int = 1,
     ) -> None:
         self.scraper, self.targets, self.write = scraper, targets, write
         self.interval = interval_seconds
@@ -84,6 +99,14 @@ class ScrapeLoop:
         #: milliseconds, a short wait splits a tick into many small, costly transactions.
         self.group_seconds = min(group_seconds, interval_seconds / 2)
         self.max_group_samples = max_group_samples
+        #: Groups (ticks) committed together: the writer holds a closed group until this
+        #: many are in, or until the first held has waited ``commit_ticks - 0.5`` intervals
+        #: (a target that stops never strands its last pages), or at ``max_group_samples``;
+        #: the first group is written at once (readiness waits for a commit).
+        #: Nothing held is acknowledged (target health, ``samples_stored``) before it is
+        #: committed; a SIGKILL loses what is held (docs/storage.md, "Ingest").
+        self.commit_ticks = max(1, commit_ticks)
+        self._written = False
         #: Each target's share of the interval for parsing
         # (gpuscope/collector/scraping/cpu_budget.py).
         self.cpu_share = cpu_share
@@ -203,14 +226,22 @@ class ScrapeLoop:
 
     # -- the writing side (writer thread) --------------------------------------------------
     def _run_writer(self) -> None:
+        held: list[ScrapeOutcome] = []
+        groups, due = 0, math.inf  # held groups; when the first held must be written
         while True:
+            wait = WRITER_WAKE_SECONDS if not held else max(0.0, due - time.monotonic())
             try:  # woken by an outcome, or by None (a tick's last scrape, or the end)
-                first = self._queue.get(timeout=WRITER_WAKE_SECONDS)
+                first = self._queue.get(timeout=wait)
             except queue.Empty:
                 first = None
             if first is None:
                 ended = self._loop_ended.is_set() or not self._threads[0].is_alive()
-                if self._stopping.is_set() and ended and self._queue.empty():
+                stopping = self._stopping.is_set() and ended and self._queue.empty()
+                if held and (stopping or time.monotonic() >= due):
+                    if not self._commit(held):
+                        return
+                    held, groups, due = [], 0, math.inf
+                if stopping:
                     return
                 continue
             group = [first]
@@ -227,12 +258,26 @@ class ScrapeLoop:
                     continue
                 group.append(got)
                 samples += got.samples
-            with self._pending_lock:
-                self._pending -= sum(o.samples for o in group)
-            try:
-                self.write(group)
-            except StoreFailed as exc:
-                self.on_fatal(str(exc))
-                return
-            except Exception:  # a bug: logged, and the next group is tried
-                log.exception("storing scraped pages failed")
+            if not held:
+                due = time.monotonic() + (self.commit_ticks - 0.5) * self.interval
+            held += group
+            groups += 1
+            full = sum(o.samples for o in held) >= self.max_group_samples
+            if groups >= self.commit_ticks or full or not self._written or time.monotonic() >= due:
+                if not self._commit(held):
+                    return
+                held, groups, due = [], 0, math.inf
+
+    def _commit(self, outcomes: list[ScrapeOutcome]) -> bool:
+        """Store ``outcomes`` in one transaction; False when the store has failed for good."""
+        with self._pending_lock:
+            self._pending -= sum(o.samples for o in outcomes)
+        self._written = True  # the first tick alone: readiness does not wait for a hold
+        try:
+            self.write(outcomes)
+        except StoreFailed as exc:
+            self.on_fatal(str(exc))
+            return False
+        except Exception:  # a bug: logged, and the next group is tried
+            log.exception("storing scraped pages failed")
+        return True

@@ -117,6 +117,14 @@ class LastValues:
         out: Flags = self._counter[ids]
         return out
 
+    def with_raw(self, ids: Ids, raw: Floats) -> LastValues:
+        """A copy with the last raw values of series ``ids`` set to ``raw`` (a run of
+        cycles' values as they were before the run)."""
+        out = LastValues()
+        out._counter, out._raw = self._counter.copy(), self._raw.copy()
+        out._raw[ids] = raw
+        return out
+
     def apply(self, step: Step) -> None:
         """Make ``step``'s raw values the series' last ones (after its commit)."""
         self._raw[step.sids] = step.raw

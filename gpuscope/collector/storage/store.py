@@ -47,12 +47,13 @@ from gpuscope.collector.storage.store_sql import (
     series_kind,
     utc,
 )
+from gpuscope.collector.storage.store_ticks import TicksMixin
 from gpuscope.core.errors import UserError
 
 __all__ = ["BadBatch", "Retention", "Store", "series_kind", "utc"]
 
 
-class Store(BulkMixin, MaintenanceMixin, ReclaimMixin, RecordsMixin, AlertsMixin):
+class Store(BulkMixin, TicksMixin, MaintenanceMixin, ReclaimMixin, RecordsMixin, AlertsMixin):
     """The collector's database. Open with :meth:`open`; close it (or use ``with``)."""
 
     def __init__(

@@ -202,7 +202,9 @@ class WriterMixin(StoreParts):
             if cyc.touch["target"]:
                 c.execute(Q["touch_intervals_many"], cyc.touch)
             still_open = {
-                target: self._update_intervals(c, target, when, present)
+                target: self._update_intervals(
+                    c, target, when, present, self._open.get(target, set())
+                )
                 for target, when, present in cyc.interval_work
             }
             for key, value in meta.items():
@@ -364,19 +366,18 @@ class WriterMixin(StoreParts):
         types_ = {"series_id": pa.uint32(), "labels": pa.map_(pa.string(), pa.string())}
         return pa.table({k: pa.array(v, types_.get(k, pa.string())) for k, v in cols.items()})
 
+    @staticmethod
     def _update_intervals(
-        self,
         con: duckdb.DuckDBPyConnection,
         target: str,
         ts: datetime,
         present: Mapping[IntervalKey, Mapping[str, str]],
+        was_open: set[IntervalKey],
     ) -> set[IntervalKey]:
-        """Close ``target``'s intervals that left, open those that came; returns the open.
-
-        The still-open intervals' ``last_seen`` is the caller's (a cycle touches all its
-        targets in one statement, once a minute).
-        """
-        was_open, params = self._open.get(target, set()), {"ts": ts, "target": target}
+        """Close ``target``'s intervals that left (of ``was_open``, those open before), open
+        those that came; returns the open. The still-open intervals' ``last_seen`` is the
+        caller's (a cycle touches all its targets in one statement, once a minute)."""
+        params = {"ts": ts, "target": target}
         gone = was_open - present.keys()
         if gone:
             rows = [dict(zip(INTERVAL_LABELS, k, strict=True)) for k in gone]

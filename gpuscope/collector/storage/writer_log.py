@@ -104,9 +104,13 @@ class WriterLog:
         folded[: len(self.folded_seen)] = self.folded_seen
         self.seen, self.dirty, self.folded_seen = seen, dirty, folded
 
-    def pending(self, step: Step, times_s: Secs, last: LastValues, count: int) -> Pending:
+    def pending(
+        self, step: Step, times_s: Secs, last: LastValues, count: int, first_s: int | None = None
+    ) -> Pending:
         """The cycle's rows: ``step`` as prepared (not applied to ``last`` yet), its rows'
-        times, and its sample count. Pure: nothing changes until :meth:`committed`."""
+        times, and its sample count; ``first_s``: the time of its first row when not in
+        ``times_s`` (a run of cycles, store_ticks.py). Pure: nothing changes until
+        :meth:`committed`."""
         minute = int(times_s.max()) // FOLD_S if len(times_s) else (self.minute or 0)
         self._grow(int(step.sids.max()) + 1 if len(step.sids) else 0)
         behind = bool(np.any(times_s - self.folded_seen[step.sids] > LAST_SEEN_LAG_S))
@@ -124,7 +128,7 @@ class WriterLog:
             [pa.array(np.full(n + 1, self.seq, np.int64)),
              pa.array(np.append(sids, 0), pa.uint32(), mask=np.append(np.zeros(n, bool), True)),
              pa.array(np.append(step.raw[changed], float(count))),
-             pa.array(np.append(np.zeros(n, np.int64), times_s.min() if len(times_s) else 0),
+             pa.array(np.append(np.zeros(n, np.int64), _first(times_s, first_s)),
                       pa.timestamp("s"))],
             names=["seq", "series_id", "value", "ts"],
         )  # fmt: skip
@@ -179,6 +183,13 @@ class WriterLog:
         self.samples = self.rows = self.cycles = 0
         self.minute = minute
         self.seq += 1
+
+
+def _first(times_s: Secs, first_s: int | None) -> int:
+    """A cycle's count row's time: its first row's (what recovery reads samples from)."""
+    if first_s is not None:
+        return first_s
+    return int(times_s.min()) if len(times_s) else 0
 
 
 def scan(
