@@ -50,7 +50,8 @@ from gpuscope.sim import SimulatedCluster, default_scenario
 DB_NAME = "gpuscope.duckdb"
 #: DuckDB's buffer for the demo's database: its maintenance spills past it (docs/storage.md);
 #: 256MB left the weekly report's queries a 650 MB peak, 192MB 584 MB, 128MB about 545 MB
-#: (the report's queries need between 96MB and 128MB at DEMO_DB_THREADS; 96MB fails them).
+#: then (the report's queries need between 96MB and 128MB at DEMO_DB_THREADS; 96MB fails
+#: them); the whole demo now peaks at 477-492 MB with it (README, "The demo's figures").
 DEMO_DB_MEMORY = "128MB"
 #: DuckDB's threads for the demo's database: what a query needs of the buffer grows with
 #: them (the report's fit 128MB with 2 to 4 threads, not with 8), so the demo's memory
