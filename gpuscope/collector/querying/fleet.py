@@ -135,6 +135,8 @@ class FleetSource:
     state: dict[int, ShardState] = field(default_factory=dict)
     labels: LabelCache = field(default_factory=LabelCache)
     cycles: int = 0
+    #: The clock a cycle's ``deadline`` is on (``time.monotonic``; injected in tests).
+    monotonic: Callable[[], float] = time.monotonic
 
     def __post_init__(self) -> None:
         for s in range(self.shards):
@@ -194,7 +196,12 @@ class FleetSource:
             by_shard.setdefault(shard_of(node, self.shards), []).append(node)
         order = sorted(plans, key=lambda s: (plans[s][0], self.state[s].asked_in, s))
 
-        def ask(s: int) -> list[Batch]:
+        def ask(s: int) -> list[Batch] | None:
+            # A shard's turn may come after the deadline (the pool starts the next one as
+            # soon as a worker is free): it is not asked then, and says so (``None``),
+            # instead of failing at once as if the engine had not answered.
+            if deadline is not None and self.monotonic() >= deadline:
+                return None
             self.state[s].enter("asking", now)
             self.state[s].asked_in = self.cycles
             start, end = plans[s]
@@ -210,27 +217,36 @@ class FleetSource:
 
         pool = ThreadPoolExecutor(max(1, self.concurrency), thread_name_prefix="fleet-shard")
         pending = {pool.submit(ask, s): s for s in order}
+        left_out: list[int] = []  # their turn came after the deadline
         try:
             while pending:
-                left = None if deadline is None else max(0.0, deadline - time.monotonic())
+                left = None if deadline is None else max(0.0, deadline - self.monotonic())
                 done, _ = wait(pending, timeout=left, return_when=FIRST_COMPLETED)
                 if not done:
                     break  # the deadline: what is not answered waits for the next cycle
                 for fut in done:
                     s = pending.pop(fut)
+                    if fut.exception() is None and fut.result() is None:
+                        left_out.append(s)
+                        continue
                     self._answered(s, plans[s], fut, now, store, out, by_shard.get(s, []))
         finally:
             pool.shutdown(wait=False, cancel_futures=True)
-        for fut, s in pending.items():
+        for s in [*pending.values(), *left_out]:
+            # asked and not answered, or never asked (still queued, or its turn came after
+            # the deadline: it returns without asking)
             state = self.state[s]
-            if state.state == "asking" or not fut.cancel():
+            if state.state == "asking":
                 state.enter("timed_out", now, "no answer before the cycle's deadline")
             else:
                 state.enter("not_asked", now, "the cycle's deadline came first")
-        if pending:
-            out.errors.append(
+        pending_n = len(pending) + len(left_out)
+        if pending_n:
+            # first: what the cycle as a whole came to, before any one shard's error
+            out.errors.insert(
+                0,
                 f"query API {self.shown_url}: cycle deadline passed with "
-                f"{len(pending)} of {len(plans)} shards unanswered (left for the next cycle)"
+                f"{pending_n} of {len(plans)} shards unanswered (left for the next cycle)",
             )
         return out
 
@@ -238,7 +254,7 @@ class FleetSource:
         self,
         s: int,
         plan: tuple[float, float],
-        fut: Future[list[Batch]],
+        fut: Future[list[Batch] | None],
         now: float,
         store: Callable[[int, Batch, float], object],
         out: FleetCycle,
@@ -247,7 +263,7 @@ class FleetSource:
         """One shard's answer (or failure): its buckets stored, each with its cursor."""
         window, (start, end) = self.windows[s], plan
         try:
-            batches = fut.result()
+            batches = fut.result() or []  # None (not asked) never comes here
         except QueryRefused as exc:
             window.refused(round((end - start) / BUCKET_S) + 1)
             out.errors.append(str(exc))
