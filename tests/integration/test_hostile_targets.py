@@ -260,7 +260,7 @@ def test_a_full_disk_fails_readiness_then_exits_in_one_line_and_keeps_committed_
 
     def fat_page(h: BaseHTTPRequestHandler) -> None:  # fills the WAL in seconds, not minutes
         scrape[0] += 1
-        page = "".join(f'fat_ratio{{i="{i}"}} {scrape[0] + i / 1e5}\n' for i in range(5_000))
+        page = "".join(f'fat_ratio{{i="{i}"}} {scrape[0] + i / 1e5}\n' for i in range(20_000))
         send(h, page.encode(), TEXT)
 
     with serve(fat_page) as fat:
