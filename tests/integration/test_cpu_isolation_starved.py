@@ -2,7 +2,10 @@
 target churning 20,000 new label sets a scrape, the scrape loop at a 2 s interval at nice 10
 on one core beside a busy loop at nice 0 pinned to the same core (about a tenth of the core,
 less on a loaded machine). Healthy targets must keep at least 95 % of their ticks, counted
-(each stored scrape's tick against the ticks its target's schedule spanned), not timed.
+(each stored scrape's tick against the ticks its target's schedule spanned), not timed. The
+churning target gives away at most 10 ticks after a page here, not the shipped 30: it is
+parsed three times as often, and the window that must hold one of its parses takes 16
+ticks instead of 36 (the suite's time, issue 39).
 
 Seen: healthy targets kept 87.6 % and 91.1 % of their ticks (12-20 % on this project's
 loaded test machine): the churning page's parse cost about the CPU budget, so it was
@@ -38,9 +41,13 @@ from tests.integration.test_cpu_isolation import SERVER
 pytestmark = pytest.mark.integration
 INTERVAL = 2.0
 HEALTHY = 8
+#: The most ticks the churning target gives away after a page: a third of the shipped
+#: MAX_SKIP (30), so it is parsed three times as often as shipped (harder on the healthy
+#: targets) and the window, which must hold one of its parses, is a third as long.
+MAX_SKIP = 10
 #: Ticks the healthy targets are watched for (each), after the window opens: the churning
-#: target, held to its budget, is parsed again within MAX_SKIP + 1 ticks (31).
-TICKS = 36
+#: target, held to its budget, is parsed again within MAX_SKIP + 1 ticks.
+TICKS = MAX_SKIP + 6
 BUSY = "while True: pass"
 
 
@@ -86,6 +93,7 @@ def test_healthy_targets_keep_their_ticks_at_nice_10_beside_a_busy_loop(tmp_path
         write,
         INTERVAL,
         on_fatal=lambda message: None,
+        max_skip=MAX_SKIP,
     )
 
     def start_starved() -> None:  # the loop's threads inherit this thread's nice and core

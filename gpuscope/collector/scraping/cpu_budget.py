@@ -47,12 +47,18 @@ DEFAULT_SHARE = 0.1
 MAX_SKIP = 30
 
 
-def ticks_to_skip(cpu_seconds: float, interval_seconds: float, share: float = DEFAULT_SHARE) -> int:
-    """How many of a target's next ticks to skip after a page that cost ``cpu_seconds``."""
+def ticks_to_skip(
+    cpu_seconds: float,
+    interval_seconds: float,
+    share: float = DEFAULT_SHARE,
+    max_skip: int = MAX_SKIP,
+) -> int:
+    """How many of a target's next ticks to skip after a page that cost ``cpu_seconds``
+    (at most ``max_skip``)."""
     if share <= 0 or interval_seconds <= 0 or not math.isfinite(cpu_seconds):
         return 0
     budget = share * interval_seconds
-    return min(MAX_SKIP, max(0, math.ceil(cpu_seconds / budget) - 1))
+    return min(max_skip, max(0, math.ceil(cpu_seconds / budget) - 1))
 
 
 class _GcTime(threading.local):

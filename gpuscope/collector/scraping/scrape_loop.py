@@ -29,7 +29,7 @@ from collections.abc import Callable, Sequence
 
 import aiohttp
 
-from gpuscope.collector.scraping.cpu_budget import DEFAULT_SHARE, ticks_to_skip
+from gpuscope.collector.scraping.cpu_budget import DEFAULT_SHARE, MAX_SKIP, ticks_to_skip
 from gpuscope.collector.scraping.ingest import StoreFailed
 from gpuscope.collector.scraping.scrape import ScrapeOutcome, Scraper, Target
 
@@ -88,6 +88,7 @@ class ScrapeLoop:
         max_group_samples: int = 100_000,
         cpu_share: float = DEFAULT_SHARE,
         commit_ticks: int = 1,
+        max_skip: int = MAX_SKIP,
     ) -> None:
         self.scraper, self.targets, self.write = scraper, targets, write
         self.interval = interval_seconds
@@ -110,6 +111,8 @@ class ScrapeLoop:
         #: Each target's share of the interval for parsing
         # (gpuscope/collector/scraping/cpu_budget.py).
         self.cpu_share = cpu_share
+        #: The most ticks a target gives away after one page, however costly.
+        self.max_skip = max_skip
         #: Ticks skipped per target for going over its CPU budget, since the start.
         self.skipped: dict[str, int] = {}
         #: Outcomes for the writer; None is a wake-up: the last scrape in flight has ended.
@@ -187,7 +190,9 @@ class ScrapeLoop:
             skip = 0
             try:
                 outcome = await self.scraper.scrape_one(client, target)
-                skip = ticks_to_skip(outcome.cost_seconds, self.interval, self.cpu_share)
+                skip = ticks_to_skip(
+                    outcome.cost_seconds, self.interval, self.cpu_share, self.max_skip
+                )
                 self._offer(dataclasses.replace(outcome, skipped_ticks=skipped, scheduled_at=tick))
             except Exception:  # a bug, not a target's fault: log it, keep the schedule
                 log.exception("scrape failed target=%s", target.url)
