@@ -1,7 +1,8 @@
 """schemathesis over the collector's OpenAPI document (issue 25): generated requests to
 every operation, with and without the token, must never answer 5xx, and every status code
 answered must be one the document declares. Through ASGI (no sockets), with few examples
-per operation, so the whole file stays near a minute on CI.
+per operation, so the whole file stays near a minute on CI. schemathesis and hypothesis are
+imported where they run, not when the suite is collected (a second in every worker).
 """
 
 from __future__ import annotations
@@ -13,10 +14,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import schemathesis
-from hypothesis import HealthCheck, given, settings
-from schemathesis.checks import not_a_server_error
-from schemathesis.specs.openapi.checks import status_code_conformance
 
 from gpuscope.alerts.api import alerts_router
 from gpuscope.alerts.config import AlertsConfig
@@ -57,12 +54,11 @@ def api_schema(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
         reports_dir=reports,
         whatif=whatif_on_store(store, Settings(), clock),
     )
+    import schemathesis
+
     yield schemathesis.openapi.from_asgi("/openapi.json", create_app(state))
     engine.close()
     store.close()
-
-
-CHECKS = (not_a_server_error, status_code_conformance)
 
 
 def fuzz(schema: Any, headers: dict[str, str]) -> list[str]:
@@ -76,6 +72,11 @@ def fuzz(schema: Any, headers: dict[str, str]) -> list[str]:
 
 
 def fuzz_one(op: Any, headers: dict[str, str]) -> list[str]:
+    from hypothesis import HealthCheck, given, settings
+    from schemathesis.checks import not_a_server_error
+    from schemathesis.specs.openapi.checks import status_code_conformance
+
+    checks = (not_a_server_error, status_code_conformance)
     failures: list[str] = []
 
     @given(case=op.as_strategy())
@@ -89,7 +90,7 @@ def fuzz_one(op: Any, headers: dict[str, str]) -> list[str]:
     def run(case: Any) -> None:
         response = case.call(headers=headers)
         try:
-            case.validate_response(response, checks=CHECKS)
+            case.validate_response(response, checks=checks)
         except (Exception, BaseExceptionGroup) as exc:  # collected, reported together
             line = " ".join(str(exc).split())[:300]
             failures.append(f"{op.method.upper()} {op.path} -> {response.status_code}: {line}")

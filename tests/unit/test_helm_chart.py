@@ -14,12 +14,12 @@ import helm_python
 import kubernetes_validate
 import pytest
 import yaml
-from cloudcoil.models.prometheus_operator import v1 as prometheus_operator
 
 from deploy.render import CHART, PLAIN_VALUES, RenderError, objects, render, stale
 from gpuscope import __version__
 from gpuscope.cli.main import build_parser
 from gpuscope.core.settings import Settings, load_settings
+from tests.unit.operator_models import CRD_KINDS, round_trip
 
 REPO = Path(__file__).resolve().parents[2]
 VALUES = yaml.safe_load((CHART / "values.yaml").read_text())
@@ -43,10 +43,6 @@ COMBOS: dict[str, dict[str, Any]] = {
             "config": {"collector": {"scrape_interval_seconds": 30}},
         },
     },
-}
-CRDS = {
-    "ServiceMonitor": prometheus_operator.ServiceMonitor,
-    "PrometheusRule": prometheus_operator.PrometheusRule,
 }
 
 
@@ -73,9 +69,8 @@ def test_every_object_validates_against_the_kubernetes_and_operator_schemas(comb
     docs = rendered(COMBOS[combo])
     assert {d["kind"] for d in docs} >= {"DaemonSet", "Deployment", "Service", "ConfigMap"}
     for doc in docs:
-        if doc["kind"] in CRDS:
-            model = CRDS[doc["kind"]].model_validate(doc)
-            assert model.model_dump(mode="json", by_alias=True, exclude_unset=True) == doc
+        if doc["kind"] in CRD_KINDS:
+            assert round_trip(doc) == doc
         else:
             kubernetes_validate.validate(doc, "1.30", strict=True)
         assert "change-me" not in yaml.safe_dump(doc)
@@ -85,8 +80,7 @@ def test_a_misspelt_operator_field_is_caught() -> None:
     """The round trip above is not vacuous: a field the CRD lacks fails it."""
     monitor = one(rendered({}), "ServiceMonitor", "gpuscope-agent")
     monitor["spec"]["endpoints"][0]["honorLabel"] = True
-    model = prometheus_operator.ServiceMonitor.model_validate(monitor)
-    assert model.model_dump(mode="json", by_alias=True, exclude_unset=True) != monitor
+    assert round_trip(monitor) != monitor
 
 
 def test_the_chart_lints_clean() -> None:
@@ -295,12 +289,12 @@ def test_the_operator_objects_carry_the_release_label_and_honor_labels() -> None
     honorLabels keeps the agent's namespace/pod labels (tests/integration/
     test_servicemonitor_scrape.py shows what breaks without it)."""
     docs = rendered({})
-    monitors = [d for d in docs if d["kind"] in CRDS]
+    monitors = [d for d in docs if d["kind"] in CRD_KINDS]
     assert len(monitors) == 3
     assert {d["metadata"]["labels"]["release"] for d in monitors} == {"kube-prometheus-stack"}
     for m in (d for d in monitors if d["kind"] == "ServiceMonitor"):
         assert all(e["honorLabels"] is True for e in m["spec"]["endpoints"])
-    site = [d for d in rendered(COMBOS["site"]) if d["kind"] in CRDS]
+    site = [d for d in rendered(COMBOS["site"]) if d["kind"] in CRD_KINDS]
     assert all("release" not in d["metadata"]["labels"] for d in site)
     assert {d["metadata"]["labels"]["team"] for d in site} == {"gpu"}
 
