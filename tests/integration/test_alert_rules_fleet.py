@@ -36,16 +36,23 @@ Fired = dict[float, set[tuple[str, str]]]
 
 
 class Stopping(FleetPages):
-    """The agents' pages, but ``dead``'s agent stops at ``at`` (its node gone)."""
+    """The agents' pages, but ``dead``'s agent stops at ``at`` (its node gone). Each time's
+    pages are rendered once: direct mode scrapes them and VictoriaMetrics is pushed them."""
 
     def __init__(self, run: SimRun, dead: str, at: float) -> None:
         super().__init__(run.cluster, run.cluster.node_names, run.origin)
         self.dead, self.at = dead, at
+        self.rendered: dict[tuple[float, bool], list[tuple[str, bytes]]] = {}
 
     def pages(self, unix_t: float, *, openmetrics: bool = False) -> Iterator[tuple[str, bytes]]:
-        for node, page in super().pages(unix_t, openmetrics=openmetrics):
-            if node != self.dead or unix_t < self.at:
-                yield node, page
+        key = (unix_t, openmetrics)
+        if key not in self.rendered:
+            self.rendered[key] = [
+                (node, page)
+                for node, page in super().pages(unix_t, openmetrics=openmetrics)
+                if node != self.dead or unix_t < self.at
+            ]
+        yield from self.rendered[key]
 
 
 def fired(engine: AlertsEngine, t: float) -> set[tuple[str, str]]:
@@ -102,9 +109,10 @@ def test_shipped_metric_rules_judge_right_in_direct_and_fleet_mode(tmp_path: Pat
     minutes = [run.start + m * 60 + 7 for m in range(10, 46)]
     # direct mode while the cluster runs (past its end every node is down, rightly)
     live = [m for m in minutes if m < run.end]
-    direct = direct_mode(run, Stopping(run, dead, death), tmp_path / "d.duckdb", live)
+    pages = Stopping(run, dead, death)
+    direct = direct_mode(run, pages, tmp_path / "d.duckdb", live)
     with victoria_metrics(tmp_path, "-search.disableCache") as vm:
-        assert push_to_victoriametrics(vm, Stopping(run, dead, death), run.times()) > 0
+        assert push_to_victoriametrics(vm, pages, run.times()) > 0
         vm_flush(vm)
         fleet = fleet_mode(vm, run, tmp_path / "f.duckdb", minutes)
     for mode, seen in (("direct", direct), ("fleet", fleet)):
