@@ -411,8 +411,13 @@ def _cmd_act(args: argparse.Namespace) -> int:
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
+    from gpuscope.core.malloc import return_freed_memory
     from gpuscope.demo.run import run_demo
 
+    # The demo is sized for a small machine: its peak is what counts. A process-wide
+    # setting, so it is the command's (a process of its own), not run_demo's: a caller in
+    # a process that goes on (a test worker) keeps glibc's own threshold.
+    return_freed_memory()
     return run_demo(
         out=args.out,
         nodes=args.nodes,

@@ -31,7 +31,6 @@ from gpuscope.agent.devices.sim import scenario_clock
 from gpuscope.analytics.runner import as_json, render_text
 from gpuscope.collector.service import CollectorService, bind_listen
 from gpuscope.core.errors import UserError
-from gpuscope.core.malloc import return_freed_memory
 from gpuscope.core.settings import Settings, load_settings, parse_listen
 from gpuscope.core.timefmt import rfc3339
 from gpuscope.demo.history import fill_history, monday_before
@@ -138,7 +137,6 @@ def run_demo(
         raise UserError(f"{db} exists already; give another --out (nothing was changed)")
     # bound now, so a busy address is one line before minutes of simulation, not after
     sock = bind_listen(host, port, listen) if serve else None
-    return_freed_memory()  # the demo is sized for a small machine: its peak is what counts
     # Simulated time: the demo's "now" is 00:10 UTC on this week's Monday, so its history
     # ends where a complete ISO week does and the weekly report has that week to tell.
     now0 = monday_before(datetime.now(UTC)) + timedelta(minutes=10)
