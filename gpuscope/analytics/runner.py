@@ -51,12 +51,20 @@ def load_scheduled() -> None:
 
 
 def run_on_store(
-    store: Store, at: datetime, settings: Settings, which: Sequence[str], *, persist: bool
+    store: Store,
+    at: datetime,
+    settings: Settings,
+    which: Sequence[str],
+    *,
+    persist: bool,
+    record: bool = True,
 ) -> dict[str, Analysis]:
     """Run the named detectors over the store as of ``at``.
 
     ``persist`` lets incremental detectors keep their state in the store (the collector);
-    the CLI passes False and so never writes to a database it analyses.
+    the CLI passes False and so never writes to a database it analyses. With ``persist``,
+    ``record=False`` leaves storing the findings to the caller (the collector's analytics
+    job stores every detector's in one transaction).
     """
     from gpuscope.analytics.detectors.bandwidth import run_bandwidth
     from gpuscope.analytics.detectors.idle import run_idle
@@ -73,7 +81,7 @@ def run_on_store(
             if name == "idle":
                 out[name] = run_idle(
                     store, at, a, settings.workloads, persist=persist,
-                    scrape_interval_s=settings.collector.scrape_interval_seconds,
+                    scrape_interval_s=settings.collector.scrape_interval_seconds, record=record,
                 )  # fmt: skip
             elif name == "fragmentation":
                 # the inventory state valid at `at` (not the latest: an analysis of the

@@ -355,14 +355,17 @@ def run_idle(
     *,
     persist: bool = True,
     scrape_interval_s: float = 15.0,
+    record: bool = True,
 ) -> Analysis:
     """Idle sessions, idle workloads and over-age sessions at ``at`` (a pure function of
     the store and ``at``).
 
     With ``persist`` (the collector's schedule) the activity state and the findings are
     saved and the next run reads only newer samples; ``persist=False`` writes nothing (a
-    read-only CLI, ``--at`` in the past). A gap over three ``scrape_interval_s`` in a
-    GPU's samples is missing data.
+    read-only CLI, ``--at`` in the past). ``record=False`` saves the state but leaves the
+    findings to the caller (the collector's analytics job stores every detector's in one
+    transaction of its own: storing them here too was a second write of the same rows).
+    A gap over three ``scrape_interval_s`` in a GPU's samples is missing data.
     """
     at = utc(at).replace(microsecond=0)
     state, _, saved = activity_state(
@@ -372,6 +375,6 @@ def run_idle(
     findings, summary = _findings(rows, at, settings)
     newest = data_until(state)
     summary["data_until"] = newest.isoformat() if newest else None
-    if saved:  # a look into the past saves nothing: its findings would resolve today's
+    if saved and record:  # a look into the past saves nothing: it would resolve today's
         store.record_findings(findings, at, kinds=KINDS)
     return Analysis(kinds=KINDS, findings=findings, summary=summary)
