@@ -76,8 +76,10 @@ class RecordsMixin(StoreParts):
         unique = {f["id"]: f for f in map(as_dict, findings)}.values()
         incoming = json_records(unique, ("since", "observed_at"))
         with self._transaction(incoming=incoming) as con:
-            con.execute(Q["update_findings"], {"now": utc(now)})
-            con.execute(Q["insert_findings"], {"now": utc(now)})
+            if incoming.num_rows:  # none: nothing to update or insert (issue 39: a run
+                # that finds nothing, as most do, costs one statement, not three)
+                con.execute(Q["update_findings"], {"now": utc(now)})
+                con.execute(Q["insert_findings"], {"now": utc(now)})
             con.execute(Q["resolve_findings"], {"now": utc(now), "kinds": list(kinds)})
 
     def findings(self, *, open_only: bool = True) -> list[dict[str, Any]]:
