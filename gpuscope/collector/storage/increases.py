@@ -117,11 +117,16 @@ class LastValues:
         out: Flags = self._counter[ids]
         return out
 
+    def copy(self) -> LastValues:
+        """An independent copy (the writer's memory kept to put back if a run fails)."""
+        out = LastValues()
+        out._counter, out._raw = self._counter.copy(), self._raw.copy()
+        return out
+
     def with_raw(self, ids: Ids, raw: Floats) -> LastValues:
         """A copy with the last raw values of series ``ids`` set to ``raw`` (a run of
         cycles' values as they were before the run)."""
-        out = LastValues()
-        out._counter, out._raw = self._counter.copy(), self._raw.copy()
+        out = self.copy()
         out._raw[ids] = raw
         return out
 

@@ -48,7 +48,7 @@ class TicksMixin(WriterMixin):
                 self._next_id, self._last, {t: set(k) for t, k in self._open.items()},
                 dict(self._touched), dict(self._resolved),
             )  # fmt: skip
-            self._last = self._last.with_raw(np.zeros(0, np.uint32), np.zeros(0))
+            self._last = self._last.copy()  # the saved one stays as it was
             added: list[Any] = []
             try:
                 return self._append_ticks(ticks, added)
