@@ -10,9 +10,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-import httpx
 import yaml
 
+from tests import loopback
 from tests.conftest import free_port
 from tests.integration.helpers import installed, served
 
@@ -38,7 +38,7 @@ def victoria_metrics(tmp: Path, *flags: str) -> Iterator[str]:
 
 def vm_flush(base: str) -> None:
     """Make what was imported searchable now (VictoriaMetrics buffers it for a second)."""
-    httpx.get(base + "/internal/force_flush", timeout=60).raise_for_status()
+    loopback.get(base + "/internal/force_flush", timeout=60).raise_for_status()
 
 
 @contextmanager

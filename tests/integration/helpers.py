@@ -14,6 +14,7 @@ from typing import Any
 
 import httpx
 
+from tests import loopback
 from tests.conftest import SHUTDOWN_POLL_S, free_port
 
 ENV = {**os.environ, "PYTHONUNBUFFERED": "1"}
@@ -25,7 +26,7 @@ def wait_http(url: str, proc: subprocess.Popen[str] | None = None, timeout: floa
     deadline = time.monotonic() + timeout
     while True:
         try:
-            httpx.get(url, timeout=2)
+            loopback.get(url, timeout=2)
             return
         except httpx.HTTPError:
             if proc is not None and proc.poll() is not None:

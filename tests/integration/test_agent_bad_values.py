@@ -9,7 +9,6 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector, CollectorRegistry
@@ -17,6 +16,7 @@ from prometheus_client.registry import Collector, CollectorRegistry
 from gpuscope.agent.devices.infiniband import SysfsIbSource
 from gpuscope.agent.serving.exposition import AgentCollector
 from gpuscope.agent.serving.server import AgentHttpServer
+from tests import loopback
 
 pytestmark = pytest.mark.integration
 Samples = dict[str, list[tuple[dict[str, str], float]]]
@@ -53,7 +53,7 @@ def serving(collector: AgentCollector, registry: CollectorRegistry | None = None
 
 
 def scrape(url: str) -> Samples:
-    r = httpx.get(f"{url}/metrics", timeout=10)
+    r = loopback.get(f"{url}/metrics", timeout=10)
     assert r.status_code == 200, r.text
     out: Samples = {}
     for fam in text_string_to_metric_families(r.text):
@@ -76,7 +76,7 @@ def errors(got: Samples) -> dict[tuple[str, str], float]:
 
 
 def healthy(url: str) -> bool:
-    r = httpx.get(f"{url}/healthz", timeout=10)
+    r = loopback.get(f"{url}/healthz", timeout=10)
     return r.status_code == 200 and r.json()["status"] == "ok"
 
 
@@ -177,8 +177,8 @@ def test_healthz_is_not_ok_while_the_page_fails() -> None:
     registry.register(broken)
     with serving(agent, registry) as url:
         assert healthy(url)
-        assert httpx.get(f"{url}/metrics", timeout=10).status_code == 500
-        r = httpx.get(f"{url}/healthz", timeout=10)
+        assert loopback.get(f"{url}/metrics", timeout=10).status_code == 500
+        r = loopback.get(f"{url}/healthz", timeout=10)
         assert r.status_code == 503 and "boom" in r.json()["error"]
         broken.broken = False
         scrape(url)

@@ -11,6 +11,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from gpuscope.core.catalogue import AGENT_METRICS
+from tests import loopback
 from tests.conftest import free_port
 
 pytestmark = pytest.mark.integration
@@ -75,7 +76,7 @@ def test_listen_serves_the_same_over_http(fixtures_dir: Path) -> None:
         deadline = time.monotonic() + 30
         while True:
             try:
-                r = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5)
+                r = loopback.get(f"http://127.0.0.1:{port}/metrics", timeout=5)
                 break
             except httpx.ConnectError:
                 assert proc.poll() is None, proc.communicate()[1]
@@ -94,16 +95,16 @@ def test_listen_serves_the_same_over_http(fixtures_dir: Path) -> None:
             "gpu-node-10",
         )
         assert names_in(r.text) == names_in(once.stdout)
-        health = httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=5).json()
+        health = loopback.get(f"http://127.0.0.1:{port}/healthz", timeout=5).json()
         assert health["status"] == "ok" and health["node"] == "gpu-node-10"
         assert {s["source"] for s in health["sources"]} == {"sim", "attribution", "infiniband"}
-        om = httpx.get(
+        om = loopback.get(
             f"http://127.0.0.1:{port}/metrics",
             timeout=5,
             headers={"Accept": "application/openmetrics-text; version=1.0.0"},
         )
         assert om.text.rstrip().endswith("# EOF")
-        assert httpx.get(f"http://127.0.0.1:{port}/nope", timeout=5).status_code == 404
+        assert loopback.get(f"http://127.0.0.1:{port}/nope", timeout=5).status_code == 404
     finally:
         proc.terminate()
         assert proc.wait(timeout=10) == 0  # SIGTERM is a clean stop

@@ -20,6 +20,7 @@ import pytest
 
 from gpuscope.agent.devices.infiniband import SysfsIbSource
 from gpuscope.agent.serving.exposition import AgentCollector
+from tests import loopback
 from tests.conftest import free_port
 from tests.integration.test_agent_bad_values import (  # noqa: F401  (fixture)
     _ib,
@@ -98,7 +99,7 @@ def test_sigterm_stops_the_agent_with_a_fifo_in_its_sysfs_tree(tree: Path) -> No
     try:
         for _ in range(600):
             try:
-                r = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=30)
+                r = loopback.get(f"http://127.0.0.1:{port}/metrics", timeout=30)
                 break
             except httpx.TransportError:
                 if proc.poll() is not None:

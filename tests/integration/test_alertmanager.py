@@ -5,13 +5,13 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-import httpx
 import pytest
 
 from gpuscope.alerts.config import AlertsConfig
 from gpuscope.alerts.engine import AlertsEngine
 from gpuscope.collector.storage.store import Store
 from gpuscope.core.records import Finding, finding_id
+from tests import loopback
 from tests.integration.alert_receivers import (
     FakeTime,
     alertmanager_server,
@@ -42,7 +42,7 @@ def test_alerts_reach_a_real_alertmanager_and_its_webhook(tmp_path: Path) -> Non
         store.record_findings([_finding(now)], now, kinds=["link_errors"])
         result = engine.run()
         assert [o.ok for o in result.outcomes] == [True]
-        listed = httpx.get(f"{am}/api/v2/alerts").json()
+        listed = loopback.get(f"{am}/api/v2/alerts").json()
         assert [a["labels"]["alertname"] for a in listed] == ["InfinibandLinkErrors"]
         assert listed[0]["status"]["state"] == "active"
 

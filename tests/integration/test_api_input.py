@@ -23,6 +23,7 @@ from gpuscope.collector.http_api.api import ApiState, create_app
 from gpuscope.collector.scraping.targets import TargetRegistry
 from gpuscope.collector.storage.store import Store
 from gpuscope.core.records import Finding, finding_id
+from tests import loopback
 from tests.conftest import free_port
 from tests.integration.alert_receivers import FakeTime, receiver
 
@@ -98,9 +99,9 @@ def _json_4xx(r: httpx.Response, status: int) -> str:
 def test_non_ascii_authorization_is_401_not_500(served: Served) -> None:
     """An unauthenticated caller's header with bytes past ASCII is a plain 401."""
     for value in (b"Bearer \xc3\xa9t\xc3\xa9", b"Bearer \xff\xfe", "Bearer tök".encode()):
-        r = httpx.post(f"{served.url}/api/v1/scrape", headers={"Authorization": value})
+        r = loopback.post(f"{served.url}/api/v1/scrape", headers={"Authorization": value})
         assert "bearer token" in _json_4xx(r, 401)
-    assert httpx.post(f"{served.url}/api/v1/scrape", headers=AUTH).status_code == 200
+    assert loopback.post(f"{served.url}/api/v1/scrape", headers=AUTH).status_code == 200
 
 
 PAGED = ["/api/v1/findings", "/api/v1/inventory/nodes", "/api/v1/actions", "/api/v1/utilization",
@@ -111,21 +112,21 @@ def test_huge_and_negative_offsets_are_422(served: Served) -> None:
     """Past 10**9 (DuckDB binds offsets as 64-bit integers) or below 0: 422, on every list."""
     for path in PAGED:
         for offset in (10**30, 2**63, 1_000_000_001, -1):
-            r = httpx.get(f"{served.url}{path}", params={"offset": offset})
+            r = loopback.get(f"{served.url}{path}", params={"offset": offset})
             assert "offset" in _json_4xx(r, 422), (path, offset)
 
 
 def test_offset_at_the_bound_still_answers(served: Served) -> None:
-    r = httpx.get(f"{served.url}/api/v1/findings", params={"offset": 1_000_000_000})
+    r = loopback.get(f"{served.url}/api/v1/findings", params={"offset": 1_000_000_000})
     assert r.status_code == 200 and r.json()["items"] == []
 
 
 def test_unusable_steps_are_4xx(served: Served) -> None:
     """Infinite, NaN, longer than a year, or so short the answer has too many points."""
     for step in ("inf", "-inf", "nan", "1e300", "31622401"):
-        r = httpx.get(f"{served.url}/api/v1/utilization", params={"step": step})
+        r = loopback.get(f"{served.url}/api/v1/utilization", params={"step": step})
         assert "step" in str(_json_4xx(r, 422)), step
-    r = httpx.get(f"{served.url}/api/v1/utilization", params={"step": "1e-300"})
+    r = loopback.get(f"{served.url}/api/v1/utilization", params={"step": "1e-300"})
     assert "raise step" in _json_4xx(r, 400)
 
 
@@ -145,14 +146,14 @@ BAD_TIMES: list[dict[str, str]] = [
 def test_times_out_of_range_are_400(served: Served) -> None:
     """Outside 1970 .. 9999 (Python's datetime and DuckDB's epoch arithmetic): 400."""
     for params in BAD_TIMES:
-        r = httpx.get(f"{served.url}/api/v1/utilization", params=params)
+        r = loopback.get(f"{served.url}/api/v1/utilization", params=params)
         detail = _json_4xx(r, 400)
         assert "time" in detail or "start" in detail, params
 
 
 def test_far_but_valid_times_still_answer(served: Served) -> None:
     """The window's edges are accepted: a long step keeps the point count small."""
-    r = httpx.get(
+    r = loopback.get(
         f"{served.url}/api/v1/utilization",
         params={"start": "1970-01-01T00:00:00Z", "end": "9999-12-31T00:00:00Z",
                 "step": 366 * 86400},
@@ -164,20 +165,20 @@ def test_silence_durations_past_the_limit_are_400(served: Served) -> None:
     """10**20 hours overflowed timedelta (500); every duration past 90 days is refused."""
     for duration in ("100000000000000000000h", "9999999999999999w", "91d"):
         body = {"matchers": ['namespace="cv"'], "duration": duration}
-        r = httpx.post(f"{served.url}/api/v1/silences", json=body, headers=AUTH)
+        r = loopback.post(f"{served.url}/api/v1/silences", json=body, headers=AUTH)
         assert "at most 90 days" in _json_4xx(r, 400), duration
 
 
 def test_silence_ending_after_year_9999_is_400(served: Served) -> None:
     body = {"matchers": ['a="b"'], "starts_at": "9999-12-31T23:00:00Z", "duration": "2h"}
-    r = httpx.post(f"{served.url}/api/v1/silences", json=body, headers=AUTH)
+    r = loopback.post(f"{served.url}/api/v1/silences", json=body, headers=AUTH)
     assert "9999" in _json_4xx(r, 400)
 
 
 def test_silence_bodies_are_capped(served: Served) -> None:
     """A declared and a chunked (undeclared) body over 64 KiB are 413; memory never holds it."""
     big = {"matchers": ['a="b"'], "duration": "1h", "comment": "x" * 10_000_000}
-    r = httpx.post(f"{served.url}/api/v1/silences", json=big, headers=AUTH)
+    r = loopback.post(f"{served.url}/api/v1/silences", json=big, headers=AUTH)
     assert "larger than" in _json_4xx(r, 413)
 
     def chunks() -> Iterator[bytes]:
@@ -186,17 +187,17 @@ def test_silence_bodies_are_capped(served: Served) -> None:
             yield b"x" * 65536
         yield b'"}'
 
-    r = httpx.post(f"{served.url}/api/v1/silences", content=chunks(),
+    r = loopback.post(f"{served.url}/api/v1/silences", content=chunks(),
                    headers={**AUTH, "Content-Type": "application/json"})  # fmt: skip
     assert "larger than" in _json_4xx(r, 413)
     many = {"matchers": ['a="b"'] * 65, "duration": "1h"}
-    r = httpx.post(f"{served.url}/api/v1/silences", json=many, headers=AUTH)
+    r = loopback.post(f"{served.url}/api/v1/silences", json=many, headers=AUTH)
     _json_4xx(r, 422)
     long = {"matchers": ['a="' + "b" * 2000 + '"'], "duration": "1h"}
-    r = httpx.post(f"{served.url}/api/v1/silences", json=long, headers=AUTH)
+    r = loopback.post(f"{served.url}/api/v1/silences", json=long, headers=AUTH)
     _json_4xx(r, 422)
     # the API still answers, and a small silence still goes in
-    ok = httpx.post(f"{served.url}/api/v1/silences", json={"matchers": ['a="b"'],
+    ok = loopback.post(f"{served.url}/api/v1/silences", json={"matchers": ['a="b"'],
                     "duration": "1h"}, headers=AUTH)  # fmt: skip
     assert ok.status_code == 201
 
@@ -215,7 +216,7 @@ def test_backtracking_regex_silence_cannot_stall_the_alerts_job(served: Served) 
     engine; silences match on RE2, so the alerts job finishes at once and the alert goes out.
     """
     body = {"matchers": ['namespace=~"(a+)+$"'], "duration": "2h"}
-    r = httpx.post(f"{served.url}/api/v1/silences", json=body, headers=AUTH)
+    r = loopback.post(f"{served.url}/api/v1/silences", json=body, headers=AUTH)
     assert r.status_code == 201, r.text
     served.engine.run()  # in this thread, so that the timeout's signal can stop a stuck match
     assert len(served.slack.requests) == 1  # type: ignore[attr-defined]  # not silenced
@@ -225,5 +226,5 @@ def test_regexes_re2_cannot_run_in_linear_time_are_400(served: Served) -> None:
     """Backreferences, look-around and huge repetitions have no linear-time match: 400."""
     for regex in (r"(a)\\1", "(?=a)b", "(?<!x)y", "a{1000}{1000}"):
         body = {"matchers": [f'namespace=~"{regex}"'], "duration": "1h"}
-        r = httpx.post(f"{served.url}/api/v1/silences", json=body, headers=AUTH)
+        r = loopback.post(f"{served.url}/api/v1/silences", json=body, headers=AUTH)
         assert "bad regular expression" in _json_4xx(r, 400), regex

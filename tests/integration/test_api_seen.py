@@ -15,6 +15,7 @@ import httpx
 import pytest
 
 from gpuscope.collector.service import bind_listen
+from tests import loopback
 from tests.conftest import free_port
 from tests.integration.test_api_input import AUTH, NOW, Served, served  # noqa: F401  (fixture)
 
@@ -34,7 +35,7 @@ def test_silence_bodies_json_allows_but_text_cannot_hold_are_422(
 ) -> None:
     headers = {**AUTH, "Content-Type": "application/json"}
     with caplog.at_level(logging.WARNING):
-        r = httpx.post(f"{served.url}/api/v1/silences", content=body, headers=headers)
+        r = loopback.post(f"{served.url}/api/v1/silences", content=body, headers=headers)
     assert r.status_code == 422, r.text
     assert r.headers["content-type"].startswith("application/json")
     assert r.json()["detail"]  # valid JSON, whatever the input echoed

@@ -12,10 +12,10 @@ from pathlib import Path
 from typing import Any
 
 import duckdb
-import httpx
 import pytest
 
 from gpuscope.collector.storage.store_sql import Q
+from tests import loopback
 from tests.conftest import free_port
 from tests.integration.helpers import ENV, agent_process, http_server, send, wait_http
 
@@ -71,7 +71,7 @@ def start_collector(
 
 
 def status(base: str) -> dict[str, Any]:
-    return httpx.get(base + "/api/v1/status", timeout=10).json()
+    return loopback.get(base + "/api/v1/status", timeout=10).json()
 
 
 def wait_for(pred: Any, timeout: float = 30) -> None:
@@ -95,42 +95,44 @@ def test_scrapes_agents_serves_data_and_reports_html_target_down(
         assert by_url[agents[0]]["up"] and by_url[agents[1]]["up"]
         assert by_url[html_target]["up"] is False
         assert "html" in by_url[html_target]["last_error"].lower()
-        ready = httpx.get(base + "/readyz", timeout=5)
+        ready = loopback.get(base + "/readyz", timeout=5)
         assert ready.status_code == 200
         # one Date header, stamped per response (api_server.Dated), a real HTTP date
         [date] = ready.headers.get_list("date")
         assert abs(parsedate_to_datetime(date).timestamp() - time.time()) < 3600
-        util = httpx.get(
+        util = loopback.get(
             base + "/api/v1/utilization", params={"by": "node", "step": 1}, timeout=10
         ).json()
         assert {s["key"] for s in util["series"]} == {"gpu-node-08", "gpu-node-30"}
         busy = {s["key"]: s["points"][-1][1] for s in util["series"]}
         assert busy["gpu-node-08"] > 0.8  # the fine-tune job's node trains flat out
-        resp = httpx.get(base + "/api/v1/utilization", params={"by": "project"}, timeout=10)
+        resp = loopback.get(base + "/api/v1/utilization", params={"by": "project"}, timeout=10)
         assert resp.status_code == 200, resp.text + proc.stderr.read1().decode()
         by_project = resp.json()
         assert {"nlp", "serving"} <= {s["key"] for s in by_project["series"]}
-        resp = httpx.get(
+        resp = loopback.get(
             base + "/api/v1/utilization", params={"by": "gpu", "limit": 5, "offset": 0}, timeout=10
         )
         assert resp.status_code == 200, resp.text
         page = resp.json()
         assert len(page["series"]) == 5 and page["total"] == 16
-        assert httpx.get(base + "/api/v1/findings", timeout=5).json()["total"] == 0
+        assert loopback.get(base + "/api/v1/findings", timeout=5).json()["total"] == 0
         assert (
-            httpx.get(base + "/api/v1/utilization", params={"limit": 5000}, timeout=5).status_code
+            loopback.get(
+                base + "/api/v1/utilization", params={"limit": 5000}, timeout=5
+            ).status_code
             == 422
         )
-        metrics = httpx.get(base + "/metrics", timeout=5).text
+        metrics = loopback.get(base + "/metrics", timeout=5).text
         assert 'gpuscope_collector_target_up{target="' + html_target + '"} 0.0' in metrics
-        assert "/api/v1/status" in httpx.get(base + "/openapi.json", timeout=5).json()["paths"]
+        assert "/api/v1/status" in loopback.get(base + "/openapi.json", timeout=5).json()["paths"]
         # changing endpoints need the bearer token
-        assert httpx.post(base + "/api/v1/scrape", timeout=10).status_code == 401
-        bad = httpx.post(
+        assert loopback.post(base + "/api/v1/scrape", timeout=10).status_code == 401
+        bad = loopback.post(
             base + "/api/v1/scrape", headers={"Authorization": "Bearer nope"}, timeout=10
         )
         assert bad.status_code == 401
-        ok = httpx.post(
+        ok = loopback.post(
             base + "/api/v1/scrape", headers={"Authorization": f"Bearer {TOKEN}"}, timeout=30
         )
         assert ok.status_code == 200 and ok.json()["samples_stored"] > 0
@@ -319,8 +321,8 @@ def test_collector_starts_with_policies_and_alerts_and_refuses_a_bad_policy(
         tmp_path / "a.duckdb", [], "--config", str(config), env_extra=secrets
     )
     try:
-        assert httpx.get(base + "/api/v1/actions", timeout=10).json()["total"] == 0
-        assert httpx.get(base + "/api/v1/alerts", timeout=10).status_code == 200
+        assert loopback.get(base + "/api/v1/actions", timeout=10).json()["total"] == 0
+        assert loopback.get(base + "/api/v1/alerts", timeout=10).status_code == 200
     finally:
         proc.terminate()
         proc.wait(timeout=30)

@@ -10,7 +10,6 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -23,6 +22,7 @@ from dashboards.promql import (
     variable_query,
 )
 from dashboards.stack import CLUSTER, Stack, simulated_stack
+from tests import loopback
 from tests.conftest import free_port
 from tests.integration.helpers import installed
 
@@ -49,7 +49,7 @@ def wait_for(base: str, expr: str, timeout: float = 60) -> None:
 
 
 def instant(base: str, expr: str) -> list[dict[str, Any]]:
-    body = httpx.post(f"{base}/api/v1/query", data={"query": expr}, timeout=30).json()
+    body = loopback.post(f"{base}/api/v1/query", data={"query": expr}, timeout=30).json()
     assert body["status"] == "success", f"{expr}: {body}"
     result: list[dict[str, Any]] = body["data"]["result"]
     return result
@@ -60,7 +60,7 @@ def variable_values(base: str, variable: Mapping[str, Any], values: dict[str, st
     expr, label = variable_query(variable)
     expr = substitute(expr, values)
     if label is not None:
-        r = httpx.get(f"{base}/api/v1/series", params={"match[]": expr}, timeout=30).json()
+        r = loopback.get(f"{base}/api/v1/series", params={"match[]": expr}, timeout=30).json()
         assert r["status"] == "success", r
         return sorted({s[label] for s in r["data"] if label in s})
     pattern = re.compile(variable["regex"].strip("/"))
@@ -139,7 +139,7 @@ def test_every_panel_query_returns_data(stack: Stack, pool: str) -> None:
 def exported(urls: list[str]) -> set[str]:
     names: set[str] = set()
     for url in urls:
-        for fam in text_string_to_metric_families(httpx.get(url, timeout=10).text):
+        for fam in text_string_to_metric_families(loopback.get(url, timeout=10).text):
             names.update(s.name for s in fam.samples)
     return names
 

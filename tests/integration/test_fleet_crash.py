@@ -35,6 +35,7 @@ from bench.fleet_sim import push_to_victoriametrics
 from gpuscope.collector.querying.query_ingest import CURSOR_KEY
 from gpuscope.collector.storage.schema import SET_META
 from gpuscope.collector.storage.store import Store
+from tests import loopback
 from tests.conftest import free_port
 from tests.integration.engines import victoria_metrics, vm_flush
 from tests.integration.fleet_cluster import BUCKET_S, SimRun, sim_run
@@ -72,7 +73,7 @@ class Killer:
                 os.kill(self.pid, signal.SIGKILL)
                 self.killed.set()
                 return
-        r = httpx.post(
+        r = loopback.post(
             self.engine + handler.path,
             content=body,
             headers={"Content-Type": handler.headers.get("Content-Type", "")},
@@ -116,7 +117,7 @@ def collector(cfg: Path) -> subprocess.Popen[str]:
 
 def cycles_done(api: str) -> int:
     try:
-        status = httpx.get(api + "/api/v1/status", timeout=5).json()
+        status = loopback.get(api + "/api/v1/status", timeout=5).json()
     except (httpx.HTTPError, ValueError):
         return 0
     return int(status["ingest"]["query_source"]["cycles"])

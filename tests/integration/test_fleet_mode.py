@@ -11,7 +11,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 import yaml
 
@@ -22,6 +21,7 @@ from gpuscope.collector.querying.query_ingest import QueryIngest
 from gpuscope.collector.storage.store import Store
 from gpuscope.core.query_settings import QuerySettings
 from gpuscope.core.settings import Settings
+from tests import loopback
 from tests.integration.engines import prometheus_on_blocks, victoria_metrics, vm_flush
 from tests.integration.fleet_cluster import (
     BUCKET_S,
@@ -133,7 +133,7 @@ def test_fleet_mode_on_prometheus_equals_direct(run: SimRun, direct: Store, tmp_
     om = tmp_path / "fleet.om"
     write_openmetrics(run.pages(), run.times(), om)
     with prometheus_on_blocks(tmp_path, om) as prom:
-        up = httpx.get(prom + "/api/v1/query", params={
+        up = loopback.get(prom + "/api/v1/query", params={
             "query": "count(gpuscope_agent_info)", "time": run.end - 60}).json()  # fmt: skip
         assert up["data"]["result"], "the blocks hold no data"
         fleet = run_fleet(prom, run, tmp_path / "f.duckdb", settings, FLEET)
@@ -149,7 +149,7 @@ def evaluate_rules_into(vm: str, rules: Path, start: float, end: float) -> int:
     for group in groups:
         step = group.get("interval", "30s")
         for rule in group["rules"]:
-            r = httpx.post(vm + "/api/v1/query_range", data={
+            r = loopback.post(vm + "/api/v1/query_range", data={
                 "query": rule["expr"], "start": start, "end": end, "step": step}, timeout=120)  # fmt: skip
             for series in r.json()["data"]["result"]:
                 lines.append(json.dumps({
@@ -157,7 +157,7 @@ def evaluate_rules_into(vm: str, rules: Path, start: float, end: float) -> int:
                     "values": [float(v) for _, v in series["values"]],
                     "timestamps": [int(float(t) * 1000) for t, _ in series["values"]],
                 }))  # fmt: skip
-    httpx.post(vm + "/api/v1/import", content="\n".join(lines), timeout=300).raise_for_status()
+    loopback.post(vm + "/api/v1/import", content="\n".join(lines), timeout=300).raise_for_status()
     return len(lines)
 
 

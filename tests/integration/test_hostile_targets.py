@@ -24,6 +24,7 @@ import pytest
 from bench.hostile_targets import responder, serve
 from gpuscope.collector.scraping.scrape import ScrapeOutcome, Scraper, Target
 from gpuscope.collector.scraping.scrape_loop import ScrapeLoop
+from tests import loopback
 from tests.conftest import free_port
 from tests.integration.helpers import ENV, agent_process, send, wait_http
 
@@ -74,7 +75,7 @@ def collector(
 
 
 def status(base: str) -> dict[str, Any]:
-    resp = httpx.get(base + "/api/v1/status", timeout=30)
+    resp = loopback.get(base + "/api/v1/status", timeout=30)
     assert resp.status_code == 200, resp.text
     return dict(resp.json())
 
@@ -138,7 +139,7 @@ def test_hostile_targets_never_stop_a_healthy_agent(tmp_path: Path, agent: str) 
             # one scrape per 1 s interval, with generous room for a loaded machine
             assert healthy["scrapes"] - by_url(first)[agent]["scrapes"] >= elapsed / 2 - 1
             assert st["samples_stored"] > first["samples_stored"]
-            assert httpx.get(base + "/readyz", timeout=10).status_code == 200
+            assert loopback.get(base + "/readyz", timeout=10).status_code == 200
             assert targets[ts_url]["up"]
             assert targets[ts_url]["samples_dropped"]["out_of_bounds"] >= 1
             assert not targets[bomb_url]["up"]
@@ -148,7 +149,7 @@ def test_hostile_targets_never_stop_a_healthy_agent(tmp_path: Path, agent: str) 
             assert targets[redacted]["up"], targets[redacted]
             assert st["ingest"]["store_writable"] is True
             assert st["ingest"]["limits"]["sample_limit"] == 50_000
-            metrics = httpx.get(base + "/metrics", timeout=10).text
+            metrics = loopback.get(base + "/metrics", timeout=10).text
             assert (
                 f'gpuscope_collector_scrape_failures_total{{reason="timeout",target="{hang_url}"}}'
                 in metrics
@@ -156,7 +157,7 @@ def test_hostile_targets_never_stop_a_healthy_agent(tmp_path: Path, agent: str) 
             assert 'reason="out_of_bounds"' in metrics
             assert PASSWORD not in str(st) and PASSWORD not in metrics
             # the NaN utilization of "nan-node" is kept, but never makes the mean NaN
-            util = httpx.get(base + "/api/v1/utilization", params={"step": 1}, timeout=10)
+            util = loopback.get(base + "/api/v1/utilization", params={"step": 1}, timeout=10)
             assert util.status_code == 200 and "NaN" not in util.text
             points = [p for series in util.json()["series"] for p in series["points"]]
             assert points and all(0 <= p[1] <= 5 for p in points)
@@ -300,8 +301,8 @@ def watch_until_exit(proc: subprocess.Popen[str], base: str) -> tuple[bool, int,
         while proc.poll() is None:
             assert time.monotonic() < deadline, "the collector never gave up on a full disk"
             try:
-                ready = httpx.get(base + "/readyz", timeout=5).status_code
-                st = httpx.get(base + "/api/v1/status", timeout=5).json()
+                ready = loopback.get(base + "/readyz", timeout=5).status_code
+                st = loopback.get(base + "/api/v1/status", timeout=5).json()
             except httpx.HTTPError:
                 time.sleep(0.1)
                 continue

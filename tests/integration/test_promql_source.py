@@ -9,12 +9,12 @@ from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
-import httpx
 import pytest
 
 from gpuscope.collector.querying.promql import PrometheusQuerySource
 from gpuscope.collector.storage.store import Store
 from gpuscope.core.errors import SourceError
+from tests import loopback
 from tests.integration.helpers import agent_process, http_server, prometheus_server, send
 
 pytestmark = pytest.mark.integration
@@ -25,7 +25,7 @@ def test_query_range_batches_are_the_agents_series(tmp_path: Path) -> None:
     with agent_process("gpu-node-08") as url, prometheus_server(tmp_path, [url]) as prom:
         deadline = time.monotonic() + 60
         while True:
-            r = httpx.get(prom + "/api/v1/query", params={"query": "gpuscope_gpu_up"}, timeout=5)
+            r = loopback.get(prom + "/api/v1/query", params={"query": "gpuscope_gpu_up"}, timeout=5)
             if r.json()["data"]["result"]:
                 break
             assert time.monotonic() < deadline, "Prometheus never scraped the agent"

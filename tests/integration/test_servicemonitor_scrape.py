@@ -26,6 +26,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from deploy.render import objects, render
+from tests import loopback
 from tests.integration.helpers import agent_process, prometheus_with
 
 pytestmark = pytest.mark.integration
@@ -153,7 +154,7 @@ def operator_prometheus(tmp: Path, config: dict[str, Any]) -> Iterator[str]:
 
 
 def query(base: str, expr: str) -> list[dict[str, Any]]:
-    body = httpx.get(f"{base}/api/v1/query", params={"query": expr}, timeout=10).json()
+    body = loopback.get(f"{base}/api/v1/query", params={"query": expr}, timeout=10).json()
     assert body["status"] == "success", body
     return list(body["data"]["result"])
 
@@ -167,7 +168,7 @@ def wait_for(base: str, expr: str, timeout: float = 60) -> list[dict[str, Any]]:
 
 
 def agent_namespaces(agent_url: str) -> set[str]:
-    page = httpx.get(agent_url, timeout=10).text
+    page = loopback.get(agent_url, timeout=10).text
     return {
         s.labels["namespace"]
         for f in text_string_to_metric_families(page)
