@@ -1,5 +1,8 @@
 """Shared fixtures: the third-party reference data (tests/fixtures), free loopback ports."""
 
+import itertools
+import os
+import random
 import socket
 from pathlib import Path
 
@@ -14,10 +17,38 @@ def fixtures_dir() -> Path:
     return FIXTURES
 
 
+#: Each pytest-xdist worker hands out loopback ports from a block of its own, all below
+#: Linux's ephemeral range (32768-60999 by default).
+PORT_BASE = 20000
+PORT_BLOCK = 300
+_next_port = itertools.count(random.randrange(PORT_BLOCK))
+
+
+def _worker_index() -> int:
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+    digits = worker.removeprefix("gw")
+    return int(digits) % 40 if digits.isdigit() else 0
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A loopback port that is free now and that no other worker of this run hands out.
+
+    Why not ``bind(port 0)``: the kernel picks that port from the ephemeral range, where
+    the other workers' ports and every outgoing connection's source port come from too; in
+    the moment between this check and the server's own bind, another worker's server could
+    take it, and a test would then talk to that server (its readiness check answered by the
+    wrong process). Ports from a block of this worker's own, below the ephemeral range, are
+    taken by nothing else of this run."""
+    first = PORT_BASE + _worker_index() * PORT_BLOCK
+    for _ in range(PORT_BLOCK):
+        port = first + next(_next_port) % PORT_BLOCK
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue  # in use (or in TIME_WAIT): the next one
+            return port
+    raise RuntimeError(f"no free loopback port in {first}-{first + PORT_BLOCK - 1}")
 
 
 #: How often a test's loopback HTTP server looks for its shutdown (socketserver's default is

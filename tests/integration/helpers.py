@@ -10,6 +10,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -51,6 +52,29 @@ def installed(name: str, fallback: str = "") -> str:
     return found
 
 
+def listening_pids(port: int) -> set[int] | None:
+    """The processes holding the socket that listens on 127.0.0.1:``port`` (from Linux's
+    /proc; ``None`` where there is no /proc to ask)."""
+    table = Path("/proc/net/tcp")
+    if not table.exists():
+        return None
+    local = f"0100007F:{port:04X}"
+    inodes = {
+        fields[9]
+        for fields in (line.split() for line in table.read_text().splitlines()[1:])
+        if fields[1] == local and fields[3] == "0A"  # 0A: LISTEN
+    }
+    pids: set[int] = set()
+    for fd in Path("/proc").glob("[0-9]*/fd/*"):
+        try:
+            link = os.readlink(fd)
+        except OSError:
+            continue  # gone, or not ours to read
+        if link.startswith("socket:[") and link[8:-1] in inodes:
+            pids.add(int(fd.parts[2]))
+    return pids
+
+
 @contextmanager
 def served(argv: list[str], port: int, ready_path: str, stop_timeout: float = 30) -> Iterator[str]:
     """A server process listening on loopback ``port``: yields its base URL once
@@ -60,6 +84,11 @@ def served(argv: list[str], port: int, ready_path: str, stop_timeout: float = 30
     base = f"http://127.0.0.1:{port}"
     try:
         wait_http(base + ready_path, proc)
+        # an answer proves a server on the port, not that it is this one: a test must never
+        # read another test's server (which fails later as wrong data, far from its cause)
+        holders = listening_pids(port)
+        if holders is not None and proc.pid not in holders:
+            raise RuntimeError(f"{argv[0]}: port {port} is answered by another process")
         yield base
     finally:
         proc.terminate()
