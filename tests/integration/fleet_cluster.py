@@ -7,8 +7,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -25,31 +24,12 @@ STEP_S = 15
 BUCKET_S = 300
 
 
-class RenderedOnce(FleetPages):
-    """The agents' pages, each time's (and format's) rendered once and kept: a module's
-    tests scrape them directly, push them to an engine and write them as blocks, from one
-    rendering (the suite's time, issue 39). A page is a function of its scenario time but
-    for the agent's own ``gpuscope_agent_collect_seconds`` (its wall time rendering it),
-    which no detector or comparison reads."""
-
-    def __init__(self, cluster: SimulatedCluster, origin: float) -> None:
-        super().__init__(cluster, cluster.node_names, origin)
-        self._rendered: dict[tuple[float, bool], list[tuple[str, bytes]]] = {}
-
-    def pages(self, unix_t: float, *, openmetrics: bool = False) -> Iterator[tuple[str, bytes]]:
-        key = (unix_t, openmetrics)
-        if key not in self._rendered:
-            self._rendered[key] = list(super().pages(unix_t, openmetrics=openmetrics))
-        yield from self._rendered[key]
-
-
 @dataclass
 class SimRun:
     cluster: SimulatedCluster
     origin: float  # scenario time 0, Unix seconds
     start: float  # first sample (a multiple of 300)
     minutes: int
-    _pages: RenderedOnce | None = field(default=None, repr=False, compare=False)
 
     @property
     def end(self) -> float:
@@ -62,10 +42,7 @@ class SimRun:
         return [self.start + k * BUCKET_S for k in range(self.minutes * 60 // BUCKET_S)]
 
     def pages(self) -> FleetPages:
-        """The run's pages, rendered once however many times they are read."""
-        if self._pages is None:
-            self._pages = RenderedOnce(self.cluster, self.origin)
-        return self._pages
+        return FleetPages(self.cluster, self.cluster.node_names, self.origin)
 
 
 def sim_run(nodes: int = 8, minutes: int = 30, hours_ago: float = 3.0) -> SimRun:

@@ -6,7 +6,6 @@ cluster scraped directly."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -108,22 +107,15 @@ def direct(run: SimRun, tmp_path_factory: Any) -> Store:
     return scrape_directly(run, tmp_path_factory.mktemp("direct") / "d.duckdb", Settings())
 
 
-@pytest.fixture(scope="module")
-def vm(run: SimRun, tmp_path_factory: Any) -> Iterator[str]:
-    """A VictoriaMetrics holding the run's pages, started and pushed once for the tests
-    that only read it (the suite's time, issue 39); the recording rules' test writes its
-    series into one of its own."""
-    with victoria_metrics(tmp_path_factory.mktemp("vm"), "-search.disableCache") as base:
-        assert push_to_victoriametrics(base, run.pages(), run.times()) > 0
-        vm_flush(base)
-        yield base
-
-
 def test_fleet_mode_on_victoriametrics_equals_direct(
-    run: SimRun, direct: Store, vm: str, tmp_path: Path
+    run: SimRun, direct: Store, tmp_path: Path
 ) -> None:
     settings = SETTINGS
-    fleet = run_fleet(vm, run, tmp_path / "f.duckdb", settings, FLEET)
+    with victoria_metrics(tmp_path, "-search.disableCache") as vm:
+        pushed = push_to_victoriametrics(vm, run.pages(), run.times())
+        vm_flush(vm)
+        assert pushed > 0
+        fleet = run_fleet(vm, run, tmp_path / "f.duckdb", settings, FLEET)
     assert_every_bucket_once(fleet, run)
     compare(direct, fleet, run, settings)
 
@@ -209,24 +201,27 @@ def test_the_shipped_recording_rules_are_valid_and_complete() -> None:
     assert done.returncode == 0, done.stderr
 
 
-def test_a_restart_neither_repeats_nor_loses_a_bucket(run: SimRun, vm: str, tmp_path: Path) -> None:
+def test_a_restart_neither_repeats_nor_loses_a_bucket(run: SimRun, tmp_path: Path) -> None:
     """Where each shard's window stands is kept in the store: a collector restarted half
     way (same settings) goes on from there; one restarted with another shard count goes on
     from the newest shard's bucket (never storing a node's bucket twice)."""
-    db = tmp_path / "f.duckdb"
-    with Store.open(db) as store:
-        first = QueryIngest(vm, FLEET, 15.0, store, store.append_scrape)
-        for w in first.fleet.windows.values():
-            w.cursor = run.start
-        first.cycle(run.start + 900 + 60)  # three buckets closed
-        first.client.close()
-    with Store.open(db) as store:
-        again = QueryIngest(vm, FLEET, 15.0, store, store.append_scrape)
-        assert {w.cursor for w in again.fleet.windows.values()} == {run.start + 900}
-        again.cycle(run.end + BUCKET_S + 60)
-        again.client.close()
-        assert_every_bucket_once(store, run)
-        resharded = QueryIngest(vm, FLEET.model_copy(update={"shards": 5}), 15.0, store,
-                                store.append_scrape)  # fmt: skip
-        assert {w.cursor for w in resharded.fleet.windows.values()} == {run.end}
-        resharded.client.close()
+    with victoria_metrics(tmp_path, "-search.disableCache") as vm:
+        push_to_victoriametrics(vm, run.pages(), run.times())
+        vm_flush(vm)
+        db = tmp_path / "f.duckdb"
+        with Store.open(db) as store:
+            first = QueryIngest(vm, FLEET, 15.0, store, store.append_scrape)
+            for w in first.fleet.windows.values():
+                w.cursor = run.start
+            first.cycle(run.start + 900 + 60)  # three buckets closed
+            first.client.close()
+        with Store.open(db) as store:
+            again = QueryIngest(vm, FLEET, 15.0, store, store.append_scrape)
+            assert {w.cursor for w in again.fleet.windows.values()} == {run.start + 900}
+            again.cycle(run.end + BUCKET_S + 60)
+            again.client.close()
+            assert_every_bucket_once(store, run)
+            resharded = QueryIngest(vm, FLEET.model_copy(update={"shards": 5}), 15.0, store,
+                                    store.append_scrape)  # fmt: skip
+            assert {w.cursor for w in resharded.fleet.windows.values()} == {run.end}
+            resharded.client.close()

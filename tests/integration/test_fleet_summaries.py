@@ -7,7 +7,6 @@ hold), the hot InfiniBand ports, the link with errors and the blocked job."""
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,29 +26,6 @@ SUMMARIES = FLEET.model_copy(update={"summaries": True})
 @pytest.fixture(scope="module")
 def run() -> SimRun:
     return sim_run(nodes=8, minutes=30)
-
-
-# The tests read these three and write none of them (the detectors run with persist=False):
-# each is built once for the module, not once a test (the suite's time, issue 39).
-@pytest.fixture(scope="module")
-def direct(run: SimRun, tmp_path_factory: pytest.TempPathFactory) -> Store:
-    """The run scraped directly: what the summaries must find the same."""
-    return scrape_directly(run, tmp_path_factory.mktemp("direct") / "d.duckdb", SETTINGS)
-
-
-@pytest.fixture(scope="module")
-def vm(run: SimRun, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """A VictoriaMetrics holding the run's pages."""
-    with victoria_metrics(tmp_path_factory.mktemp("vm"), "-search.disableCache") as base:
-        assert push_to_victoriametrics(base, run.pages(), run.times()) > 0
-        vm_flush(base)
-        yield base
-
-
-@pytest.fixture(scope="module")
-def summed(vm: str, run: SimRun, tmp_path_factory: pytest.TempPathFactory) -> Store:
-    """What fleet mode with summaries stores from that VictoriaMetrics."""
-    return run_fleet(vm, run, tmp_path_factory.mktemp("summed") / "s.duckdb", SETTINGS, SUMMARIES)
 
 
 def _series(store: Store) -> int:
@@ -114,10 +90,13 @@ def _drill(vm: str, store: Store, at: float) -> dict[str, dict[str, int]]:
     return got
 
 
-def test_summaries_find_what_direct_scraping_finds(
-    run: SimRun, direct: Store, vm: str, summed: Store, tmp_path: Path
-) -> None:
-    per_gpu = run_fleet(vm, run, tmp_path / "f.duckdb", SETTINGS, FLEET)
+def test_summaries_find_what_direct_scraping_finds(run: SimRun, tmp_path: Path) -> None:
+    direct = scrape_directly(run, tmp_path / "d.duckdb", SETTINGS)
+    with victoria_metrics(tmp_path, "-search.disableCache") as vm:
+        assert push_to_victoriametrics(vm, run.pages(), run.times()) > 0
+        vm_flush(vm)
+        per_gpu = run_fleet(vm, run, tmp_path / "f.duckdb", SETTINGS, FLEET)
+        summed = run_fleet(vm, run, tmp_path / "s.duckdb", SETTINGS, SUMMARIES)
     want = findings(direct, run.end, SETTINGS)
     got = findings(summed, run.end, SETTINGS)
     assert want["idle"] and want["bandwidth"] and want["fragmentation"]  # the test has teeth
@@ -134,11 +113,14 @@ def test_summaries_find_what_direct_scraping_finds(
     assert _series(summed) < 0.3 * _series(per_gpu), (_series(summed), _series(per_gpu), gpus)
 
 
-def test_summaries_store_no_per_gpu_series(run: SimRun, vm: str, summed: Store) -> None:
+def test_summaries_store_no_per_gpu_series(run: SimRun, tmp_path: Path) -> None:
     """Every stored GPU-level series is a workload's summary (its key is the workload's),
     and only hot ports' traffic is kept."""
-    store = summed
-    drilled = _drill(vm, store, run.end)
+    with victoria_metrics(tmp_path, "-search.disableCache") as vm:
+        push_to_victoriametrics(vm, run.pages(), run.times())
+        vm_flush(vm)
+        store = run_fleet(vm, run, tmp_path / "s.duckdb", SETTINGS, SUMMARIES)
+        drilled = _drill(vm, store, run.end)
     # an idle notebook's one GPU, and a hot port's traffic over its line rate, from the engine
     assert drilled["idle_session"] == {"utilization": 1, "sm_active": 1, "memory_used_bytes": 1}
     assert drilled["bandwidth_hotspot"]["transmit_ratio"] == 1
@@ -158,13 +140,14 @@ def test_summaries_store_no_per_gpu_series(run: SimRun, vm: str, summed: Store) 
 
 
 def test_summaries_on_prometheus_find_what_direct_scraping_finds(
-    run: SimRun, direct: Store, tmp_path: Path
+    run: SimRun, tmp_path: Path
 ) -> None:
     """The same questions are plain PromQL: Prometheus answers them as VictoriaMetrics does,
     the change-only node summaries' too."""
     from bench.fleet_sim import write_openmetrics
     from tests.integration.engines import prometheus_on_blocks
 
+    direct = scrape_directly(run, tmp_path / "d.duckdb", SETTINGS)
     om = tmp_path / "fleet.om"
     write_openmetrics(run.pages(), run.times(), om)
     changes_only = SUMMARIES.model_copy(update={"changes_only": True})
