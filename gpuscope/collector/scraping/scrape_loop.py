@@ -89,6 +89,7 @@ class ScrapeLoop:
         cpu_share: float = DEFAULT_SHARE,
         commit_ticks: int = 1,
         max_skip: int = MAX_SKIP,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self.scraper, self.targets, self.write = scraper, targets, write
         self.interval = interval_seconds
@@ -108,6 +109,9 @@ class ScrapeLoop:
         #: committed; a SIGKILL loses what is held (docs/storage.md, "Ingest").
         self.commit_ticks = max(1, commit_ticks)
         self._written = False
+        #: The writer's clock for a group's and a hold's deadlines (a test freezes it, so
+        #: that only the tick count closes a hold, whatever the machine's load).
+        self.monotonic = monotonic
         #: Each target's share of the interval for parsing
         # (gpuscope/collector/scraping/cpu_budget.py).
         self.cpu_share = cpu_share
@@ -234,7 +238,7 @@ class ScrapeLoop:
         held: list[ScrapeOutcome] = []
         groups, due = 0, math.inf  # held groups; when the first held must be written
         while True:
-            wait = WRITER_WAKE_SECONDS if not held else max(0.0, due - time.monotonic())
+            wait = WRITER_WAKE_SECONDS if not held else max(0.0, due - self.monotonic())
             try:  # woken by an outcome, or by None (a tick's last scrape, or the end)
                 first = self._queue.get(timeout=wait)
             except queue.Empty:
@@ -242,7 +246,7 @@ class ScrapeLoop:
             if first is None:
                 ended = self._loop_ended.is_set() or not self._threads[0].is_alive()
                 stopping = self._stopping.is_set() and ended and self._queue.empty()
-                if held and (stopping or time.monotonic() >= due):
+                if held and (stopping or self.monotonic() >= due):
                     if not self._commit(held):
                         return
                     held, groups, due = [], 0, math.inf
@@ -251,8 +255,8 @@ class ScrapeLoop:
                 continue
             group = [first]
             samples = first.samples
-            deadline = time.monotonic() + self.group_seconds
-            while (left := deadline - time.monotonic()) > 0 and samples < self.max_group_samples:
+            deadline = self.monotonic() + self.group_seconds
+            while (left := deadline - self.monotonic()) > 0 and samples < self.max_group_samples:
                 if self._queue.empty() and self._in_flight == 0:
                     break  # every scrape of the tick is in: waiting longer only delays it
                 try:
@@ -264,11 +268,11 @@ class ScrapeLoop:
                 group.append(got)
                 samples += got.samples
             if not held:
-                due = time.monotonic() + (self.commit_ticks - 0.5) * self.interval
+                due = self.monotonic() + (self.commit_ticks - 0.5) * self.interval
             held += group
             groups += 1
             full = sum(o.samples for o in held) >= self.max_group_samples
-            if groups >= self.commit_ticks or full or not self._written or time.monotonic() >= due:
+            if groups >= self.commit_ticks or full or not self._written or self.monotonic() >= due:
                 if not self._commit(held):
                     return
                 held, groups, due = [], 0, math.inf
