@@ -53,17 +53,22 @@ def installed(name: str, fallback: str = "") -> str:
 
 
 def listening_pids(port: int) -> set[int] | None:
-    """The processes holding the socket that listens on 127.0.0.1:``port`` (from Linux's
-    /proc; ``None`` where there is no /proc to ask)."""
-    table = Path("/proc/net/tcp")
-    if not table.exists():
+    """The processes holding a socket that listens on ``port`` (any local address, IPv4 or
+    IPv6, from Linux's /proc); ``None`` where that cannot be told (no /proc, or no
+    listening socket found there)."""
+    tables = [Path("/proc/net/tcp"), Path("/proc/net/tcp6")]
+    if not tables[0].exists():
         return None
-    local = f"0100007F:{port:04X}"
+    suffix = f":{port:04X}"
     inodes = {
         fields[9]
+        for table in tables
+        if table.exists()
         for fields in (line.split() for line in table.read_text().splitlines()[1:])
-        if fields[1] == local and fields[3] == "0A"  # 0A: LISTEN
+        if fields[1].endswith(suffix) and fields[3] == "0A"  # 0A: LISTEN
     }
+    if not inodes:
+        return None
     pids: set[int] = set()
     for fd in Path("/proc").glob("[0-9]*/fd/*"):
         try:
