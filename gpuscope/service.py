@@ -41,14 +41,18 @@ def analytics_job(service: CollectorService) -> dict[str, Analysis]:
     kinds its own: a kind the run no longer reports is resolved only by its detector's run),
     not one a detector: ~9 ms of CPU each on a small store (issue 39); the idle detector,
     which saves its state, leaves its findings to that transaction too (``record=False``).
-    A detector that fails is counted and leaves its kinds' findings as they were."""
+    A detector that fails is counted and leaves its kinds' findings as they were. The
+    analyses that state no ``data_until`` of their own share one read of it."""
     settings = service.settings
     done: dict[str, Analysis] = {}
     at = datetime.fromtimestamp(service.clock(), UTC)
+    newest: dict[datetime, str | None] = {}  # the data's end, read once for the run
     for name in DETECTORS:
         started = time.perf_counter()
         try:
-            ran = run_on_store(service.store, at, settings, [name], persist=True, record=False)
+            ran = run_on_store(
+                service.store, at, settings, [name], persist=True, record=False, newest=newest
+            )
             result = ran[name]
         except Exception:
             service.metrics.job_errors.labels(f"analytics-{name}").inc()

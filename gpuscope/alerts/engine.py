@@ -17,7 +17,12 @@ from typing import Any
 import httpx
 from prometheus_client import CollectorRegistry
 
-from gpuscope.alerts.conditions import data_view, evaluate_metric, evaluate_targets
+from gpuscope.alerts.conditions import (
+    data_view,
+    evaluate_metric,
+    evaluate_targets,
+    metric_windows,
+)
 from gpuscope.alerts.config import AlertsConfig, FindingRule, MetricRule, TargetDownRule
 from gpuscope.alerts.delivery import Deliverer
 from gpuscope.alerts.lifecycle import advance, from_record, to_record
@@ -26,7 +31,7 @@ from gpuscope.alerts.metrics import AlertMetrics
 from gpuscope.alerts.model import Alert, Attempt, Candidate, Notification, Outcome
 from gpuscope.alerts.notifiers import Notifier, build_notifier
 from gpuscope.alerts.routing import GroupState, inhibited, plan, silenced_by
-from gpuscope.alerts.rules import finding_candidates
+from gpuscope.alerts.rules import SeriesWindow, finding_candidates
 from gpuscope.collector.storage.store import Store
 
 log = logging.getLogger(__name__)
@@ -88,13 +93,20 @@ class AlertsEngine:
             except Exception:
                 log.exception("finding rules failed")
                 failed |= {r.name for r in finding_rules}
+        metric_rules = [r for r in self.rules if isinstance(r, MetricRule)]
         cur = self.store.cursor()
         try:
             view = data_view(cur)  # fleet mode: judged at the newest bucket stored
+            read: dict[int, list[SeriesWindow]] = {}
+            try:  # every metric rule's windows in one statement (one a rule if it fails)
+                windows = metric_windows(cur, metric_rules, now, view)
+                read = {id(r): w for r, w in zip(metric_rules, windows, strict=True)}
+            except Exception:
+                log.warning("metric rules read together failed; each alone", exc_info=True)
             for rule in self.rules:
                 try:
                     if isinstance(rule, MetricRule):
-                        out += evaluate_metric(cur, rule, now, view)
+                        out += evaluate_metric(cur, rule, now, view, read.get(id(rule)))
                     elif isinstance(rule, TargetDownRule):
                         out += evaluate_targets(cur, rule, now)
                 except Exception:

@@ -58,13 +58,17 @@ def run_on_store(
     *,
     persist: bool,
     record: bool = True,
+    newest: dict[datetime, str | None] | None = None,
 ) -> dict[str, Analysis]:
     """Run the named detectors over the store as of ``at``.
 
     ``persist`` lets incremental detectors keep their state in the store (the collector);
     the CLI passes False and so never writes to a database it analyses. With ``persist``,
     ``record=False`` leaves storing the findings to the caller (the collector's analytics
-    job stores every detector's in one transaction).
+    job stores every detector's in one transaction). ``newest``: the ``data_until`` of
+    the analyses that do not state their own, by ``at``, read once and kept there for the
+    next call (the collector's analytics job runs its detectors one call each, all as of
+    one ``at``: one read of :func:`newest_data` a run, not one a detector, issue 39).
     """
     from gpuscope.analytics.detectors.bandwidth import run_bandwidth
     from gpuscope.analytics.detectors.idle import run_idle
@@ -102,11 +106,20 @@ def run_on_store(
                 raise UserError(f"unknown analysis {name!r}")
             # the data-age rule: every analysis states how far its data reaches
             if "data_until" not in out[name].summary:
-                newest = newest_data(cur, at)
-                out[name].summary["data_until"] = newest.isoformat() if newest else None
+                out[name].summary["data_until"] = _data_until(cur, at, newest)
         finally:
             cur.close()
     return out
+
+
+def _data_until(cur: Any, at: datetime, memo: dict[datetime, str | None] | None) -> str | None:
+    if memo is not None and at in memo:
+        return memo[at]
+    newest = newest_data(cur, at)
+    until = newest.isoformat() if newest else None
+    if memo is not None:
+        memo[at] = until
+    return until
 
 
 #: The newest data the store holds: the last sample of any series, the last inventory

@@ -65,3 +65,31 @@ def test_findings_of_detectors_that_ran_are_stored_and_resolved_by_their_own(
         resolved = [f for f in store.findings(open_only=False) if f["resolved_at"] is not None]
         assert len(resolved) == len(DETECTORS) - 1  # every first finding but quota's
         metrics.job_errors.labels.assert_called_with("analytics-quota")
+
+
+def test_the_analyses_without_their_own_data_until_share_one_read_a_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import gpuscope.analytics.runner as runner_module
+
+    reads: list[datetime] = []
+
+    def newest_data(con: Any, at: datetime | None = None) -> datetime:
+        reads.append(at)  # type: ignore[arg-type]
+        # a later read finds more data: an analysis that read again would say so
+        return datetime(2025, 3, 3, 9, 58 + min(len(reads), 2) - 1)
+
+    monkeypatch.setattr(runner_module, "newest_data", newest_data)
+    with Store.open(tmp_path / "s.duckdb") as store:
+        svc = SimpleNamespace(
+            settings=Settings(), store=store, clock=T0.timestamp, metrics=MagicMock()
+        )
+        done = service_module.analytics_job(svc)  # type: ignore[arg-type]
+        assert sorted(done) == sorted(DETECTORS)
+        # idle states its own (its state's newest sample); the others read the store once
+        shared = [n for n in DETECTORS if n != "idle"]
+        assert {done[n].summary["data_until"] for n in shared} == {"2025-03-03T09:58:00"}
+        assert len(reads) == 1
+        # a call of its own (the CLI, the API) reads it for itself, as before
+        runner_module.run_on_store(store, T0, Settings(), shared, persist=False)
+        assert len(reads) == 1 + len(shared)

@@ -57,7 +57,6 @@ _EPOCH = datetime(1970, 1, 1)
 _PERSISTED = (
     "uuid", "last_busy_ts", "last_busy_value", "last_sample_ts", "covered_since", "signal"
 )  # fmt: skip
-_STATE_COLUMNS = (*_PERSISTED, "spacing")
 _STATE_SCHEMA = pa.schema([
     ("uuid", pa.string()), ("last_busy_ts", pa.timestamp("us")),
     ("last_busy_value", pa.float64()), ("last_sample_ts", pa.timestamp("us")),
@@ -106,10 +105,26 @@ def _fold(
         return prior
     cur.register("prior", prior)
     try:
-        out = cur.sql(Q["fold"], params={**params, "lo": lo, "hi": hi}).to_arrow_table()
+        return _state_rows(cur, Q["fold"], {**params, "lo": lo, "hi": hi})
     finally:
         cur.unregister("prior")
-    return out.select(list(_STATE_COLUMNS)).cast(_STATE_SCHEMA)
+
+
+def _state_rows(
+    cur: duckdb.DuckDBPyConnection, sql: str, params: dict[str, Any] | None = None
+) -> pa.Table:
+    """The state rows ``sql`` returns (its columns by name, in :data:`_STATE_SCHEMA`).
+
+    Run with ``execute`` and built column by column: ``cur.sql(...).to_arrow_table()``
+    binds the statement once more before it runs it (~8 ms of CPU a fold, two folds a
+    run: issue 39); the rows are a few per GPU."""
+    result = cur.execute(sql, params)
+    names = [d[0] for d in result.description or ()]
+    rows = result.fetchall()
+    columns = list(zip(*rows, strict=True)) if rows else [()] * len(names)
+    by_name = dict(zip(names, columns, strict=True))
+    arrays = [pa.array(by_name[f.name], f.type) for f in _STATE_SCHEMA]
+    return pa.Table.from_arrays(arrays, schema=_STATE_SCHEMA)
 
 
 def _meta(cur: duckdb.DuckDBPyConnection, key: str) -> str | None:
@@ -156,7 +171,7 @@ def activity_state(
         if incremental:
             assert watermark is not None
             lo = watermark
-            prior = cur.sql(Q["load_state"]).to_arrow_table().cast(_STATE_SCHEMA)
+            prior = _state_rows(cur, Q["load_state"])
         else:
             rolled = _meta(cur, "rollup_5m_until")
             lo = _floor(at - RAW_HORIZON, 300)
@@ -164,8 +179,7 @@ def activity_state(
             if lo > _EPOCH:
                 history = {k: v for k, v in params.items() if k != "lookback"}
                 history |= {"lo": lo, "since": at - HISTORY}
-                prior = cur.sql(Q["rollup_prior"], params=history).to_arrow_table()
-                prior = prior.select(list(_STATE_COLUMNS)).cast(_STATE_SCHEMA)
+                prior = _state_rows(cur, Q["rollup_prior"], history)
                 lo -= timedelta(seconds=1)  # raw samples from lo on: (lo - 1 s, ...]
             else:
                 prior = _empty_state()

@@ -1,0 +1,128 @@
+"""The alerts engine reads every metric rule's windows in one query (``metric_windows``):
+the same windows each rule's own query reads, and each rule alone again when the query
+for all of them fails."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from gpuscope.alerts import engine as engine_module
+from gpuscope.alerts.conditions import DataView, metric_windows, series_windows
+from gpuscope.alerts.config import AlertsConfig, MetricRule
+from gpuscope.alerts.engine import AlertsEngine
+from gpuscope.alerts.rules import SeriesWindow
+from gpuscope.collector.scraping.batch import Batch
+from gpuscope.collector.storage.store import Store
+
+T0 = datetime(2025, 3, 3, 10, 0, 0)
+STEP = 5
+END = 900  # 15 minutes
+UP, ECC, INFO = "gpuscope_gpu_up", "gpuscope_gpu_ecc_errors_total", "gpuscope_agent_info"
+TYPES = {UP: "gauge", ECC[:-6]: "counter", INFO: "gauge"}
+
+
+def ms(t: float) -> int:
+    return int((T0 + timedelta(seconds=t)).replace(tzinfo=UTC).timestamp() * 1000)
+
+
+def gpu(node: str, i: int) -> tuple[tuple[str, str], ...]:
+    return (("gpu", str(i)), ("node", node), ("uuid", f"GPU-{node}-{i}"))
+
+
+def batch(node: str, t: int) -> Batch:
+    """Two GPUs of ``node``: the first falls off the bus at 600 s, the second's ECC
+    counter rises every minute; the agent's info series."""
+    labels = [gpu(node, 0), gpu(node, 1), gpu(node, 1), (("node", node),)]
+    ecc = [*labels[2], ("type", "uncorrected")]
+    labels[2] = tuple(sorted(ecc))
+    values = [0.0 if t >= 600 else 1.0, 1.0, float(t // 60), 1.0]
+    return Batch(node, ms(t), [UP, UP, ECC, INFO], labels, values, TYPES)
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[Store]:
+    """Two nodes every STEP s to END; the second stops at 700 s (its series go stale)."""
+    with Store.open(tmp_path / "a.duckdb") as s:
+        for t in range(0, END + 1, STEP):
+            s.append_cycle(
+                [(batch("n1", t), 0.01)] + ([(batch("n2", t), 0.01)] if t <= 700 else [])
+            )
+        yield s
+
+
+RULES = [
+    MetricRule(
+        name="lost", metric=UP, aggregate="max", window=300, op="<", threshold=1, by=["node", "gpu"]
+    ),
+    MetricRule(
+        name="lost_long",
+        metric=UP,
+        aggregate="min",
+        window=1200,
+        op="<",
+        threshold=1,
+        by=["node", "gpu"],
+    ),
+    MetricRule(name="ecc", metric=ECC, aggregate="increase", window=3600, op=">", threshold=0),
+    MetricRule(
+        name="down", metric=INFO, aggregate="stale", window=120, op=">", threshold=0, by=["node"]
+    ),
+    MetricRule(name="none", metric="gpuscope_no_such_metric", aggregate="max", window=60),
+]
+
+
+def at(t: float) -> datetime:
+    return (T0 + timedelta(seconds=t)).replace(tzinfo=UTC)
+
+
+def ordered(windows: list[SeriesWindow]) -> list[SeriesWindow]:
+    return sorted(windows, key=lambda w: sorted(w.labels.items()))
+
+
+@pytest.mark.parametrize("t", [END, END - 250, END + 200])
+@pytest.mark.parametrize("view", [DataView(), DataView(T0 + timedelta(seconds=END - 30), 60.0)])
+def test_one_query_reads_what_each_rule_reads_alone(store: Store, t: int, view: DataView) -> None:
+    cur = store.cursor()
+    alone = [ordered(series_windows(cur, rule, at(t), view)) for rule in RULES]
+    together = [ordered(w) for w in metric_windows(cur, RULES, at(t), view)]
+    assert together == alone
+    # not vacuous: the windows differ by rule, and a metric no series has reads nothing
+    assert [len(w) for w in alone[:4]] == [4, 4, 2, 2]
+    assert alone[0] != alone[1] and alone[-1] == []
+    assert metric_windows(cur, [], at(t), view) == []
+
+
+def _candidates(engine: AlertsEngine) -> list[tuple[str, list[tuple[str, str]], float | None]]:
+    found, failed = engine.evaluate(at(END))
+    assert failed == set()
+    return sorted((c.rule, sorted(c.labels.items()), c.value) for c in found)
+
+
+def test_the_engine_reads_them_once_and_each_alone_when_that_fails(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config = AlertsConfig.model_validate({"default_rules": False})
+    engine = AlertsEngine(store, config.model_copy(update={"rules": RULES}), notifiers={},
+                          registry=CollectorRegistry())  # fmt: skip
+    calls: list[int] = []
+
+    def alone(*args: object) -> list[SeriesWindow]:
+        calls.append(1)
+        return series_windows(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr("gpuscope.alerts.conditions.series_windows", alone)
+    together = _candidates(engine)
+    assert calls == []  # one query for every rule, none of its own
+    assert {rule for rule, _, _ in together} == {"lost", "lost_long", "ecc", "down"}
+
+    def fails(*args: object) -> list[list[SeriesWindow]]:
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(engine_module, "metric_windows", fails)
+    assert _candidates(engine) == together
+    assert len(calls) == len(RULES)
