@@ -32,8 +32,8 @@ from gpuscope.collector.scraping.cpu_budget import Meter, page_cost
 from gpuscope.collector.scraping.dcgm_ingest import dcgm_batch
 from gpuscope.collector.scraping.fetch import (
     ACCEPT,
+    Client,
     ScrapeError,
-    client_session,
     fetch_page,
     redact_url,
 )
@@ -154,11 +154,9 @@ class Scraper:
         """Scrape all targets once (blocking; for scheduler threads)."""
         return asyncio.run(self.scrape_async(targets))
 
-    def client(self) -> aiohttp.ClientSession:
+    def client(self) -> Client:
         """An HTTP client for :meth:`scrape_one` (one per event loop, opened inside it)."""
-        return client_session(
-            self.concurrency, {"Accept": ACCEPT, "User-Agent": "gpuscope-collector"}
-        )
+        return Client(self.concurrency, {"Accept": ACCEPT, "User-Agent": "gpuscope-collector"})
 
     async def scrape_async(self, targets: Sequence[Target]) -> list[ScrapeOutcome]:
         gate = asyncio.Semaphore(self.concurrency)
@@ -170,7 +168,7 @@ class Scraper:
 
             return list(await asyncio.gather(*(one(t) for t in targets)))
 
-    async def scrape_one(self, client: aiohttp.ClientSession, target: Target) -> ScrapeOutcome:
+    async def scrape_one(self, client: Client, target: Target) -> ScrapeOutcome:
         """Fetch, parse and check one target's page within its timeout."""
         started = self.clock()
         t0 = time.perf_counter()

@@ -27,9 +27,8 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 
-import aiohttp
-
 from gpuscope.collector.scraping.cpu_budget import DEFAULT_SHARE, MAX_SKIP, ticks_to_skip
+from gpuscope.collector.scraping.fetch import Client
 from gpuscope.collector.scraping.ingest import StoreFailed
 from gpuscope.collector.scraping.scrape import ScrapeOutcome, Scraper, Target
 
@@ -183,7 +182,7 @@ class ScrapeLoop:
                 task.cancel()
             await asyncio.gather(*tasks.values(), return_exceptions=True)
 
-    async def _target_loop(self, client: aiohttp.ClientSession, target: Target) -> None:
+    async def _target_loop(self, client: Client, target: Target) -> None:
         now = time.time()
         tick = float(math.ceil(now))  # the first scrape at once, on a whole second
         skipped = 0
