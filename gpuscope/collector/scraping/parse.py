@@ -22,7 +22,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from itertools import repeat
-from operator import itemgetter
+from operator import getitem, itemgetter
 from typing import Any
 
 __all__ = ["MAX_ERRORS", "ParseResult", "Samples", "parse_exposition"]
@@ -124,15 +124,19 @@ class SeriesCache:
 class PageShape:
     """A page with its sample values taken out, and what the full parser made of it.
 
-    ``heads`` is every line up to its last blank (``line.rpartition(" ")[0]``); a page whose
-    heads are the same, whose other lines (comments, blanks) are the same whole, and whose
-    sample values are ones the full parser takes as they are, parses to ``names`` and
-    ``labels`` (the very same lists, so later stages can recognise the page by identity;
-    never change them) with the new values.
+    A page of ``size`` lines whose lines at ``others_at`` (comments, blanks) are ``others``
+    whole, whose lines at ``samples_at`` start with ``prefixes`` (each the line up to and
+    with its last blank, ``line.rpartition(" ")[0] + " "``) and end in a value without a
+    blank that the full parser takes as it is, parses to ``names`` and ``labels`` (the
+    very same lists, so later stages can recognise the page by identity; never change
+    them) with the new values. Nothing is split off a line but its value (``cuts``: where
+    each value starts), so a steady page costs a split into lines and a float per value.
     """
 
-    heads: list[str]
+    size: int
     samples_at: tuple[int, ...]
+    prefixes: tuple[str, ...]
+    cuts: tuple[slice, ...]
     others_at: tuple[int, ...]
     others: tuple[str, ...]
     names: list[str]
@@ -156,14 +160,17 @@ def _split_lines(lines: list[str]) -> tuple[list[str], list[str]]:
 
 def _parse_same_shape(lines: list[str], shape: PageShape, limit: int) -> ParseResult | None:
     """The page, if it is ``shape`` with new sample values; None on any other difference."""
-    if len(lines) != len(shape.heads) or 0 <= limit < len(shape.names):
+    if len(lines) != shape.size or 0 <= limit < len(shape.names):
         return None
-    heads, tails = _split_lines(lines)
-    if heads != shape.heads or _pick(tails, shape.others_at) != shape.others:
+    if _pick(lines, shape.others_at) != shape.others:
         return None
-    tokens = _pick(tails, shape.samples_at)
+    sample_lines = _pick(lines, shape.samples_at)
+    if not all(map(str.startswith, sample_lines, shape.prefixes)):
+        return None
+    tokens: list[str] = list(map(getitem, sample_lines, shape.cuts))
     joined = "".join(tokens)
-    if "_" in joined or not joined.isascii():  # Go's floats have neither
+    # a blank in a value: the line's last blank is further on; Go's floats have no "_"
+    if " " in joined or "_" in joined or not joined.isascii():
         return None
     try:
         values = list(map(float, tokens))
@@ -178,7 +185,7 @@ def _shape_of(lines: list[str], result: ParseResult, cache: SeriesCache) -> Page
     a comment or blank line as written, or a sample the cache knows as plain text."""
     if result.error_count or result.truncated:
         return None
-    heads, tails = _split_lines(lines)
+    heads, _ = _split_lines(lines)
     samples_at: list[int] = []
     others_at: list[int] = []
     known = cache.series
@@ -191,8 +198,11 @@ def _shape_of(lines: list[str], result: ParseResult, cache: SeriesCache) -> Page
             return None
     if len(samples_at) != len(result.names):
         return None
-    at = tuple(others_at)
-    return PageShape(heads, tuple(samples_at), at, _pick(tails, at), result.names,
+    at = tuple(samples_at)
+    prefixes = tuple(h + " " for h in _pick(heads, at))
+    cuts = tuple(slice(len(p), None) for p in prefixes)
+    others = tuple(others_at)
+    return PageShape(len(lines), at, prefixes, cuts, others, _pick(lines, others), result.names,
                      result.labels, dict(result.types), dict(result.helps))  # fmt: skip
 
 
