@@ -196,7 +196,7 @@ class ScrapeLoop:
                 skip = ticks_to_skip(
                     outcome.cost_seconds, self.interval, self.cpu_share, self.max_skip
                 )
-                self._offer(dataclasses.replace(outcome, skipped_ticks=skipped, scheduled_at=tick))
+                self._offer(outcome.at_tick(tick, skipped))
             except Exception:  # a bug, not a target's fault: log it, keep the schedule
                 log.exception("scrape failed target=%s", target.url)
             finally:
