@@ -26,11 +26,14 @@ from gpuscope.collector.scraping.scrape_loop import ScrapeLoop
 _TICKS = os.sysconf("SC_CLK_TCK")
 
 
-def thread_cpu(tid: int) -> tuple[float, float]:
-    """CPU seconds (user, system) of thread ``tid`` of this process."""
+def thread_cpu(tid: int) -> tuple[float, float, float]:
+    """CPU seconds of thread ``tid`` of this process: on a CPU (schedstat, to the
+    nanosecond), and user and system (stat, in clock ticks of 10 ms)."""
     with open(f"/proc/self/task/{tid}/stat") as f:
         fields = f.read().rsplit(")", 1)[1].split()
-    return int(fields[11]) / _TICKS, int(fields[12]) / _TICKS
+    with open(f"/proc/self/task/{tid}/schedstat") as f:
+        ran = int(f.read().split()[0]) / 1e9
+    return ran, int(fields[11]) / _TICKS, int(fields[12]) / _TICKS
 
 
 def main() -> None:
@@ -81,13 +84,13 @@ def main() -> None:
         cpu1, pages1, wall1 = thread_cpu(tid), pages[0], time.monotonic()
         loop.stop()
     n = max(pages1 - pages0, 1)
-    user, system = cpu1[0] - cpu0[0], cpu1[1] - cpu0[1]
+    ran, user, system = (b - a for a, b in zip(cpu0, cpu1, strict=True))
     ticks = (wall1 - wall0) / args.interval
     print(
-        f"scrape thread: {user + system:.3f} s CPU ({user:.3f} user, {system:.3f} system) "
+        f"scrape thread: {ran:.3f} s CPU (stat: {user:.2f} user, {system:.2f} system) "
         f"over {ticks:.0f} ticks, {n} pages ({up[0]} up of {pages[0]} in all): "
-        f"{(user + system) / ticks * 1e3:.2f} ms a tick, {(user + system) / n * 1e6:.0f} µs "
-        f"a page ({user / n * 1e6:.0f} user); load average {os.getloadavg()[0]:.2f}"
+        f"{ran / ticks * 1e3:.2f} ms a tick, {ran / n * 1e6:.0f} µs a page; "
+        f"load average {os.getloadavg()[0]:.2f}"
     )
     if prof is not None:
         prof.dump_stats(args.profile)
