@@ -20,10 +20,11 @@ after OpenMetrics `# EOF` only blank lines may follow; exemplars (` # {...} v [t
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from itertools import repeat
-from operator import getitem, itemgetter
-from typing import Any
+from itertools import compress, repeat
+from operator import getitem, itemgetter, ne
+from typing import Any, TypeVar
 
 __all__ = ["MAX_ERRORS", "ParseResult", "Samples", "parse_exposition"]
 
@@ -44,6 +45,9 @@ _ESC_RE = re.compile(r'\\[\\"n]')
 _META_RE = re.compile(r"#[ \t]*(HELP|TYPE)(?:[ \t]+([^ \t]*)(?:[ \t](.*))?)?\Z")
 _HELP_ESC_RE = re.compile(r"\\[\\n]")
 _ESCAPES = {"\\\\": "\\", '\\"': '"', "\\n": "\n"}
+
+
+_T = TypeVar("_T")
 
 
 def _unescape(m: re.Match[str]) -> str:
@@ -143,9 +147,12 @@ class PageShape:
     labels: list[Labels]
     types: dict[str, str]
     helps: dict[str, str]
+    #: The last page of this shape: its sample lines and their values (a copy of them):
+    #: a line that has not changed since keeps its value without a parse.
+    last: list[tuple[tuple[str, ...], list[float]]] = field(default_factory=list)
 
 
-def _pick(items: list[str], at: tuple[int, ...]) -> tuple[str, ...]:
+def _pick(items: Sequence[_T], at: tuple[int, ...]) -> tuple[_T, ...]:
     """``items`` at the indices ``at``, in C (itemgetter of one index gives no tuple)."""
     if len(at) > 1:
         return itemgetter(*at)(items)  # type: ignore[no-any-return]
@@ -165,9 +172,16 @@ def _parse_same_shape(lines: list[str], shape: PageShape, limit: int) -> ParseRe
     if _pick(lines, shape.others_at) != shape.others:
         return None
     sample_lines = _pick(lines, shape.samples_at)
-    if not all(map(str.startswith, sample_lines, shape.prefixes)):
+    prefixes, cuts = shape.prefixes, shape.cuts
+    changed: list[int] | None = None
+    if shape.last:  # only the lines that changed since the last page are looked at
+        before, before_values = shape.last[0]
+        changed = list(compress(range(len(sample_lines)), map(ne, sample_lines, before)))
+        at = tuple(changed)
+        sample_lines, prefixes, cuts = _pick(sample_lines, at), _pick(prefixes, at), _pick(cuts, at)
+    if not all(map(str.startswith, sample_lines, prefixes)):
         return None
-    tokens: list[str] = list(map(getitem, sample_lines, shape.cuts))
+    tokens: list[str] = list(map(getitem, sample_lines, cuts))
     joined = "".join(tokens)
     # a blank in a value: the line's last blank is further on; Go's floats have no "_"
     if " " in joined or "_" in joined or not joined.isascii():
@@ -176,6 +190,14 @@ def _parse_same_shape(lines: list[str], shape: PageShape, limit: int) -> ParseRe
         values = list(map(float, tokens))
     except ValueError:
         return None
+    if changed is not None:
+        new_values = values
+        values = before_values.copy()
+        for i, v in zip(changed, new_values, strict=True):
+            values[i] = v
+        shape.last[0] = (_pick(lines, shape.samples_at), values.copy())
+    else:
+        shape.last.append((_pick(lines, shape.samples_at), values.copy()))
     samples = Samples(shape.names, shape.labels, values, [None] * len(values))
     return ParseResult(samples, dict(shape.types), dict(shape.helps), [], False, 0)
 
