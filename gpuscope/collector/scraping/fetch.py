@@ -49,41 +49,25 @@ def redact_url(url: str) -> str:
     return f"{scheme}://{user}:xxxxx@{host}{slash}{path}"
 
 
-def _wbits(encoding: str) -> int | None:
-    """zlib's ``wbits`` for a Content-Encoding; None when the body is sent as it is."""
+def _inflater(encoding: str) -> zlib._Decompress | None:
     enc = encoding.strip().lower()
     if enc in ("", "identity"):
         return None
     if enc in ("gzip", "x-gzip"):
-        return 16 + zlib.MAX_WBITS
+        return zlib.decompressobj(16 + zlib.MAX_WBITS)
     if enc == "deflate":
-        return zlib.MAX_WBITS
+        return zlib.decompressobj()
     raise ScrapeError(f"unsupported Content-Encoding {encoding!r}", "http")
 
 
-#: Deflate gives at most 1,032 bytes per compressed byte (258-byte matches in 2-bit
-#: codes; rounded up): a compressed body this many times smaller than the size limit
-#: cannot inflate past it, and is inflated in one call at the end (sized by the target's
-#: last page: ~35 % less CPU than growing zlib's output a block at a time). A larger one
-#: is inflated as it arrives, capped at every step.
-MAX_RATIO = 1100
-
-
 class _Body:
-    """A page's body as it arrives: inflated when encoded, refused past ``max_bytes``.
-    ``hint``: the inflated size expected (the target's last page), or 0."""
+    """A page's body as it arrives: inflated when encoded, refused past ``max_bytes``."""
 
-    __slots__ = ("chunks", "hint", "inflate", "max_bytes", "packed", "packed_size", "size",
-                 "wbits")  # fmt: skip
+    __slots__ = ("chunks", "inflate", "max_bytes", "size")
 
-    def __init__(self, max_bytes: int, hint: int = 0) -> None:
+    def __init__(self, max_bytes: int) -> None:
         self.max_bytes = max_bytes
-        self.hint = hint
-        self.wbits: int | None = None
         self.inflate: zlib._Decompress | None = None
-        #: Compressed pieces held for one inflate call at the end; None once streaming.
-        self.packed: list[bytes] | None = []
-        self.packed_size = 0
         # chunks joined once at the end: a growing buffer would be copied as it grows and
         # leave the heap fragmented (measured: 70 MB peak for a 16 MB page, 30 MB so)
         self.chunks: list[bytes] = []
@@ -96,34 +80,19 @@ class _Body:
         ctype = headers.get("content-type", "").split(";")[0].strip().lower()
         if ctype in _REFUSED_TYPES:
             raise ScrapeError(f"answered {ctype}, not a Prometheus exposition", "page")
-        self.wbits = _wbits(headers.get("content-encoding", ""))
-        if self.wbits is not None:
-            self.inflate = zlib.decompressobj(self.wbits)
+        self.inflate = _inflater(headers.get("content-encoding", ""))
 
     def too_big(self) -> ScrapeError:
         return ScrapeError(f"page larger than {self.max_bytes} bytes", "body_size_limit")
 
     def feed(self, raw: bytes) -> None:
-        if self.inflate is None:
+        inflate, max_bytes = self.inflate, self.max_bytes
+        if inflate is None:
             self.size += len(raw)
-            if self.size > self.max_bytes:
+            if self.size > max_bytes:
                 raise self.too_big()
             self.chunks.append(raw)
             return
-        packed = self.packed
-        if packed is not None:
-            if (self.packed_size + len(raw)) * MAX_RATIO <= self.max_bytes:
-                packed.append(raw)
-                self.packed_size += len(raw)
-                return
-            self.packed = None  # too much to inflate in one call: stream from here on
-            for piece in packed:
-                self._stream(piece)
-        self._stream(raw)
-
-    def _stream(self, raw: bytes) -> None:
-        inflate, max_bytes = self.inflate, self.max_bytes
-        assert inflate is not None
         data = raw
         try:
             while data:  # at most _STEP bytes out of zlib at a time
@@ -138,29 +107,15 @@ class _Body:
 
     def page(self) -> bytes:
         if self.inflate is not None:
-            if self.packed and self.wbits is not None:
-                data = self.packed[0] if len(self.packed) == 1 else b"".join(self.packed)
-                self.packed = None
-                try:  # what the streaming inflate gives, where the stream is whole
-                    self.chunks = [zlib.decompress(data, self.wbits, self.hint + 4096)]
-                    self.size = len(self.chunks[0])
-                except zlib.error:  # a truncated stream: inflated as far as it goes
-                    self._stream(data)
-                    self._flush()
-            else:
-                self._flush()
+            try:
+                self.chunks.append(self.inflate.flush())
+            except zlib.error as exc:
+                raise ScrapeError(f"cannot inflate the page: {exc}", "page") from None
+            self.size += len(self.chunks[-1])
         if self.size > self.max_bytes:
             raise self.too_big()
         chunks = self.chunks
         return chunks[0] if len(chunks) == 1 else b"".join(chunks)
-
-    def _flush(self) -> None:
-        assert self.inflate is not None
-        try:
-            self.chunks.append(self.inflate.flush())
-        except zlib.error as exc:
-            raise ScrapeError(f"cannot inflate the page: {exc}", "page") from None
-        self.size += len(self.chunks[-1])
 
 
 class Client:
@@ -175,13 +130,6 @@ class Client:
         self.headers = {**headers, "Accept-Encoding": "gzip, deflate"}
         self.lean = LeanClient(concurrency, self.headers)
         self._session: aiohttp.ClientSession | None = None
-        #: Each URL's last page size, inflated (what its next page's inflate is sized by).
-        self.sizes: dict[str, int] = {}
-
-    def remember(self, url: str, size: int) -> None:
-        if len(self.sizes) > 100_000:  # targets come and go: never grows unbounded
-            self.sizes.clear()
-        self.sizes[url] = size
 
     def session(self) -> aiohttp.ClientSession:
         if self._session is None:
@@ -212,25 +160,21 @@ async def fetch_page(client: Client, url: str, max_bytes: int) -> bytes:
     """The page at ``url``, inflated; raises :class:`ScrapeError` (or aiohttp's errors).
 
     Credentials in ``url`` (``http://user:pw@host``) are sent as basic auth."""
-    body = _Body(max_bytes, client.sizes.get(url, 0))
+    body = _Body(max_bytes)
     lean = client.lean
     r = lean.route(url)
     if r is not None:
         try:
             await lean.get(r, lambda head: body.check(head.status, head.headers), body.feed)
-            page = body.page()
-            client.remember(url, len(page))
-            return page
+            return body.page()
         except HttpFailure as exc:
             raise ScrapeError(str(exc), exc.reason) from None
         except Redirected:  # aiohttp follows redirects (bounded), this time and after
             lean.redirecting.add(url)
             lean.forget(url)
-            body = _Body(max_bytes, body.hint)
+            body = _Body(max_bytes)
     async with client.session().get(url, allow_redirects=True) as resp:
         body.check(resp.status, resp.headers)
         async for raw in resp.content.iter_any():
             body.feed(raw)
-    page = body.page()
-    client.remember(url, len(page))
-    return page
+    return body.page()
