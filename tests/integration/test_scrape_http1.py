@@ -214,3 +214,31 @@ def test_a_body_that_never_ends_is_cut_by_the_timeout_and_its_connection_closed(
 
         assert asyncio.run(go()) == (False, True)
         assert len(per_conn) == 2  # the hanging connection was not reused
+
+
+def test_idle_connections_of_targets_gone_are_closed() -> None:
+    """The scrape loop tells the client its targets at every refresh: a connection kept
+    for a target no longer scraped is closed, and so is one its server closed."""
+    with (
+        raw_server(lambda h, n: ok(PAGE)) as (a, _, _),
+        raw_server(lambda h, n: ok(PAGE)) as (
+            b,
+            _,
+            _,
+        ),
+    ):
+
+        async def go() -> tuple[int, int, bool]:
+            async with Client(4, {}) as client:
+                assert [await fetch_page(client, u, 2**20) for u in (a, b)] == [PAGE, PAGE]
+                idle = client.lean._idle
+                before = len(idle)
+                (conn_b,) = idle[("127.0.0.1", int(b.split(":")[2].split("/")[0]))]
+                client.keep([a])
+                after = len(idle)
+                (conn_a,) = next(iter(idle.values()))
+                conn_a.close()  # as if its server had hung up
+                client.keep([a])
+                return before, after, conn_b.done and not idle
+
+        assert asyncio.run(go()) == (2, 1, True)

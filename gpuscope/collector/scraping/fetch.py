@@ -16,7 +16,7 @@ zeroes inflates to 64 MB). Target URLs may carry credentials (``http://user:pw@h
 from __future__ import annotations
 
 import zlib
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 import aiohttp
 
@@ -135,6 +135,10 @@ class Client:
         if self._session is None:
             self._session = client_session(self.concurrency, self.headers)
         return self._session
+
+    def keep(self, urls: Iterable[str]) -> None:
+        """Drop what the client holds for URLs not in ``urls`` (idle connections among it)."""
+        self.lean.keep(urls)
 
     async def __aenter__(self) -> Client:
         return self

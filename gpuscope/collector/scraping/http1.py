@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import yarl
@@ -221,6 +221,22 @@ class LeanClient:
 
     def forget(self, url: str) -> None:
         self._routes.pop(url, None)
+
+    def keep(self, urls: Iterable[str]) -> None:
+        """Close the idle connections to hosts no URL of ``urls`` is on, and those the
+        server has closed; forget what other URLs were (targets come and go)."""
+        urls = set(urls)
+        for url in [u for u in self._routes if u not in urls]:
+            del self._routes[url]
+        self.redirecting &= urls
+        keys = {r.key for r in self._routes.values() if r is not None}
+        for key, conns in list(self._idle.items()):
+            for conn in conns:
+                if key not in keys or conn.done:
+                    conn.close()
+            conns[:] = [c for c in conns if not c.done]
+            if not conns:
+                del self._idle[key]
 
     async def get(self, r: _Route, check: Callable[[Head], None], sink: Sink) -> None:
         """GET ``r``: ``check`` sees the head (raises to refuse it), ``sink`` every piece of

@@ -173,6 +173,7 @@ class ScrapeLoop:
                     if url not in wanted:
                         tasks.pop(url).cancel()
                 self.scraper.forget(list(wanted.values()))
+                client.keep(t.fetch_url for t in wanted.values())
                 for url, target in wanted.items():
                     if url not in tasks or tasks[url].done():
                         tasks[url] = asyncio.create_task(self._target_loop(client, target))
