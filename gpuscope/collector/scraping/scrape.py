@@ -102,7 +102,7 @@ class ScrapeOutcome:
 
     def at_tick(self, scheduled_at: float, skipped_ticks: int) -> ScrapeOutcome:
         """This outcome as the scrape of the tick ``scheduled_at`` (``dataclasses.replace``
-        costs ~10 us a page more)."""
+        takes twice as long: ~3.6 us against ~1.8 us)."""
         return ScrapeOutcome(
             self.target, self.started_at, self.duration_seconds, self.up, self.error,
             self.parse_errors, self.truncated, self.batch, self.reason, self.dropped,
