@@ -165,7 +165,9 @@ class TimedScraper(Scraper):
 
     tally: Tally
 
-    def _ingest(self, target: Target, body: bytes, started: float) -> ScrapeOutcome:
+    def _ingest(
+        self, target: Target, body: bytes, started: float
+    ) -> tuple[ScrapeOutcome, float, float]:
         t0 = time.perf_counter()
         try:
             return super()._ingest(target, body, started)

@@ -666,3 +666,28 @@ def test_an_openmetrics_page_keeps_its_shape_across_scrapes() -> None:
     for page in variants:
         assert _same(parse_exposition(page, cache=cache), parse_exposition(page)), page
         assert _same(parse_exposition(page, cache=cache), parse_exposition(page)), page
+
+
+def test_a_steady_page_takes_only_its_changed_lines_values() -> None:
+    """Scrape after scrape of one shape, the lines that did not change keep their values
+    and those that did get theirs: every page parses as the full parser reads it, through
+    the shape (the same series columns), whichever lines change, and a changed value the
+    shape does not take (a timestamp, a "_") still goes to the full parser."""
+    from gpuscope.collector.scraping.parse import SeriesCache
+
+    cache = SeriesCache()
+    first = parse_exposition(_page(), cache=cache)
+    parse_exposition(_page(), cache=cache)
+    seq = [("0.5", "1", "10"), ("0.5", "2", "10"), ("0.25", "2", "11"), ("0.25", "2", "11"),
+           ("NaN", "3", "11"), ("1", "1", "10"), ("1", "1", "1e3")]  # fmt: skip
+    for values in seq:
+        got = parse_exposition(_page(values), cache=cache)
+        assert _same(got, parse_exposition(_page(values))), values
+        assert got.samples.names is first.samples.names
+    shape = cache.page
+    for odd in (("1", "1", "1_0"), ("1", "1 1700000000000", "10")):
+        got = parse_exposition(_page(odd), cache=cache)
+        assert _same(got, parse_exposition(_page(odd))), odd
+    again = parse_exposition(_page(("7", "8", "9")), cache=cache)
+    assert _same(again, parse_exposition(_page(("7", "8", "9"))))
+    assert shape is not None and again.samples.values == [7.0, 8.0, 9.0]

@@ -4,7 +4,7 @@ import asyncio
 import contextlib
 import threading
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Iterable, Sequence
 
 import pytest
 
@@ -12,6 +12,13 @@ from gpuscope.collector.scraping.scrape import ScrapeOutcome, Target
 from gpuscope.collector.scraping.scrape_loop import ScrapeLoop
 
 TARGETS = [Target(f"http://10.0.0.{i}:9835/metrics") for i in range(5)]
+
+
+class NoClient:
+    """The loop's only use of a client besides handing it to scrape_one."""
+
+    def keep(self, urls: Iterable[str]) -> None:
+        list(urls)
 
 
 class InstantScraper:
@@ -22,14 +29,14 @@ class InstantScraper:
         self.started = 0
         self.all_started: asyncio.Event | None = None
 
-    def client(self) -> contextlib.AbstractAsyncContextManager[None]:
+    def client(self) -> contextlib.AbstractAsyncContextManager[NoClient]:
         @contextlib.asynccontextmanager
-        async def nothing() -> AsyncIterator[None]:
-            yield None
+        async def nothing() -> AsyncIterator[NoClient]:
+            yield NoClient()
 
         return nothing()
 
-    async def scrape_one(self, client: None, target: Target) -> ScrapeOutcome:
+    async def scrape_one(self, client: NoClient, target: Target) -> ScrapeOutcome:
         if self.all_started is None:
             self.all_started = asyncio.Event()
         self.started += 1
@@ -89,7 +96,7 @@ class SometimesSlowScraper(InstantScraper):
         self.interval = interval
         self.calls: dict[str, int] = {}
 
-    async def scrape_one(self, client: None, target: Target) -> ScrapeOutcome:
+    async def scrape_one(self, client: NoClient, target: Target) -> ScrapeOutcome:
         n = self.calls[target.url] = self.calls.get(target.url, 0) + 1
         if n % 3 == 0:
             await asyncio.sleep(2.5 * self.interval)
@@ -132,7 +139,7 @@ def test_every_tick_is_a_scrape_or_a_counted_skip() -> None:
 class BatchScraper(InstantScraper):
     """Every target answers at once with a page of 10 samples."""
 
-    async def scrape_one(self, client: None, target: Target) -> ScrapeOutcome:
+    async def scrape_one(self, client: NoClient, target: Target) -> ScrapeOutcome:
         from gpuscope.collector.scraping.batch import Batch
 
         await super().scrape_one(client, target)

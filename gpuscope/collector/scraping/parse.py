@@ -20,10 +20,11 @@ after OpenMetrics `# EOF` only blank lines may follow; exemplars (` # {...} v [t
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from itertools import repeat
-from operator import itemgetter
-from typing import Any
+from itertools import compress, repeat
+from operator import getitem, itemgetter, ne
+from typing import Any, TypeVar
 
 __all__ = ["MAX_ERRORS", "ParseResult", "Samples", "parse_exposition"]
 
@@ -44,6 +45,9 @@ _ESC_RE = re.compile(r'\\[\\"n]')
 _META_RE = re.compile(r"#[ \t]*(HELP|TYPE)(?:[ \t]+([^ \t]*)(?:[ \t](.*))?)?\Z")
 _HELP_ESC_RE = re.compile(r"\\[\\n]")
 _ESCAPES = {"\\\\": "\\", '\\"': '"', "\\n": "\n"}
+
+
+_T = TypeVar("_T")
 
 
 def _unescape(m: re.Match[str]) -> str:
@@ -124,24 +128,31 @@ class SeriesCache:
 class PageShape:
     """A page with its sample values taken out, and what the full parser made of it.
 
-    ``heads`` is every line up to its last blank (``line.rpartition(" ")[0]``); a page whose
-    heads are the same, whose other lines (comments, blanks) are the same whole, and whose
-    sample values are ones the full parser takes as they are, parses to ``names`` and
-    ``labels`` (the very same lists, so later stages can recognise the page by identity;
-    never change them) with the new values.
+    A page of ``size`` lines whose lines at ``others_at`` (comments, blanks) are ``others``
+    whole, whose lines at ``samples_at`` start with ``prefixes`` (each the line up to and
+    with its last blank, ``line.rpartition(" ")[0] + " "``) and end in a value without a
+    blank that the full parser takes as it is, parses to ``names`` and ``labels`` (the
+    very same lists, so later stages can recognise the page by identity; never change
+    them) with the new values. Nothing is split off a line but its value (``cuts``: where
+    each value starts), so a steady page costs a split into lines and a float per value.
     """
 
-    heads: list[str]
+    size: int
     samples_at: tuple[int, ...]
+    prefixes: tuple[str, ...]
+    cuts: tuple[slice, ...]
     others_at: tuple[int, ...]
     others: tuple[str, ...]
     names: list[str]
     labels: list[Labels]
     types: dict[str, str]
     helps: dict[str, str]
+    #: The last page of this shape: its sample lines and their values (a copy of them):
+    #: a line that has not changed since keeps its value without a parse.
+    last: list[tuple[tuple[str, ...], list[float]]] = field(default_factory=list)
 
 
-def _pick(items: list[str], at: tuple[int, ...]) -> tuple[str, ...]:
+def _pick(items: Sequence[_T], at: tuple[int, ...]) -> tuple[_T, ...]:
     """``items`` at the indices ``at``, in C (itemgetter of one index gives no tuple)."""
     if len(at) > 1:
         return itemgetter(*at)(items)  # type: ignore[no-any-return]
@@ -156,19 +167,37 @@ def _split_lines(lines: list[str]) -> tuple[list[str], list[str]]:
 
 def _parse_same_shape(lines: list[str], shape: PageShape, limit: int) -> ParseResult | None:
     """The page, if it is ``shape`` with new sample values; None on any other difference."""
-    if len(lines) != len(shape.heads) or 0 <= limit < len(shape.names):
+    if len(lines) != shape.size or 0 <= limit < len(shape.names):
         return None
-    heads, tails = _split_lines(lines)
-    if heads != shape.heads or _pick(tails, shape.others_at) != shape.others:
+    if _pick(lines, shape.others_at) != shape.others:
         return None
-    tokens = _pick(tails, shape.samples_at)
+    sample_lines = _pick(lines, shape.samples_at)
+    prefixes, cuts = shape.prefixes, shape.cuts
+    changed: list[int] | None = None
+    if shape.last:  # only the lines that changed since the last page are looked at
+        before, before_values = shape.last[0]
+        changed = list(compress(range(len(sample_lines)), map(ne, sample_lines, before)))
+        at = tuple(changed)
+        sample_lines, prefixes, cuts = _pick(sample_lines, at), _pick(prefixes, at), _pick(cuts, at)
+    if not all(map(str.startswith, sample_lines, prefixes)):
+        return None
+    tokens: list[str] = list(map(getitem, sample_lines, cuts))
     joined = "".join(tokens)
-    if "_" in joined or not joined.isascii():  # Go's floats have neither
+    # a blank in a value: the line's last blank is further on; Go's floats have no "_"
+    if " " in joined or "_" in joined or not joined.isascii():
         return None
     try:
         values = list(map(float, tokens))
     except ValueError:
         return None
+    if changed is not None:
+        new_values = values
+        values = before_values.copy()
+        for i, v in zip(changed, new_values, strict=True):
+            values[i] = v
+        shape.last[0] = (_pick(lines, shape.samples_at), values.copy())
+    else:
+        shape.last.append((_pick(lines, shape.samples_at), values.copy()))
     samples = Samples(shape.names, shape.labels, values, [None] * len(values))
     return ParseResult(samples, dict(shape.types), dict(shape.helps), [], False, 0)
 
@@ -178,7 +207,7 @@ def _shape_of(lines: list[str], result: ParseResult, cache: SeriesCache) -> Page
     a comment or blank line as written, or a sample the cache knows as plain text."""
     if result.error_count or result.truncated:
         return None
-    heads, tails = _split_lines(lines)
+    heads, _ = _split_lines(lines)
     samples_at: list[int] = []
     others_at: list[int] = []
     known = cache.series
@@ -191,8 +220,11 @@ def _shape_of(lines: list[str], result: ParseResult, cache: SeriesCache) -> Page
             return None
     if len(samples_at) != len(result.names):
         return None
-    at = tuple(others_at)
-    return PageShape(heads, tuple(samples_at), at, _pick(tails, at), result.names,
+    at = tuple(samples_at)
+    prefixes = tuple(h + " " for h in _pick(heads, at))
+    cuts = tuple(slice(len(p), None) for p in prefixes)
+    others = tuple(others_at)
+    return PageShape(len(lines), at, prefixes, cuts, others, _pick(lines, others), result.names,
                      result.labels, dict(result.types), dict(result.helps))  # fmt: skip
 
 

@@ -27,9 +27,8 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 
-import aiohttp
-
 from gpuscope.collector.scraping.cpu_budget import DEFAULT_SHARE, MAX_SKIP, ticks_to_skip
+from gpuscope.collector.scraping.fetch import Client
 from gpuscope.collector.scraping.ingest import StoreFailed
 from gpuscope.collector.scraping.scrape import ScrapeOutcome, Scraper, Target
 
@@ -174,6 +173,7 @@ class ScrapeLoop:
                     if url not in wanted:
                         tasks.pop(url).cancel()
                 self.scraper.forget(list(wanted.values()))
+                client.keep(t.fetch_url for t in wanted.values())
                 for url, target in wanted.items():
                     if url not in tasks or tasks[url].done():
                         tasks[url] = asyncio.create_task(self._target_loop(client, target))
@@ -183,7 +183,7 @@ class ScrapeLoop:
                 task.cancel()
             await asyncio.gather(*tasks.values(), return_exceptions=True)
 
-    async def _target_loop(self, client: aiohttp.ClientSession, target: Target) -> None:
+    async def _target_loop(self, client: Client, target: Target) -> None:
         now = time.time()
         tick = float(math.ceil(now))  # the first scrape at once, on a whole second
         skipped = 0
@@ -197,7 +197,7 @@ class ScrapeLoop:
                 skip = ticks_to_skip(
                     outcome.cost_seconds, self.interval, self.cpu_share, self.max_skip
                 )
-                self._offer(dataclasses.replace(outcome, skipped_ticks=skipped, scheduled_at=tick))
+                self._offer(outcome.at_tick(tick, skipped))
             except Exception:  # a bug, not a target's fault: log it, keep the schedule
                 log.exception("scrape failed target=%s", target.url)
             finally:
