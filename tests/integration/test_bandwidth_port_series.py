@@ -16,6 +16,7 @@ from gpuscope.collector.scraping.batch import Batch
 from gpuscope.collector.storage.store import Store
 from tests.integration.test_bandwidth import (
     CFG,
+    ERR,
     LINK,
     RATE,
     RX,
@@ -74,3 +75,29 @@ def test_one_series_a_port_reads_its_own_share(store: Store) -> None:
     assert result.summary["ports"] == 1
     assert result.summary["max_port_ratio"] == pytest.approx(0.95, abs=1e-3)
     assert result.summary["hot_ports"] == 1
+
+
+def test_an_error_type_as_two_series_adds_up_from_the_earlier_increase(store: Store) -> None:
+    """port_errors sums per series first, then per port and type: two series of one
+    error type (another label apart) add their increases, and the first increase is the
+    earlier of theirs."""
+    port = lab(node="n1", device="mlx5_0", port="1")
+    cycles: list[list[tuple[Batch, float]]] = []
+    t = 0.0
+    while t <= 600:
+        a = 3.0 if t >= 420 else 1.0  # series a: +2 at 420 s
+        b = 10.0 if t >= 360 else 5.0  # series b: +5 at 360 s
+        names = [RX, TX, WAIT, LINK, ERR, ERR]
+        labels = [port] * 4 + [
+            lab(node="n1", device="mlx5_0", port="1", type="symbol_error", copy=c)
+            for c in ("a", "b")
+        ]
+        values = [1e12, 1e12, 0.0, RATE, a, b]
+        batch = Batch("n1", ms(T0 + timedelta(seconds=t)), names, labels, values, TYPES)
+        cycles.append([(batch, 0.0)])
+        t += STEP
+    store.append_cycles(cycles)
+    result = run_bandwidth(store.cursor(), at(600), CFG)
+    [f] = [f for f in result.findings if f.kind == "link_errors"]
+    assert f.evidence["increase_by_type"] == {"symbol_error": 7}
+    assert f.since == at(360)

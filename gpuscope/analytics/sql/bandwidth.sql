@@ -142,13 +142,20 @@ WITH errs AS (
     SELECT series_id, node, device, port, labels['type'] AS type
     FROM series
     WHERE metric = 'gpuscope_ib_errors_total' AND last_seen > $seen_lo AND first_seen <= $at
+),
+per_id AS (
+    -- summed per series_id, then its labels joined: grouping every sample by the
+    -- labels cost more (issue 39)
+    SELECT series_id, sum(value) AS increase, min(ts) FILTER (WHERE value > 0) AS first_increase
+    FROM samples
+    WHERE ts > $lo AND ts <= $at AND series_id IN (SELECT series_id FROM errs)
+    GROUP BY series_id
 )
-SELECT e.node, e.device, e.port, coalesce(e.type, '') AS type, sum(s.value) AS increase,
-       min(s.ts) FILTER (WHERE s.value > 0) AS first_increase
-FROM samples AS s JOIN errs AS e USING (series_id)
-WHERE s.ts > $lo AND s.ts <= $at AND s.series_id IN (SELECT series_id FROM errs)
+SELECT e.node, e.device, e.port, coalesce(e.type, '') AS type, sum(s.increase) AS increase,
+       min(s.first_increase) AS first_increase
+FROM per_id AS s JOIN errs AS e USING (series_id)
 GROUP BY ALL
-HAVING sum(s.value) > 0
+HAVING sum(s.increase) > 0
 ORDER BY e.node, e.device, e.port, type;
 
 -- name: node_workloads
