@@ -196,7 +196,8 @@ def activity_state(
                 finally:
                     cur.unregister("saved")
                 cur.execute(SET_META, [WATERMARK_KEY, until.isoformat()])
-                cur.execute(SET_META, [CONFIG_KEY, config])
+                if saved_config != config:  # as read above: unchanged, one statement less
+                    cur.execute(SET_META, [CONFIG_KEY, config])  # (~1.5 ms a run, issue 39)
     finally:
         cur.close()
     return state, incremental, keep

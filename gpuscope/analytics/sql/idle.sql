@@ -269,7 +269,11 @@ per_gpu AS (
 ),
 per_workload AS (
     SELECT namespace, pod, container,
-           string_agg(DISTINCT node, ',' ORDER BY node) AS node,
+           -- the distinct nodes and signals, sorted, as a list each (NULL where none):
+           -- string_agg(DISTINCT ... ORDER BY ...) is planned as aggregates of their own
+           -- joined back, ~3 ms of CPU a run on 8 agents (issue 39)
+           CASE WHEN count(node) > 0
+                THEN array_to_string(list_sort(list_distinct(list(node))), ',') END AS node,
            any_value(kind) AS kind, bool_or(interactive) AS interactive,
            any_value(project) AS project, any_value(pod_labels) AS pod_labels,
            any_value(owner_kind) AS owner_kind, any_value(owner_name) AS owner_name,
@@ -279,7 +283,8 @@ per_workload AS (
            bool_and(data_ok) AS data_ok,
            max(gpu_idle_since) AS idle_since,
            arg_max(last_busy_value, busy_ts) AS last_busy_value,
-           string_agg(DISTINCT signal, ',' ORDER BY signal) AS signal
+           CASE WHEN count(signal) > 0
+                THEN array_to_string(list_sort(list_distinct(list(signal))), ',') END AS signal
     FROM per_gpu GROUP BY namespace, pod, container
 )
 SELECT namespace, pod, container, node, kind, interactive, start_ts, gpus, gpu_uuids,
