@@ -20,19 +20,22 @@ after OpenMetrics `# EOF` only blank lines may follow; exemplars (` # {...} v [t
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
-from dataclasses import dataclass, field
-from itertools import compress, repeat
-from operator import getitem, itemgetter, ne
-from typing import Any, TypeVar
+from typing import Any
 
-__all__ = ["MAX_ERRORS", "ParseResult", "Samples", "parse_exposition"]
+from gpuscope.collector.scraping.batch import Labels
+from gpuscope.collector.scraping.page_shape import (
+    SeriesCache,
+    parse_same_shape,
+    shape_of,
+)
+from gpuscope.collector.scraping.parse_result import ParseResult, Samples
+
+__all__ = ["MAX_ERRORS", "ParseResult", "Samples", "SeriesCache", "parse_exposition"]
 
 MAX_ERRORS = 20
 METRIC_TYPES = frozenset({"counter", "gauge", "histogram", "summary", "untyped"})
 METRIC_TYPES |= {"info", "stateset", "unknown", "gaugehistogram"}  # OpenMetrics
 
-Labels = tuple[tuple[str, str], ...]
 
 _NAME_RE = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
 _VALUE = r'"(?:[^"\\]|\\.)*+"'
@@ -47,185 +50,8 @@ _HELP_ESC_RE = re.compile(r"\\[\\n]")
 _ESCAPES = {"\\\\": "\\", '\\"': '"', "\\n": "\n"}
 
 
-_T = TypeVar("_T")
-
-
 def _unescape(m: re.Match[str]) -> str:
     return _ESCAPES[m.group()]
-
-
-@dataclass(frozen=True, slots=True)
-class Samples:
-    """Parallel columns, one entry per sample line; labels sorted by label name."""
-
-    names: list[str]
-    labels: list[Labels]
-    values: list[float]
-    timestamps_ms: list[int | None]
-
-    def __len__(self) -> int:
-        return len(self.names)
-
-
-@dataclass(frozen=True, slots=True)
-class ParseResult:
-    samples: Samples
-    types: dict[str, str]
-    helps: dict[str, str]
-    #: the first MAX_ERRORS problems ("line N: what: 'text'"), then "... and K more errors"
-    errors: list[str]
-    truncated: bool
-    #: every problem, including those not kept in `errors`
-    error_count: int = 0
-
-    # The columns, straight from the result (the scraper reads them so).
-    @property
-    def names(self) -> list[str]:
-        return self.samples.names
-
-    @property
-    def labels(self) -> list[Labels]:
-        return self.samples.labels
-
-    @property
-    def values(self) -> list[float]:
-        return self.samples.values
-
-    @property
-    def timestamps_ms(self) -> list[int | None]:
-        return self.samples.timestamps_ms
-
-
-@dataclass
-class SeriesCache:
-    """What earlier pages of one target parsed to, so that an unchanged page parses by lookup.
-
-    A target exports the same series scrape after scrape. ``series`` maps the text of a
-    plain sample line before its value (``name{labels}``) to what the full parser made of
-    it, and only lines the full parser accepted without a timestamp or exemplar get in; so
-    a cached parse is always the parse the full parser would give. Pass one cache per
-    target, and clear it when it grows past a bound (series churn).
-    """
-
-    series: dict[str, tuple[str, Labels]] = field(default_factory=dict)
-    labels: dict[str, Labels] = field(default_factory=dict)
-    comments: set[str] = field(default_factory=set)
-    #: The last page's structure, when every line of it was a comment, a blank or a plain
-    #: sample: a page that differs from it only in sample values parses in a few passes in C.
-    page: PageShape | None = None
-
-    def __len__(self) -> int:
-        return len(self.series) + len(self.labels)
-
-    def clear(self) -> None:
-        self.series.clear()
-        self.labels.clear()
-        self.comments.clear()
-        self.page = None
-
-
-@dataclass(frozen=True, eq=False, slots=True)
-class PageShape:
-    """A page with its sample values taken out, and what the full parser made of it.
-
-    A page of ``size`` lines whose lines at ``others_at`` (comments, blanks) are ``others``
-    whole, whose lines at ``samples_at`` start with ``prefixes`` (each the line up to and
-    with its last blank, ``line.rpartition(" ")[0] + " "``) and end in a value without a
-    blank that the full parser takes as it is, parses to ``names`` and ``labels`` (the
-    very same lists, so later stages can recognise the page by identity; never change
-    them) with the new values. Nothing is split off a line but its value (``cuts``: where
-    each value starts), so a steady page costs a split into lines and a float per value.
-    """
-
-    size: int
-    samples_at: tuple[int, ...]
-    prefixes: tuple[str, ...]
-    cuts: tuple[slice, ...]
-    others_at: tuple[int, ...]
-    others: tuple[str, ...]
-    names: list[str]
-    labels: list[Labels]
-    types: dict[str, str]
-    helps: dict[str, str]
-    #: The last page of this shape: its sample lines and their values (a copy of them):
-    #: a line that has not changed since keeps its value without a parse.
-    last: list[tuple[tuple[str, ...], list[float]]] = field(default_factory=list)
-
-
-def _pick(items: Sequence[_T], at: tuple[int, ...]) -> tuple[_T, ...]:
-    """``items`` at the indices ``at``, in C (itemgetter of one index gives no tuple)."""
-    if len(at) > 1:
-        return itemgetter(*at)(items)  # type: ignore[no-any-return]
-    return tuple(items[i] for i in at)
-
-
-def _split_lines(lines: list[str]) -> tuple[list[str], list[str]]:
-    """Each line's text before its last blank, and after it."""
-    parts = list(map(str.rpartition, lines, repeat(" ")))
-    return list(map(itemgetter(0), parts)), list(map(itemgetter(2), parts))
-
-
-def _parse_same_shape(lines: list[str], shape: PageShape, limit: int) -> ParseResult | None:
-    """The page, if it is ``shape`` with new sample values; None on any other difference."""
-    if len(lines) != shape.size or 0 <= limit < len(shape.names):
-        return None
-    if _pick(lines, shape.others_at) != shape.others:
-        return None
-    sample_lines = _pick(lines, shape.samples_at)
-    prefixes, cuts = shape.prefixes, shape.cuts
-    changed: list[int] | None = None
-    if shape.last:  # only the lines that changed since the last page are looked at
-        before, before_values = shape.last[0]
-        changed = list(compress(range(len(sample_lines)), map(ne, sample_lines, before)))
-        at = tuple(changed)
-        sample_lines, prefixes, cuts = _pick(sample_lines, at), _pick(prefixes, at), _pick(cuts, at)
-    if not all(map(str.startswith, sample_lines, prefixes)):
-        return None
-    tokens: list[str] = list(map(getitem, sample_lines, cuts))
-    joined = "".join(tokens)
-    # a blank in a value: the line's last blank is further on; Go's floats have no "_"
-    if " " in joined or "_" in joined or not joined.isascii():
-        return None
-    try:
-        values = list(map(float, tokens))
-    except ValueError:
-        return None
-    if changed is not None:
-        new_values = values
-        values = before_values.copy()
-        for i, v in zip(changed, new_values, strict=True):
-            values[i] = v
-        shape.last[0] = (_pick(lines, shape.samples_at), values.copy())
-    else:
-        shape.last.append((_pick(lines, shape.samples_at), values.copy()))
-    samples = Samples(shape.names, shape.labels, values, [None] * len(values))
-    return ParseResult(samples, dict(shape.types), dict(shape.helps), [], False, 0)
-
-
-def _shape_of(lines: list[str], result: ParseResult, cache: SeriesCache) -> PageShape | None:
-    """The shape of a page the full parser read without a problem, if every line of it is
-    a comment or blank line as written, or a sample the cache knows as plain text."""
-    if result.error_count or result.truncated:
-        return None
-    heads, _ = _split_lines(lines)
-    samples_at: list[int] = []
-    others_at: list[int] = []
-    known = cache.series
-    for i, line in enumerate(lines):
-        if not line or line[0] == "#":
-            others_at.append(i)
-        elif heads[i] in known:  # no timestamp, no exemplar, one blank before the value
-            samples_at.append(i)
-        else:
-            return None
-    if len(samples_at) != len(result.names):
-        return None
-    at = tuple(samples_at)
-    prefixes = tuple(h + " " for h in _pick(heads, at))
-    cuts = tuple(slice(len(p), None) for p in prefixes)
-    others = tuple(others_at)
-    return PageShape(len(lines), at, prefixes, cuts, others, _pick(lines, others), result.names,
-                     result.labels, dict(result.types), dict(result.helps))  # fmt: skip
 
 
 def _parse_known(lines: list[str], cache: SeriesCache, limit: int) -> ParseResult | None:
@@ -426,13 +252,13 @@ def parse_exposition(
     lines = text.split("\n")
     limit = -1 if max_series is None else max(max_series, 0)
     if cache is not None and cache.page is not None and not problems.count:
-        same = _parse_same_shape(lines, cache.page, limit)
+        same = parse_same_shape(lines, cache.page, limit)
         if same is not None:
             return same
     if cache is not None and cache.series and not problems.count:
         known = _parse_known(lines, cache, limit)
         if known is not None:
-            cache.page = _shape_of(lines, known, cache)
+            cache.page = shape_of(lines, known, cache)
             return known
     add_name, add_labels, add_value = names.append, labels_col.append, values.append
     # raw label string -> labels, only well-formed ones
@@ -563,5 +389,5 @@ def parse_exposition(
     result = ParseResult(samples, types, helps, errors, truncated, problems.count)
     if cache is not None:  # an OpenMetrics page's `# EOF` (blank lines only after it, else a
         # problem) is one of the shape's comment lines, compared whole like the others
-        cache.page = None if problems.count else _shape_of(lines, result, cache)
+        cache.page = None if problems.count else shape_of(lines, result, cache)
     return result
