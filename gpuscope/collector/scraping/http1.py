@@ -317,7 +317,12 @@ async def _body(conn: _Conn, head: Head, sink: Sink) -> bool:
             await conn.more()
     if not length.strip().isdigit():
         raise HttpFailure(f"malformed Content-Length {length[:40]!r}")
-    left = int(length)
+    await _exactly(conn, int(length), sink)
+    return keep
+
+
+async def _exactly(conn: _Conn, left: int, sink: Sink) -> None:
+    """Hand the next ``left`` bytes of the connection to ``sink`` (a sized body, a chunk)."""
     while left:
         if conn.buf:
             piece = conn.take(left)
@@ -327,7 +332,6 @@ async def _body(conn: _Conn, head: Head, sink: Sink) -> bool:
         if conn.done:
             raise HttpFailure("server closed the connection mid-body")
         await conn.more()
-    return keep
 
 
 def _raise_lost(conn: _Conn) -> None:
@@ -358,14 +362,6 @@ async def _chunked(conn: _Conn, sink: Sink) -> None:
             while await _line(conn):  # trailers, up to the empty line
                 pass
             return
-        while size:
-            if conn.buf:
-                piece = conn.take(size)
-                size -= len(piece)
-                sink(piece)
-                continue
-            if conn.done:
-                raise HttpFailure("server closed the connection mid-body")
-            await conn.more()
+        await _exactly(conn, size, sink)
         if await _line(conn):
             raise HttpFailure("malformed chunked body (no CRLF after a chunk)")
