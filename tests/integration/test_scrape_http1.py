@@ -142,6 +142,36 @@ def test_gzip_chunked_and_read_to_close_bodies() -> None:
         assert per_conn == [3]  # the HTTP/1.0 answer was read to its connection's end
 
 
+def test_a_chunk_size_that_is_not_hex_digits_is_refused() -> None:
+    """A chunk size is 1*HEXDIG (RFC 9112): Python's int(..., 16) would also read "0x5",
+    "+5" or "1_0" (and then the wrong number of bytes as the page); each is an HTTP
+    failure. A size with a chunk extension and one in capitals are read."""
+    body = b"x" * 16
+
+    def framed(size: bytes) -> bytes:
+        return ok(size + b"\r\n" + body + b"\r\n0\r\n\r\n", "Transfer-Encoding: chunked")
+
+    answers = [framed(s) for s in (b"0x10", b"+10", b"1_0", b"", b" -10")]
+    answers += [
+        framed(b"10;name=value"),
+        framed(b"0000010"),
+        ok(
+            b"A\r\n" + body[:10] + b"\r\n6\r\n" + body[:6] + b"\r\n0\r\n\r\n",
+            "Transfer-Encoding: chunked",
+        ),
+    ]
+
+    def answer(head: bytes, n: int) -> bytes | None:
+        return answers.pop(0)
+
+    with raw_server(answer) as (url, _heads, _per_conn):
+        got = fetch_all([url] * 8)
+    refused = got[:5]
+    assert all(isinstance(e, ScrapeError) and e.reason == "http" for e in refused), got
+    assert all("malformed chunk size" in str(e) for e in refused)
+    assert got[5:] == [body, body, body]
+
+
 def test_refusals_are_scrape_errors_with_their_reasons() -> None:
     bomb = gzip.compress(b"0" * 4 * 2**20)
     answers = [

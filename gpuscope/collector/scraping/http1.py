@@ -339,6 +339,10 @@ def _raise_lost(conn: _Conn) -> None:
         raise HttpFailure(f"connection lost: {conn.error}")
 
 
+#: The bytes a chunk size is written in.
+_HEXDIGITS = b"0123456789abcdefABCDEF"
+
+
 async def _line(conn: _Conn) -> bytes:
     while (end := conn.buf.find(b"\r\n")) < 0:
         if len(conn.buf) > 4096:
@@ -351,13 +355,12 @@ async def _line(conn: _Conn) -> bytes:
 
 async def _chunked(conn: _Conn, sink: Sink) -> None:
     while True:
-        size_text = (await _line(conn)).split(b";", 1)[0].strip()
-        try:
-            size = int(size_text, 16)
-        except ValueError:
-            raise HttpFailure(f"malformed chunk size {size_text[:20]!r}") from None
-        if size < 0:
-            raise HttpFailure("malformed chunk size")
+        size_text = (await _line(conn)).split(b";", 1)[0].strip(b" \t")
+        # RFC 9112: chunk-size = 1*HEXDIG. int(..., 16) alone would also take "0x10",
+        # "+5" or "1_0", which are not HTTP: a body framed so is refused, not guessed at.
+        if not size_text or size_text.strip(_HEXDIGITS) or len(size_text) > 16:
+            raise HttpFailure(f"malformed chunk size {size_text[:20]!r}")
+        size = int(size_text, 16)
         if size == 0:
             while await _line(conn):  # trailers, up to the empty line
                 pass
