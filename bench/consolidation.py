@@ -51,7 +51,7 @@ from gpuscope.analytics.consolidation.plan import (
 from gpuscope.analytics.placement.allocation import EPS, NodeState, state_from_records
 from gpuscope.analytics.trace import read_trace
 from gpuscope.collector.cluster.inventory_records import node_from_json, pod_from_json
-from gpuscope.core.settings import WorkloadSettings
+from gpuscope.core.collector_settings import WorkloadSettings
 from gpuscope.sim import SimulatedCluster, default_scenario
 from gpuscope.sim.kube import nodes_json, pods_json
 

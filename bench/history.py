@@ -78,8 +78,8 @@ from gpuscope.collector.cluster.queue_records import quota_from_clusterqueue
 from gpuscope.collector.scraping.batch import Batch, Labels
 from gpuscope.collector.storage.store import Store
 from gpuscope.core.catalogue import AGENT_METRICS
+from gpuscope.core.collector_settings import WorkloadSettings
 from gpuscope.core.series import node_series
-from gpuscope.core.settings import WorkloadSettings
 from gpuscope.demo.history import KEPT
 from gpuscope.sim import SimulatedCluster, default_scenario
 from gpuscope.sim.kube import nodes_json, pods_json, quotas_json

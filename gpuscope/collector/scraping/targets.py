@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpuscope.collector.scraping.scrape import ScrapeOutcome, Target
+from gpuscope.core.collector_settings import DiscoverySettings
 from gpuscope.core.errors import SourceError
-from gpuscope.core.settings import DiscoverySettings
 
 log = logging.getLogger(__name__)
 
