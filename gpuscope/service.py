@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from gpuscope.analytics.base import Analysis
 from gpuscope.analytics.runner import DETECTORS, load_scheduled, run_on_store
-from gpuscope.collector.service import CollectorService, run_collector
+from gpuscope.collector.service import CollectorService
+from gpuscope.collector.serving import run_collector
 from gpuscope.collector.storage.store import Store
 from gpuscope.core.settings import Settings
 from gpuscope.service_whatif import whatif_on_store
