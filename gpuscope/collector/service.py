@@ -33,7 +33,8 @@ from gpuscope.collector.gauges.metrics import CollectorMetrics
 from gpuscope.collector.gauges.target_gauges import TargetGauges
 from gpuscope.collector.scraping.ingest import IngestWriter, StoreFailed, first_line
 from gpuscope.collector.scraping.limits import IngestLimits
-from gpuscope.collector.scraping.scrape import Scraper, Target
+from gpuscope.collector.scraping.outcome import Target
+from gpuscope.collector.scraping.scrape import Scraper
 from gpuscope.collector.scraping.scrape_loop import ScrapeLoop, commit_ticks
 from gpuscope.collector.scraping.targets import TargetRegistry, discover_targets
 from gpuscope.collector.storage.store import Retention, Store

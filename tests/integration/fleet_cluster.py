@@ -13,7 +13,8 @@ from pathlib import Path
 
 from bench.fleet_sim import FleetPages
 from gpuscope.collector.cluster.inventory_records import node_from_json, pod_from_json
-from gpuscope.collector.scraping.scrape import Target, page_to_outcome
+from gpuscope.collector.scraping.outcome import Target
+from gpuscope.collector.scraping.page_outcome import page_to_outcome
 from gpuscope.collector.storage.store import Store
 from gpuscope.core.collector_settings import WorkloadSettings
 from gpuscope.core.settings import Settings
