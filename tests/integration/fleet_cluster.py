@@ -19,7 +19,8 @@ from gpuscope.collector.storage.store import Store
 from gpuscope.core.collector_settings import WorkloadSettings
 from gpuscope.core.settings import Settings
 from gpuscope.sim import SimulatedCluster
-from gpuscope.sim.kube import nodes_json, pods_json
+from gpuscope.sim.kube import nodes_json
+from gpuscope.sim.kube_pods import pods_json
 from gpuscope.sim.scenario import default_scenario
 
 STEP_S = 15
