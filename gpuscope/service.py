@@ -5,6 +5,8 @@ wires them all into one process is here, beside the CLI: the collector's jobs, t
 analytics job (every detector; findings stored, headline numbers as gauges; then the alerts
 over them), the action policies, and the weekly report with its summary sent through the
 alerts routes.
+
+The what-if replay on the live store is gpuscope/service_whatif.py.
 """
 
 from __future__ import annotations

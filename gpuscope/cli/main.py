@@ -2,6 +2,9 @@
 
 Every user mistake ends as one line on stderr and a non-zero exit code, never a traceback
 (set ``GPUSCOPE_DEBUG=1`` to see one for an internal error).
+
+The ``collector`` and ``analyze`` commands are in gpuscope/cli/collector.py and
+gpuscope/cli/analyze.py.
 """
 
 from __future__ import annotations

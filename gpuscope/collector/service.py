@@ -7,6 +7,9 @@ Parquet export; each job never overlaps itself and a failing run is logged and c
 The one fatal thing is a database that refuses every write past a bounded retry: the service then
 stops with one line, so that Kubernetes restarts it. SIGTERM stops the API, lets the running jobs
 finish and closes the database cleanly.
+
+Serving it (the API's socket, uvicorn, the stop on SIGTERM/SIGINT) is
+gpuscope/collector/serving.py.
 """
 
 from __future__ import annotations

@@ -4,6 +4,9 @@ Every component reads its part of :class:`Settings`. The precedence is the same
 everywhere: a flag beats an environment variable (``GPUSCOPE_<SECTION>__<KEY>``), which beats
 the YAML config file, which beats the default. A value that does not validate raises
 :class:`~gpuscope.core.errors.ConfigError` with one line naming the key and where it came from.
+
+The sections' base and bounds are in gpuscope/core/settings_section.py; the collector's
+sections in gpuscope/core/collector_settings.py.
 """
 
 from __future__ import annotations

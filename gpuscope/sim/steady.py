@@ -48,6 +48,8 @@ capacity apart hour by hour). The result is ordinary :class:`~gpuscope.sim.scena
 records with their node, GPU indices, start, end and arrival: the simulator places them
 exactly there. Nothing runs past ``cutoff``, so the planted state at the end (the
 fragmentation the 4-GPU job is blocked by, the quota story) is the scenario's own.
+
+The scheduler's loop is in gpuscope/sim/steady_scheduler.py.
 """
 
 from __future__ import annotations

@@ -21,6 +21,9 @@ budget still allows (``status.disruptionsAllowed`` less the pods of it evicted s
 the Eviction API decrements it), and every eviction set a chooser considers is tested with
 :meth:`World.within_budgets`, so no plan asks for an eviction the API server would refuse
 with a 429. An eviction that spends a budget re-scores every node holding pods of it.
+
+Nodes ranked for a unit are in gpuscope/analytics/consolidation/ranking.py; evicted pods
+placed again in gpuscope/analytics/consolidation/relocation.py.
 """
 
 from __future__ import annotations
