@@ -51,9 +51,10 @@ from gpuscope.analytics.consolidation.plan import (
 from gpuscope.analytics.placement.allocation import EPS, NodeState, state_from_records
 from gpuscope.analytics.trace import read_trace
 from gpuscope.collector.cluster.inventory_records import node_from_json, pod_from_json
-from gpuscope.core.settings import WorkloadSettings
+from gpuscope.core.collector_settings import WorkloadSettings
 from gpuscope.sim import SimulatedCluster, default_scenario
-from gpuscope.sim.kube import nodes_json, pods_json
+from gpuscope.sim.kube import nodes_json
+from gpuscope.sim.kube_pods import pods_json
 
 #: The public trace's lists the project keeps (tests/fixtures/alibaba-gpu-v2023/PROVENANCE.md).
 CSV = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "alibaba-gpu-v2023" / "csv"

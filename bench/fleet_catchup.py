@@ -112,7 +112,8 @@ def planted_findings(db: Path, cluster: Any, origin: float, at: float) -> dict[s
     from gpuscope.collector.cluster.inventory_records import node_from_json, pod_from_json
     from gpuscope.collector.storage.store import Store
     from gpuscope.core.settings import Settings
-    from gpuscope.sim.kube import nodes_json, pods_json
+    from gpuscope.sim.kube import nodes_json
+    from gpuscope.sim.kube_pods import pods_json
 
     settings = Settings()
     when = datetime.fromtimestamp(at, UTC)

@@ -78,11 +78,12 @@ from gpuscope.collector.cluster.queue_records import quota_from_clusterqueue
 from gpuscope.collector.scraping.batch import Batch, Labels
 from gpuscope.collector.storage.store import Store
 from gpuscope.core.catalogue import AGENT_METRICS
+from gpuscope.core.collector_settings import WorkloadSettings
 from gpuscope.core.series import node_series
-from gpuscope.core.settings import WorkloadSettings
 from gpuscope.demo.history import KEPT
 from gpuscope.sim import SimulatedCluster, default_scenario
-from gpuscope.sim.kube import nodes_json, pods_json, quotas_json
+from gpuscope.sim.kube import nodes_json, quotas_json
+from gpuscope.sim.kube_pods import pods_json
 
 REPO = Path(__file__).resolve().parents[1]
 #: The history ends here: 00:00 UTC on a Monday, so the ISO week 2025-W10 has just closed

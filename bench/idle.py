@@ -44,7 +44,8 @@ from bench.history import history as get_history
 from bench.timing import Spread, time_alternating, time_once
 from gpuscope.analytics.detectors.idle import HISTORY, LATE_DELAY, LOOKBACK, RAW_HORIZON, run_idle
 from gpuscope.collector.storage.store import Store
-from gpuscope.core.settings import AnalyticsSettings, CollectorSettings, WorkloadSettings
+from gpuscope.core.collector_settings import CollectorSettings, WorkloadSettings
+from gpuscope.core.settings import AnalyticsSettings
 
 #: the series the detector reads (gpuscope/analytics/sql/idle.sql: busy_candidates, workload series)
 ACTIVITY = (

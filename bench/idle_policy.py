@@ -47,7 +47,8 @@ from bench.history import history as get_history
 from bench.timing import time_alternating
 from gpuscope.analytics.idle_whatif.figures import idle_whatif
 from gpuscope.collector.storage.store import Store
-from gpuscope.core.settings import CollectorSettings, Settings
+from gpuscope.core.collector_settings import CollectorSettings
+from gpuscope.core.settings import Settings
 
 #: the memory limit the CLI opens the database with
 LIMIT = CollectorSettings().db_memory_limit

@@ -53,7 +53,8 @@ from gpuscope.collector.gauges.metrics import CollectorMetrics
 from gpuscope.collector.scraping.batch import Batch
 from gpuscope.collector.scraping.ingest import IngestWriter
 from gpuscope.collector.scraping.limits import IngestLimits
-from gpuscope.collector.scraping.scrape import ScrapeOutcome, Scraper, Target
+from gpuscope.collector.scraping.outcome import ScrapeOutcome, Target
+from gpuscope.collector.scraping.scrape import Scraper
 from gpuscope.collector.scraping.scrape_loop import ScrapeLoop
 from gpuscope.collector.scraping.targets import TargetRegistry
 from gpuscope.collector.storage.store import Store

@@ -48,7 +48,8 @@ from gpuscope.analytics.detectors.bandwidth_history import (
 )
 from gpuscope.analytics.queueing.quota import run_quota
 from gpuscope.collector.storage.store import Store
-from gpuscope.core.settings import AnalyticsSettings, CollectorSettings
+from gpuscope.core.collector_settings import CollectorSettings
+from gpuscope.core.settings import AnalyticsSettings
 
 IB = (
     "gpuscope_ib_transmit_bytes_total",

@@ -41,7 +41,8 @@ from gpuscope.analytics.report.week import Week
 from gpuscope.cli.main import build_parser
 from gpuscope.cli.report import cmd_report
 from gpuscope.collector.storage.store import Store
-from gpuscope.core.settings import CollectorSettings, Settings
+from gpuscope.core.collector_settings import CollectorSettings
+from gpuscope.core.settings import Settings
 
 WEEK = Week(2025, 10)
 CONFIG = "report:\n  price_per_gpu_hour: 2.0\n"

@@ -20,7 +20,8 @@ from collections.abc import Sequence
 from contextlib import ExitStack
 
 from bench.collector_process import sim_agents
-from gpuscope.collector.scraping.scrape import ScrapeOutcome, Scraper, Target
+from gpuscope.collector.scraping.outcome import ScrapeOutcome, Target
+from gpuscope.collector.scraping.scrape import Scraper
 from gpuscope.collector.scraping.scrape_loop import ScrapeLoop
 
 _TICKS = os.sysconf("SC_CLK_TCK")

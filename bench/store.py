@@ -40,7 +40,8 @@ import duckdb
 from bench.figure import Figure, Reference, print_figures
 from bench.machine import tool_version
 from gpuscope.collector.scraping.batch import Batch
-from gpuscope.collector.scraping.scrape import Target, TargetCache, page_to_outcome
+from gpuscope.collector.scraping.outcome import Target
+from gpuscope.collector.scraping.page_outcome import TargetCache, page_to_outcome
 from gpuscope.collector.storage.store import Store
 
 INTERVAL_MS = 15_000

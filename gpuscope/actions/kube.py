@@ -46,8 +46,8 @@ from gpuscope.collector.cluster.kube_api import (
     retry_after,
     retrying,
 )
+from gpuscope.core.collector_settings import CollectorSettings
 from gpuscope.core.errors import SourceError
-from gpuscope.core.settings import CollectorSettings
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

@@ -2,6 +2,9 @@
 
 Every user mistake ends as one line on stderr and a non-zero exit code, never a traceback
 (set ``GPUSCOPE_DEBUG=1`` to see one for an internal error).
+
+The ``collector`` and ``analyze`` commands are in gpuscope/cli/collector.py and
+gpuscope/cli/analyze.py.
 """
 
 from __future__ import annotations
@@ -12,32 +15,25 @@ import math
 import os
 import sys
 from collections.abc import Callable, Sequence
-from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, NoReturn, cast
+from typing import NoReturn, cast
 
 from gpuscope import __version__
 from gpuscope.agent.command import HELP as AGENT_HELP
 from gpuscope.agent.command import add_agent_arguments
 from gpuscope.agent.command import run_command as run_agent_command
 from gpuscope.cli.alerts import add_alerts_parser, cmd_alerts
-from gpuscope.cli.beside import add_collector_argument, analyze_through, beside
-from gpuscope.cli.common import (
-    FIRST_YEAR,
-    LAST_YEAR,
-    add_objects_argument,
-    objects_of,
-    open_error,
-    open_store,
-)
+from gpuscope.cli.analyze import cmd_analyze, parse_at
+from gpuscope.cli.beside import add_collector_argument
+from gpuscope.cli.collector import cmd_collector
+from gpuscope.cli.common import add_objects_argument
 from gpuscope.cli.dashboards import add_dashboards_parser, cmd_dashboards
 from gpuscope.cli.db import add_db_parser, cmd_db
 from gpuscope.cli.report import add_report_parser, cmd_report
 from gpuscope.cli.whatif import add_whatif_parser, cmd_whatif
 from gpuscope.core.errors import UserError
 from gpuscope.core.logs import LogFormat, configure_logging
-from gpuscope.core.settings import Settings, load_settings
-from gpuscope.core.timefmt import rfc3339
+from gpuscope.core.settings import load_settings
 
 log = logging.getLogger("gpuscope")
 
@@ -213,201 +209,10 @@ def _cmd_agent(args: argparse.Namespace) -> int:
     return run_agent_command(args)
 
 
-def _cmd_collector(args: argparse.Namespace) -> int:
-    targets = [{"url": u, "kind": "agent"} for u in args.target or []]
-    targets += [{"url": u, "kind": "dcgm-exporter"} for u in args.dcgm_exporter or []]
-    flags = {
-        "db": args.db,
-        "listen": args.listen,
-        "targets": targets or None,
-        "prometheus_url": args.prometheus_url,
-        "scrape_interval_seconds": args.scrape_interval,
-        "kubernetes": args.kubernetes,
-    }
-    settings = load_settings(args.config, overrides={"collector": flags})
-    check_service_inputs(settings)
-    if args.check:
-        import json
-
-        from gpuscope.collector.querying.query_check import check_query_source
-
-        cs = settings.collector
-        found = check_query_source(cs) if cs.prometheus_url else {"url": None, "mode": "scrape"}
-        print(json.dumps(found, indent=2))
-        return 0
-    # the assembled service (FastAPI, the analytics, the report's charts) is imported only
-    # once the inputs are known good: a refused flag or file answers in a fraction of the time
-    from gpuscope.service import run_service
-
-    return run_service(settings)
-
-
-def check_service_inputs(settings: Settings) -> None:
-    """Read every file the service will need, before the service creates its database:
-    a bad token file, alerts config, policy file, Kubernetes credential or damaged database
-    is one line, and nothing is created or changed on disk."""
-    from gpuscope.collector.cluster.inventory import InventoryError, kube_configuration
-
-    cs = settings.collector
-    cs.resolve_api_token()
-    if settings.alerts.enabled:
-        from gpuscope.alerts.config import load_alerts_config
-
-        load_alerts_config(settings.alerts.config_file)
-    if settings.actions.policy_file is not None:
-        from gpuscope.actions.policy import load_policies
-
-        load_policies(settings.actions.policy_file)
-    try:
-        kube_configuration(cs)
-    except InventoryError as exc:
-        if cs.kubernetes != "auto":
-            raise UserError(f"collector.kubernetes={cs.kubernetes}: {exc}") from None
-    db = Path(cs.db)
-    if db.exists():
-        if db.is_dir():
-            raise UserError(f"{db} is not a DuckDB database; refusing to open or overwrite it")
-        check_database(db)
-    elif not db.parent.is_dir():
-        raise UserError(f"cannot create database {db}: folder {db.parent} does not exist")
-    for what, folder in (("collector.parquet_dir", cs.parquet_dir),
-                         ("report.out_dir", settings.report.out_dir)):  # fmt: skip
-        if folder is not None and folder.exists() and not folder.is_dir():
-            raise UserError(f"{what} {folder} is not a folder")
-
-
-def check_database(path: Path) -> None:
-    """Open an existing database read-only and read its schema version: a damaged,
-    foreign, newer or locked file is refused here with one line, untouched."""
-    import duckdb
-
-    from gpuscope.collector.storage import schema
-    from gpuscope.collector.storage.store_sql import (
-        is_duckdb_file,
-        missing_bytes,
-        read_writer_state,
-    )
-
-    if not is_duckdb_file(path):
-        raise UserError(f"{path} is not a DuckDB database; refusing to open or overwrite it")
-    try:
-        con = duckdb.connect(str(path), read_only=True)
-    except duckdb.Error as exc:
-        raise open_error(path, exc, "stop the other process first") from None
-    try:
-        missing = missing_bytes(con, path)  # as Store.open checks it, first
-        if missing:
-            raise UserError(
-                f"cannot read database {path} (damaged or truncated?): at least {missing} "
-                "bytes of its end are missing (restore it from a backup, or move it away)"
-            )
-        version = schema.schema_version(con)
-        if version == schema.LATEST_VERSION:  # an older one: the collector migrates it first
-            read_writer_state(con)  # what the collector reads when it opens the file
-    except duckdb.Error as exc:
-        raise open_error(path, exc, "") from None
-    finally:
-        con.close()
-    if version > schema.LATEST_VERSION:
-        raise UserError(
-            f"database {path} has schema version {version}, newer than this gpuscope "
-            f"supports ({schema.LATEST_VERSION}); upgrade gpuscope to open it"
-        )
-
-
-def _parse_at(text: str | None) -> datetime:
-    if not text:
-        return datetime.now(UTC)
-    try:
-        at = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        raise UserError(f"--at {text!r}: expected a time like 2026-11-16T09:00:00Z") from None
-    at = at if at.tzinfo else at.replace(tzinfo=UTC)
-    if not FIRST_YEAR <= at.astimezone(UTC).year <= LAST_YEAR:
-        raise UserError(f"--at {text!r}: expected a time between {FIRST_YEAR} and {LAST_YEAR}")
-    return at
-
-
-#: What ``analyze --nodes --pods [--objects]`` can do from files (``all``: the first two).
-SNAPSHOT_ANALYSES = ("fragmentation", "consolidation", "quota", "all")
-
-
-def _cmd_analyze(args: argparse.Namespace) -> int:
-    import json
-
-    from gpuscope.analytics.runner import (
-        DETECTORS,
-        as_json,
-        render_text,
-        run_on_snapshot,
-        run_on_store,
-    )
-
-    settings = load_settings(args.config)
-    at = _parse_at(args.at)
-    if (args.nodes is None) != (args.pods is None):
-        raise UserError("--nodes and --pods go together")
-    if args.collector and args.nodes is not None:
-        raise UserError("--collector analyses its database; --nodes/--pods are files here")
-    collector = beside(args, settings, args.db) if args.nodes is None else None
-    if collector is not None:  # the database is the collector's: run there (cli/beside.py)
-        if args.objects:
-            raise UserError("--objects goes with --nodes/--pods or a --db opened here")
-        return analyze_through(collector, args.what, rfc3339(at) if args.at else None, args.json)
-    if args.what == "topology":
-        from gpuscope.cli.topology import run_topology
-
-        analyses = {"topology": run_topology(args, at, settings)}
-        print(json.dumps(as_json(analyses), indent=2, default=str) if args.json
-              else render_text(analyses), end="\n" if args.json else "")  # fmt: skip
-        return 0
-    objects = objects_of(args)
-    if args.nodes is not None:
-        if args.what not in SNAPSHOT_ANALYSES:
-            raise UserError(f"{args.what} needs --db: a snapshot holds no utilization history")
-        for flag, path in (("--nodes", args.nodes), ("--pods", args.pods)):
-            if path.is_dir():
-                raise UserError(f"{flag} {path} is a folder; expected a file")
-        which = ["fragmentation", "quota"] if args.what == "all" else [args.what]
-        analyses = {
-            w: run_on_snapshot(args.nodes, args.pods, at, settings, w, objects=objects)
-            for w in which
-        }
-    else:
-        if args.db is None:
-            raise UserError("give --db PATH (or --nodes FILE --pods FILE for fragmentation)")
-        which = list(DETECTORS) if args.what == "all" else [args.what]
-        with open_store(args.db, memory_limit=settings.collector.db_memory_limit) as store:
-            if args.at is None:
-                at = _data_age_at(store, at, settings.collector.scrape_interval_seconds)
-            analyses = run_on_store(store, at, settings, which, persist=False)
-    if args.json:
-        print(json.dumps(as_json(analyses), indent=2, default=str))
-    else:
-        print(render_text(analyses), end="")
-    return 0
-
-
-def _data_age_at(store: Any, now: datetime, scrape_interval_s: float) -> datetime:
-    """The data-age rule: a database whose data ended a while ago is analysed as of its
-    newest data, with one line on stderr saying so (``--at`` overrides)."""
-    from gpuscope.analytics.runner import analysis_time, newest_data
-
-    cur = store.cursor()
-    try:
-        newest = newest_data(cur)
-    finally:
-        cur.close()
-    at, note = analysis_time(newest, now, scrape_interval_s)
-    if note:
-        print(f"gpuscope analyze: {note}", file=sys.stderr)
-    return at
-
-
 def _cmd_act(args: argparse.Namespace) -> int:
     from gpuscope.cli.act import run_act
 
-    return run_act(args, _parse_at(args.at))
+    return run_act(args, parse_at(args.at))
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
@@ -430,8 +235,8 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 _COMMANDS = {
     "agent": _cmd_agent,
-    "collector": _cmd_collector,
-    "analyze": _cmd_analyze,
+    "collector": cmd_collector,
+    "analyze": cmd_analyze,
     "act": _cmd_act,
     "demo": _cmd_demo,
     "alerts": cmd_alerts,

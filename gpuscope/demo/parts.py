@@ -36,7 +36,8 @@ from gpuscope.core.kube_objects import objects_from_documents
 from gpuscope.sim import SimulatedCluster
 from gpuscope.sim.cluster import SimPod
 from gpuscope.sim.dra import dra_json, is_dra_pod
-from gpuscope.sim.kube import nodes_json, pod_json, quotas_json
+from gpuscope.sim.kube import nodes_json, quotas_json
+from gpuscope.sim.kube_pods import pod_json
 
 Clock = Callable[[], float]
 

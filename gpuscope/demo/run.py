@@ -29,7 +29,8 @@ import yaml
 
 from gpuscope.agent.devices.sim import scenario_clock
 from gpuscope.analytics.runner import as_json, render_text
-from gpuscope.collector.service import CollectorService, bind_listen
+from gpuscope.collector.service import CollectorService
+from gpuscope.collector.serving import bind_listen
 from gpuscope.core.errors import UserError
 from gpuscope.core.settings import Settings, load_settings, parse_listen
 from gpuscope.core.timefmt import rfc3339

@@ -15,9 +15,10 @@ So the background of the default scenario as ``gpuscope agent`` runs it (32 node
 ships with the package, node by node (:data:`SHIPPED`, written by
 ``python -m gpuscope.sim.one_node --write``). It is used only while it still is what the
 simulation computes: the file names the planted scenario and the source of
-:mod:`gpuscope.sim.steady` it was made from (:func:`fingerprint`), and with any other
-scenario, seed or source the background is computed as before (slower, never wrong). A test
-recomputes it and fails when the file is stale.
+:mod:`gpuscope.sim.steady` and :mod:`gpuscope.sim.steady_scheduler` it was made from
+(:func:`fingerprint`), and with any other scenario, seed or source the background is
+computed as before (slower, never wrong). A test recomputes it and fails when the file is
+stale.
 """
 
 from __future__ import annotations
@@ -35,7 +36,8 @@ SHIPPED = Path(__file__).with_name("data") / "default-background.jsonl.gz"
 #: The default scenario's parameters the shipped background is for (``gpuscope agent``'s).
 SHIPPED_NODES = 32
 SHIPPED_SEED = 42
-_STEADY_SOURCE = Path(__file__).with_name("steady.py")
+#: The steady loop's code: the jobs it draws, and its scheduler.
+_STEADY_SOURCES = tuple(Path(__file__).with_name(n) for n in ("steady.py", "steady_scheduler.py"))
 
 
 def one_node(scenario: Scenario, node: str) -> Scenario:
@@ -56,7 +58,8 @@ def fingerprint(planted: Scenario) -> str:
     """What a background is computed from: the planted scenario (its records' repr, which
     names every field) and the steady loop's code."""
     digest = hashlib.sha256(repr(planted).encode())
-    digest.update(_STEADY_SOURCE.read_bytes())
+    for source in _STEADY_SOURCES:
+        digest.update(source.read_bytes())
     return digest.hexdigest()
 
 

@@ -48,6 +48,8 @@ capacity apart hour by hour). The result is ordinary :class:`~gpuscope.sim.scena
 records with their node, GPU indices, start, end and arrival: the simulator places them
 exactly there. Nothing runs past ``cutoff``, so the planted state at the end (the
 fragmentation the 4-GPU job is blocked by, the quota story) is the scenario's own.
+
+The scheduler's loop is in gpuscope/sim/steady_scheduler.py.
 """
 
 from __future__ import annotations
@@ -58,8 +60,8 @@ import math
 import random
 from dataclasses import dataclass, field
 
-from gpuscope.sim.cluster import SimulatedCluster
 from gpuscope.sim.scenario import DAY, HOUR, Kind, Scenario, WorkloadSpec
+from gpuscope.sim.steady_scheduler import Holder, Loop, job_cpu
 
 #: (GPUs, fraction of one GPU, weight): openb's job sizes (module docstring).
 SIZES: tuple[tuple[int, float, float], ...] = (
@@ -84,14 +86,10 @@ TICK = 600.0
 #: background pods never preempt each other.
 BACKGROUND_PRIORITY = -20
 WEEK = 7 * DAY
-#: Milli-GPU: GPU requests scored in integers, as kube-scheduler scores extended resources.
-MILLI = 1000
-#: A node's allocatable memory in MiB (gpuscope/sim/kube.py's node objects: 2111541248Ki).
-NODE_MEMORY_MIB = 2_111_541_248 // 1024
 
 
 @dataclass
-class _Job:
+class Job:
     name: str
     namespace: str
     kind: Kind
@@ -114,18 +112,18 @@ def _weighted(rng: random.Random, choices: tuple[tuple[float, float], ...]) -> f
 
 def _training(
     rng: random.Random, i: int, t: float, namespaces: tuple[tuple[str, float], ...]
-) -> _Job:
+) -> Job:
     gpus, whole, _ = rng.choices(SIZES, weights=[w for *_, w in SIZES])[0]
     fraction = whole or _weighted(rng, FRACTIONS)
     hours = math.exp(math.log(MEDIAN_HOURS) + LOG_SIGMA * rng.gauss(0.0, 1.0))
     hours = min(LONGEST_HOURS, max(SHORTEST_HOURS, hours))
     ns = rng.choices([n for n, _ in namespaces], weights=[w for _, w in namespaces])[0]
     kind: Kind = "training" if fraction >= 1 else "batch"
-    return _Job(f"{ns}-job-{i:04d}", ns, kind, gpus, fraction, t + rng.uniform(0, TICK),
+    return Job(f"{ns}-job-{i:04d}", ns, kind, gpus, fraction, t + rng.uniform(0, TICK),
                 hours * HOUR, rng.uniform(0.55, 0.95))  # fmt: skip
 
 
-def _scheduled(rng: random.Random, start: float, cutoff: float, phase: float) -> list[_Job]:
+def _scheduled(rng: random.Random, start: float, cutoff: float, phase: float) -> list[Job]:
     """Notebooks with working hours and inference replicas that follow the day.
 
     ``phase``: seconds since Monday 00:00 UTC at scenario time 0. Weekdays: twelve
@@ -133,7 +131,7 @@ def _scheduled(rng: random.Random, start: float, cutoff: float, phase: float) ->
     2-6 hours of that (an idle tail is what people do); an inference Deployment scales
     from 0 extra replicas at night to 6 at midday, one more every 40 minutes.
     """
-    jobs: list[_Job] = []
+    jobs: list[Job] = []
     first_day = math.floor((start + phase) / DAY)
     last_day = math.ceil((cutoff + phase) / DAY)
     for day in range(first_day, last_day + 1):
@@ -142,170 +140,15 @@ def _scheduled(rng: random.Random, start: float, cutoff: float, phase: float) ->
         for u in range(12 if weekday else 2):
             opens = midnight + 9 * HOUR + rng.uniform(-1.0, 1.5) * HOUR
             stays = rng.uniform(7.0, 10.0) * HOUR
-            jobs.append(_Job(f"nb-day{day % 1000:03d}-user{u:02d}", "research", "interactive",
+            jobs.append(Job(f"nb-day{day % 1000:03d}-user{u:02d}", "research", "interactive",
                              1, 1.0, opens, stays, 0.35, rng.uniform(2.0, 6.0) * HOUR,
                              {"app.kubernetes.io/owner": f"user{u:02d}"}))  # fmt: skip
         for r in range(6 if weekday else 2):
             up = midnight + 8 * HOUR + r * 40 * 60
             down = midnight + 20 * HOUR - r * 40 * 60
-            jobs.append(_Job(f"chat-serve-d{day % 1000:03d}-r{r}", "serving", "inference",
+            jobs.append(Job(f"chat-serve-d{day % 1000:03d}-r{r}", "serving", "inference",
                              1, 1.0, up, down - up, 0.6))  # fmt: skip
     return [j for j in jobs if start <= j.arrival < cutoff]
-
-
-@dataclass(eq=False)
-class _Holder:
-    """A background job running on a node: its GPUs, share and requests, and its end
-    (moved earlier when a planted pod preempts it)."""
-
-    spec: int  # its index in the output
-    node: str
-    gpus: tuple[int, ...]
-    share: float
-    cpu: int
-    memory: int
-    end: float
-    gone: bool = False
-
-
-@dataclass(eq=False)
-class _Node:
-    """What the scheduler knows of a node now: each GPU's share taken, CPU and memory
-    requested, the background pods on it."""
-
-    name: str
-    taken: list[float]
-    cpu: int = 0
-    memory: int = 0
-    holders: list[_Holder] = field(default_factory=list)
-
-
-def pod_memory_mib(gpus: int, fraction: float) -> int:
-    """Host memory a pod requests (gpuscope/sim/kube.py writes the same into its object)."""
-    return 1024 * (16 + 96 * gpus if fraction >= 1 else 8 + round(96 * fraction))
-
-
-def _cpu(job: _Job) -> int:
-    # CPUs in proportion to the GPU share (a node has 16 cores a GPU): GPUs, not CPUs,
-    # decide where a job fits, here and in any replay of it
-    return max(1000, round(14_000 * job.demand))
-
-
-class _Loop:
-    """The background's scheduler: kube-scheduler's default profile as it places GPU pods,
-    event by event (module docstring)."""
-
-    def __init__(self, planted: Scenario, rng: random.Random) -> None:
-        cluster = SimulatedCluster(planted)
-        self.rng = rng
-        specs = [n for n in planted.nodes if n.gpus and not n.mig_profile]
-        self.nodes = {n.name: _Node(n.name, [0.0] * n.gpus) for n in specs}
-        self.order = [n.name for n in specs]
-        self.cpu_total = {n.name: n.cpu_milli for n in specs}
-        self.capacity = sum(len(n.taken) for n in self.nodes.values())
-        #: (time, 0 = ends / 1 = starts, node, GPU indices, share, cpu, memory)
-        self.planted: list[tuple[float, int, str, tuple[int, ...], float, int, int]] = []
-        for pod in cluster.pods:
-            if pod.node not in self.nodes or not pod.assignments:
-                continue
-            w = pod.workload
-            idx = tuple(a.gpu_index for a in pod.assignments)
-            share = pod.assignments[0].share
-            use = (pod.node, idx, share, w.cpu_milli, pod_memory_mib(w.gpus, w.gpu_fraction))
-            self.planted.append((pod.start, 1, *use))
-            if pod.end is not None:
-                self.planted.append((pod.end, 0, *use))
-        self.planted.sort(key=lambda e: (e[0], e[1]))
-        self.spans = [(e[0], e[4] * len(e[3]), e[1]) for e in self.planted]
-
-    def planted_at(self, t: float) -> float:
-        """GPUs the planted pods hold at t."""
-        return sum(share if kind else -share for at, share, kind in self.spans if at <= t)
-
-    def score(self, node: _Node, job: _Job, cpu: int, memory: int) -> int | None:
-        """NodeResourcesFit's LeastAllocated score (cpu, memory and nvidia.com/gpu, weight
-        1 each, the pod counted in), None where the pod does not fit."""
-        if job.fraction >= 1:
-            if sum(1 for x in node.taken if x <= 1e-9) < job.gpus:
-                return None
-        elif not any(1 - x >= job.fraction - 1e-9 for x in node.taken):
-            return None
-        cpu_total = self.cpu_total[node.name]
-        if node.cpu + cpu > cpu_total or node.memory + memory > NODE_MEMORY_MIB:
-            return None
-        gpu_total = len(node.taken) * MILLI
-        gpu_used = round(sum(node.taken) * MILLI) + round(job.demand * MILLI)
-        parts = (
-            (cpu_total - node.cpu - cpu) * 100 // cpu_total,
-            (NODE_MEMORY_MIB - node.memory - memory) * 100 // NODE_MEMORY_MIB,
-            (gpu_total - gpu_used) * 100 // gpu_total,
-        )
-        return sum(parts) // len(parts)
-
-    def place(self, job: _Job, now: float, only: str | None = None) -> _Holder | None:
-        """The job on the best-scoring node (ties at random, as kube-scheduler's
-        selectHost), on its lowest-indexed free GPUs (a fraction: the fullest GPU it fits);
-        None when no node fits. ``only``: the one node that may have room now."""
-        cpu, memory = _cpu(job), pod_memory_mib(job.gpus, job.fraction)
-        best: int | None = None
-        tied: list[_Node] = []
-        for name in (only,) if only is not None else self.order:
-            node = self.nodes[name]
-            s = self.score(node, job, cpu, memory)
-            if s is None:
-                continue
-            if best is None or s > best:
-                best, tied = s, [node]
-            elif s == best:
-                tied.append(node)
-        if best is None:
-            return None
-        node = tied[self.rng.randrange(len(tied))] if len(tied) > 1 else tied[0]
-        if job.fraction >= 1:
-            gpus = tuple([i for i, x in enumerate(node.taken) if x <= 1e-9][: job.gpus])
-        else:
-            fits = [i for i, x in enumerate(node.taken) if 1 - x >= job.fraction - 1e-9]
-            gpus = (max(fits, key=lambda k: (node.taken[k], -k)),)
-        holder = _Holder(-1, node.name, gpus, job.fraction, cpu, memory, now + job.duration)
-        self._take(node, holder)
-        return holder
-
-    def _take(self, node: _Node, h: _Holder) -> None:
-        for i in h.gpus:
-            node.taken[i] += h.share
-        node.cpu += h.cpu
-        node.memory += h.memory
-        node.holders.append(h)
-
-    def release(self, h: _Holder) -> None:
-        node = self.nodes[h.node]
-        for i in h.gpus:
-            node.taken[i] = max(0.0, node.taken[i] - h.share)
-        node.cpu -= h.cpu
-        node.memory -= h.memory
-        node.holders.remove(h)
-        h.gone = True
-
-    def planted_event(
-        self, event: tuple[float, int, str, tuple[int, ...], float, int, int]
-    ) -> list[_Holder]:
-        """A planted pod starts (preempting the background pods on its GPUs, which end
-        now) or ends; returns the preempted."""
-        at, starts, name, idx, share, cpu, memory = event
-        node = self.nodes[name]
-        sign = 1 if starts else -1
-        victims: list[_Holder] = []
-        if starts:
-            full = {i for i in idx if node.taken[i] + share > 1 + 1e-9}
-            victims = [h for h in node.holders if full & set(h.gpus)]
-            for h in victims:
-                h.end = at
-                self.release(h)
-        for i in idx:
-            node.taken[i] = max(0.0, node.taken[i] + sign * share)
-        node.cpu += sign * cpu
-        node.memory += sign * memory
-        return victims
 
 
 def steady_workloads(
@@ -324,19 +167,19 @@ def steady_workloads(
     guarantees = {p.name: p.guaranteed_gpus for p in planted.projects}
     weighted = tuple((n, guarantees.get(n) or 1.0) for n in namespaces)
     rng = random.Random(planted.seed * 7919 + 21)  # noqa: S311 (a seeded simulation)
-    loop = _Loop(planted, random.Random(planted.seed * 7919 + 22))  # noqa: S311
+    loop = Loop(planted, random.Random(planted.seed * 7919 + 22))  # noqa: S311
     fixed = sorted(_scheduled(rng, start, cutoff, phase), key=lambda j: j.arrival)
     planted_events = [e for e in loop.planted if e[0] >= start]
     # planted pods already running at the start hold their GPUs from then on
     for e in (e for e in loop.planted if e[0] < start):
         loop.planted_event(e)
-    placed: list[tuple[_Job, _Holder, float]] = []  # (job, where, start)
-    queue: list[_Job] = []  # waiting, in queue order (one priority: creation time)
-    ends: list[tuple[float, int, _Holder]] = []
+    placed: list[tuple[Job, Holder, float]] = []  # (job, where, start)
+    queue: list[Job] = []  # waiting, in queue order (one priority: creation time)
+    ends: list[tuple[float, int, Holder]] = []
     made = 0
     seq = 0
 
-    def start_job(job: _Job, h: _Holder, now: float) -> None:
+    def start_job(job: Job, h: Holder, now: float) -> None:
         nonlocal seq
         h.spec = len(placed)
         h.end = min(h.end, cutoff)
@@ -353,7 +196,7 @@ def steady_workloads(
                 queue.remove(job)
                 start_job(job, h, now)
 
-    def replace(victim: _Holder, now: float) -> None:
+    def replace(victim: Holder, now: float) -> None:
         """A preempted job's controller makes a new pod: it arrives now and runs what the
         victim had left (a Job's pod restarts; its work since the start is lost)."""
         job, _, begin = placed[victim.spec]
@@ -393,7 +236,7 @@ def steady_workloads(
                 else:
                     start_job(job, got, now)
 
-    arrivals: list[_Job] = []
+    arrivals: list[Job] = []
     t = start
     while t < cutoff:
         while fixed and fixed[0].arrival < t + TICK:
@@ -419,16 +262,16 @@ def steady_workloads(
     return out
 
 
-def _pending(job: _Job, cutoff: float) -> WorkloadSpec:
+def _pending(job: Job, cutoff: float) -> WorkloadSpec:
     return WorkloadSpec(
         name=job.name, namespace=job.namespace, kind=job.kind, gpus=job.gpus,
         gpu_fraction=min(1.0, job.fraction), start=math.floor(job.arrival), end=cutoff,
-        pending=True, utilization=round(job.utilization, 3), cpu_milli=_cpu(job),
+        pending=True, utilization=round(job.utilization, 3), cpu_milli=job_cpu(job),
         preemptible=True, priority=BACKGROUND_PRIORITY, labels=job.labels,
     )  # fmt: skip
 
 
-def _spec(job: _Job, got: tuple[str, tuple[int, ...]], begin: float, end: float) -> WorkloadSpec:
+def _spec(job: Job, got: tuple[str, tuple[int, ...]], begin: float, end: float) -> WorkloadSpec:
     node, indices = got
     waited = begin - job.arrival > 1.0
     return WorkloadSpec(
@@ -445,7 +288,7 @@ def _spec(job: _Job, got: tuple[str, tuple[int, ...]], begin: float, end: float)
         arrival=math.floor(job.arrival) if waited else None,
         utilization=round(job.utilization, 3),
         active_seconds=job.active_seconds,
-        cpu_milli=_cpu(job),
+        cpu_milli=job_cpu(job),
         memory_fraction=0.3 if job.kind == "interactive" else 0.6,
         # below every planted pod's priority: preemptible as the workload rules read it
         preemptible=True,

@@ -13,11 +13,14 @@ from pathlib import Path
 
 from bench.fleet_sim import FleetPages
 from gpuscope.collector.cluster.inventory_records import node_from_json, pod_from_json
-from gpuscope.collector.scraping.scrape import Target, page_to_outcome
+from gpuscope.collector.scraping.outcome import Target
+from gpuscope.collector.scraping.page_outcome import page_to_outcome
 from gpuscope.collector.storage.store import Store
-from gpuscope.core.settings import Settings, WorkloadSettings
+from gpuscope.core.collector_settings import WorkloadSettings
+from gpuscope.core.settings import Settings
 from gpuscope.sim import SimulatedCluster
-from gpuscope.sim.kube import nodes_json, pods_json
+from gpuscope.sim.kube import nodes_json
+from gpuscope.sim.kube_pods import pods_json
 from gpuscope.sim.scenario import default_scenario
 
 STEP_S = 15

@@ -23,7 +23,8 @@ from bench.fleet_sim import FleetPages, push_to_victoriametrics
 from gpuscope.alerts.config import AlertsConfig
 from gpuscope.alerts.engine import AlertsEngine
 from gpuscope.collector.querying.query_ingest import QueryIngest
-from gpuscope.collector.scraping.scrape import Target, page_to_outcome
+from gpuscope.collector.scraping.outcome import Target
+from gpuscope.collector.scraping.page_outcome import page_to_outcome
 from gpuscope.collector.storage.store import Store
 from gpuscope.core.query_settings import QuerySettings
 from tests.integration.engines import victoria_metrics, vm_flush

@@ -25,7 +25,8 @@ from gpuscope.collector.http_api.api import ApiState, create_app
 from gpuscope.collector.scraping.batch import Batch
 from gpuscope.collector.scraping.ingest import IngestWriter
 from gpuscope.collector.scraping.limits import IngestLimits
-from gpuscope.collector.scraping.scrape import Scraper, Target
+from gpuscope.collector.scraping.outcome import Target
+from gpuscope.collector.scraping.scrape import Scraper
 from gpuscope.collector.scraping.targets import TargetRegistry
 from gpuscope.collector.storage.store import Store
 from gpuscope.core.records import Finding, finding_id

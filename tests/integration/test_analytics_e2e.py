@@ -26,7 +26,8 @@ from gpuscope.core.settings import load_settings
 from gpuscope.demo.parts import start_agents
 from gpuscope.service import analytics_job
 from gpuscope.sim import SimulatedCluster, default_scenario
-from gpuscope.sim.kube import namespaces_json, nodes_json, pods_json, quotas_json
+from gpuscope.sim.kube import namespaces_json, nodes_json, quotas_json
+from gpuscope.sim.kube_pods import pods_json
 from tests.fakes.kube_api import FakeKubeApi
 from tests.integration.helpers import ENV
 

@@ -21,7 +21,7 @@ from gpuscope.collector.http_api.api import ApiState, create_app
 from gpuscope.collector.scraping.targets import TargetRegistry
 from gpuscope.collector.storage.store import Store
 from gpuscope.core.settings import Settings
-from gpuscope.service import whatif_on_store
+from gpuscope.service_whatif import whatif_on_store
 from tests.integration import report_week
 
 pytestmark = pytest.mark.integration

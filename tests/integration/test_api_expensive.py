@@ -28,7 +28,7 @@ from gpuscope.collector.http_api.api import ApiState, create_app
 from gpuscope.collector.scraping.targets import TargetRegistry
 from gpuscope.collector.storage.store import Store
 from gpuscope.core.settings import Settings
-from gpuscope.service import whatif_on_store
+from gpuscope.service_whatif import whatif_on_store
 from tests.integration.test_report_whatif import NOW, write_history
 
 pytestmark = pytest.mark.integration

@@ -24,7 +24,7 @@ from gpuscope.collector.http_api.api import ApiState, create_app
 from gpuscope.collector.scraping.targets import TargetRegistry
 from gpuscope.collector.storage.store import Store
 from gpuscope.core.settings import Settings
-from gpuscope.service import whatif_on_store
+from gpuscope.service_whatif import whatif_on_store
 
 NOW = datetime(2026, 3, 2, 9, 0, tzinfo=UTC)
 TOKEN = "tok"

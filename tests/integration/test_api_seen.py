@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from gpuscope.collector.service import bind_listen
+from gpuscope.collector.serving import bind_listen
 from tests import loopback
 from tests.conftest import free_port
 from tests.integration.test_api_input import AUTH, NOW, Served, served  # noqa: F401  (fixture)

@@ -10,7 +10,8 @@ from gpuscope.collector.http_api.api import create_app
 from gpuscope.collector.service import CollectorService
 from gpuscope.core.settings import load_settings
 from gpuscope.sim import SimulatedCluster, default_scenario
-from gpuscope.sim.kube import namespaces_json, nodes_json, pods_json, quotas_json
+from gpuscope.sim.kube import namespaces_json, nodes_json, quotas_json
+from gpuscope.sim.kube_pods import pods_json
 from tests.conftest import free_port
 from tests.fakes.kube_api import FakeKubeApi
 from tests.integration.helpers import agent_process

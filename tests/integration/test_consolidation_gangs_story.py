@@ -19,7 +19,8 @@ from gpuscope.core.kube_names import LEAF_LABEL
 from gpuscope.core.kube_objects import ObjectSet
 from gpuscope.core.settings import Settings
 from gpuscope.sim import SimulatedCluster, default_scenario
-from gpuscope.sim.kube import nodes_json, pods_json
+from gpuscope.sim.kube import nodes_json
+from gpuscope.sim.kube_pods import pods_json
 from gpuscope.sim.scenario import TOPOLOGY_STORY_GROUP
 from tests.fakes.kube_api import FakeKubeApi
 

@@ -34,13 +34,9 @@ from pathlib import Path
 import pytest
 
 from gpuscope.collector.scraping.cpu_budget import MAX_SKIP, ticks_to_skip
-from gpuscope.collector.scraping.scrape import (
-    ScrapeOutcome,
-    Scraper,
-    Target,
-    TargetCache,
-    page_to_outcome,
-)
+from gpuscope.collector.scraping.outcome import ScrapeOutcome, Target
+from gpuscope.collector.scraping.page_outcome import TargetCache, page_to_outcome
+from gpuscope.collector.scraping.scrape import Scraper
 from gpuscope.collector.scraping.scrape_loop import ScrapeLoop
 from tests.integration.helpers import ENV
 

@@ -33,7 +33,8 @@ from pathlib import Path
 
 import pytest
 
-from gpuscope.collector.scraping.scrape import ScrapeOutcome, Scraper, Target
+from gpuscope.collector.scraping.outcome import ScrapeOutcome, Target
+from gpuscope.collector.scraping.scrape import Scraper
 from gpuscope.collector.scraping.scrape_loop import ScrapeLoop
 from tests.integration.helpers import ENV
 from tests.integration.test_cpu_isolation import SERVER

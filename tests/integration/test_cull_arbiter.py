@@ -35,7 +35,8 @@ from gpuscope.collector.gauges.metrics import CollectorMetrics
 from gpuscope.collector.http_api.api import ApiState, create_app
 from gpuscope.collector.scraping.targets import TargetRegistry
 from gpuscope.collector.storage.store import Store
-from gpuscope.core.settings import AnalyticsSettings, WorkloadSettings
+from gpuscope.core.collector_settings import WorkloadSettings
+from gpuscope.core.settings import AnalyticsSettings
 from tests.conftest import free_port
 from tests.fakes.jupyterhub_api import CULLER_SCOPES, FakeHub, HubServer
 from tests.integration.test_idle import END, T0, Gpu, Work, fill

@@ -24,7 +24,8 @@ from gpuscope.demo.parts import record_simulated_inventory
 from gpuscope.demo.run import _settings
 from gpuscope.sim import SimulatedCluster, default_scenario
 from gpuscope.sim.dra import dra_json, is_dra_pod
-from gpuscope.sim.kube import nodes_json, pod_json, quotas_json
+from gpuscope.sim.kube import nodes_json, quotas_json
+from gpuscope.sim.kube_pods import pod_json
 
 pytestmark = pytest.mark.integration
 

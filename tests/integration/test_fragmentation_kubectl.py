@@ -14,7 +14,8 @@ from gpuscope.collector.cluster.inventory_records import node_from_json, pod_fro
 from gpuscope.collector.storage.store import Store
 from gpuscope.core.settings import AnalyticsSettings
 from gpuscope.sim import SimulatedCluster, default_scenario
-from gpuscope.sim.kube import nodes_json, pods_json
+from gpuscope.sim.kube import nodes_json
+from gpuscope.sim.kube_pods import pods_json
 
 AT = datetime(2025, 1, 1, tzinfo=UTC)
 

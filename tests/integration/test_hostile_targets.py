@@ -22,7 +22,8 @@ import httpx
 import pytest
 
 from bench.hostile_targets import responder, serve
-from gpuscope.collector.scraping.scrape import ScrapeOutcome, Scraper, Target
+from gpuscope.collector.scraping.outcome import ScrapeOutcome, Target
+from gpuscope.collector.scraping.scrape import Scraper
 from gpuscope.collector.scraping.scrape_loop import ScrapeLoop
 from tests import loopback
 from tests.conftest import free_port

@@ -21,8 +21,9 @@ from hypothesis import strategies as st
 from gpuscope.analytics.detectors.idle import KINDS, activity_state, run_idle
 from gpuscope.collector.scraping.batch import Batch
 from gpuscope.collector.storage.store import Store
+from gpuscope.core.collector_settings import WorkloadSettings
 from gpuscope.core.records import Finding
-from gpuscope.core.settings import AnalyticsSettings, WorkloadSettings
+from gpuscope.core.settings import AnalyticsSettings
 
 T0 = datetime(2026, 3, 2, 10, 0)
 END = T0 + timedelta(hours=1)

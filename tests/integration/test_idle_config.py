@@ -10,7 +10,8 @@ from pathlib import Path
 
 from gpuscope.analytics.detectors.idle import activity_state, run_idle
 from gpuscope.collector.storage.store import Store
-from gpuscope.core.settings import AnalyticsSettings, WorkloadSettings
+from gpuscope.core.collector_settings import WorkloadSettings
+from gpuscope.core.settings import AnalyticsSettings
 from tests.integration.test_idle import END, MIN, T0, Gpu, Work, fill
 
 A0 = Gpu("node-a", 0)

@@ -9,7 +9,8 @@ from pathlib import Path
 
 from gpuscope.analytics.detectors.idle import run_idle
 from gpuscope.collector.storage.store import Store
-from gpuscope.core.settings import AnalyticsSettings, WorkloadSettings
+from gpuscope.core.collector_settings import WorkloadSettings
+from gpuscope.core.settings import AnalyticsSettings
 from tests.integration.test_idle import END, MIN, T0, Gpu, Work, fill
 
 B0, A1, A0 = Gpu("node-b", 0), Gpu("node-a", 1), Gpu("node-a", 0)

@@ -14,7 +14,8 @@ from gpuscope.collector.cluster.inventory import InventoryError, KubeInventory
 from gpuscope.collector.cluster.kube_api import RetryPolicy
 from gpuscope.core.records import WorkloadKind
 from gpuscope.sim import SimulatedCluster, default_scenario
-from gpuscope.sim.kube import namespaces_json, nodes_json, pods_json, quotas_json
+from gpuscope.sim.kube import namespaces_json, nodes_json, quotas_json
+from gpuscope.sim.kube_pods import pods_json
 from tests.conftest import free_port
 from tests.fakes.kube_api import FakeKubeApi
 from tests.fakes.kube_store import DEFAULT_INSTALLED, ApiError

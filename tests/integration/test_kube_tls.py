@@ -21,8 +21,9 @@ import trustme
 from gpuscope.actions.kube import ClusterClient, Forbidden
 from gpuscope.collector.cluster.inventory import InventoryError, KubeInventory, kube_configuration
 from gpuscope.collector.cluster.kube_api import RetryPolicy
+from gpuscope.core.collector_settings import CollectorSettings
 from gpuscope.core.errors import ConfigError
-from gpuscope.core.settings import CollectorSettings, load_settings
+from gpuscope.core.settings import load_settings
 from tests.conftest import free_port
 from tests.fakes.kube_api import FakeKubeApi
 

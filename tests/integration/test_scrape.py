@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from gpuscope.collector.scraping.scrape import Scraper, Target
+from gpuscope.collector.scraping.outcome import Target
+from gpuscope.collector.scraping.scrape import Scraper
 from tests.integration.helpers import agent_process, http_server, send
 
 pytestmark = pytest.mark.integration

@@ -15,7 +15,8 @@ import pytest
 
 from gpuscope.collector.scraping.fetch import Client, ScrapeError, fetch_page
 from gpuscope.collector.scraping.http1 import MAX_HEAD
-from gpuscope.collector.scraping.scrape import Scraper, Target
+from gpuscope.collector.scraping.outcome import Target
+from gpuscope.collector.scraping.scrape import Scraper
 
 pytestmark = pytest.mark.integration
 PAGE = b'up_ratio{gpu="0"} 1\nup_ratio{gpu="1"} 0.5\n'

@@ -277,7 +277,8 @@ def test_each_stop_is_where_the_idle_detector_first_says_idle(four: Path) -> Non
     from gpuscope.analytics.idle_whatif.points import Point
     from gpuscope.analytics.idle_whatif.read import read_inputs
     from gpuscope.analytics.idle_whatif.replay import per_session
-    from gpuscope.core.settings import AnalyticsSettings, Settings, WorkloadSettings
+    from gpuscope.core.collector_settings import WorkloadSettings
+    from gpuscope.core.settings import AnalyticsSettings, Settings
 
     settings = Settings()
     with Store.open(four, read_only=True) as store:

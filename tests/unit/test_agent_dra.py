@@ -19,9 +19,9 @@ from gpuscope.agent.workloads.attribution import KubeletAttributor
 from gpuscope.agent.workloads.dra import SliceSource, identities_from_slices
 from gpuscope.agent.workloads.podmeta import PodMeta
 from gpuscope.agent.workloads.podresources import DeviceAllocation, dynamic_allocations
+from gpuscope.core.collector_settings import WorkloadSettings
 from gpuscope.core.records import GpuProcess, GpuReading, WorkloadKind
 from gpuscope.core.series import workload_series
-from gpuscope.core.settings import WorkloadSettings
 from tests.fakes import dra_objects as d
 
 NODE = "dra-0"

@@ -9,8 +9,12 @@ from pathlib import Path
 
 import pytest
 
+from gpuscope.core.collector_settings import (
+    EXAMPLE_API_TOKENS,
+    MIN_API_TOKEN_LENGTH,
+    check_api_token,
+)
 from gpuscope.core.errors import ConfigError
-from gpuscope.core.settings import EXAMPLE_API_TOKENS, MIN_API_TOKEN_LENGTH, check_api_token
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -31,9 +31,9 @@ from gpuscope.agent.workloads.podmeta import (
     pod_meta_from_api,
 )
 from gpuscope.agent.workloads.podresources import DeviceAllocation
+from gpuscope.core.collector_settings import WorkloadSettings
 from gpuscope.core.errors import SourceError
 from gpuscope.core.records import GpuProcess, GpuReading, GpuWorkload, PodRef, WorkloadKind
-from gpuscope.core.settings import WorkloadSettings
 
 GPU0 = "GPU-00000000-0000-0000-0000-000000000000"
 GPU1 = "GPU-11111111-1111-1111-1111-111111111111"

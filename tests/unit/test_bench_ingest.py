@@ -7,7 +7,8 @@ import asyncio
 import pytest
 
 from bench.ingest import Tally, TimedScraper
-from gpuscope.collector.scraping.scrape import INLINE_PARSE_BYTES, Target
+from gpuscope.collector.scraping.outcome import Target
+from gpuscope.collector.scraping.scrape import INLINE_PARSE_BYTES
 
 PAGE = b"".join(
     b'gpuscope_gpu_utilization_ratio{gpu="%d",uuid="GPU-%d"} 0.5\n' % (i, i) for i in range(64)

@@ -30,7 +30,8 @@ from hypothesis import strategies as st
 from gpuscope.analytics.consolidation.plan import analyze_consolidation
 from gpuscope.analytics.placement.allocation import state_from_records
 from gpuscope.analytics.placement.allocation_sources import records_from_kubectl
-from gpuscope.core.settings import AnalyticsSettings, WorkloadSettings
+from gpuscope.core.collector_settings import WorkloadSettings
+from gpuscope.core.settings import AnalyticsSettings
 
 AT = datetime(2025, 1, 1, tzinfo=UTC)
 MODEL_LABEL = "nvidia.com/gpu.product"

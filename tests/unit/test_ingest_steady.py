@@ -14,7 +14,8 @@ from typing import Any
 from gpuscope.collector.gauges.metrics import CollectorMetrics
 from gpuscope.collector.scraping.ingest import IngestWriter
 from gpuscope.collector.scraping.limits import IngestLimits
-from gpuscope.collector.scraping.scrape import ScrapeOutcome, Target, TargetCache, page_to_outcome
+from gpuscope.collector.scraping.outcome import ScrapeOutcome, Target
+from gpuscope.collector.scraping.page_outcome import TargetCache, page_to_outcome
 from gpuscope.collector.scraping.targets import TargetRegistry
 from gpuscope.collector.storage.store import Store
 

@@ -15,7 +15,8 @@ from gpuscope.collector.scraping.batch import Batch, Labels
 from gpuscope.collector.scraping.fetch import redact_url
 from gpuscope.collector.scraping.ingest import IngestWriter
 from gpuscope.collector.scraping.limits import ChurnGuard, IngestLimits, LimitExceeded, check_page
-from gpuscope.collector.scraping.scrape import ScrapeOutcome, Target, page_to_outcome
+from gpuscope.collector.scraping.outcome import ScrapeOutcome, Target
+from gpuscope.collector.scraping.page_outcome import page_to_outcome
 from gpuscope.collector.scraping.targets import TargetRegistry
 from gpuscope.collector.storage.store import BadBatch, Store
 

@@ -11,8 +11,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gpuscope.analytics.report.inputs import with_owner
+from gpuscope.core.collector_settings import WorkloadSettings
 from gpuscope.core.owners import pod_owner
-from gpuscope.core.settings import WorkloadSettings
 
 KEYS = WorkloadSettings().owner_label_keys
 

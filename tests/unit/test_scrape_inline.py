@@ -15,7 +15,8 @@ from typing import Any
 import pytest
 
 from gpuscope.collector.scraping import scrape
-from gpuscope.collector.scraping.scrape import INLINE_PARSE_BYTES, Scraper, Target
+from gpuscope.collector.scraping.outcome import Target
+from gpuscope.collector.scraping.scrape import INLINE_PARSE_BYTES, Scraper
 
 TARGET = Target("http://10.0.0.1:9835/metrics")
 

@@ -16,7 +16,8 @@ from typing import Any
 import pytest
 
 from gpuscope.collector.scraping import scrape
-from gpuscope.collector.scraping.scrape import INLINE_PARSE_BYTES, Scraper, Target
+from gpuscope.collector.scraping.outcome import Target
+from gpuscope.collector.scraping.scrape import INLINE_PARSE_BYTES, Scraper
 
 SMALL = Target("http://10.0.0.1:9835/metrics")
 SMALL_2 = Target("http://10.0.0.2:9835/metrics")

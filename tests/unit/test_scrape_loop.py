@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator, Iterable, Sequence
 
 import pytest
 
-from gpuscope.collector.scraping.scrape import ScrapeOutcome, Target
+from gpuscope.collector.scraping.outcome import ScrapeOutcome, Target
 from gpuscope.collector.scraping.scrape_loop import ScrapeLoop
 
 TARGETS = [Target(f"http://10.0.0.{i}:9835/metrics") for i in range(5)]

@@ -6,7 +6,7 @@ and parsed too late; the late outcome was rebuilt with ``cpu_seconds=0``, so the
 """
 
 from gpuscope.collector.scraping.batch import Batch
-from gpuscope.collector.scraping.scrape import ScrapeOutcome, Target, past_timeout
+from gpuscope.collector.scraping.outcome import ScrapeOutcome, Target, past_timeout
 
 TARGET = Target("http://10.0.0.1:9835/metrics")
 

@@ -16,7 +16,8 @@ from gpuscope.core.kube_objects import objects_from_documents
 from gpuscope.core.settings import AnalyticsSettings
 from gpuscope.sim import SimulatedCluster, default_scenario
 from gpuscope.sim.dra import dra_json
-from gpuscope.sim.kube import nodes_json, pods_json
+from gpuscope.sim.kube import nodes_json
+from gpuscope.sim.kube_pods import pods_json
 from tests.unit.test_dra_schema import check
 
 ORIGIN = 1_717_200_000.0

@@ -14,7 +14,9 @@ from gpuscope.collector.cluster.inventory import (
 )
 from gpuscope.core.records import WorkloadKind
 from gpuscope.sim import NodeSpec, Scenario, SimulatedCluster, WorkloadSpec, default_scenario
-from gpuscope.sim.kube import namespaces_json, nodes_json, pods_json, quotas_json, rfc3339
+from gpuscope.sim.kube import namespaces_json, nodes_json, quotas_json
+from gpuscope.sim.kube_pods import pods_json
+from gpuscope.sim.kube_values import rfc3339
 
 ORIGIN = 1_717_200_000.0
 

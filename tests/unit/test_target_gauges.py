@@ -11,7 +11,7 @@ from gpuscope.collector.gauges.target_gauges import TargetGauges
 from gpuscope.collector.scraping.batch import Batch
 from gpuscope.collector.scraping.ingest import IngestWriter
 from gpuscope.collector.scraping.limits import IngestLimits
-from gpuscope.collector.scraping.scrape import ScrapeOutcome, Target
+from gpuscope.collector.scraping.outcome import ScrapeOutcome, Target
 from gpuscope.collector.scraping.targets import TargetRegistry
 from gpuscope.collector.storage.store import Store
 

@@ -2,8 +2,8 @@
 
 import pytest
 
+from gpuscope.core.collector_settings import WorkloadRule
 from gpuscope.core.records import WorkloadKind
-from gpuscope.core.settings import WorkloadRule
 from gpuscope.core.workload import PodFacts, classify, project_of, workload_kind
 
 

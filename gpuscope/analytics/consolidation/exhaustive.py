@@ -23,15 +23,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from gpuscope.analytics.consolidation.model import Goal, Placed, Plan
+from gpuscope.analytics.consolidation.ranking import no_room
+from gpuscope.analytics.consolidation.relocation import requeued
 from gpuscope.analytics.consolidation.search import EXHAUSTIVE_PODS, Chooser, greedy_node
-from gpuscope.analytics.consolidation.world import (
-    Option,
-    Unit,
-    World,
-    no_room,
-    requeued,
-    units_of,
-)
+from gpuscope.analytics.consolidation.world import Option, Unit, World, units_of
 from gpuscope.analytics.placement.allocation import EPS, NodeState
 
 #: Instances with more units or nodes than these are left to the greedy planner.

@@ -72,8 +72,9 @@ from gpuscope.analytics.consolidation.search import (
 )
 from gpuscope.analytics.placement.allocation import ClusterState, GpuIndices, NodeState
 from gpuscope.collector.cluster.inventory_records import PodInfo
+from gpuscope.core.collector_settings import WorkloadSettings
 from gpuscope.core.records import Finding, finding_id
-from gpuscope.core.settings import AnalyticsSettings, WorkloadSettings
+from gpuscope.core.settings import AnalyticsSettings
 
 __all__ = [
     "CHECKPOINT_ANNOTATION",

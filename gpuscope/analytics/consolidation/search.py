@@ -17,16 +17,14 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from gpuscope.analytics.consolidation.model import Goal, Move, Placed, Plan
+from gpuscope.analytics.consolidation.ranking import fits_now, no_room, node_index
+from gpuscope.analytics.consolidation.relocation import relocate_all
 from gpuscope.analytics.consolidation.world import (
     Option,
     Pod,
     Unit,
     World,
-    fits_now,
-    no_room,
-    node_index,
     pick_gpus,
-    relocate_all,
     units_of,
     usable_count,
 )

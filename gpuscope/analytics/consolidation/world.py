@@ -21,17 +21,22 @@ budget still allows (``status.disruptionsAllowed`` less the pods of it evicted s
 the Eviction API decrements it), and every eviction set a chooser considers is tested with
 :meth:`World.within_budgets`, so no plan asks for an eviction the API server would refuse
 with a 429. An eviction that spends a budget re-scores every node holding pods of it.
+
+Nodes ranked for a unit are in gpuscope/analytics/consolidation/ranking.py; evicted pods
+placed again in gpuscope/analytics/consolidation/relocation.py.
 """
 
 from __future__ import annotations
 
-import heapq
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpuscope.analytics.consolidation.model import Goal, Placed
 from gpuscope.analytics.placement.allocation import EPS, NodeState, Task, admits
+
+if TYPE_CHECKING:
+    from gpuscope.analytics.consolidation.ranking import NodeIndex
 
 #: ``k`` of a unit that needs every GPU of its node (free_nodes).
 ALL_GPUS = -1
@@ -320,166 +325,3 @@ def units_of(goals: Sequence[Goal], *, decreasing: bool = True) -> list[Unit]:
         return units
     # largest first (whole nodes, then more GPUs, then larger shares): first-fit decreasing
     return sorted(units, key=lambda u: (u.k != ALL_GPUS, -u.k, -u.share, -len(u.mig), u.goal))
-
-
-#: Scores a node for a unit: (sort key, payload), or None when the node cannot serve it.
-Scorer = Callable[[World, str, Unit], "tuple[tuple[Any, ...], Any] | None"]
-
-
-class NodeIndex:
-    """Nodes by a scorer's key for one kind of unit, kept up to date lazily from the
-    world's change log (a heap with stale entries skipped), so that many units of the same
-    shape cost one scan of the cluster, not one each."""
-
-    def __init__(self, world: World, unit: Unit, scorer: Scorer) -> None:
-        self.world, self.unit, self.scorer = world, unit, scorer
-        self.heap: list[tuple[tuple[Any, ...], str, int, Any]] = []
-        self.cursor = len(world.log)
-        for node in world.nodes:
-            self._push(node.name)
-
-    def _push(self, name: str) -> None:
-        if not self.world.eligible(name, self.unit):
-            return
-        scored = self.scorer(self.world, name, self.unit)
-        if scored is not None:
-            heapq.heappush(self.heap, (scored[0], name, self.world.version[name], scored[1]))
-
-    def _catch_up(self) -> None:
-        log = self.world.log
-        for name in dict.fromkeys(log[self.cursor :]):
-            self._push(name)
-        self.cursor = len(log)
-
-    def top(self, n: int = 1) -> list[tuple[tuple[Any, ...], str, Any]]:
-        """The n best current entries (left in the index)."""
-        self._catch_up()
-        out: list[tuple[tuple[Any, ...], str, int, Any]] = []
-        version = self.world.version
-        while self.heap and len(out) < n:
-            entry = heapq.heappop(self.heap)
-            if entry[2] == version[entry[1]]:
-                out.append(entry)
-        for entry in out:
-            heapq.heappush(self.heap, entry)
-        return [(key, name, payload) for key, name, _, payload in out]
-
-
-def node_index(world: World, unit: Unit, tag: str, scorer: Scorer) -> NodeIndex:
-    key = (
-        tag,
-        unit.k,
-        unit.share,
-        unit.models,
-        unit.schedulable,
-        unit.res,
-        unit.tolerations,
-        unit.mig,
-        unit.node_terms,
-    )
-    index = world.indexes.get(key)
-    if index is None:
-        index = world.indexes[key] = NodeIndex(world, unit, scorer)
-    return index
-
-
-def fit_best(world: World, name: str, unit: Unit) -> tuple[tuple[Any, ...], None] | None:
-    if not world.room_after(name, unit):
-        return None
-    ready = world.ready(name, unit.share)
-    return (sum(world.free[name][g] for g in ready),), None
-
-
-def fit_first(world: World, name: str, unit: Unit) -> tuple[tuple[Any, ...], None] | None:
-    if not world.room_after(name, unit):
-        return None
-    return (), None
-
-
-def fits_now(world: World, unit: Unit, *, best_fit: bool) -> str | None:
-    if best_fit:
-        top = node_index(world, unit, "fit-best", fit_best).top()
-    else:
-        top = node_index(world, unit, "fit-first", fit_first).top()
-    return top[0][1] if top else None
-
-
-def no_room(world: World, unit: Unit) -> str:
-    if not any(world.eligible(n.name, unit) for n in world.nodes):
-        offered = {p for n in world.nodes for p, c in n.mig_total if c > 0}
-        missing = sorted(p for p, _ in unit.mig if p not in offered)
-        if missing:
-            return f"no node offers MIG profile {', '.join(missing)}"
-        return "no node it may run on has enough GPUs of the model asked for"
-    if world.allow and any(
-        world.eligible(n.name, unit)
-        and world.room_after(n.name, unit, [p for p in world.on[n.name] if p.movable])
-        for n in world.nodes
-    ):
-        return (
-            "no node has room within the disruptions its pods' PodDisruptionBudgets allow "
-            "(each budget's disruptionsAllowed is spent across the whole plan)"
-        )
-    return "no node has room even after moving every pod that may move"
-
-
-def relocate(world: World, pod: Pod, from_node: str) -> tuple[str, tuple[int, ...]]:
-    """Best fit for an evicted pod in the room left: the node and GPUs leaving least slack."""
-    best: tuple[float, str, tuple[int, ...]] | None = None
-    need, share = len(pod.gpus), pod.share - EPS
-    for node in world.nodes:
-        name = node.name
-        free = world.free[name]
-        # the cheap tests first: most nodes of a full cluster lack the GPUs
-        if need and sum(1 for f in free if f >= share) < need:
-            continue
-        if not world.res_fit(name, pod.res) or not world.mig_fit(name, pod.mig):
-            continue
-        if not world.admits(name, pod.task):
-            continue
-        fits = sorted((g for g, f in enumerate(free) if f >= share), key=lambda g: (free[g], g))
-        gpus = tuple(sorted(fits[:need]))
-        slack = sum(free[g] - pod.share for g in gpus)
-        if best is None or (slack, name, gpus) < best:
-            best = (slack, name, gpus)
-            if slack <= EPS:
-                break
-    if best is None:
-        return "", ()
-    world.reserve(best[1], best[2], pod.share, pod.res, pod.mig)
-    return best[1], best[2]
-
-
-def _size(pod: Pod) -> float:
-    return len(pod.gpus) * pod.share + sum(c for _, c in pod.mig) / 8 + pod.res[0] / 1e9
-
-
-def relocate_all(world: World) -> dict[int, tuple[str, tuple[int, ...]]]:
-    """Where each evicted pod goes (node "" for back to the queue), placed best fit in the
-    room left: largest first and smallest first are both tried (on copies) and the order
-    that re-queues fewer pods is applied to the world (ties: largest first). Largest first
-    keeps big pods running; smallest first fits more pods where room is short (two 1-GPU
-    pods rather than one 2-GPU pod in 2 free GPUs)."""
-    orders = [
-        sorted(world.evicted, key=lambda p: (-_size(p), p.idx)),
-        sorted(world.evicted, key=lambda p: (_size(p), p.idx)),
-    ]
-    best: list[Pod] = orders[0]
-    if len(world.evicted) > 1:
-        fewest = None
-        for order in orders:
-            trial = world.copy()
-            left = sum(not relocate(trial, trial.pods[p.idx], p.node)[0] for p in order)
-            if fewest is None or left < fewest:
-                fewest, best = left, order
-            if not fewest:  # nobody re-queued: nothing to improve on
-                break
-    return {p.idx: relocate(world, p, p.node) for p in best}
-
-
-def requeued(world: World) -> int:
-    """How many evicted pods :func:`relocate_all` would send back to the queue (on a copy)."""
-    if not world.evicted:
-        return 0
-    trial = world.copy()
-    return sum(1 for node, _ in relocate_all(trial).values() if not node)

@@ -34,9 +34,10 @@ from gpuscope.analytics.base import Analysis
 from gpuscope.analytics.detectors.idle_gaps import gap_note, with_rule
 from gpuscope.collector.storage.schema import GET_META, SET_META, begin
 from gpuscope.collector.storage.store import Store, utc
+from gpuscope.core.collector_settings import WorkloadSettings
 from gpuscope.core.owners import pod_owner
 from gpuscope.core.records import Finding, Severity, finding_id
-from gpuscope.core.settings import AnalyticsSettings, WorkloadSettings
+from gpuscope.core.settings import AnalyticsSettings
 
 KINDS: tuple[str, ...] = ("idle_session", "workload_idle", "session_time_limit")
 #: Samples younger than this may still be in flight (a scrape is stored after it ends), so

@@ -21,8 +21,8 @@ from gpuscope.collector.cluster.inventory_records import (
     node_from_json,
     pod_from_json,
 )
+from gpuscope.core.collector_settings import WorkloadSettings
 from gpuscope.core.records import WorkloadKind
-from gpuscope.core.settings import WorkloadSettings
 
 
 def records_from_kubectl(

@@ -55,7 +55,7 @@ from gpuscope.collector.cluster.queue_records import (
     quota_from_resourceflavor,
     quota_from_resourcequota,
 )
-from gpuscope.core.settings import WorkloadSettings
+from gpuscope.core.collector_settings import WorkloadSettings
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

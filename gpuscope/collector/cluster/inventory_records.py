@@ -23,8 +23,8 @@ from gpuscope.collector.cluster.scheduling_rules import (
     toleration,
 )
 from gpuscope.core import kube_names as names
+from gpuscope.core.collector_settings import WorkloadSettings
 from gpuscope.core.records import WorkloadKind
-from gpuscope.core.settings import WorkloadSettings
 from gpuscope.core.workload import PodFacts, classify
 
 #: Pool of nodes that carry no pool label (the fragmentation analysis and the node gauges

@@ -20,8 +20,8 @@ from pathlib import Path
 import urllib3
 from kubernetes import client, config
 
+from gpuscope.core.collector_settings import CollectorSettings
 from gpuscope.core.errors import SourceError
-from gpuscope.core.settings import CollectorSettings
 
 
 class InventoryError(SourceError):

@@ -16,8 +16,8 @@ from typing import Any
 from gpuscope.collector.querying.query_client import QueryClient
 from gpuscope.collector.querying.query_ingest import CURSOR_KEY, make_client
 from gpuscope.collector.storage.schema import GET_META
+from gpuscope.core.collector_settings import CollectorSettings
 from gpuscope.core.errors import SourceError, UserError
-from gpuscope.core.settings import CollectorSettings
 from gpuscope.core.timefmt import rfc3339
 
 #: The newest agent sample the engine holds, and how many agents it knows.

@@ -29,7 +29,7 @@ import duckdb
 from gpuscope.collector.gauges.metrics import CollectorMetrics
 from gpuscope.collector.scraping.batch import Batch
 from gpuscope.collector.scraping.limits import ChurnGuard, IngestLimits
-from gpuscope.collector.scraping.scrape import ScrapeOutcome
+from gpuscope.collector.scraping.outcome import ScrapeOutcome
 from gpuscope.collector.scraping.targets import TargetRegistry
 from gpuscope.collector.storage.store import BadBatch, Store
 from gpuscope.collector.storage.store_ticks import Tick

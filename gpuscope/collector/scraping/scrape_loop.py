@@ -30,7 +30,8 @@ from collections.abc import Callable, Sequence
 from gpuscope.collector.scraping.cpu_budget import DEFAULT_SHARE, MAX_SKIP, ticks_to_skip
 from gpuscope.collector.scraping.fetch import Client
 from gpuscope.collector.scraping.ingest import StoreFailed
-from gpuscope.collector.scraping.scrape import ScrapeOutcome, Scraper, Target
+from gpuscope.collector.scraping.outcome import ScrapeOutcome, Target
+from gpuscope.collector.scraping.scrape import Scraper
 
 log = logging.getLogger(__name__)
 

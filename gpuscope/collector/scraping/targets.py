@@ -15,9 +15,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpuscope.collector.scraping.scrape import ScrapeOutcome, Target
+from gpuscope.collector.scraping.outcome import ScrapeOutcome, Target
+from gpuscope.core.collector_settings import DiscoverySettings
 from gpuscope.core.errors import SourceError
-from gpuscope.core.settings import DiscoverySettings
 
 log = logging.getLogger(__name__)
 
