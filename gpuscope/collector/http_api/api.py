@@ -110,6 +110,8 @@ class Utilization(BaseModel):
     total: int
     limit: int
     offset: int
+    #: what fleet summaries in the range mean for this view (docs/api.md); else empty
+    note: str = ""
 
 
 def _naive(ts: datetime) -> datetime:
@@ -243,6 +245,7 @@ def create_app(state: ApiState) -> FastAPI:
             rows = cur.execute(Q.UTILIZATION[(by, resolution)], params).fetchall()
             count_params = {k: params[k] for k in ("start", "node", "namespace", "project")}
             total_row = cur.execute(Q.UTILIZATION_KEYS[by], count_params).fetchone()
+            summaries = cur.execute(Q.HAS_SUMMARIES[by], count_params).fetchone()
         finally:
             cur.close()
         # DuckDB writes each series' points as JSON; Python only joins the pieces (a week
@@ -257,6 +260,7 @@ def create_app(state: ApiState) -> FastAPI:
                 "total": total_row[0] if total_row else 0,
                 "limit": limit,
                 "offset": offset,
+                "note": Q.SUMMARIES_NOTE[by in Q.GPU_LEVELS] if summaries and summaries[0] else "",
             }
         )
         series = ",".join(f'{{"key":{json.dumps(key)},"points":{points}}}' for key, points in rows)

@@ -3,6 +3,7 @@ the tables below (never user input) complete a template."""
 
 from __future__ import annotations
 
+from gpuscope.collector.storage.held_gpus import summary_row, with_held_gpus
 from gpuscope.collector.storage.writer_log import LAST_SEEN_LAG_S
 
 GPU_UTIL = "gpuscope_gpu_utilization_ratio"
@@ -12,7 +13,11 @@ WORKLOAD_UTIL = "gpuscope_gpu_workload_utilization_ratio"
 #: log, collector/storage/writer_log.py): the series prefilter reaches back that much more.
 _LAG = LAST_SEEN_LAG_S
 
-#: level -> (metric, key expression over `series AS s`, extra CTE for the key, filter)
+#: Levels over GPUs: a fleet summary's series (docs/scale.md, "Fleet summaries") is a
+#: workload's busy peak, not a GPU's utilization, and free GPUs have none, so these levels
+#: leave summaries out and say so (:data:`SUMMARIES_NOTE`).
+GPU_LEVELS = frozenset({"cluster", "node", "gpu"})
+#: level -> (metric, key expression over `series AS s`)
 _LEVELS: dict[str, tuple[str, str]] = {
     "cluster": (GPU_UTIL, "'cluster'"),
     "node": (GPU_UTIL, "s.node"),
@@ -26,15 +31,25 @@ _LEVELS: dict[str, tuple[str, str]] = {
     "workload": (WORKLOAD_UTIL, "s.namespace || '/' || s.pod"),
 }
 
+#: How many GPUs each fleet summary's workload key holds (at most, over its intervals).
+_HELD = with_held_gpus("""
+held AS (
+    SELECT gpu_uuid AS uuid, max({held_gpus}) AS gpus
+    FROM workload_intervals WHERE {summary_row} GROUP BY gpu_uuid
+)""")
+
+#: Each series is weighted by the GPUs it stands for (1; a fleet summary's workload key
+#: every GPU it holds: the mean is per GPU, and `series` counts GPUs).
 _UTILIZATION = """
 WITH projects AS (
     SELECT DISTINCT namespace, pod, labels['project'] AS project
     FROM series WHERE metric = 'gpuscope_gpu_workload_info'
-),
+),{held},
 picked AS (
-    SELECT s.series_id, {key} AS key
+    SELECT s.series_id, {key} AS key, coalesce(h.gpus, 1.0) AS gpus
     FROM series AS s LEFT JOIN projects AS p USING (namespace, pod)
-    WHERE s.metric = '{metric}'
+    LEFT JOIN held AS h ON h.uuid = s.uuid
+    WHERE s.metric = '{metric}'{only_gpus}
       AND ($node IS NULL OR s.node = $node)
       AND ($namespace IS NULL OR s.namespace = $namespace)
       AND ($project IS NULL OR coalesce(p.project, s.namespace) = $project)
@@ -43,15 +58,19 @@ picked AS (
 page AS (
     SELECT DISTINCT key FROM picked ORDER BY key LIMIT $limit OFFSET $offset
 ),
-binned AS (
-    SELECT pk.key,
+per_series AS (
+    SELECT pk.key, x.series_id, any_value(pk.gpus) AS gpus,
            time_bucket(to_seconds($step), x.ts, TIMESTAMP '1970-01-01') AS bucket,
-           sum(x.vsum) / sum(x.n) AS value,
-           count(DISTINCT x.series_id) AS series
+           sum(x.vsum) AS vsum, sum(x.n) AS n
     FROM ({source}) AS x
     JOIN picked AS pk USING (series_id)
     JOIN page USING (key)
-    GROUP BY ALL
+    GROUP BY pk.key, x.series_id, bucket
+),
+binned AS (
+    SELECT key, bucket, sum(vsum * gpus) / sum(n * gpus) AS value,
+           round(sum(gpus)) AS series
+    FROM per_series GROUP BY key, bucket
 )
 SELECT key,
        to_json(list([epoch(bucket), value, CAST(series AS DOUBLE)] ORDER BY bucket)) AS points
@@ -65,7 +84,7 @@ WITH projects AS (
 )
 SELECT count(DISTINCT {key})
 FROM series AS s LEFT JOIN projects AS p USING (namespace, pod)
-WHERE s.metric = '{metric}'
+WHERE s.metric = '{metric}'{only_gpus}
   AND ($node IS NULL OR s.node = $node)
   AND ($namespace IS NULL OR s.namespace = $namespace)
   AND ($project IS NULL OR coalesce(p.project, s.namespace) = $project)
@@ -98,10 +117,42 @@ RESOLUTIONS: tuple[tuple[str, int, str], ...] = (
     ("raw", 0, _RAW),
 )
 
+
+def _only_gpus(level: str) -> str:
+    return f"\n      AND NOT {summary_row('s.uuid')}" if level in GPU_LEVELS else ""
+
+
 UTILIZATION: dict[tuple[str, str], str] = {
-    (level, res): _UTILIZATION.format(key=key, metric=metric, source=source, lag=_LAG)
+    (level, res): _UTILIZATION.format(
+        key=key, metric=metric, source=source, lag=_LAG, held=_HELD, only_gpus=_only_gpus(level)
+    )
     for level, (metric, key) in _LEVELS.items()
     for res, _, source in RESOLUTIONS
+}
+
+#: Whether the range has fleet summaries of the level's metric (then the answer says what
+#: they mean for it).
+_HAS_SUMMARIES = """
+SELECT count(*) > 0 FROM series AS s
+WHERE s.metric = '{metric}' AND {summary}
+  AND ($node IS NULL OR s.node = $node)
+  AND ($namespace IS NULL OR s.namespace = $namespace)
+  AND s.last_seen >= CAST($start AS TIMESTAMP) - INTERVAL {lag} SECOND
+"""
+HAS_SUMMARIES: dict[str, str] = {
+    level: _HAS_SUMMARIES.format(metric=metric, summary=summary_row("s.uuid"), lag=_LAG)
+    for level, (metric, _) in _LEVELS.items()
+}
+SUMMARIES_NOTE = {
+    True: (
+        "fleet summaries (collector.query.summaries) store no per-GPU utilization: by="
+        "cluster, node and gpu cannot be computed from them and leave their workloads out; "
+        "by=namespace, project or workload counts each workload's GPUs"
+    ),
+    False: (
+        "fleet summaries (collector.query.summaries): each workload's value is its peak "
+        "utilization in each 5-minute bucket, weighted by the GPUs it holds (an upper bound)"
+    ),
 }
 
 
@@ -114,7 +165,7 @@ def resolution_for(step_seconds: float) -> str:
 
 
 UTILIZATION_KEYS: dict[str, str] = {
-    level: _UTILIZATION_KEYS.format(key=key, metric=metric, lag=_LAG)
+    level: _UTILIZATION_KEYS.format(key=key, metric=metric, lag=_LAG, only_gpus=_only_gpus(level))
     for level, (metric, key) in _LEVELS.items()
 }
 
@@ -157,13 +208,16 @@ ORDER BY ts DESC, id LIMIT $limit OFFSET $offset
 ACTIONS_COUNT = "SELECT count(*) FROM actions WHERE ($kind IS NULL OR kind = $kind)"
 SERIES_COUNT = "SELECT count(*) FROM series"
 
-#: The culler arbiter (GET /api/v1/arbiter/idle): does the pod hold GPUs now, and is it in
-#: an open idle finding of the last analytics run (as of that run, never before its findings)?
-ARBITER_IDLE = """
+#: The culler arbiter (GET /api/v1/arbiter/idle): does the pod hold GPUs now (a fleet
+#: summary's workload key counts every GPU it holds), and is it in an open idle finding of
+#: the last analytics run (as of that run, never before its findings)?
+ARBITER_IDLE = with_held_gpus("""
 WITH held AS (
-    SELECT count(DISTINCT gpu_uuid) AS gpus
-    FROM workload_intervals
-    WHERE namespace = $namespace AND pod = $pod AND end_ts IS NULL
+    SELECT coalesce(sum(gpus), 0) AS gpus FROM (
+        SELECT gpu_uuid, max({held_gpus}) AS gpus
+        FROM workload_intervals
+        WHERE namespace = $namespace AND pod = $pod AND end_ts IS NULL
+        GROUP BY gpu_uuid)
 ),
 idle AS (
     SELECT since FROM findings
@@ -184,7 +238,7 @@ as_of AS (
 )
 SELECT held.gpus, idle.since, as_of.ts
 FROM held CROSS JOIN as_of LEFT JOIN idle ON true
-"""
+""")
 #: One finding by id: its newest occurrence (for its drill-down).
 FINDING_BY_ID = """
 SELECT kind, subject, evidence, since, observed_at, resolved_at
