@@ -133,10 +133,16 @@ UTILIZATION: dict[tuple[str, str], str] = {
 #: Whether the range has fleet summaries of the level's metric (then the answer says what
 #: they mean for it).
 _HAS_SUMMARIES = """
-SELECT count(*) > 0 FROM series AS s
+WITH projects AS (
+    SELECT DISTINCT namespace, pod, labels['project'] AS project
+    FROM series WHERE metric = 'gpuscope_gpu_workload_info'
+)
+SELECT count(*) > 0
+FROM series AS s LEFT JOIN projects AS p USING (namespace, pod)
 WHERE s.metric = '{metric}' AND {summary}
   AND ($node IS NULL OR s.node = $node)
   AND ($namespace IS NULL OR s.namespace = $namespace)
+  AND ($project IS NULL OR coalesce(p.project, s.namespace) = $project)
   AND s.last_seen >= CAST($start AS TIMESTAMP) - INTERVAL {lag} SECOND
 """
 HAS_SUMMARIES: dict[str, str] = {
