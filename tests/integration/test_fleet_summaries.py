@@ -8,7 +8,6 @@ scraping does."""
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -155,19 +154,20 @@ def _per_namespace(use: dict[tuple[str, str], dict[str, float]], column: str) ->
     return out
 
 
-def _namespace_view(store: Store, lo: float, hi: float) -> dict[str, list[list[float]]]:
-    """The API's utilization view by namespace, a point every bucket."""
-    from gpuscope.collector.http_api import api_queries
+def _namespace_view(store: Store, lo: float, hi: float) -> dict[str, Any]:
+    """The API's utilization view by namespace, a point every bucket (through the route)."""
+    from fastapi.testclient import TestClient
 
-    params = {"start": datetime.fromtimestamp(lo, UTC), "end": datetime.fromtimestamp(hi, UTC),
-              "step": float(BUCKET_S), "node": None, "namespace": None, "project": None,
-              "limit": 100, "offset": 0}  # fmt: skip
-    cur = store.cursor()
-    try:
-        rows = cur.execute(api_queries.UTILIZATION[("namespace", "raw")], params).fetchall()
-    finally:
-        cur.close()
-    return {key: json.loads(points) for key, points in rows}
+    from gpuscope.collector.gauges.metrics import CollectorMetrics
+    from gpuscope.collector.http_api.api import ApiState, create_app
+    from gpuscope.collector.scraping.targets import TargetRegistry
+
+    state = ApiState(store=store, targets=TargetRegistry([]), metrics=CollectorMetrics())
+    params = {"by": "namespace", "step": BUCKET_S,
+              "start": datetime.fromtimestamp(lo, UTC).isoformat(),
+              "end": datetime.fromtimestamp(hi, UTC).isoformat()}  # fmt: skip
+    body = TestClient(create_app(state)).get("/api/v1/utilization", params=params).json()
+    return {"note": body["note"], **{s["key"]: s["points"] for s in body["series"]}}
 
 
 def test_the_report_counts_a_workloads_gpus_as_direct_scraping_does(
@@ -199,6 +199,7 @@ def test_the_report_counts_a_workloads_gpus_as_direct_scraping_does(
     # the API's view by namespace: each workload's GPUs counted, its peak at least the mean
     view_want, view_got = _namespace_view(direct, lo, hi), _namespace_view(summed, lo, hi)
     assert view_got.keys() == view_want.keys()
+    assert view_want.pop("note") == "" and "upper bound" in view_got.pop("note")
     for namespace, points in view_want.items():
         by_time = {p[0]: p for p in view_got[namespace]}
         assert by_time.keys() == {p[0] for p in points}, namespace

@@ -139,7 +139,8 @@ def _utilization(store: Store, by: str) -> dict[str, list[list[float]]]:
               "project": None, "limit": 100, "offset": 0}  # fmt: skip
     cur = store.cursor()
     try:
-        rows = cur.execute(api_queries.UTILIZATION[(by, "raw")], params).fetchall()
+        sql = api_queries.UTILIZATION_BY_GPUS.get((by, "raw"), api_queries.UTILIZATION[(by, "raw")])
+        rows = cur.execute(sql, params).fetchall()
         summaries = cur.execute(
             api_queries.HAS_SUMMARIES[by],
             {k: params[k] for k in ("start", "node", "namespace", "project")},

@@ -31,34 +31,35 @@ _LEVELS: dict[str, tuple[str, str]] = {
     "workload": (WORKLOAD_UTIL, "s.namespace || '/' || s.pod"),
 }
 
-#: How many GPUs each fleet summary's workload key holds (at most, over its intervals).
-_HELD = with_held_gpus("""
+#: Plain: each series one GPU, a step's mean over its samples and the series counted.
+_PLAIN = {
+    "held": "",
+    "gpus": "",
+    "held_join": "",
+    "binned": """binned AS (
+    SELECT pk.key,
+           time_bucket(to_seconds($step), x.ts, TIMESTAMP '1970-01-01') AS bucket,
+           sum(x.vsum) / sum(x.n) AS value,
+           count(DISTINCT x.series_id) AS series
+    FROM ({source}) AS x
+    JOIN picked AS pk USING (series_id)
+    JOIN page USING (key)
+    GROUP BY ALL
+)""",
+}
+#: With fleet summaries in the range (the workload levels only: the GPU levels leave them
+#: out): each series weighted by the GPUs it stands for (1; a fleet summary's workload key
+#: every GPU it holds, at most over its intervals), so the mean is per GPU and `series`
+#: counts GPUs. A level of aggregation more (per series, then per key), so only then.
+_BY_GPUS = {
+    "held": with_held_gpus("""
 held AS (
     SELECT gpu_uuid AS uuid, max({held_gpus}) AS gpus
     FROM workload_intervals WHERE {summary_row} GROUP BY gpu_uuid
-)""")
-
-#: Each series is weighted by the GPUs it stands for (1; a fleet summary's workload key
-#: every GPU it holds: the mean is per GPU, and `series` counts GPUs).
-_UTILIZATION = """
-WITH projects AS (
-    SELECT DISTINCT namespace, pod, labels['project'] AS project
-    FROM series WHERE metric = 'gpuscope_gpu_workload_info'
-),{held},
-picked AS (
-    SELECT s.series_id, {key} AS key, coalesce(h.gpus, 1.0) AS gpus
-    FROM series AS s LEFT JOIN projects AS p USING (namespace, pod)
-    LEFT JOIN held AS h ON h.uuid = s.uuid
-    WHERE s.metric = '{metric}'{only_gpus}
-      AND ($node IS NULL OR s.node = $node)
-      AND ($namespace IS NULL OR s.namespace = $namespace)
-      AND ($project IS NULL OR coalesce(p.project, s.namespace) = $project)
-      AND s.last_seen >= CAST($start AS TIMESTAMP) - INTERVAL {lag} SECOND
-),
-page AS (
-    SELECT DISTINCT key FROM picked ORDER BY key LIMIT $limit OFFSET $offset
-),
-per_series AS (
+),"""),
+    "gpus": ", coalesce(h.gpus, 1.0) AS gpus",
+    "held_join": "\n    LEFT JOIN held AS h ON h.uuid = s.uuid",
+    "binned": """per_series AS (
     SELECT pk.key, x.series_id, any_value(pk.gpus) AS gpus,
            time_bucket(to_seconds($step), x.ts, TIMESTAMP '1970-01-01') AS bucket,
            sum(x.vsum) AS vsum, sum(x.n) AS n
@@ -71,7 +72,27 @@ binned AS (
     SELECT key, bucket, sum(vsum * gpus) / sum(n * gpus) AS value,
            round(sum(gpus)) AS series
     FROM per_series GROUP BY key, bucket
-)
+)""",
+}
+
+_UTILIZATION = """
+WITH projects AS (
+    SELECT DISTINCT namespace, pod, labels['project'] AS project
+    FROM series WHERE metric = 'gpuscope_gpu_workload_info'
+),{held}
+picked AS (
+    SELECT s.series_id, {key} AS key{gpus}
+    FROM series AS s LEFT JOIN projects AS p USING (namespace, pod){held_join}
+    WHERE s.metric = '{metric}'{only_gpus}
+      AND ($node IS NULL OR s.node = $node)
+      AND ($namespace IS NULL OR s.namespace = $namespace)
+      AND ($project IS NULL OR coalesce(p.project, s.namespace) = $project)
+      AND s.last_seen >= CAST($start AS TIMESTAMP) - INTERVAL {lag} SECOND
+),
+page AS (
+    SELECT DISTINCT key FROM picked ORDER BY key LIMIT $limit OFFSET $offset
+),
+{binned}
 SELECT key,
        to_json(list([epoch(bucket), value, CAST(series AS DOUBLE)] ORDER BY bucket)) AS points
 FROM binned GROUP BY key ORDER BY key
@@ -122,11 +143,26 @@ def _only_gpus(level: str) -> str:
     return f"\n      AND NOT {summary_row('s.uuid')}" if level in GPU_LEVELS else ""
 
 
-UTILIZATION: dict[tuple[str, str], str] = {
-    (level, res): _UTILIZATION.format(
-        key=key, metric=metric, source=source, lag=_LAG, held=_HELD, only_gpus=_only_gpus(level)
+def _utilization(level: str, source: str, parts: dict[str, str]) -> str:
+    metric, key = _LEVELS[level]
+    body = _UTILIZATION.replace("{binned}", parts["binned"])
+    fill = {k: v for k, v in parts.items() if k != "binned"}
+    return body.format(
+        key=key, metric=metric, source=source, lag=_LAG, only_gpus=_only_gpus(level), **fill
     )
-    for level, (metric, key) in _LEVELS.items()
+
+
+#: (level, resolution) -> the view's SQL; UTILIZATION_BY_GPUS where the range has fleet
+#: summaries (HAS_SUMMARIES) and the level is a workload level.
+UTILIZATION: dict[tuple[str, str], str] = {
+    (level, res): _utilization(level, source, _PLAIN)
+    for level in _LEVELS
+    for res, _, source in RESOLUTIONS
+}
+UTILIZATION_BY_GPUS: dict[tuple[str, str], str] = {
+    (level, res): _utilization(level, source, _BY_GPUS)
+    for level in _LEVELS
+    if level not in GPU_LEVELS
     for res, _, source in RESOLUTIONS
 }
 
