@@ -12,6 +12,7 @@ import json
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
+import polars as pl
 import pytest
 
 from gpuscope.analytics.queueing.quota import Q as QUOTA_Q
@@ -193,3 +194,50 @@ def test_the_api_answers_say_what_summaries_mean(store: Store) -> None:
     assert "cannot be computed" in notes["gpu"] and "upper bound" in notes["namespace"]
     arbiter = client.get("/api/v1/arbiter/idle", params={"namespace": "big", "pod": "sum-0"})
     assert arbiter.json()["gpus"] == 4
+
+
+def test_the_idle_policy_replay_counts_a_workload_keys_gpus(store: Store) -> None:
+    from gpuscope.analytics.idle_whatif.read import read_inputs
+
+    cur = store.cursor()
+    try:
+        got = read_inputs(cur, at(LO), at(HI), Settings(), look_back=timedelta(0), every=True)
+    finally:
+        cur.close()
+    pods = dict(got.sessions.select("pid", "pod").iter_rows())
+    hours = {
+        pods[pid]: h
+        for pid, h in got.runs.group_by("pid").agg(pl.col("gpu_hours").sum()).iter_rows()
+    }
+    idle = {
+        pods[pid]: h
+        for pid, h in got.runs.filter(pl.col("state") == "I")
+        .group_by("pid")
+        .agg(pl.col("gpu_hours").sum())
+        .iter_rows()
+    }
+    third = (HI - LO) / 3600
+    assert hours == pytest.approx({"direct-0": third, "sum-0": 4 * third, "sum-1": third})
+    assert idle == pytest.approx({"sum-0": 4 * third / 2})
+
+
+def test_no_summary_gpu_count_is_read_as_a_gpu_index(store: Store) -> None:
+    from gpuscope.analytics.detectors.bandwidth import Q as BANDWIDTH_Q
+    from gpuscope.analytics.runner import gpu_indices_of
+
+    cur = store.cursor()
+    try:
+        assert gpu_indices_of(cur) == {"ml/direct-0": [0]}
+        span = {"start": at(LO), "end": at(HI)}
+        held = cur.execute(REPORT_Q["gpu_intervals"], span).fetchall()
+        workloads = cur.execute(
+            BANDWIDTH_Q["node_workloads"], {"at": at(HI), "nodes": ["n1", "n2"]}
+        ).fetchall()
+    finally:
+        cur.close()
+    assert [(key, gpu) for key, gpu, _, _ in held] == [("ml/direct-0", 0)]
+    assert {pod: gpus for _, _, pod, _, _, gpus in workloads} == {
+        "direct-0": ["0"],
+        "sum-0": [],
+        "sum-1": [],
+    }
