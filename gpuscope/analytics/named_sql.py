@@ -1,5 +1,6 @@
 """Named SQL files (``-- name: NAME`` before each statement, under gpuscope/analytics/sql/)
-and how their statements run.
+and how their statements run. ``{held_gpus}`` and ``{summary_row}`` are filled in
+(gpuscope/collector/storage/held_gpus.py: how many GPUs a workload interval stands for).
 
 DuckDB refuses a named parameter that its statement does not use, so :func:`run` binds
 only those the statement names; callers pass one set of parameters to every query.
@@ -14,6 +15,8 @@ from typing import Any
 import duckdb
 import polars as pl
 
+from gpuscope.collector.storage.held_gpus import with_held_gpus
+
 _PARAM = re.compile(r"\$(\w+)")
 _COMMENT = re.compile(r"--[^\n]*")
 
@@ -24,7 +27,8 @@ def load_queries(
     """The statements of ``package/folder/name`` by name."""
     text = files(package).joinpath(folder, name).read_text(encoding="utf-8")
     parts = re.split(r"^-- name: (\w+)\n", text, flags=re.MULTILINE)
-    return {n: body.strip() for n, body in zip(parts[1::2], parts[2::2], strict=True)}
+    named = zip(parts[1::2], parts[2::2], strict=True)
+    return {n: with_held_gpus(body.strip()) for n, body in named}
 
 
 def run(con: duckdb.DuckDBPyConnection, sql: str, **params: Any) -> duckdb.DuckDBPyConnection:

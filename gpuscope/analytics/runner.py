@@ -16,6 +16,7 @@ from typing import Any, cast
 
 from gpuscope.analytics.base import Analysis
 from gpuscope.collector.cluster.pdb_records import blocked_by_budgets, budgets_of, stored_budgets
+from gpuscope.collector.storage.held_gpus import with_held_gpus
 from gpuscope.collector.storage.store import Store, utc
 from gpuscope.core.errors import UserError
 from gpuscope.core.kube_objects import ObjectSet
@@ -175,13 +176,14 @@ def analysis_time(
 
 
 #: Which GPUs (indices on their node) each pod holds now, as the agents report it: the
-#: inventory knows a fractional pod's share but not which GPU it landed on.
-GPU_INDICES = """
+#: inventory knows a fractional pod's share but not which GPU it landed on (a fleet
+#: summary's `gpu` is a GPU count, not an index: left out).
+GPU_INDICES = with_held_gpus("""
 SELECT namespace || '/' || pod AS key, list(DISTINCT CAST(gpu AS INTEGER)) AS gpus
 FROM workload_intervals
-WHERE end_ts IS NULL AND TRY_CAST(gpu AS INTEGER) IS NOT NULL
+WHERE end_ts IS NULL AND TRY_CAST(gpu AS INTEGER) IS NOT NULL AND NOT {summary_row}
 GROUP BY ALL
-"""
+""")
 
 
 def gpu_indices_of(con: Any) -> dict[str, list[int]]:

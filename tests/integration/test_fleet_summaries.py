@@ -2,11 +2,15 @@
 ``collector.query.summaries`` the collector stores per-workload, per-node and hot-port
 aggregates the engine computes, not every GPU's series, and the detectors still find what
 direct scraping of the same simulated cluster finds: the idle workloads (with the GPUs they
-hold), the hot InfiniBand ports, the link with errors and the blocked job."""
+hold), the hot InfiniBand ports, the link with errors and the blocked job; and the weekly
+report's GPU-hours and the API's utilization view count each workload's GPUs as direct
+scraping does."""
 
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +19,13 @@ import pytest
 from bench.fleet_sim import push_to_victoriametrics
 from gpuscope.collector.storage.store import Store
 from tests.integration.engines import victoria_metrics, vm_flush
-from tests.integration.fleet_cluster import SimRun, node_summaries, scrape_directly, sim_run
+from tests.integration.fleet_cluster import (
+    BUCKET_S,
+    SimRun,
+    node_summaries,
+    scrape_directly,
+    sim_run,
+)
 from tests.integration.test_fleet_mode import FLEET, SETTINGS, findings, run_fleet
 
 pytestmark = pytest.mark.integration
@@ -26,6 +36,22 @@ SUMMARIES = FLEET.model_copy(update={"summaries": True})
 @pytest.fixture(scope="module")
 def run() -> SimRun:
     return sim_run(nodes=8, minutes=30)
+
+
+@pytest.fixture(scope="module")
+def stores(run: SimRun, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Store, ...]]:
+    """The cluster scraped directly, and read through VictoriaMetrics by fleet mode with
+    per-GPU series and with summaries: (direct, per_gpu, summed)."""
+    tmp_path = tmp_path_factory.mktemp("fleet_summaries")
+    direct = scrape_directly(run, tmp_path / "d.duckdb", SETTINGS)
+    with victoria_metrics(tmp_path, "-search.disableCache") as vm:
+        assert push_to_victoriametrics(vm, run.pages(), run.times()) > 0
+        vm_flush(vm)
+        per_gpu = run_fleet(vm, run, tmp_path / "f.duckdb", SETTINGS, FLEET)
+        summed = run_fleet(vm, run, tmp_path / "s.duckdb", SETTINGS, SUMMARIES)
+    yield direct, per_gpu, summed
+    for store in (direct, per_gpu, summed):
+        store.close()
 
 
 def _series(store: Store) -> int:
@@ -90,13 +116,8 @@ def _drill(vm: str, store: Store, at: float) -> dict[str, dict[str, int]]:
     return got
 
 
-def test_summaries_find_what_direct_scraping_finds(run: SimRun, tmp_path: Path) -> None:
-    direct = scrape_directly(run, tmp_path / "d.duckdb", SETTINGS)
-    with victoria_metrics(tmp_path, "-search.disableCache") as vm:
-        assert push_to_victoriametrics(vm, run.pages(), run.times()) > 0
-        vm_flush(vm)
-        per_gpu = run_fleet(vm, run, tmp_path / "f.duckdb", SETTINGS, FLEET)
-        summed = run_fleet(vm, run, tmp_path / "s.duckdb", SETTINGS, SUMMARIES)
+def test_summaries_find_what_direct_scraping_finds(run: SimRun, stores: tuple[Store, ...]) -> None:
+    direct, per_gpu, summed = stores
     want = findings(direct, run.end, SETTINGS)
     got = findings(summed, run.end, SETTINGS)
     assert want["idle"] and want["bandwidth"] and want["fragmentation"]  # the test has teeth
@@ -111,6 +132,80 @@ def test_summaries_find_what_direct_scraping_finds(run: SimRun, tmp_path: Path) 
     # fewer series than one a GPU per signal: the summaries grow with workloads and nodes
     gpus = 8 * len(run.cluster.node_names)
     assert _series(summed) < 0.3 * _series(per_gpu), (_series(summed), _series(per_gpu), gpus)
+
+
+def _report_use(store: Store, lo: float, hi: float) -> dict[tuple[str, str], dict[str, float]]:
+    """The weekly report's GPU-hours per pod over [lo, hi) (its own definitions)."""
+    from gpuscope.analytics.report.data import pod_usage
+
+    cur = store.cursor()
+    try:
+        frame = pod_usage(cur, datetime.fromtimestamp(lo, UTC), datetime.fromtimestamp(hi, UTC),
+                          SETTINGS)  # fmt: skip
+    finally:
+        cur.close()
+    return {(r["namespace"], r["pod"]): r for r in frame.to_dicts()}
+
+
+def _per_namespace(use: dict[tuple[str, str], dict[str, float]], column: str) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for (namespace, _), row in use.items():
+        out[namespace] = out.get(namespace, 0.0) + row[column]
+    return out
+
+
+def _namespace_view(store: Store, lo: float, hi: float) -> dict[str, Any]:
+    """The API's utilization view by namespace, a point every bucket (through the route)."""
+    from fastapi.testclient import TestClient
+
+    from gpuscope.collector.gauges.metrics import CollectorMetrics
+    from gpuscope.collector.http_api.api import ApiState, create_app
+    from gpuscope.collector.scraping.targets import TargetRegistry
+
+    state = ApiState(store=store, targets=TargetRegistry([]), metrics=CollectorMetrics())
+    params = {"by": "namespace", "step": BUCKET_S,
+              "start": datetime.fromtimestamp(lo, UTC).isoformat(),
+              "end": datetime.fromtimestamp(hi, UTC).isoformat()}  # fmt: skip
+    body = TestClient(create_app(state)).get("/api/v1/utilization", params=params).json()
+    return {"note": body["note"], **{s["key"]: s["points"] for s in body["series"]}}
+
+
+def test_the_report_counts_a_workloads_gpus_as_direct_scraping_does(
+    run: SimRun, stores: tuple[Store, ...]
+) -> None:
+    """Allocated GPU-hours per pod and namespace equal; idle equal for the pods wholly idle
+    or wholly busy (all of this cluster's: a workload idle in part of a bucket while busy
+    in another part, or on some of its GPUs only, is busy under summaries, whose peak
+    stands for the bucket and for every GPU); used under summaries at least direct's (each
+    GPU at its workload's utilization peak: an upper bound). Fleet mode's data begin at
+    the end of its first bucket (docs/scale.md), so the window starts after it."""
+    direct, _, summed = stores
+    lo, hi = run.start + BUCKET_S, run.end
+    want, got = _report_use(direct, lo, hi), _report_use(summed, lo, hi)
+    assert got.keys() == want.keys()
+    gpus = max(row["allocated"] for row in want.values()) * 3600 / (hi - lo)
+    assert gpus > 1  # multi-GPU pods among them: the test has teeth
+    for column in ("allocated", "no_data"):
+        assert _per_namespace(got, column) == pytest.approx(_per_namespace(want, column)), column
+    wholly = 0
+    for key, w in want.items():
+        g = got[key]
+        assert g["allocated"] == pytest.approx(w["allocated"]), key
+        assert g["used"] >= w["used"] - 1e-9, key
+        if w["idle"] < 1e-9 or math.isclose(w["idle"], w["allocated"]):
+            wholly += w["idle"] > 0
+            assert g["idle"] == pytest.approx(w["idle"], abs=1e-9), key
+    assert wholly  # wholly idle pods among them
+    # the API's view by namespace: each workload's GPUs counted, its peak at least the mean
+    view_want, view_got = _namespace_view(direct, lo, hi), _namespace_view(summed, lo, hi)
+    assert view_got.keys() == view_want.keys()
+    assert view_want.pop("note") == "" and "upper bound" in view_got.pop("note")
+    for namespace, points in view_want.items():
+        by_time = {p[0]: p for p in view_got[namespace]}
+        assert by_time.keys() == {p[0] for p in points}, namespace
+        for t, value, series in points:
+            assert by_time[t][2] == series, (namespace, t)
+            assert by_time[t][1] >= value - 1e-9, (namespace, t)
 
 
 def test_summaries_store_no_per_gpu_series(run: SimRun, tmp_path: Path) -> None:

@@ -60,6 +60,7 @@ from typing import Any
 import duckdb
 
 from gpuscope.analytics.base import Analysis
+from gpuscope.collector.storage.held_gpus import with_held_gpus
 from gpuscope.collector.storage.store import utc
 from gpuscope.collector.storage.writer_log import seen_bound
 from gpuscope.core.records import Finding, Severity, finding_id
@@ -104,7 +105,8 @@ _RANK: dict[str, int] = {"info": 0, "warning": 1, "critical": 2}
 def _load_queries(name: str) -> dict[str, str]:
     text = files("gpuscope.analytics").joinpath("sql", name).read_text(encoding="utf-8")
     parts = re.split(r"^-- name: (\w+)\n", text, flags=re.MULTILINE)
-    return {n: body.strip() for n, body in zip(parts[1::2], parts[2::2], strict=True)}
+    named = zip(parts[1::2], parts[2::2], strict=True)
+    return {n: with_held_gpus(body.strip()) for n, body in named}
 
 
 Q = _load_queries("bandwidth.sql")

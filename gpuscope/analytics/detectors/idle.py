@@ -32,6 +32,7 @@ import pyarrow.compute  # type: ignore[import-untyped]
 
 from gpuscope.analytics.base import Analysis
 from gpuscope.analytics.detectors.idle_gaps import gap_note, with_rule
+from gpuscope.collector.storage.held_gpus import with_held_gpus
 from gpuscope.collector.storage.schema import GET_META, SET_META, begin
 from gpuscope.collector.storage.store import Store, utc
 from gpuscope.core.collector_settings import WorkloadSettings
@@ -70,7 +71,10 @@ def _load_queries() -> dict[str, str]:
     parts = re.split(r"^-- name: (\w+)\n", text, flags=re.MULTILINE)
     named = {name: body.strip() for name, body in zip(parts[1::2], parts[2::2], strict=True)}
     busy = named.pop("busy_series")
-    return {name: with_rule(body.replace("{busy_series}", busy)) for name, body in named.items()}
+    return {
+        name: with_rule(with_held_gpus(body.replace("{busy_series}", busy)))
+        for name, body in named.items()
+    }
 
 
 #: Named queries from gpuscope/analytics/sql/idle.sql.

@@ -14,7 +14,8 @@
 -- An interactive session is a pod any of whose intervals says so (interactive, or kind
 -- interactive), as the idle detector reads it; with $every every GPU pod. Protected
 -- namespaces and pods (the pod's record says protected, or gpuscope.io/protect=true) are
--- left out: no policy ever touches them. `share`: a fractional pod's fraction.
+-- left out: no policy ever touches them. `share`: the GPUs held, a fractional pod's fraction
+-- (a fleet summary's workload key: every GPU it holds, collector/storage/held_gpus.py).
 CREATE OR REPLACE TEMP TABLE whatif_idle_held AS
 WITH pod_versions AS (
     SELECT key,
@@ -38,7 +39,7 @@ held AS (
     -- held until it was last seen (written once a minute) and a few minutes more, not to
     -- the range's end: its pod may be long gone
     SELECT namespace, pod, container, gpu_uuid, kind, interactive, project, start_ts,
-           coalesce(end_ts, last_seen + INTERVAL 5 MINUTE) AS end_ts
+           coalesce(end_ts, last_seen + INTERVAL 5 MINUTE) AS end_ts, {held_gpus} AS gpus
     FROM workload_intervals
     WHERE start_ts < $end AND coalesce(end_ts, last_seen + INTERVAL 5 MINUTE) > $lo
       AND NOT list_contains($protected, namespace)
@@ -50,7 +51,8 @@ chosen AS (
 )
 SELECT dense_rank() OVER (ORDER BY h.namespace, h.pod) AS pid,
        h.namespace, h.pod, h.container, h.gpu_uuid AS uuid,
-       CASE WHEN v.fraction > 0 AND v.fraction < 1 THEN v.fraction ELSE 1.0 END AS share,
+       -- GPUs held: a fraction of one, or every GPU a fleet summary's workload key holds
+       CASE WHEN v.fraction > 0 AND v.fraction < 1 THEN v.fraction ELSE h.gpus END AS share,
        h.start_ts, h.end_ts,
        greatest(h.start_ts, $lo) AS s, least(h.end_ts, $end) AS e,
        h.kind, h.project, v.pod_start, v.pod_labels, v.owner_kind, v.owner_name

@@ -22,6 +22,7 @@ import polars as pl
 
 from gpuscope.analytics.detectors.idle_gaps import MAX_BRIDGED_GAP, with_rule
 from gpuscope.analytics.rollups import rollup_5m_frontier
+from gpuscope.collector.storage.held_gpus import with_held_gpus
 from gpuscope.collector.storage.store import utc
 from gpuscope.core.gpu_prices import estimated_price
 from gpuscope.core.owners import pod_owner
@@ -44,7 +45,10 @@ def _named(package: str, name: str) -> dict[str, str]:
 def _load_queries() -> dict[str, str]:
     busy = _named("gpuscope.analytics", "sql/idle.sql")["busy_series"]
     own = _named("gpuscope.analytics.idle_whatif", "idle_whatif.sql")
-    return {name: with_rule(body.replace("{busy_series}", busy)) for name, body in own.items()}
+    return {
+        name: with_rule(with_held_gpus(body.replace("{busy_series}", busy)))
+        for name, body in own.items()
+    }
 
 
 #: Named queries of idle_whatif.sql, the detector's busy_series and gap rule filled in.

@@ -40,6 +40,7 @@ from gpuscope.analytics.base import Analysis
 from gpuscope.analytics.queueing.queue_fair import FairSharing
 from gpuscope.analytics.queueing.queue_flavors import flavor_quotas
 from gpuscope.analytics.queueing.queues import Charger, Project, QueueState, QueueVerdict, judge
+from gpuscope.collector.storage.held_gpus import with_held_gpus
 from gpuscope.collector.storage.store import utc
 from gpuscope.core.records import Finding, finding_id
 from gpuscope.core.settings import AnalyticsSettings
@@ -56,7 +57,7 @@ def _load_queries(name: str) -> dict[str, str]:
     parts = re.split(r"^-- name: (\w+)\n", text, flags=re.MULTILINE)
     named = {n: body.strip() for n, body in zip(parts[1::2], parts[2::2], strict=True)}
     block = named.pop("quota_state")
-    return {n: body.replace("{quota_state}", block) for n, body in named.items()}
+    return {n: with_held_gpus(body.replace("{quota_state}", block)) for n, body in named.items()}
 
 
 Q = _load_queries("quota.sql")

@@ -19,6 +19,15 @@ Definitions (the report states them too):
   (``efficiency = used / (allocated - no data)``);
 * **capacity**: allocatable GPUs of the nodes in the inventory history, hour by hour.
 
+Under fleet summaries (``collector.query.summaries``, docs/scale.md) the store holds one
+interval per workload, not per GPU: it counts as the GPUs the workload holds
+(gpuscope/collector/storage/held_gpus.py), each judged by the workload's busy peak in the
+bucket (the highest busy signal of any of its GPUs). Allocated and no-data GPU-hours are
+the same as direct scraping's; a workload is idle in a bucket when its peak is under the
+threshold (every GPU it holds is then idle); **used** takes the highest utilization of
+any of its GPUs in each bucket for every GPU it holds: an upper bound, the mean of
+5-minute peaks (:data:`SUMMARIES_NOTE` says so in the report).
+
 The heavy part (cutting a fortnight of allocations into 5-minute pieces and joining each
 to its GPU's utilization) is one DuckDB query a chunk of days over the 5-minute roll-ups
 (raw samples past their frontier) that returns GPU-hours per hour and pod
@@ -55,6 +64,15 @@ from gpuscope.analytics.report.week import Week
 from gpuscope.analytics.rollups import rollup_5m_frontier
 from gpuscope.collector.storage.store import utc
 from gpuscope.core.settings import Settings
+
+#: What a report says when some of its GPUs' data are fleet summaries.
+SUMMARIES_NOTE = (
+    "Fleet summaries (collector.query.summaries): a workload's GPUs are counted from its "
+    "summary, each taken at the highest utilization of any of them in every 5-minute "
+    "bucket, so 'used' GPU-hours (and efficiency) are an upper bound, the mean of 5-minute "
+    "peaks; allocated, idle (the workload's busy peak under the threshold: every GPU it "
+    "holds idle) and no-data GPU-hours count every GPU it holds."
+)
 
 #: Tables of a report, in the order the report shows them.
 TABLES = (
@@ -240,6 +258,8 @@ def build_report(
     notes = notes_for(
         cluster, gaps, prev.height > 0 and prev["allocated"].sum() > EPS, has_capacity
     )
+    if use.summary_gpus > EPS:
+        notes.append(SUMMARIES_NOTE)
     return WeeklyReport(
         week=week,
         generated_at=now,

@@ -79,7 +79,7 @@ def hourly_use(
     The report's temp table ``report_held`` must exist (:func:`create_held`)."""
     lo, end = params["lo"], params["end"]
     if chunk is None:
-        chunk = chunk_for(con.execute(Q["held_gpus"]).fetchall()[0][0])
+        chunk = chunk_for(int(con.execute(Q["held_gpus"]).fetchall()[0][0]))
     cuts = [lo]
     hour = lo.replace(minute=0, second=0, microsecond=0)
     while (hour := hour + chunk) < end:
@@ -110,6 +110,9 @@ class UseInputs:
     guarantees: pl.DataFrame
     actions: pl.DataFrame
     estimated_price: float | None
+    #: GPUs held in the range whose data are fleet summaries (docs/scale.md): their
+    #: "used" is an upper bound, each GPU taken at its workload's busy peak
+    summary_gpus: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,6 +167,7 @@ def _use_lane(
     try:
         hourly = hourly_use(con, params)
         pods = with_owner(frame(con, Q["pods"], **params), settings.workloads.owner_label_keys)
+        summary_gpus = float(con.execute(Q["held_gpus"]).fetchall()[0][1])
     finally:
         con.execute("DROP TABLE IF EXISTS report_held")
     rs = settings.report
@@ -178,6 +182,7 @@ def _use_lane(
         guarantees=frame(con, Q["guarantees"], **params),
         actions=frame(con, Q["actions"], **params),
         estimated_price=price,
+        summary_gpus=summary_gpus,
     )
 
 

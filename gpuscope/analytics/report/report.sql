@@ -13,7 +13,9 @@
 -- rule's margin either side (report/inputs.py): hourly_use judges a gap at the range's
 -- edge by the pod's buckets past it, as it does inside the range, and counts only pieces
 -- in [$lo, $end); the pods query clips to the week. `share` is the pod's fraction of the
--- GPU (from the last inventory version of the pod seen), 1 for a whole GPU. Project: the
+-- GPU (from the last inventory version of the pod seen), 1 for a whole GPU; `gpus` the GPUs
+-- the interval stands for (1 a GPU; under fleet summaries a workload key's interval stands
+-- for every GPU it holds: collector/storage/held_gpus.py). Project: the
 -- ClusterQueue of the pod's Kueue LocalQueue (analytics/queueing/queues.py), else the
 -- interval's, else the pod's, else its namespace.
 CREATE OR REPLACE TEMP TABLE report_held AS
@@ -35,7 +37,8 @@ local_queues AS (
     QUALIFY row_number() OVER (PARTITION BY key ORDER BY valid_from DESC) = 1
 ),
 held AS (
-    SELECT namespace, pod, gpu_uuid, node, kind, interactive, project,
+    SELECT namespace, pod, gpu_uuid, node, kind, interactive, project, {held_gpus} AS gpus,
+           {summary_row} AS summary,
            greatest(start_ts, $held_lo) AS s,
            least(coalesce(end_ts, $held_end), $held_end) AS e
     FROM workload_intervals
@@ -46,7 +49,7 @@ SELECT h.namespace, h.pod, h.gpu_uuid AS uuid, h.node, h.kind,
        coalesce(h.interactive, false) OR coalesce(h.kind = 'interactive', false)
            AS interactive,
        coalesce(lq.cluster_queue, nullif(h.project, ''), v.project, h.namespace) AS project,
-       least(greatest(coalesce(v.fraction, 1.0), 0.0), 1.0) AS share,
+       least(greatest(coalesce(v.fraction, 1.0), 0.0), 1.0) AS share, h.gpus, h.summary,
        h.s, h.e
 FROM held AS h
 LEFT JOIN pod_versions AS v ON v.key = h.namespace || '/' || h.pod
@@ -143,6 +146,29 @@ signals AS (
     )
     GROUP BY gid, bucket
 ),
+peak_series AS (
+    -- fleet summaries: a workload's GPUs' NVML utilization peak in the bucket
+    -- (collector/querying/fleet_summaries.py, UTILIZATION_PEAK), which "used" takes for
+    -- each GPU it holds: an upper bound of their mean (its busy peak can be SM activity,
+    -- lower than utilization, so it is no bound)
+    SELECT x.series_id, g.gid
+    FROM series AS x JOIN gpu_ids AS g USING (uuid)
+    WHERE x.metric = 'gpuscope:workload_utilization_max'
+      AND x.last_seen >= $seen_lo AND x.first_seen < $end
+),
+peaks AS (
+    SELECT gid * 1048576 + (epoch(bucket) // 300)::BIGINT % 1048576 AS k, max(m) AS used_peak
+    FROM (
+        SELECT i.gid, r.bucket, r.max AS m
+        FROM samples_5m AS r JOIN peak_series AS i USING (series_id)
+        WHERE r.bucket >= $r0 AND r.bucket < $r1 AND r.bucket < $frontier
+        UNION ALL
+        SELECT i.gid, time_bucket(INTERVAL 5 MINUTE, x.ts), x.value
+        FROM samples AS x JOIN peak_series AS i USING (series_id)
+        WHERE x.ts >= $r0 AND x.ts < $r1 AND x.ts >= $frontier
+    )
+    GROUP BY gid, bucket
+),
 pods AS (
     SELECT namespace, pod, project, row_number() OVER (ORDER BY namespace, pod) AS pid
     FROM (SELECT DISTINCT namespace, pod, project FROM report_held)
@@ -171,7 +197,7 @@ share_util AS (
     GROUP BY pid, gid, bucket
 ),
 spans AS (
-    SELECT p.pid, h.share, h.s, h.e, g.gid,
+    SELECT p.pid, h.share, h.gpus, h.s, h.e, g.gid,
            unnest(range(time_bucket(INTERVAL 5 MINUTE, greatest(h.s, $r0)), least(h.e, $r1),
                         INTERVAL 5 MINUTE)) AS bucket
     FROM report_held AS h
@@ -181,15 +207,18 @@ spans AS (
 ),
 pieces AS (
     -- held time counts only inside [$lo, $end); pieces past it (report_held reaches the
-    -- gap margin beyond) are there as a gap's neighbours, and per_pod never sums them
+    -- gap margin beyond) are there as a gap's neighbours, and per_pod never sums them;
+    -- a fleet summary's workload key counts every GPU it holds (`gpus`), each judged by
+    -- the workload's busy peak: idle when the peak is under $threshold (every GPU it
+    -- holds is then idle); used is its GPUs' utilization peak for each (peaks, below)
     SELECT pid, gid, bucket, share,
            gid * 1048576 + (epoch(bucket) // 300)::BIGINT % 1048576 AS k,
-           share * greatest(0, epoch(least(e, $end, bucket + INTERVAL 5 MINUTE))
+           share * gpus * greatest(0, epoch(least(e, $end, bucket + INTERVAL 5 MINUTE))
                                - epoch(greatest(s, $lo, bucket))) / 3600.0 AS gpu_hours
     FROM spans
 ),
 judged AS (
-    SELECT p.pid, p.gid, p.bucket, p.gpu_hours, u.mean,
+    SELECT p.pid, p.gid, p.bucket, p.gpu_hours, coalesce(pk.used_peak, u.mean) AS mean,
            u.k IS NULL AND b.k IS NULL AND w.k IS NULL AS gap,
            CASE WHEN p.share < 1 AND w.peak IS NOT NULL THEN w.peak / p.share
                 ELSE greatest(coalesce(b.sm_peak, u.peak), b.memory_peak) END AS busy
@@ -197,6 +226,7 @@ judged AS (
     LEFT JOIN util AS u USING (k)
     LEFT JOIN signals AS b USING (k)
     LEFT JOIN share_util AS w ON w.pid = p.pid AND w.k = p.k
+    LEFT JOIN peaks AS pk ON pk.k = p.k
 ),
 gap_parts AS (
     -- the (pod, GPU) pairs with a bucket without data: only their rows need the
@@ -246,8 +276,11 @@ SELECT x.hour, p.namespace, p.pod, p.project, x.allocated, x.used, x.idle, x.no_
 FROM per_pod AS x JOIN pods AS p USING (pid);
 
 -- name: held_gpus
--- How many GPUs report_held holds (hourly_use sizes its chunks by it).
-SELECT count(DISTINCT uuid) FROM report_held;
+-- How many GPUs report_held holds (hourly_use sizes its chunks by it), and how many of
+-- them under fleet summaries (a workload key counts the GPUs it holds).
+SELECT coalesce(sum(gpus), 0), coalesce(sum(gpus) FILTER (WHERE summary), 0)
+FROM (SELECT uuid, max(gpus) AS gpus, bool_or(summary) AS summary
+      FROM report_held GROUP BY uuid);
 
 -- name: pods
 -- What the report says about each pod held in the week: kind, nodes, GPUs held (shares
@@ -261,7 +294,7 @@ WITH owners AS (
     QUALIFY row_number() OVER (PARTITION BY key ORDER BY valid_from DESC) = 1
 ),
 per_gpu AS (
-    SELECT namespace, pod, uuid, any_value(share) AS share
+    SELECT namespace, pod, uuid, max(share * gpus) AS share
     FROM report_held WHERE e > $start AND s < $end GROUP BY ALL
 ),
 gpus AS (
@@ -438,8 +471,9 @@ SELECT key, record, valid_from, valid_to FROM inventory_pods
 WHERE valid_from < $end AND (valid_to IS NULL OR valid_to > $start);
 
 -- name: gpu_intervals
--- The workload intervals behind gpu_indices_at, for all the week's instants.
+-- The workload intervals behind gpu_indices_at, for all the week's instants (a fleet
+-- summary's `gpu` is a GPU count, not an index: left out, as gpu_indices_at does).
 SELECT namespace || '/' || pod AS key, CAST(gpu AS INTEGER) AS gpu, start_ts, end_ts
 FROM workload_intervals
 WHERE start_ts < $end AND (end_ts IS NULL OR end_ts > $start)
-  AND TRY_CAST(gpu AS INTEGER) IS NOT NULL;
+  AND TRY_CAST(gpu AS INTEGER) IS NOT NULL AND NOT {summary_row};

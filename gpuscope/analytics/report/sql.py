@@ -11,6 +11,7 @@ from importlib.resources import files
 
 from gpuscope.analytics.detectors.idle_gaps import with_rule
 from gpuscope.analytics.named_sql import frame, run
+from gpuscope.collector.storage.held_gpus import with_held_gpus
 
 __all__ = ["Q", "frame", "run"]
 
@@ -19,7 +20,7 @@ def _load_queries() -> dict[str, str]:
     text = files("gpuscope.analytics.report").joinpath("report.sql").read_text(encoding="utf-8")
     parts = re.split(r"^-- name: (\w+)\n", text, flags=re.MULTILINE)
     named = zip(parts[1::2], parts[2::2], strict=True)
-    return {name: with_rule(body.strip()) for name, body in named}
+    return {name: with_rule(with_held_gpus(body.strip())) for name, body in named}
 
 
 #: Named queries from gpuscope/analytics/report/report.sql.

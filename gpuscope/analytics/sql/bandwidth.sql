@@ -159,9 +159,12 @@ HAVING sum(s.increase) > 0
 ORDER BY e.node, e.device, e.port, type;
 
 -- name: node_workloads
--- Workloads holding GPUs on the given nodes at $at, from the open workload intervals.
+-- Workloads holding GPUs on the given nodes at $at, from the open workload intervals, with
+-- the GPU indices they hold (a fleet summary's `gpu` is a GPU count, not an index: its
+-- workload is listed, its indices unknown).
 SELECT node, namespace, pod, any_value(project) AS project, any_value(kind) AS kind,
-       list(DISTINCT gpu ORDER BY gpu) AS gpus
+       coalesce(list(DISTINCT gpu ORDER BY gpu) FILTER (WHERE NOT {summary_row}),
+                CAST([] AS VARCHAR[])) AS gpus
 FROM workload_intervals
 WHERE node IN (SELECT unnest($nodes)) AND start_ts <= $at AND (end_ts IS NULL OR end_ts > $at)
 GROUP BY node, namespace, pod
@@ -246,10 +249,11 @@ GROUP BY metric, node, gpu
 ORDER BY metric, node, gpu;
 
 -- name: gpu_workloads
--- Workloads holding the given GPUs ($gpu_keys: 'node/gpu') at $at.
+-- Workloads holding the given GPUs ($gpu_keys: 'node/gpu') at $at (a fleet summary's
+-- `gpu` is a count, not an index: it names no GPU).
 SELECT node, gpu, namespace, pod, any_value(project) AS project, any_value(kind) AS kind
 FROM workload_intervals
-WHERE node || '/' || gpu IN (SELECT unnest($gpu_keys))
+WHERE node || '/' || gpu IN (SELECT unnest($gpu_keys)) AND NOT {summary_row}
   AND start_ts <= $at AND (end_ts IS NULL OR end_ts > $at)
 GROUP BY node, gpu, namespace, pod
 ORDER BY node, gpu, namespace, pod;
@@ -264,7 +268,8 @@ WITH open_pods AS (
     SELECT namespace, pod, node, gpu,
            regexp_replace(pod, '-(worker-|master-)?[0-9]+$', '') AS job
     FROM workload_intervals
-    WHERE start_ts <= $at AND (end_ts IS NULL OR end_ts > $at)
+    -- a fleet summary's `gpu` is a GPU count, not the index a rail is named by
+    WHERE start_ts <= $at AND (end_ts IS NULL OR end_ts > $at) AND NOT {summary_row}
 ),
 spread AS (
     SELECT namespace, job FROM open_pods

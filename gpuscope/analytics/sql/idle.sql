@@ -217,9 +217,8 @@ WITH held AS (
            bool_or(coalesce(interactive, false) OR kind = 'interactive') AS interactive,
            min(start_ts) AS start_ts,
            -- a fleet summary's workload key (docs/scale.md, "Fleet summaries") stands for
-           -- all the GPUs it holds: their count is its `gpu` label
-           max(CASE WHEN starts_with(gpu_uuid, 'workload:')
-                    THEN coalesce(TRY_CAST(gpu AS DOUBLE), 1.0) ELSE 1.0 END) AS held_gpus
+           -- all the GPUs it holds (collector/storage/held_gpus.py)
+           max({held_gpus}) AS held_gpus
     FROM workload_intervals
     WHERE start_ts <= $at AND (end_ts IS NULL OR end_ts > $at) AND last_seen >= $stale
       AND NOT list_contains($protected, namespace)

@@ -23,7 +23,7 @@ WITH held AS (
     WHERE start_ts <= $at AND (end_ts IS NULL OR end_ts > $at)
       AND TRY_CAST(gpu AS INTEGER) IS NOT NULL
       -- a fleet summary's workload key holds a GPU count in `gpu`, not an index
-      AND NOT starts_with(gpu_uuid, 'workload:')
+      AND NOT {summary_row}
     UNION ALL
     SELECT s.namespace || '/' || s.pod, CAST(s.gpu AS INTEGER)
     FROM samples AS x JOIN series AS s USING (series_id)

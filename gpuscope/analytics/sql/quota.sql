@@ -126,7 +126,7 @@ WHERE valid_from <= $at AND (valid_to IS NULL OR valid_to > $at)
 -- GPU-hours each pod held over [$lo, $at], with its last version's record (the queue
 -- model charges it to its queue): a pod's containers on one GPU count once (its first
 -- container's intervals), an interval still open counts up to $at, a fractional pod its
--- fraction of the GPU.
+-- fraction of the GPU, a fleet summary's workload key every GPU it holds ({held_gpus}).
 WITH pod_versions AS (
     SELECT key, record, TRY_CAST(record->>'gpu_fraction' AS DOUBLE) AS fraction
     FROM inventory_pods
@@ -134,7 +134,7 @@ WITH pod_versions AS (
     QUALIFY row_number() OVER (PARTITION BY key ORDER BY valid_from DESC) = 1
 ),
 held_intervals AS (
-    SELECT namespace, pod, gpu_uuid, project,
+    SELECT namespace, pod, gpu_uuid, project, {held_gpus} AS gpus,
            greatest(start_ts, $lo) AS s,
            least(coalesce(end_ts, $at), $at) AS e
     FROM workload_intervals
@@ -143,7 +143,7 @@ held_intervals AS (
 )
 SELECT h.namespace, h.pod, any_value(h.project) AS project,
        CAST(any_value(v.record) AS VARCHAR) AS record,
-       sum(greatest(epoch(h.e) - epoch(h.s), 0) * coalesce(v.fraction, 1.0)) / 3600.0
+       sum(greatest(epoch(h.e) - epoch(h.s), 0) * h.gpus * coalesce(v.fraction, 1.0)) / 3600.0
            AS gpu_hours
 FROM held_intervals AS h
 LEFT JOIN pod_versions AS v ON v.key = h.namespace || '/' || h.pod

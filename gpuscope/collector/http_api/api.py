@@ -110,6 +110,8 @@ class Utilization(BaseModel):
     total: int
     limit: int
     offset: int
+    #: what fleet summaries in the range mean for this view (docs/api.md); else empty
+    note: str = ""
 
 
 def _naive(ts: datetime) -> datetime:
@@ -240,8 +242,11 @@ def create_app(state: ApiState) -> FastAPI:
                 got = cur.execute(Q.FRONTIER, {"key": Q.FRONTIER_KEYS[resolution]}).fetchall()
                 frontier = datetime.fromisoformat(got[0][0]) if got else datetime(1970, 1, 1)
                 params["frontier"] = _naive(frontier.replace(tzinfo=frontier.tzinfo or UTC))
-            rows = cur.execute(Q.UTILIZATION[(by, resolution)], params).fetchall()
             count_params = {k: params[k] for k in ("start", "node", "namespace", "project")}
+            got_summaries = cur.execute(Q.HAS_SUMMARIES[by], count_params).fetchone()
+            summaries = bool(got_summaries and got_summaries[0])
+            sql = Q.UTILIZATION_BY_GPUS.get((by, resolution)) if summaries else None
+            rows = cur.execute(sql or Q.UTILIZATION[(by, resolution)], params).fetchall()
             total_row = cur.execute(Q.UTILIZATION_KEYS[by], count_params).fetchone()
         finally:
             cur.close()
@@ -257,6 +262,7 @@ def create_app(state: ApiState) -> FastAPI:
                 "total": total_row[0] if total_row else 0,
                 "limit": limit,
                 "offset": offset,
+                "note": Q.SUMMARIES_NOTE[by in Q.GPU_LEVELS] if summaries else "",
             }
         )
         series = ",".join(f'{{"key":{json.dumps(key)},"points":{points}}}' for key, points in rows)
