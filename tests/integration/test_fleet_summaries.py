@@ -176,22 +176,23 @@ def test_the_report_counts_a_workloads_gpus_as_direct_scraping_does(
     """Allocated GPU-hours per pod and namespace equal; idle equal for the pods wholly idle
     or wholly busy (all of this cluster's: a workload idle in part of a bucket while busy
     in another part, or on some of its GPUs only, is busy under summaries, whose peak
-    stands for the bucket and for every GPU); used under summaries at least direct's (each
-    GPU at its workload's utilization peak: an upper bound). Fleet mode's data begin at
-    the end of its first bucket (docs/scale.md), so the window starts after it."""
+    stands for the bucket and for every GPU); used equal too (each GPU at its workload's
+    GPUs' mean utilization over the bucket, which the engine takes over the same samples
+    direct scraping stored). Fleet mode's data begin at the end of its first bucket
+    (docs/scale.md), so the window starts after it."""
     direct, _, summed = stores
     lo, hi = run.start + BUCKET_S, run.end
     want, got = _report_use(direct, lo, hi), _report_use(summed, lo, hi)
     assert got.keys() == want.keys()
     gpus = max(row["allocated"] for row in want.values()) * 3600 / (hi - lo)
     assert gpus > 1  # multi-GPU pods among them: the test has teeth
-    for column in ("allocated", "no_data"):
+    for column in ("allocated", "no_data", "used"):
         assert _per_namespace(got, column) == pytest.approx(_per_namespace(want, column)), column
     wholly = 0
     for key, w in want.items():
         g = got[key]
         assert g["allocated"] == pytest.approx(w["allocated"]), key
-        assert g["used"] >= w["used"] - 1e-9, key
+        assert g["used"] == pytest.approx(w["used"], rel=1e-6), key
         if w["idle"] < 1e-9 or math.isclose(w["idle"], w["allocated"]):
             wholly += w["idle"] > 0
             assert g["idle"] == pytest.approx(w["idle"], abs=1e-9), key

@@ -21,7 +21,7 @@ from gpuscope.analytics.report.inputs import create_held
 from gpuscope.analytics.report.sql import Q as REPORT_Q
 from gpuscope.analytics.report.sql import frame
 from gpuscope.collector.http_api import api_queries
-from gpuscope.collector.querying.fleet_summaries import UTILIZATION_PEAK, workload_key
+from gpuscope.collector.querying.fleet_summaries import UTILIZATION_MEAN, workload_key
 from gpuscope.collector.scraping.batch import Batch
 from gpuscope.collector.storage.store import Store
 from gpuscope.core.settings import Settings
@@ -31,12 +31,12 @@ END = 2400
 UTIL = "gpuscope_gpu_utilization_ratio"
 WUTIL = "gpuscope_gpu_workload_utilization_ratio"
 INFO = "gpuscope_gpu_workload_info"
-TYPES = {INFO: "gauge", UTIL: "gauge", WUTIL: "gauge", UTILIZATION_PEAK: "gauge"}
+TYPES = {INFO: "gauge", UTIL: "gauge", WUTIL: "gauge", UTILIZATION_MEAN: "gauge"}
 GPU0 = (("gpu", "0"), ("node", "n1"), ("uuid", "GPU-0"))
 DIRECT = tuple(sorted((*GPU0, ("container", "main"), ("namespace", "ml"), ("pod", "direct-0"))))
-#: the summaries' workloads: (pod, GPUs held, busy peak and utilization peak while busy)
+#: the summaries' workloads: (pod, GPUs held, busy peak and GPUs' mean utilization while busy)
 SUMMED = (("sum-0", 4, 0.8, 0.9), ("sum-1", 1, 0.3, 0.35))
-#: sum-0 is busy before this (seconds after T0), idle (peaks 0.01 and 0.02) from it
+#: sum-0 is busy before this (seconds after T0), idle (peak 0.01, mean 0.02) from it
 IDLE_FROM = 1200
 #: the window asked: 20 minutes, half of them sum-0 busy, half idle
 LO, HI = 600, 1800
@@ -56,19 +56,19 @@ def direct_batch(t: float) -> Batch:
 
 def summary_batch(t: float) -> Batch:
     """What fleet mode stores for a bucket: per workload its busy peak (under the agent's
-    utilization name), its GPUs' utilization peak, its own utilization and its GPU count."""
+    utilization name), its GPUs' mean utilization, its own utilization and its GPU count."""
     names: list[str] = []
     labels: list[tuple[tuple[str, str], ...]] = []
     values: list[float] = []
-    for pod, gpus, busy_before, peak_before in SUMMED:
+    for pod, gpus, busy_before, mean_before in SUMMED:
         idle = pod == "sum-0" and t >= IDLE_FROM
-        busy, peak = (0.01, 0.02) if idle else (busy_before, peak_before)
+        busy, mean = (0.01, 0.02) if idle else (busy_before, mean_before)
         who = (("container", "main"), ("namespace", "big"), ("node", "n2"), ("pod", pod))
         keyed = tuple(sorted((*who, ("uuid", workload_key("big", pod, "main")))))
         info = tuple(sorted((*keyed, ("gpu", str(gpus)))))
-        names += [UTIL, UTILIZATION_PEAK, WUTIL, INFO]
+        names += [UTIL, UTILIZATION_MEAN, WUTIL, INFO]
         labels += [keyed, keyed, keyed, info]
-        values += [busy, peak, busy, 1.0]
+        values += [busy, mean, busy, 1.0]
     return Batch("fleet", ms(t), names, list(labels), values, TYPES)
 
 
@@ -101,7 +101,8 @@ def test_the_report_counts_every_gpu_a_workload_key_holds(store: Store) -> None:
     # idle: the 10 minutes sum-0's peak was under the threshold, for each of its 4 GPUs
     assert four["idle"] == pytest.approx(4 * third / 2)
     assert direct["idle"] == one["idle"] == 0
-    # used: each GPU at the workload's utilization peak (0.9, then 0.02), not its busy peak
+    # used: each GPU at the workload's GPUs' mean utilization (0.9, then 0.02), not its
+    # busy peak
     assert four["used"] == pytest.approx(4 * third / 2 * (0.9 + 0.02))
     assert one["used"] == pytest.approx(third * 0.35)
     assert direct["used"] == pytest.approx(third * 0.6)
@@ -119,7 +120,7 @@ def test_the_reports_pods_and_gpu_count_say_what_summaries_hold(store: Store) ->
         cur.close()
     assert pods == {"direct-0": 1, "sum-0": 4, "sum-1": 1}
     assert held == (6, 5)  # GPUs held; of them under summaries (the report's note says so)
-    assert "upper bound" in SUMMARIES_NOTE
+    assert "mean utilization of its GPUs" in SUMMARIES_NOTE
 
 
 def test_the_queue_models_gpu_hours_count_a_workload_keys_gpus(store: Store) -> None:

@@ -24,9 +24,9 @@ interval per workload, not per GPU: it counts as the GPUs the workload holds
 (gpuscope/collector/storage/held_gpus.py), each judged by the workload's busy peak in the
 bucket (the highest busy signal of any of its GPUs). Allocated and no-data GPU-hours are
 the same as direct scraping's; a workload is idle in a bucket when its peak is under the
-threshold (every GPU it holds is then idle); **used** takes the highest utilization of
-any of its GPUs in each bucket for every GPU it holds: an upper bound, the mean of
-5-minute peaks (:data:`SUMMARIES_NOTE` says so in the report).
+threshold (every GPU it holds is then idle); **used** takes its GPUs' mean utilization
+in each bucket (over the bucket and its GPUs) for every GPU it holds, so it sums to what
+the GPUs' own series give (:data:`SUMMARIES_NOTE` says so in the report).
 
 The heavy part (cutting a fortnight of allocations into 5-minute pieces and joining each
 to its GPU's utilization) is one DuckDB query a chunk of days over the 5-minute roll-ups
@@ -68,10 +68,10 @@ from gpuscope.core.settings import Settings
 #: What a report says when some of its GPUs' data are fleet summaries.
 SUMMARIES_NOTE = (
     "Fleet summaries (collector.query.summaries): a workload's GPUs are counted from its "
-    "summary, each taken at the highest utilization of any of them in every 5-minute "
-    "bucket, so 'used' GPU-hours (and efficiency) are an upper bound, the mean of 5-minute "
-    "peaks; allocated, idle (the workload's busy peak under the threshold: every GPU it "
-    "holds idle) and no-data GPU-hours count every GPU it holds."
+    "summary, each taken at the mean utilization of its GPUs in every 5-minute bucket "
+    "('used' GPU-hours sum to what per-GPU series give); allocated, idle (the workload's "
+    "busy peak under the threshold: every GPU it holds idle) and no-data GPU-hours count "
+    "every GPU it holds; a workload idle on some of its GPUs only counts as busy."
 )
 
 #: Tables of a report, in the order the report shows them.

@@ -111,7 +111,7 @@ class UseInputs:
     actions: pl.DataFrame
     estimated_price: float | None
     #: GPUs held in the range whose data are fleet summaries (docs/scale.md): their
-    #: "used" is an upper bound, each GPU taken at its workload's busy peak
+    #: "used" takes each GPU at its workload's GPUs' mean utilization
     summary_gpus: float = 0.0
 
 

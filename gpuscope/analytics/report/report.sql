@@ -147,16 +147,17 @@ signals AS (
     GROUP BY gid, bucket
 ),
 peak_series AS (
-    -- fleet summaries: a workload's GPUs' NVML utilization peak in the bucket
-    -- (collector/querying/fleet_summaries.py, UTILIZATION_PEAK), which "used" takes for
-    -- each GPU it holds: an upper bound of their mean (its busy peak can be SM activity,
-    -- lower than utilization, so it is no bound)
+    -- fleet summaries: a workload's GPUs' mean NVML utilization in the bucket (over the
+    -- bucket and its GPUs: collector/querying/fleet_summaries.py, UTILIZATION_MEAN),
+    -- which "used" takes for each GPU it holds, so their sum is the GPUs' own (its busy
+    -- peak is SM activity where there is some, and a peak: no GPU's mean)
     SELECT x.series_id, g.gid
     FROM series AS x JOIN gpu_ids AS g USING (uuid)
-    WHERE x.metric = 'gpuscope:workload_utilization_max'
+    WHERE x.metric = 'gpuscope:workload_utilization_mean'
       AND x.last_seen >= $seen_lo AND x.first_seen < $end
 ),
 peaks AS (
+    -- one sample a bucket (a summary): its roll-up's max is the sample
     SELECT gid * 1048576 + (epoch(bucket) // 300)::BIGINT % 1048576 AS k, max(m) AS used_peak
     FROM (
         SELECT i.gid, r.bucket, r.max AS m

@@ -7,9 +7,10 @@ the detectors decide on, whose count grows with workloads, nodes and *problems*,
 
 - per workload (node, namespace, pod, container): its busy peak in the bucket (the highest
   busy signal of any GPU it holds: DCGM SM activity where the GPU has it, else NVML
-  utilization), its GPUs' NVML utilization peak (:data:`UTILIZATION_PEAK`: the weekly
-  report's "used" takes it for each GPU the workload holds, an upper bound of the GPUs'
-  mean; SM activity, the busy peak, can be lower than utilization, so is no bound), its
+  utilization), its GPUs' mean NVML utilization (:data:`UTILIZATION_MEAN`: the mean over
+  the bucket and over the GPUs it holds, so the weekly report's "used", which takes it for
+  each GPU the workload holds, sums to what the GPUs' own series give; the busy peak is
+  SM activity where there is some, and a peak: neither is a GPU's mean utilization), its
   own per-process utilization peak and memory mean, and the GPUs it
   holds; for GPUs shared by more than one workload (fractions), which workload holds which
   GPU (``gpuscope:shared_gpu_workload_info``: packing fractions onto GPUs needs it, whole
@@ -43,8 +44,8 @@ from dataclasses import dataclass
 HOT_PORT_FLOOR = 0.5
 #: The uuid a workload's summary series carry: one key per (namespace, pod, container).
 WORKLOAD_KEY_PREFIX = "workload:"
-#: The name a workload's GPUs' NVML utilization peak in the bucket is stored under.
-UTILIZATION_PEAK = "gpuscope:workload_utilization_max"
+#: The name a workload's GPUs' mean NVML utilization in the bucket is stored under.
+UTILIZATION_MEAN = "gpuscope:workload_utilization_mean"
 WORKLOAD_BY = "node, namespace, pod, container"
 PORT_ON = "on (node, device, port)"
 W = "[300s]"
@@ -86,9 +87,10 @@ def workload_key(namespace: str, pod: str, container: str) -> str:
     return f"{WORKLOAD_KEY_PREFIX}{namespace}/{pod}/{container}"
 
 
-def _per_workload(per_gpu: str, held: str) -> str:
-    """A per-(node, uuid) answer's highest value over the GPUs each workload holds."""
-    return f"max by ({WORKLOAD_BY}) ({per_gpu} * on (node, uuid) group_right () (0 * {held} + 1))"
+def _per_workload(per_gpu: str, held: str, how: str = "max") -> str:
+    """A per-(node, uuid) answer over the GPUs each workload holds: their highest value
+    (``how`` "max") or their mean ("avg")."""
+    return f"{how} by ({WORKLOAD_BY}) ({per_gpu} * on (node, uuid) group_right () (0 * {held} + 1))"
 
 
 def _busy_per_gpu(sel: str) -> str:
@@ -171,8 +173,12 @@ def summary_questions(
     held = _held(sel)
     hot = _hot(sel, floor)
     busy = _per_workload(_busy_per_gpu(sel), held)
-    util_peak = _per_workload(
-        f"max by (node, uuid) (max_over_time(gpuscope_gpu_utilization_ratio{{{sel}}}{W}))", held
+    # each GPU's mean over the bucket, then the mean over the workload's GPUs: times the
+    # GPUs it holds, the sum of its GPUs' means (every GPU scraped alike in the bucket)
+    util_mean = _per_workload(
+        f"avg by (node, uuid) (avg_over_time(gpuscope_gpu_utilization_ratio{{{sel}}}{W}))",
+        held,
+        "avg",
     )
     info_by = f"{WORKLOAD_BY}, project, interactive, workload_kind"
     return [
@@ -182,7 +188,7 @@ def summary_questions(
         ),
         # per workload
         SummaryQuestion(busy, "gpuscope_gpu_utilization_ratio", workload_key=True),
-        SummaryQuestion(util_peak, UTILIZATION_PEAK, workload_key=True),
+        SummaryQuestion(util_mean, UTILIZATION_MEAN, workload_key=True),
         SummaryQuestion(
             f"count by ({info_by}) (gpuscope_gpu_workload_info{{{sel}}})",
             "gpuscope_gpu_workload_info",
