@@ -187,9 +187,10 @@ HAS_SUMMARIES: dict[str, str] = {
 }
 SUMMARIES_NOTE = {
     True: (
-        "fleet summaries (collector.query.summaries) store no per-GPU utilization: by="
-        "cluster, node and gpu cannot be computed from them and leave their workloads out; "
-        "by=namespace, project or workload counts each workload's GPUs"
+        "fleet summaries (collector.query.summaries) store no per-GPU utilization: by=gpu "
+        "(and by=cluster and node where the range has no node summaries) cannot be computed "
+        "from them and leaves their workloads out; by=namespace, project or workload counts "
+        "each workload's GPUs"
     ),
     False: (
         "fleet summaries (collector.query.summaries): each workload's value is its peak "
