@@ -15,7 +15,8 @@ _LAG = LAST_SEEN_LAG_S
 
 #: Levels over GPUs: a fleet summary's series (docs/scale.md, "Fleet summaries") is a
 #: workload's busy peak, not a GPU's utilization, and free GPUs have none, so these levels
-#: leave summaries out and say so (:data:`SUMMARIES_NOTE`).
+#: leave workload summaries out and say so (:data:`SUMMARIES_NOTE`); cluster and node read
+#: node summaries where the range has them (:mod:`.api_node_summaries`).
 GPU_LEVELS = frozenset({"cluster", "node", "gpu"})
 #: level -> (metric, key expression over `series AS s`)
 _LEVELS: dict[str, tuple[str, str]] = {
