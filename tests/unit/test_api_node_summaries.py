@@ -92,7 +92,9 @@ def _store_changes(s: Store) -> None:
         s.append_cycle([(_bucket(k, stored, agents), 0.01)])
 
 
-def view(store: Store, by: str, lo: float, hi: float, step: float) -> dict[str, Any]:
+def view(
+    store: Store, by: str, lo: float, hi: float, step: float, **filters: str
+) -> dict[str, Any]:
     """GET /api/v1/utilization over buckets [lo, hi): {key: [[ts, value, gpus], ...]}."""
     from fastapi.testclient import TestClient
 
@@ -101,7 +103,8 @@ def view(store: Store, by: str, lo: float, hi: float, step: float) -> dict[str, 
     from gpuscope.collector.scraping.targets import TargetRegistry
 
     state = ApiState(store=store, targets=TargetRegistry([]), metrics=CollectorMetrics())
-    params = {"by": by, "step": step, "start": at(lo).isoformat(), "end": at(hi).isoformat()}
+    params = {"by": by, "step": step, "start": at(lo).isoformat(), "end": at(hi).isoformat(),
+              **filters}  # fmt: skip
     r = TestClient(create_app(state)).get("/api/v1/utilization", params=params)
     assert r.status_code == 200, r.text
     body = r.json()
@@ -132,6 +135,9 @@ def test_by_cluster_is_the_gpu_weighted_mean_over_nodes(every: Store) -> None:
     # a half hour: each node at the GPU-weighted mean of its buckets
     half = view(every, "cluster", 0, 6, 6 * BUCKET)["cluster"]
     assert half == [[ts(0), pytest.approx((0.35 * 8 + 0.8 * 4 + 0.99) / 13), 13]]
+    # node summaries know no namespaces: a namespace filter reads the GPUs' own series only
+    only = view(every, "cluster", 0, 6, BUCKET, namespace="ml")
+    assert only == {"note": "", "total": 0}
     # a finer step: each point its bucket's value
     fine = view(every, "cluster", 0, 2, 60)["cluster"]
     assert [p[0] for p in fine] == [ts(0) + 60 * i for i in range(10)]

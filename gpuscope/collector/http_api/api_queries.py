@@ -189,7 +189,8 @@ HAS_SUMMARIES: dict[str, str] = {
 SUMMARIES_NOTE = {
     True: (
         "fleet summaries (collector.query.summaries) store no per-GPU utilization: by=gpu "
-        "(and by=cluster and node where the range has no node summaries) cannot be computed "
+        "(and by=cluster and node where the range has no node summaries, or with a namespace "
+        "or project filter) cannot be computed "
         "from them and leaves their workloads out; by=namespace, project or workload counts "
         "each workload's GPUs"
     ),

@@ -37,7 +37,8 @@ def read(
     start, end, step, node, namespace, project, limit, offset, and ``frontier`` where the
     resolution is a roll-up's."""
     count_params = {k: params[k] for k in ("start", "node", "namespace", "project")}
-    if by in NS.KEYS:
+    # node summaries know nodes, not namespaces: a namespace or project filter leaves them out
+    if by in NS.KEYS and params["namespace"] is None and params["project"] is None:
         node_params = {k: params[k] for k in ("start", "node")}
         if _has(cur, NS.HAS_NODE_SUMMARIES, node_params):
             sql = NS.UTILIZATION[(by, resolution)]
