@@ -75,22 +75,31 @@ stored AS (
     ) AS x JOIN kept AS k USING (series_id)
     GROUP BY k.node, k.metric, x.bucket
 ),
--- the buckets overlapping [start, end) where the node's agent is present
-present AS (
-    SELECT node, bucket FROM stored
-    WHERE metric = '{agent_info}' AND bucket > CAST($start AS TIMESTAMP) - INTERVAL 300 SECOND
+-- per node and bucket: its agent seen, each summary stored there
+grid AS (
+    SELECT node, bucket, bool_or(metric = '{agent_info}') AS present,
+           any_value(value) FILTER (WHERE metric = '{node_mean}') AS mean,
+           any_value(value) FILTER (WHERE metric = '{node_gpus}') AS gpus
+    FROM stored GROUP BY node, bucket
 ),
-means AS (SELECT node, bucket, value FROM stored WHERE metric = '{node_mean}'),
-gpus AS (SELECT node, bucket, value FROM stored WHERE metric = '{node_gpus}'),
--- each present bucket: each summary's last value at or before it, within the hour
+-- each summary's last value at or before each bucket, and where it was stored
+last AS (
+    SELECT node, bucket, present,
+           last_value(mean IGNORE NULLS) OVER w AS mean,
+           last_value(CASE WHEN mean IS NOT NULL THEN bucket END IGNORE NULLS) OVER w AS mean_at,
+           last_value(gpus IGNORE NULLS) OVER w AS gpus,
+           last_value(CASE WHEN gpus IS NOT NULL THEN bucket END IGNORE NULLS) OVER w AS gpus_at
+    FROM grid
+    WINDOW w AS (PARTITION BY node ORDER BY bucket ROWS UNBOUNDED PRECEDING)
+),
+-- the buckets overlapping [start, end) where the node's agent is present, each with its
+-- summaries' last values within the hour
 carried AS (
-    SELECT p.node, p.bucket, m.value AS mean, g.value AS gpus
-    FROM present AS p
-    ASOF JOIN means AS m ON m.node = p.node AND m.bucket <= p.bucket
-    ASOF JOIN gpus AS g ON g.node = p.node AND g.bucket <= p.bucket
-    WHERE m.bucket > p.bucket - INTERVAL {carry} SECOND
-      AND g.bucket > p.bucket - INTERVAL {carry} SECOND
-      AND isfinite(m.value) AND g.value > 0
+    SELECT node, bucket, mean, gpus FROM last
+    WHERE present AND bucket > CAST($start AS TIMESTAMP) - INTERVAL 300 SECOND
+      AND mean_at > bucket - INTERVAL {carry} SECOND
+      AND gpus_at > bucket - INTERVAL {carry} SECOND
+      AND isfinite(mean) AND gpus > 0
 ),
 -- each bucket in every step it overlaps
 stepped AS (
