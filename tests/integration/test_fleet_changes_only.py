@@ -136,6 +136,24 @@ def _samples(store: Store, metric_like: str) -> int:
     return int(row[0]) if row else 0
 
 
+def _utilization(store: Store, by: str, run: SimRun) -> dict[str, list[list[float]]]:
+    """GET /api/v1/utilization over the run at a 5-minute step: {key: points}."""
+    from fastapi.testclient import TestClient
+
+    from gpuscope.collector.gauges.metrics import CollectorMetrics
+    from gpuscope.collector.http_api.api import ApiState, create_app
+    from gpuscope.collector.http_api.api_node_summaries import NOTE
+    from gpuscope.collector.scraping.targets import TargetRegistry
+
+    state = ApiState(store=store, targets=TargetRegistry([]), metrics=CollectorMetrics())
+    params = {"by": by, "step": BUCKET_S,
+              "start": datetime.fromtimestamp(run.start, UTC).isoformat(),
+              "end": datetime.fromtimestamp(run.end, UTC).isoformat()}  # fmt: skip
+    body = TestClient(create_app(state)).get("/api/v1/utilization", params=params).json()
+    assert body["note"] == NOTE
+    return {s["key"]: s["points"] for s in body["series"]}
+
+
 def test_change_only_summaries_give_the_every_bucket_answers(tmp_path: Path) -> None:
     run = sim_run(nodes=8, minutes=30)
     with victoria_metrics(tmp_path) as vm:
@@ -174,6 +192,17 @@ def test_change_only_summaries_give_the_every_bucket_answers(tmp_path: Path) -> 
                 carried = [v for t, v in changed_nodes.get(key, []) if t <= ts]
                 # the engine's averages differ in the last bit between evaluations
                 assert carried and math.isclose(carried[-1], value, rel_tol=1e-12), (key, ts)
+        # the API's utilization by node and cluster reads the same from both stores (the
+        # down node counted only where its agent is)
+        down = run.cluster.node_names[DOWN_NODE]
+        for by in ("node", "cluster"):
+            want, got = _utilization(every, by, run), _utilization(changes, by, run)
+            assert want and got.keys() == want.keys(), by
+            for key, points in want.items():
+                assert got[key] == [pytest.approx(p, rel=1e-9) for p in points], (by, key)
+        assert [p[0] for p in want["cluster"]] == run.buckets()
+        nodes = _utilization(changes, "node", run)
+        assert [p[0] + BUCKET_S - 1 for p in nodes[down]] == ends[:2] + ends[4:]
         # node summaries stored where they change: fewer samples ...
         assert _samples(changes, "gpuscope:node_gpus%") < _samples(every, "gpuscope:node_gpus%")
         # ... and the rest in every bucket either way

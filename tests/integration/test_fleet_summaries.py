@@ -154,8 +154,9 @@ def _per_namespace(use: dict[tuple[str, str], dict[str, float]], column: str) ->
     return out
 
 
-def _namespace_view(store: Store, lo: float, hi: float) -> dict[str, Any]:
-    """The API's utilization view by namespace, a point every bucket (through the route)."""
+def _namespace_view(store: Store, lo: float, hi: float, by: str = "namespace") -> dict[str, Any]:
+    """The API's utilization view by namespace (or ``by``), a point every bucket (through
+    the route)."""
     from fastapi.testclient import TestClient
 
     from gpuscope.collector.gauges.metrics import CollectorMetrics
@@ -163,7 +164,7 @@ def _namespace_view(store: Store, lo: float, hi: float) -> dict[str, Any]:
     from gpuscope.collector.scraping.targets import TargetRegistry
 
     state = ApiState(store=store, targets=TargetRegistry([]), metrics=CollectorMetrics())
-    params = {"by": "namespace", "step": BUCKET_S,
+    params = {"by": by, "step": BUCKET_S,
               "start": datetime.fromtimestamp(lo, UTC).isoformat(),
               "end": datetime.fromtimestamp(hi, UTC).isoformat()}  # fmt: skip
     body = TestClient(create_app(state)).get("/api/v1/utilization", params=params).json()
@@ -207,6 +208,26 @@ def test_the_report_counts_a_workloads_gpus_as_direct_scraping_does(
         for t, value, series in points:
             assert by_time[t][2] == series, (namespace, t)
             assert by_time[t][1] >= value - 1e-9, (namespace, t)
+
+
+def test_the_api_utilization_by_cluster_and_node_equals_direct_scrapings(
+    run: SimRun, stores: tuple[Store, ...]
+) -> None:
+    """By node each node's GPUs' mean utilization over the bucket, by cluster the GPU-weighted
+    mean over the nodes, read from the node summaries, equal to what direct scraping's
+    GPU series give at a 5-minute step (every GPU scraped alike), with the same GPUs."""
+    from gpuscope.collector.http_api.api_node_summaries import NOTE
+
+    direct, _, summed = stores
+    lo, hi = run.start + BUCKET_S, run.end
+    for by in ("node", "cluster"):
+        want, got = _namespace_view(direct, lo, hi, by), _namespace_view(summed, lo, hi, by)
+        assert want.pop("note") == "" and got.pop("note") == NOTE
+        assert len(want) == (len(run.cluster.node_names) if by == "node" else 1)
+        assert got.keys() == want.keys(), by
+        for key, points in want.items():
+            assert len(points) == (hi - lo) / BUCKET_S, (by, key)
+            assert got[key] == [pytest.approx(p, rel=1e-9) for p in points], (by, key)
 
 
 def test_summaries_store_no_per_gpu_series(run: SimRun, tmp_path: Path) -> None:

@@ -26,6 +26,7 @@ from pydantic import BaseModel
 from gpuscope import __version__
 from gpuscope.collector.gauges.metrics import CollectorMetrics
 from gpuscope.collector.http_api import api_queries as Q
+from gpuscope.collector.http_api import api_utilization as U
 from gpuscope.collector.http_api.api_docs import add_docs
 from gpuscope.collector.http_api.api_expensive import expensive_gate
 from gpuscope.collector.http_api.api_input import MAX_OFFSET, BodyLimit, parse_time, token_matches
@@ -235,19 +236,12 @@ def create_app(state: ApiState) -> FastAPI:
             "limit": limit,
             "offset": offset,
         }
+        resolution = Q.resolution_for(step)
         cur = state.store.cursor()
         try:
-            resolution = Q.resolution_for(step)
             if resolution in Q.FRONTIER_KEYS:
-                got = cur.execute(Q.FRONTIER, {"key": Q.FRONTIER_KEYS[resolution]}).fetchall()
-                frontier = datetime.fromisoformat(got[0][0]) if got else datetime(1970, 1, 1)
-                params["frontier"] = _naive(frontier.replace(tzinfo=frontier.tzinfo or UTC))
-            count_params = {k: params[k] for k in ("start", "node", "namespace", "project")}
-            got_summaries = cur.execute(Q.HAS_SUMMARIES[by], count_params).fetchone()
-            summaries = bool(got_summaries and got_summaries[0])
-            sql = Q.UTILIZATION_BY_GPUS.get((by, resolution)) if summaries else None
-            rows = cur.execute(sql or Q.UTILIZATION[(by, resolution)], params).fetchall()
-            total_row = cur.execute(Q.UTILIZATION_KEYS[by], count_params).fetchone()
+                params["frontier"] = U.frontier(cur, resolution)
+            rows, total, note = U.read(cur, by, resolution, params)
         finally:
             cur.close()
         # DuckDB writes each series' points as JSON; Python only joins the pieces (a week
@@ -259,10 +253,10 @@ def create_app(state: ApiState) -> FastAPI:
                 "start": rfc3339(t_start),
                 "end": rfc3339(t_end),
                 "step_seconds": step,
-                "total": total_row[0] if total_row else 0,
+                "total": total,
                 "limit": limit,
                 "offset": offset,
-                "note": Q.SUMMARIES_NOTE[by in Q.GPU_LEVELS] if summaries else "",
+                "note": note,
             }
         )
         series = ",".join(f'{{"key":{json.dumps(key)},"points":{points}}}' for key, points in rows)

@@ -15,7 +15,8 @@ _LAG = LAST_SEEN_LAG_S
 
 #: Levels over GPUs: a fleet summary's series (docs/scale.md, "Fleet summaries") is a
 #: workload's busy peak, not a GPU's utilization, and free GPUs have none, so these levels
-#: leave summaries out and say so (:data:`SUMMARIES_NOTE`).
+#: leave workload summaries out and say so (:data:`SUMMARIES_NOTE`); cluster and node read
+#: node summaries where the range has them (:mod:`.api_node_summaries`).
 GPU_LEVELS = frozenset({"cluster", "node", "gpu"})
 #: level -> (metric, key expression over `series AS s`)
 _LEVELS: dict[str, tuple[str, str]] = {
@@ -187,9 +188,11 @@ HAS_SUMMARIES: dict[str, str] = {
 }
 SUMMARIES_NOTE = {
     True: (
-        "fleet summaries (collector.query.summaries) store no per-GPU utilization: by="
-        "cluster, node and gpu cannot be computed from them and leave their workloads out; "
-        "by=namespace, project or workload counts each workload's GPUs"
+        "fleet summaries (collector.query.summaries) store no per-GPU utilization: by=gpu "
+        "(and by=cluster and node where the range has no node summaries, or with a namespace "
+        "or project filter) cannot be computed "
+        "from them and leaves their workloads out; by=namespace, project or workload counts "
+        "each workload's GPUs"
     ),
     False: (
         "fleet summaries (collector.query.summaries): each workload's value is its peak "

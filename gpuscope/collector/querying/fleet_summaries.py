@@ -20,8 +20,9 @@ the detectors decide on, whose count grows with workloads, nodes and *problems*,
   (a workload is idle when every GPU it holds is), and the GPUs it holds ride in the
   ``gpu`` label of its ``gpuscope_gpu_workload_info`` summary;
 - per node: GPUs present, healthy, held by a workload, and utilization mean and peak
-  (``gpuscope:node_*``; with ``changes_only`` only where they differ from the bucket
-  before, and every node in each hour's last bucket: nothing in gpuscope reads them);
+  (``gpuscope:node_*``: the mean is the GPUs' means' mean, the API's utilization by
+  cluster and node reads it; with ``changes_only`` only where they differ from the bucket
+  before, and every node in each hour's last bucket);
 - per InfiniBand port, only ports over :data:`HOT_PORT_FLOOR` of their line rate in the
   bucket (either direction): both directions' bucket increase, the transmit wait and the
   line rate; ports with errors only, their errors' increase; GPUs reported down, and
@@ -137,13 +138,18 @@ def _changed(question: str, before: str, on: str) -> str:
 
 
 def _node_questions(sel: str, changes_only: bool) -> list[SummaryQuestion]:
-    """Per node: GPUs present, healthy, held, and utilization mean and peak. With
-    ``changes_only`` each is asked only where it differs from the bucket before, and in
-    each hour's last bucket (no detector, alert rule or API view reads them: they are
-    the store's record of the fleet's nodes, read as each series' last value)."""
+    """Per node: GPUs present, healthy, held, and utilization mean and peak. The mean is
+    the mean over the node's GPUs of each GPU's mean over the bucket (what direct
+    scraping's utilization view gives a node at a 5-minute step, every GPU scraped alike);
+    the peak the highest GPU's peak. With ``changes_only`` each is asked only where it
+    differs from the bucket before, and in each hour's last bucket. The API's utilization
+    view by cluster and by node reads the GPUs present and the mean (as each series' last
+    value at or before a bucket, within the hour, where the node's agent is present:
+    :mod:`gpuscope.collector.http_api.api_node_summaries`); no detector or alert rule
+    reads them."""
 
     def node(off: str) -> list[tuple[str, str]]:
-        util = f"max_over_time(gpuscope_gpu_utilization_ratio{{{sel}}}{W}{off})"
+        util = f"gpuscope_gpu_utilization_ratio{{{sel}}}{W}{off}"
         return [
             (f"count by (node) (gpuscope_gpu_info{{{sel}}}{off})", "gpus"),
             (f"sum by (node) (gpuscope_gpu_up{{{sel}}}{off})", "gpus_up"),
@@ -153,8 +159,8 @@ def _node_questions(sel: str, changes_only: bool) -> list[SummaryQuestion]:
                 f"(0 * count by (node) (gpuscope_gpu_info{{{sel}}}{off})))",
                 "gpus_held",
             ),
-            (f"avg by (node) ({util})", "utilization_mean"),
-            (f"max by (node) ({util})", "utilization_max"),
+            (f"avg by (node) (avg_over_time({util}))", "utilization_mean"),
+            (f"max by (node) (max_over_time({util}))", "utilization_max"),
         ]
 
     now, before = node(""), node(OFFSET)
