@@ -60,6 +60,7 @@ from typing import Any
 import duckdb
 
 from gpuscope.analytics.base import Analysis
+from gpuscope.collector.querying.fleet import BUCKET_S
 from gpuscope.collector.storage.held_gpus import with_held_gpus
 from gpuscope.collector.storage.store import utc
 from gpuscope.collector.storage.writer_log import seen_bound
@@ -151,6 +152,7 @@ def _gpu_link_findings(
 ) -> tuple[list[Finding], dict[str, Any]]:
     """``nvlink_hotspot`` / ``pcie_hotspot`` findings and their summary numbers."""
     link_params = params | _capacities(settings) | {"hot": settings.gpu_link_hot_ratio}
+    link_params["bucket_s"] = BUCKET_S  # a fleet summary's sample: one bucket's increase
     link_params = {k: v for k, v in link_params.items() if k != "idle"}
     cur = con.execute(Q["gpu_link_stats"], link_params)
     names = [d[0] for d in cur.description or ()]
