@@ -44,7 +44,9 @@ Definitions (``W`` = ``ib_hot_window_minutes``, ``H`` = ``ib_hot_ratio``):
   (``nvlink_bytes_per_second``, ``pcie_bytes_per_second``) by a substring of the GPU's
   ``gpuscope_gpu_info`` ``model`` label; a model no key matches gets no ratio and no
   finding. A saturated NVLink is a tensor-parallel group at its limit; a saturated PCIe
-  link is host staging (data loading, CPU offload, GPUDirect not in use).
+  link is host staging (data loading, CPU offload, GPUDirect not in use). Under fleet
+  summaries a link is stored only in buckets over a floor, each sample its bucket's
+  increase (a series of kind gauge): its first sample covers its own bucket.
 
 :func:`gpuscope.analytics.detectors.bandwidth_history.bandwidth_history` answers "which
 ports were hot when" over a range (a full re-analysis after a rule change, a report).
