@@ -113,6 +113,7 @@ class CollectorService:
                 cs.scrape_interval_seconds,
                 self.store,
                 self._write_batch,
+                analytics=settings.analytics,
             )
             self.metrics.registry.register(QueryIngestMetrics(self.query_source, clock))
         self.inventory = self._make_inventory()

@@ -2,21 +2,22 @@
 ``collector.query.summaries`` the collector stores per-workload, per-node and hot-port
 aggregates the engine computes, not every GPU's series, and the detectors still find what
 direct scraping of the same simulated cluster finds: the idle workloads (with the GPUs they
-hold), the hot InfiniBand ports, the link with errors and the blocked job; and the weekly
-report's GPU-hours and the API's utilization view count each workload's GPUs as direct
-scraping does."""
+hold), the hot InfiniBand ports, the link with errors, the blocked job and a planted hot
+NVLink (a cool PCIe link beside it stores nothing); and the weekly report's GPU-hours and
+the API's utilization view count each workload's GPUs as direct scraping does."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Iterator
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from bench.fleet_sim import push_to_victoriametrics
+from bench.fleet_sim import FleetPages, push_to_victoriametrics
 from gpuscope.collector.storage.store import Store
 from tests.integration.engines import victoria_metrics, vm_flush
 from tests.integration.fleet_cluster import (
@@ -31,11 +32,49 @@ from tests.integration.test_fleet_mode import FLEET, SETTINGS, findings, run_fle
 pytestmark = pytest.mark.integration
 
 SUMMARIES = FLEET.model_copy(update={"summaries": True})
+#: The planted GPU links, on one H100 node: GPU 0's NVLink transmits at 0.9 of 450 GB/s
+#: for the whole run (hot), GPU 1's PCIe at 12 GB/s (under the floor, half the smallest
+#: PCIe capacity configured: 16 GB/s).
+HOT_NODE, HOT_GPU, COOL_GPU = "gpu-node-00", "0", "1"
+NVLINK_RATE, PCIE_RATE = 0.9 * 450e9, 12e9
+
+
+class LinkPages(FleetPages):
+    """The agents' pages with the planted links' transmit counters in place of the
+    simulator's (the same pages for direct scraping and for the engine)."""
+
+    def __init__(self, run: SimRun) -> None:
+        super().__init__(run.cluster, run.cluster.node_names, run.origin)
+        self.start = run.start
+
+    def pages(self, unix_t: float, *, openmetrics: bool = False) -> Iterator[tuple[str, bytes]]:
+        dt = unix_t - self.start
+        planted = {
+            f'gpuscope_gpu_nvlink_bytes_total{{direction="tx",gpu="{HOT_GPU}",': NVLINK_RATE,
+            f'gpuscope_gpu_pcie_bytes_total{{direction="tx",gpu="{COOL_GPU}",': PCIE_RATE,
+        }
+        for node, text in super().pages(unix_t, openmetrics=openmetrics):
+            page = text
+            if node == HOT_NODE:
+                lines = page.decode().split("\n")
+                for i, line in enumerate(lines):
+                    rate = next((r for p, r in planted.items() if line.startswith(p)), None)
+                    if rate is not None:
+                        lines[i] = f"{line[: line.index('} ') + 1]} {1e15 + rate * dt!r}"
+                page = "\n".join(lines).encode()
+            yield node, page
+
+
+@dataclass
+class LinkRun(SimRun):
+    def pages(self) -> FleetPages:
+        return LinkPages(self)
 
 
 @pytest.fixture(scope="module")
 def run() -> SimRun:
-    return sim_run(nodes=8, minutes=30)
+    base = sim_run(nodes=8, minutes=30)
+    return LinkRun(base.cluster, base.origin, base.start, base.minutes)
 
 
 @pytest.fixture(scope="module")
@@ -132,6 +171,55 @@ def test_summaries_find_what_direct_scraping_finds(run: SimRun, stores: tuple[St
     # fewer series than one a GPU per signal: the summaries grow with workloads and nodes
     gpus = 8 * len(run.cluster.node_names)
     assert _series(summed) < 0.3 * _series(per_gpu), (_series(summed), _series(per_gpu), gpus)
+
+
+def _links(store: Store) -> dict[tuple[str, str, str, str], int]:
+    """Stored GPU link series: (metric, node, gpu, direction) -> samples."""
+    cur = store.cursor()
+    rows = cur.execute(
+        "SELECT metric, node, gpu, labels['direction'], count(*) FROM series JOIN samples "
+        "USING (series_id) WHERE metric IN ('gpuscope_gpu_nvlink_bytes_total', "
+        "'gpuscope_gpu_pcie_bytes_total') GROUP BY ALL"
+    ).fetchall()
+    cur.close()
+    return {(m, n, g, d): int(c) for m, n, g, d, c in rows}
+
+
+def _link_findings(store: Store, at: float) -> dict[tuple[str, str, str, str], float]:
+    """The GPU-link findings: (kind, node, gpu, uuid) -> ratio."""
+    from gpuscope.analytics.runner import DETECTORS, run_on_store
+
+    out = run_on_store(store, datetime.fromtimestamp(at, UTC), SETTINGS, DETECTORS, persist=False)
+    return {
+        (f.kind, f.subject["node"], f.subject["gpu"], f.subject["uuid"]): float(f.evidence["ratio"])
+        for f in out["bandwidth"].findings
+        if f.kind in ("nvlink_hotspot", "pcie_hotspot") and f.evidence
+    }
+
+
+def test_a_hot_nvlink_is_found_under_summaries_as_directly(
+    run: SimRun, stores: tuple[Store, ...]
+) -> None:
+    """The planted hot NVLink: under summaries its bucket increases (both directions) are
+    stored in every bucket and the finding (kind, GPU, ratio) is direct scraping's; the
+    cool PCIe link beside it, and every other GPU's links (the simulator's NVLink stays
+    under 0.3 of capacity), store nothing."""
+    direct, _per_gpu, summed = stores
+    want = _link_findings(direct, run.end)
+    [(kind, node, gpu, _uuid)] = want  # the test has teeth: direct scraping finds it
+    assert (kind, node, gpu) == ("nvlink_hotspot", HOT_NODE, HOT_GPU)
+    assert want[kind, node, gpu, _uuid] == pytest.approx(0.9, abs=1e-3)
+    got = _link_findings(summed, run.end)
+    assert got.keys() == want.keys()
+    assert got[kind, node, gpu, _uuid] == pytest.approx(0.9, abs=1e-3)
+    buckets = len(run.buckets())
+    nvlink = "gpuscope_gpu_nvlink_bytes_total"
+    assert _links(summed) == {
+        (nvlink, HOT_NODE, HOT_GPU, "tx"): buckets,
+        (nvlink, HOT_NODE, HOT_GPU, "rx"): buckets,
+    }
+    # directly, the cool PCIe link is there (at its planted rate), and every GPU's links
+    assert ("gpuscope_gpu_pcie_bytes_total", HOT_NODE, COOL_GPU, "tx") in _links(direct)
 
 
 def _report_use(store: Store, lo: float, hi: float) -> dict[tuple[str, str], dict[str, float]]:
@@ -231,8 +319,8 @@ def test_the_api_utilization_by_cluster_and_node_equals_direct_scrapings(
 
 
 def test_summaries_store_no_per_gpu_series(run: SimRun, tmp_path: Path) -> None:
-    """Every stored GPU-level series is a workload's summary (its key is the workload's),
-    and only hot ports' traffic is kept."""
+    """Every stored GPU-level series is a workload's summary (its key is the workload's)
+    but the hot NVLink's GPU's, and only hot ports' and hot links' traffic is kept."""
     with victoria_metrics(tmp_path, "-search.disableCache") as vm:
         push_to_victoriametrics(vm, run.pages(), run.times())
         vm_flush(vm)
@@ -242,11 +330,12 @@ def test_summaries_store_no_per_gpu_series(run: SimRun, tmp_path: Path) -> None:
     assert drilled["idle_session"] == {"utilization": 1, "sm_active": 1, "memory_used_bytes": 1}
     assert drilled["bandwidth_hotspot"]["transmit_ratio"] == 1
     cur = store.cursor()
-    uuids: list[Any] = cur.execute(
-        "SELECT DISTINCT uuid FROM series WHERE metric LIKE 'gpuscope_gpu_%' "
+    gpus: list[Any] = cur.execute(
+        "SELECT DISTINCT uuid, node, gpu FROM series WHERE metric LIKE 'gpuscope_gpu_%' "
         "AND metric NOT IN ('gpuscope_gpu_up', 'gpuscope_gpu_ecc_errors_total')"
     ).fetchall()
-    assert uuids and all(str(u).startswith("workload:") for (u,) in uuids)
+    hot = {(n, g) for u, n, g in gpus if not str(u).startswith("workload:")}
+    assert len(gpus) > 1 and hot == {(HOT_NODE, HOT_GPU)}
     ports = cur.execute(
         "SELECT count(DISTINCT (node, device, port)) FROM series "
         "WHERE metric = 'gpuscope_ib_transmit_bytes_total'"

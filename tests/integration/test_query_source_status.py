@@ -197,3 +197,31 @@ def test_pulled_series_obey_the_series_limit(tmp_path: Path) -> None:
                if line.startswith("gpuscope_collector_samples_dropped_total")
                and 'reason="series_limit"' in line]  # fmt: skip
     assert dropped and float(dropped[0].rsplit(" ", 1)[1]) > 1000
+
+
+def test_fleet_summaries_take_the_gpu_link_floors_from_the_analytics_settings(
+    tmp_path: Path,
+) -> None:
+    """The collector asks hot GPU links over half the smallest capacity it runs with, and
+    refuses a ``gpu_link_hot_ratio`` under that share (hot links would not be stored)."""
+    from gpuscope.collector.querying.fleet_summaries import HOT_LINK_FLOOR
+
+    def settings(hot: float) -> Settings:
+        return Settings.model_validate({
+            "collector": {
+                "db": str(tmp_path / f"c{hot}.duckdb"), "kubernetes": "none",
+                "prometheus_url": "http://127.0.0.1:9", "query": {"summaries": True},
+            },
+            "analytics": {"gpu_link_hot_ratio": hot,
+                          "nvlink_bytes_per_second": {"B200": 900e9, "H100": 450e9}},
+        })  # fmt: skip
+
+    svc = CollectorService(settings(0.8), clock=lambda: 0.0)
+    try:
+        assert svc.query_source is not None
+        floors = svc.query_source.fleet.link_floors or {}
+        assert floors["gpuscope_gpu_nvlink_bytes_total"] == HOT_LINK_FLOOR * 450e9
+    finally:
+        svc.store.close()
+    with pytest.raises(ValueError, match="gpu_link_hot_ratio"):
+        CollectorService(settings(HOT_LINK_FLOOR / 2), clock=lambda: 0.0)

@@ -5,12 +5,17 @@ detector (its key as ``uuid``, the GPUs it holds in ``gpu``)."""
 from __future__ import annotations
 
 import re
+from pathlib import Path
+
+import pytest
 
 from gpuscope.collector.querying.fleet import FleetSource
 from gpuscope.collector.querying.fleet_summaries import (
     GAUGE_TYPES,
+    HOT_LINK_FLOOR,
     HOT_PORT_FLOOR,
     SummaryQuestion,
+    gpu_link_floors,
     reshape,
     summary_questions,
     workload_key,
@@ -156,7 +161,9 @@ def test_every_question_fits_victoriametrics_query_length_at_100k_gpus() -> None
 
     nodes = [f"gpu-node-{i:05d}" for i in range(0, 12_500, 40)]  # one shard's 313 nodes
     sel = f'node=~"{node_regex(nodes)}"'
-    for q in summary_questions(sel):
+    questions = summary_questions(sel)
+    assert {NVLINK, PCIE, "gpuscope_gpu_info"} <= {q.name for q in questions}  # GPU links too
+    for q in questions:
         assert len(q.query) < 13_000 and q.query.count(sel) <= 6, q.query[:200]
 
 
@@ -201,3 +208,75 @@ def test_fleet_source_passes_changes_only_on() -> None:
         src = FleetSource(client, shards=1, summaries=True, changes_only=changes_only)  # type: ignore[arg-type]
         src._ask(["a", "b"], 0.0, 300.0, "t")
         assert asked == [q.query for q in summary_questions(SEL, changes_only=changes_only)]
+
+
+NVLINK, PCIE = "gpuscope_gpu_nvlink_bytes_total", "gpuscope_gpu_pcie_bytes_total"
+
+
+def test_gpu_links_are_asked_over_a_floor_from_the_settings() -> None:
+    """Both directions' increase of the GPUs whose link, either direction, carried more
+    than HOT_LINK_FLOOR of the smallest configured capacity in the bucket (bytes in 300 s),
+    and those GPUs' info (the model the detector takes the real capacity from)."""
+    a = AnalyticsSettings(
+        nvlink_bytes_per_second={"H100": 450e9, "A100": 300e9},
+        pcie_bytes_per_second={"H100": 64e9, "L4": 16e9},
+    )
+    floors = gpu_link_floors(a)
+    assert floors == {NVLINK: HOT_LINK_FLOOR * 300e9, PCIE: HOT_LINK_FLOOR * 16e9}
+    by_name = {q.name: q for q in summary_questions(SEL, link_floors=floors)}
+    nv_hot = f"(increase({NVLINK}{{{SEL}}}[300s]) > {HOT_LINK_FLOOR * 300e9 * 300:.0f})"
+    pcie_hot = f"(increase({PCIE}{{{SEL}}}[300s]) > {HOT_LINK_FLOOR * 16e9 * 300:.0f})"
+    assert (
+        by_name[NVLINK].query == f"increase({NVLINK}{{{SEL}}}[300s]) and on (node, uuid) {nv_hot}"
+    )
+    assert by_name[PCIE].query == f"increase({PCIE}{{{SEL}}}[300s]) and on (node, uuid) {pcie_hot}"
+    assert by_name["gpuscope_gpu_info"].query == (
+        f"gpuscope_gpu_info{{{SEL}}} and on (node, uuid) ({nv_hot} or {pcie_hot})"
+    )
+    for name in (NVLINK, PCIE, "gpuscope_gpu_info"):
+        q = by_name[name]
+        assert not q.workload_key and not q.count_in_gpu
+        assert q.query.count(SEL) == q.query.count("{") > 0
+    assert GAUGE_TYPES[NVLINK] == GAUGE_TYPES[PCIE] == "gauge"  # stored as increases
+
+
+def test_the_default_floors_are_half_the_smallest_default_capacity() -> None:
+    a = AnalyticsSettings()
+    assert a.gpu_link_hot_ratio > HOT_LINK_FLOOR
+    assert gpu_link_floors(a) == {
+        NVLINK: HOT_LINK_FLOOR * min(a.nvlink_bytes_per_second.values()),
+        PCIE: HOT_LINK_FLOOR * min(a.pcie_bytes_per_second.values()),
+    }
+    assert summary_questions(SEL) == summary_questions(SEL, link_floors=gpu_link_floors(a))
+
+
+def test_a_metric_without_capacities_is_not_asked() -> None:
+    floors = gpu_link_floors(AnalyticsSettings(pcie_bytes_per_second={}))
+    assert list(floors) == [NVLINK]
+    names = [q.name for q in summary_questions(SEL, link_floors=floors)]
+    assert NVLINK in names and PCIE not in names and "gpuscope_gpu_info" in names
+    assert "gpuscope_gpu_info" not in [q.name for q in summary_questions(SEL, link_floors={})]
+
+
+def test_a_hot_ratio_under_the_floor_is_refused() -> None:
+    with pytest.raises(ValueError, match="gpu_link_hot_ratio"):
+        gpu_link_floors(AnalyticsSettings(gpu_link_hot_ratio=HOT_LINK_FLOOR - 0.1))
+
+
+def test_query_ingest_passes_the_settings_floors_to_the_fleet(tmp_path: Path) -> None:
+    from gpuscope.collector.querying.query_ingest import QueryIngest
+    from gpuscope.collector.storage.store import Store
+    from gpuscope.core.query_settings import QuerySettings
+
+    a = AnalyticsSettings(nvlink_bytes_per_second={"B200": 900e9})
+    q = QuerySettings(mode="fleet", summaries=True, shards=1)
+    with Store.open(tmp_path / "q.duckdb") as store:
+        ingest = QueryIngest(
+            "http://vm:8428", q, 15.0, store, store.append_scrape,
+            client=RecordingClient(), analytics=a,  # type: ignore[arg-type]
+        )  # fmt: skip
+        assert ingest.fleet.link_floors == gpu_link_floors(a)
+        client = RecordingClient()
+        ingest.fleet.client = client  # type: ignore[assignment]
+        ingest.fleet._ask(["a", "b"], 0.0, 300.0, "t")
+    assert f"> {HOT_LINK_FLOOR * 900e9 * 300:.0f})" in "\n".join(client.asked)

@@ -44,7 +44,9 @@ Definitions (``W`` = ``ib_hot_window_minutes``, ``H`` = ``ib_hot_ratio``):
   (``nvlink_bytes_per_second``, ``pcie_bytes_per_second``) by a substring of the GPU's
   ``gpuscope_gpu_info`` ``model`` label; a model no key matches gets no ratio and no
   finding. A saturated NVLink is a tensor-parallel group at its limit; a saturated PCIe
-  link is host staging (data loading, CPU offload, GPUDirect not in use).
+  link is host staging (data loading, CPU offload, GPUDirect not in use). Under fleet
+  summaries a link is stored only in buckets over a floor, each sample its bucket's
+  increase (a series of kind gauge): its first sample covers its own bucket.
 
 :func:`gpuscope.analytics.detectors.bandwidth_history.bandwidth_history` answers "which
 ports were hot when" over a range (a full re-analysis after a rule change, a report).
@@ -60,6 +62,7 @@ from typing import Any
 import duckdb
 
 from gpuscope.analytics.base import Analysis
+from gpuscope.collector.querying.fleet import BUCKET_S
 from gpuscope.collector.storage.held_gpus import with_held_gpus
 from gpuscope.collector.storage.store import utc
 from gpuscope.collector.storage.writer_log import seen_bound
@@ -151,6 +154,7 @@ def _gpu_link_findings(
 ) -> tuple[list[Finding], dict[str, Any]]:
     """``nvlink_hotspot`` / ``pcie_hotspot`` findings and their summary numbers."""
     link_params = params | _capacities(settings) | {"hot": settings.gpu_link_hot_ratio}
+    link_params["bucket_s"] = BUCKET_S  # a fleet summary's sample: one bucket's increase
     link_params = {k: v for k, v in link_params.items() if k != "idle"}
     cur = con.execute(Q["gpu_link_stats"], link_params)
     names = [d[0] for d in cur.description or ()]

@@ -176,9 +176,13 @@ ORDER BY node, namespace, pod;
 -- window it was over $hot, whether it is hot. The capacity comes from the GPU's model
 -- (gpuscope_gpu_info's `model` label) matched against $cap_metric/$cap_pattern/$cap_bytes
 -- (parallel lists from the settings; the longest matching pattern wins). Whole GPUs only:
--- MIG instances have no link counters of their own.
+-- MIG instances have no link counters of their own. A link series of kind 'gauge' is fleet
+-- summaries' (each sample one bucket's increase, $bucket_s long, stored only in buckets
+-- the link was over the floor): its first sample in the read range has no sample before
+-- it and covers its own bucket; later ones cover the time since the sample before (a gap
+-- of cool buckets lowers the rate, never raises it).
 WITH links AS (
-    SELECT series_id, metric, node, gpu, uuid, labels['direction'] AS direction
+    SELECT series_id, metric, kind, node, gpu, uuid, labels['direction'] AS direction
     FROM series
     WHERE metric IN ('gpuscope_gpu_nvlink_bytes_total', 'gpuscope_gpu_pcie_bytes_total')
       AND coalesce(mig_instance, '') = ''
@@ -209,10 +213,11 @@ raw AS (
     GROUP BY series_id, ts
 ),
 steps AS (
-    SELECT series_id, ts, value,
-           epoch(ts) - epoch(lag(ts) OVER (PARTITION BY series_id ORDER BY ts)) AS dt
-    FROM raw
-    QUALIFY ts > $lo
+    SELECT r.series_id, r.ts, r.value,
+           coalesce(epoch(r.ts) - epoch(lag(r.ts) OVER (PARTITION BY r.series_id ORDER BY r.ts)),
+                    CASE WHEN l.kind = 'gauge' THEN $bucket_s END) AS dt
+    FROM raw AS r JOIN links AS l USING (series_id)
+    QUALIFY r.ts > $lo
 ),
 per_series AS (
     SELECT l.metric, l.node, l.gpu, l.uuid, l.direction,

@@ -44,7 +44,6 @@ from dataclasses import dataclass, field
 
 from gpuscope.collector.querying.fleet_summaries import (
     GAUGE_TYPES,
-    SummaryQuestion,
     reshape,
     summary_questions,
 )
@@ -126,6 +125,8 @@ class FleetSource:
     #: With ``summaries``: what changes only, where the detectors allow it
     #: (:func:`~gpuscope.collector.querying.fleet_summaries.summary_questions`).
     changes_only: bool = False
+    #: With ``summaries``: GPU-link floors in bytes/s (``fleet_summaries.gpu_link_floors``).
+    link_floors: dict[str, float] | None = None
     latency_offset: float = 30.0
     max_buckets_per_query: int = 12
     max_lag_buckets: int = 288
@@ -365,9 +366,8 @@ class FleetSource:
     ) -> list[Batch]:
         """The summaries' questions for one shard over buckets ``start..end``."""
         merged: dict[int, Batch] = {}
-        questions: list[SummaryQuestion] = summary_questions(
-            f'node=~"{node_regex(nodes)}"', changes_only=self.changes_only
-        )
+        sel, floors = f'node=~"{node_regex(nodes)}"', self.link_floors
+        questions = summary_questions(sel, changes_only=self.changes_only, link_floors=floors)
         keep = {m: m for m in LAST}
         for q in questions:
             params = self._range(q.query, start, end)

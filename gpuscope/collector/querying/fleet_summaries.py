@@ -27,7 +27,12 @@ the detectors decide on, whose count grows with workloads, nodes and *problems*,
   bucket (either direction): both directions' bucket increase, the transmit wait and the
   line rate; ports with errors only, their errors' increase; GPUs reported down, and
   GPUs whose ECC errors grew. The bandwidth detector's own hot line (``ib_hot_ratio``,
-  0.8) is above the floor, so no port it would call hot is left out.
+  0.8) is above the floor, so no port it would call hot is left out;
+- per GPU link (NVLink, PCIe), only GPUs whose link carried, in either direction, more
+  than a floor in bytes/s in the bucket (:func:`gpu_link_floors`: :data:`HOT_LINK_FLOOR`
+  of the smallest capacity configured for the metric, so one constant a metric and no
+  per-model mapping in the engine): both directions' bucket increase, and the GPU's
+  ``gpuscope_gpu_info`` (the detector reads the model, and so the real capacity, from it).
 
 Increases are asked of the engine (``increase(...[300s])``) and stored as gauges under the
 counters' names: a stored counter sample is already its bucket's increase (docs/storage.md),
@@ -37,12 +42,23 @@ asks the engine for them (:mod:`gpuscope.collector.querying.drilldown`).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+
+from gpuscope.core.settings import AnalyticsSettings
 
 #: A port is kept in a bucket when either direction carried at least this share of its
 #: line rate there (the bandwidth detector's ``ib_hot_ratio`` must not be below it).
 HOT_PORT_FLOOR = 0.5
+#: A GPU link is kept in a bucket when either direction carried at least this share of
+#: the smallest capacity configured for its metric (``gpu_link_hot_ratio`` must not be
+#: below it: :func:`gpu_link_floors` refuses).
+HOT_LINK_FLOOR = 0.5
+#: The GPU link counters and the analytics settings holding their capacities by model.
+GPU_LINK_CAPACITIES = {
+    "gpuscope_gpu_nvlink_bytes_total": "nvlink_bytes_per_second",
+    "gpuscope_gpu_pcie_bytes_total": "pcie_bytes_per_second",
+}
 #: The uuid a workload's summary series carry: one key per (namespace, pod, container).
 WORKLOAD_KEY_PREFIX = "workload:"
 #: The name a workload's GPUs' mean NVML utilization in the bucket is stored under.
@@ -64,6 +80,7 @@ INCREASES = (
     "gpuscope_ib_transmit_wait_total",
     "gpuscope_ib_errors_total",
     "gpuscope_gpu_ecc_errors_total",
+    *GPU_LINK_CAPACITIES,
 )
 #: Every summary is stored as given (a gauge): increases included.
 GAUGE_TYPES = {name: "gauge" for name in INCREASES}
@@ -127,6 +144,48 @@ def _hot(sel: str, floor: float) -> str:
     )
 
 
+def gpu_link_floors(analytics: AnalyticsSettings) -> dict[str, float]:
+    """Per GPU link counter, the floor in bytes/s over which a link is kept in a bucket:
+    :data:`HOT_LINK_FLOOR` of the smallest capacity configured for it (a metric with none
+    configured gets no ratio from the detector and is not asked). Refuses a detector hot
+    line under the floor share: links it would call hot would then be left out."""
+    if analytics.gpu_link_hot_ratio < HOT_LINK_FLOOR:
+        raise ValueError(
+            f"analytics.gpu_link_hot_ratio {analytics.gpu_link_hot_ratio:g} is under fleet "
+            f"summaries' GPU-link floor {HOT_LINK_FLOOR:g}: hot links would not be stored"
+        )
+    floors: dict[str, float] = {}
+    for metric, field in GPU_LINK_CAPACITIES.items():
+        capacities: Mapping[str, float] = getattr(analytics, field)
+        if capacities:
+            floors[metric] = HOT_LINK_FLOOR * min(capacities.values())
+    return floors
+
+
+def _hot_links(sel: str, metric: str, floor: float) -> str:
+    """GPUs whose ``metric`` link carried more than ``floor`` bytes/s in the bucket in
+    either direction (one series a direction; ``on (node, uuid)`` joins them)."""
+    return f"(increase({metric}{{{sel}}}{W}) > {floor * 300:.17g})"
+
+
+def _link_questions(sel: str, floors: Mapping[str, float]) -> list[SummaryQuestion]:
+    """The hot GPU links' increases, both directions, and those GPUs' info (the model)."""
+    if not floors:
+        return []
+    hot = {m: _hot_links(sel, m, f) for m, f in floors.items()}
+    out = [
+        SummaryQuestion(f"increase({m}{{{sel}}}{W}) and on (node, uuid) {h}", m)
+        for m, h in hot.items()
+    ]
+    either = " or ".join(hot.values())
+    out.append(
+        SummaryQuestion(
+            f"gpuscope_gpu_info{{{sel}}} and on (node, uuid) ({either})", "gpuscope_gpu_info"
+        )
+    )
+    return out
+
+
 def _changed(question: str, before: str, on: str) -> str:
     """``question``'s series whose value differs from ``before`` (the same question a bucket
     earlier) or that ``before`` lacks, and all of them in each hour's last bucket (evaluated
@@ -171,11 +230,19 @@ def _node_questions(sel: str, changes_only: bool) -> list[SummaryQuestion]:
 
 
 def summary_questions(
-    sel: str, floor: float = HOT_PORT_FLOOR, *, changes_only: bool = False
+    sel: str,
+    floor: float = HOT_PORT_FLOOR,
+    *,
+    changes_only: bool = False,
+    link_floors: Mapping[str, float] | None = None,
 ) -> list[SummaryQuestion]:
     """Every question of one shard (``sel``: its node matcher, e.g. ``node=~"a|b"``).
     ``changes_only``: node summaries only where they change (docs/scale.md, "What is
-    stored only where it changes")."""
+    stored only where it changes"); ``link_floors``: the GPU-link floors in bytes/s
+    (:func:`gpu_link_floors`, from the settings the collector runs with; ``None``: the
+    default settings')."""
+    if link_floors is None:
+        link_floors = gpu_link_floors(AnalyticsSettings())
     held = _held(sel)
     hot = _hot(sel, floor)
     busy = _per_workload(_busy_per_gpu(sel), held)
@@ -243,6 +310,8 @@ def summary_questions(
             f"increase(gpuscope_gpu_ecc_errors_total{{{sel}}}{W}) > 0",
             "gpuscope_gpu_ecc_errors_total",
         ),
+        # per GPU link, the hot ones only: both directions, and the GPU's model
+        *_link_questions(sel, link_floors),
     ]
 
 

@@ -21,6 +21,7 @@ from typing import Any, Protocol
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from gpuscope.collector.querying.fleet import BUCKET_S, FleetSource
+from gpuscope.collector.querying.fleet_summaries import gpu_link_floors
 from gpuscope.collector.querying.promql import PrometheusQuerySource
 from gpuscope.collector.querying.query_client import (
     QueryCancelled,
@@ -34,6 +35,7 @@ from gpuscope.collector.storage.schema import GET_META, QUERY_CURSOR_KEY, SET_ME
 from gpuscope.collector.storage.store import Store
 from gpuscope.core.errors import SourceError
 from gpuscope.core.query_settings import QuerySettings
+from gpuscope.core.settings import AnalyticsSettings
 from gpuscope.core.timefmt import rfc3339
 
 log = logging.getLogger(__name__)
@@ -81,7 +83,10 @@ class QueryIngest:
         write: Write,
         *,
         client: QueryClient | None = None,
+        analytics: AnalyticsSettings | None = None,
     ) -> None:
+        """``analytics``: the detectors' settings the collector runs with (fleet summaries
+        store GPU links over a floor taken from their capacities; ``None``: defaults)."""
         self.settings = q
         self.mode = q.mode
         self.store = store
@@ -102,6 +107,9 @@ class QueryIngest:
             recording_rules=q.recording_rules,
             summaries=q.summaries,
             changes_only=q.changes_only,
+            link_floors=gpu_link_floors(analytics or AnalyticsSettings())
+            if q.mode == "fleet" and q.summaries
+            else None,
             latency_offset=q.latency_offset_seconds,
             max_buckets_per_query=q.max_buckets_per_query,
             max_lag_buckets=q.max_lag_buckets,
