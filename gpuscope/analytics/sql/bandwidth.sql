@@ -45,11 +45,16 @@ ib_rate AS (
     FROM ib AS i LEFT JOIN link AS l USING (node, device, port)
     WHERE i.metric <> 'gpuscope_ib_port_rate_bytes_per_second'
 ),
+gauge_series AS (
+    -- fleet summaries' ports (one bucket's increase a sample): the step rule's exception
+    SELECT series_id FROM ib_rate WHERE kind = 'gauge'
+),
 steps AS (
     -- dt by the one step rule (detectors/sample_steps.py): a summary port's first stored
     -- bucket is a step of its own
     SELECT series_id, ts, value, {step_s} AS dt
-    FROM raw JOIN ib_rate USING (series_id)
+    FROM raw
+    WHERE series_id IN (SELECT series_id FROM ib_rate)
     QUALIFY ts > $lo
 ),
 chunks AS (
@@ -215,9 +220,12 @@ raw AS (
     WHERE ts > $read_lo AND ts <= $at AND series_id IN (SELECT series_id FROM links)
     GROUP BY series_id, ts
 ),
+gauge_series AS (
+    SELECT series_id FROM links WHERE kind = 'gauge'
+),
 steps AS (
     SELECT series_id, ts, value, {step_s} AS dt
-    FROM raw JOIN links USING (series_id)
+    FROM raw
     QUALIFY ts > $lo
 ),
 per_series AS (
@@ -413,11 +421,14 @@ link_var AS (
     )
     GROUP BY link_id, j
 ),
+gauge_series AS (
+    SELECT series_id FROM ib WHERE kind = 'gauge'
+),
 steps AS (
     -- dt by the one step rule (detectors/sample_steps.py): a summary port's first stored
     -- bucket is a step of its own
     SELECT series_id, epoch(ts) - $start_s AS t, {step_s} AS dt, value
-    FROM samples JOIN ib USING (series_id)
+    FROM samples
     WHERE ts > $read_lo AND ts <= $end AND series_id IN (SELECT series_id FROM ib)
 ),
 in_windows AS (
