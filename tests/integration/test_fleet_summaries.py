@@ -173,6 +173,19 @@ def test_summaries_find_what_direct_scraping_finds(run: SimRun, stores: tuple[St
     assert _series(summed) < 0.3 * _series(per_gpu), (_series(summed), _series(per_gpu), gpus)
 
 
+def test_hot_ports_are_found_in_the_runs_first_bucket_as_directly(
+    run: SimRun, stores: tuple[Store, ...]
+) -> None:
+    """The window of the run's first bucket: no bucket before it was stored (there were no
+    data), so each hot port's first stored bucket is the whole window; it counts as that
+    bucket (detectors/sample_steps.py) and the hot ports are direct scraping's."""
+    direct, _per_gpu, summed = stores
+    first = run.start + BUCKET_S
+    want = findings(direct, first, SETTINGS)["bandwidth"]
+    assert any(kind == "bandwidth_hotspot" for kind, _ in want)  # the test has teeth
+    assert findings(summed, first, SETTINGS)["bandwidth"] == want
+
+
 def _links(store: Store) -> dict[tuple[str, str, str, str], int]:
     """Stored GPU link series: (metric, node, gpu, direction) -> samples."""
     cur = store.cursor()

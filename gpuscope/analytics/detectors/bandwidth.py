@@ -62,6 +62,7 @@ from typing import Any
 import duckdb
 
 from gpuscope.analytics.base import Analysis
+from gpuscope.analytics.detectors.sample_steps import with_steps
 from gpuscope.collector.querying.fleet import BUCKET_S
 from gpuscope.collector.storage.held_gpus import with_held_gpus
 from gpuscope.collector.storage.store import utc
@@ -109,7 +110,7 @@ def _load_queries(name: str) -> dict[str, str]:
     text = files("gpuscope.analytics").joinpath("sql", name).read_text(encoding="utf-8")
     parts = re.split(r"^-- name: (\w+)\n", text, flags=re.MULTILINE)
     named = zip(parts[1::2], parts[2::2], strict=True)
-    return {n: with_held_gpus(body.strip()) for n, body in named}
+    return {n: with_steps(with_held_gpus(body.strip())) for n, body in named}
 
 
 Q = _load_queries("bandwidth.sql")
@@ -154,7 +155,6 @@ def _gpu_link_findings(
 ) -> tuple[list[Finding], dict[str, Any]]:
     """``nvlink_hotspot`` / ``pcie_hotspot`` findings and their summary numbers."""
     link_params = params | _capacities(settings) | {"hot": settings.gpu_link_hot_ratio}
-    link_params["bucket_s"] = BUCKET_S  # a fleet summary's sample: one bucket's increase
     link_params = {k: v for k, v in link_params.items() if k != "idle"}
     cur = con.execute(Q["gpu_link_stats"], link_params)
     names = [d[0] for d in cur.description or ()]
@@ -272,6 +272,7 @@ def run_bandwidth(
     params |= {"seen_lo": seen_bound(read_lo)}
     params |= {"hot": settings.ib_hot_ratio, "hot_share": HOT_SHARE}
     params |= {"coverage": COVERAGE, "idle": IDLE_RATIO}
+    params |= {"bucket_s": BUCKET_S}  # a fleet summary's sample: one bucket's increase
     cur = con.execute(Q["port_stats"], params)
     names = [d[0] for d in cur.description or ()]
     ports = [dict(zip(names, row, strict=True)) for row in cur.fetchall()]

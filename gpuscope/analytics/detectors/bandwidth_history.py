@@ -23,6 +23,7 @@ from gpuscope.analytics.detectors.bandwidth import (
     read_lookback,
 )
 from gpuscope.analytics.rollups import rollup_5m_frontier
+from gpuscope.collector.querying.fleet import BUCKET_S
 from gpuscope.collector.storage.store import utc
 from gpuscope.collector.storage.writer_log import seen_bound
 from gpuscope.core.settings import AnalyticsSettings
@@ -146,6 +147,7 @@ def _port_history(
         "coverage": COVERAGE,
         "all_links": links is None,
         "links": links or [],
+        "bucket_s": BUCKET_S,  # a fleet summary's sample: one bucket's increase
     }
     return [
         (int(j), HotPort(node, device, port, float(ratio), direction))

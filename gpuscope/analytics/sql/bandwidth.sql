@@ -6,14 +6,17 @@
 -- $hot (ib_hot_ratio), $hot_share (the share of the window that must be over $hot), $coverage (the share of
 -- the window the samples must cover), $idle (a rail under this is idle).
 -- Counter samples are increases since the previous sample of their series, so the rate
--- of a sub-interval is value / (ts - previous ts) and the window's is sum / span.
+-- of a sub-interval is value / (ts - previous ts) and the window's is sum / span. A step's
+-- length is one rule (detectors/sample_steps.py, the step_s fragment): under fleet
+-- summaries a hot port's or link's series is of kind 'gauge', one bucket's increase a
+-- sample, and its first sample read covers its own bucket ($bucket_s): it counts.
 
 -- name: port_stats
 -- One row per IB port seen in the window: throughput as a share of link rate per
 -- direction (time-weighted over the window), how much of the window it was over $hot,
 -- the transmit-wait rate, whether it is hot, and how the node's other rails fared.
 WITH ib AS (
-    SELECT series_id, metric, node, device, port
+    SELECT series_id, metric, kind, node, device, port
     FROM series
     WHERE metric IN ('gpuscope_ib_transmit_bytes_total', 'gpuscope_ib_receive_bytes_total',
                      'gpuscope_ib_transmit_wait_total', 'gpuscope_ib_port_rate_bytes_per_second')
@@ -38,13 +41,18 @@ ib_rate AS (
     -- each counter series with its port's rate, once: the steps below join it on the
     -- integer series_id, not each step on (node, device, port) strings (~5 ms of CPU a
     -- run on 8 agents' 64 ports, issue 39)
-    SELECT i.series_id, i.node, i.device, i.port, i.metric, l.rate
+    SELECT i.series_id, i.node, i.device, i.port, i.metric, i.kind, l.rate
     FROM ib AS i LEFT JOIN link AS l USING (node, device, port)
     WHERE i.metric <> 'gpuscope_ib_port_rate_bytes_per_second'
 ),
+gauge_series AS (
+    -- fleet summaries' ports (one bucket's increase a sample): the step rule's exception
+    SELECT series_id FROM ib_rate WHERE kind = 'gauge'
+),
 steps AS (
-    SELECT series_id, ts, value,
-           epoch(ts) - epoch(lag(ts) OVER (PARTITION BY series_id ORDER BY ts)) AS dt
+    -- dt by the one step rule (detectors/sample_steps.py): a summary port's first stored
+    -- bucket is a step of its own
+    SELECT series_id, ts, value, {step_s} AS dt
     FROM raw
     WHERE series_id IN (SELECT series_id FROM ib_rate)
     QUALIFY ts > $lo
@@ -212,12 +220,13 @@ raw AS (
     WHERE ts > $read_lo AND ts <= $at AND series_id IN (SELECT series_id FROM links)
     GROUP BY series_id, ts
 ),
+gauge_series AS (
+    SELECT series_id FROM links WHERE kind = 'gauge'
+),
 steps AS (
-    SELECT r.series_id, r.ts, r.value,
-           coalesce(epoch(r.ts) - epoch(lag(r.ts) OVER (PARTITION BY r.series_id ORDER BY r.ts)),
-                    CASE WHEN l.kind = 'gauge' THEN $bucket_s END) AS dt
-    FROM raw AS r JOIN links AS l USING (series_id)
-    QUALIFY r.ts > $lo
+    SELECT series_id, ts, value, {step_s} AS dt
+    FROM raw
+    QUALIFY ts > $lo
 ),
 per_series AS (
     SELECT l.metric, l.node, l.gpu, l.uuid, l.direction,
@@ -379,7 +388,7 @@ WITH link_series AS (
       AND ($all_links OR series_id IN (SELECT unnest($links)))
 ),
 ib AS (
-    SELECT s.series_id, s.metric, s.node, s.device, s.port, l.link_id
+    SELECT s.series_id, s.metric, s.kind, s.node, s.device, s.port, l.link_id
     FROM series AS s
     JOIN link_series AS l USING (node, device, port)
     WHERE s.metric IN ('gpuscope_ib_transmit_bytes_total', 'gpuscope_ib_receive_bytes_total')
@@ -412,10 +421,13 @@ link_var AS (
     )
     GROUP BY link_id, j
 ),
+gauge_series AS (
+    SELECT series_id FROM ib WHERE kind = 'gauge'
+),
 steps AS (
-    SELECT series_id, epoch(ts) - $start_s AS t,
-           epoch(ts) - epoch(lag(ts) OVER (PARTITION BY series_id ORDER BY ts)) AS dt,
-           value
+    -- dt by the one step rule (detectors/sample_steps.py): a summary port's first stored
+    -- bucket is a step of its own
+    SELECT series_id, epoch(ts) - $start_s AS t, {step_s} AS dt, value
     FROM samples
     WHERE ts > $read_lo AND ts <= $end AND series_id IN (SELECT series_id FROM ib)
 ),
