@@ -16,7 +16,7 @@ from gpuscope.analytics.detectors.bandwidth import run_bandwidth
 from gpuscope.collector.querying.fleet_summaries import GAUGE_TYPES
 from gpuscope.collector.scraping.batch import Batch
 from gpuscope.collector.storage.store import Store
-from tests.integration.test_bandwidth import CFG, GPU_INFO, H100, NVLINK, at, lab, ms
+from tests.integration.test_bandwidth import A100, CFG, GPU_INFO, H100, NVLINK, at, lab, ms
 
 BUCKET = 300
 CAPACITY = 450e9  # H100 NVLink, bytes/s a direction
@@ -89,3 +89,43 @@ def test_a_gap_of_cool_buckets_lowers_the_rate(store: Store) -> None:
     result = run_bandwidth(store.cursor(), at(6 * BUCKET), cfg)
     assert result.findings == []
     assert result.summary["max_nvlink_ratio"] == pytest.approx(0.9 * 2 / 3, abs=1e-3)
+
+
+def _store_modelled(store: Store, share: float, model: str, info: str | None) -> None:
+    """GPU 0's NVLink hot in buckets 0..2 as fleet summaries now store it: both directions'
+    bucket increases carrying the GPU's ``model`` label (tx at ``share`` of the H100's
+    capacity, rx at half), and a ``gpuscope_gpu_info`` of model ``info`` only if given."""
+    for k in range(3):
+        t = ms(at(k * BUCKET + BUCKET - 1))
+        b = Batch("fleet", t, [], [], [], dict(GAUGE_TYPES))
+        inc = share * CAPACITY * BUCKET
+        for direction, value in (("tx", inc), ("rx", inc / 2)):
+            b.names.append(NVLINK)
+            b.labels.append(lab(**_gpu("0"), direction=direction, model=model))
+            b.values.append(value)
+        if info is not None:
+            b.names.append(GPU_INFO)
+            b.labels.append(lab(**_gpu("0"), model=info))
+            b.values.append(1.0)
+        store.append_scrape(b)
+
+
+def test_a_link_rows_own_model_gives_its_capacity(store: Store) -> None:
+    """Under summaries no gpuscope_gpu_info is stored for a hot link: the link rows' own
+    ``model`` label (H100: 450 GB/s) gives the capacity, and the finding's evidence."""
+    _store_modelled(store, 0.9, H100, None)
+    [f] = run_bandwidth(store.cursor(), at(3 * BUCKET), CFG).findings
+    assert f.kind == "nvlink_hotspot"
+    assert f.evidence["model"] == H100
+    assert f.evidence["ratio"] == pytest.approx(0.9, abs=1e-3)
+    assert f.evidence["tx_bytes_per_second"] == pytest.approx(0.9 * CAPACITY, rel=1e-3)
+    assert f.evidence["rx_bytes_per_second"] == pytest.approx(0.45 * CAPACITY, rel=1e-3)
+
+
+def test_a_link_rows_own_model_wins_over_the_gpu_info(store: Store) -> None:
+    """A link row's model (A100: 300 GB/s) is the one used, not a gpu_info's (H100):
+    0.6 of 450 GB/s is 0.9 of 300 GB/s, hot only by the row's own model."""
+    _store_modelled(store, 0.6, A100, H100)
+    [f] = run_bandwidth(store.cursor(), at(3 * BUCKET), CFG).findings
+    assert f.evidence["model"] == A100
+    assert f.evidence["ratio"] == pytest.approx(0.9, abs=1e-3)

@@ -162,7 +162,7 @@ def test_every_question_fits_victoriametrics_query_length_at_100k_gpus() -> None
     nodes = [f"gpu-node-{i:05d}" for i in range(0, 12_500, 40)]  # one shard's 313 nodes
     sel = f'node=~"{node_regex(nodes)}"'
     questions = summary_questions(sel)
-    assert {NVLINK, PCIE, "gpuscope_gpu_info"} <= {q.name for q in questions}  # GPU links too
+    assert {NVLINK, PCIE} <= {q.name for q in questions}  # GPU links too
     for q in questions:
         assert len(q.query) < 13_000 and q.query.count(sel) <= 6, q.query[:200]
 
@@ -216,7 +216,8 @@ NVLINK, PCIE = "gpuscope_gpu_nvlink_bytes_total", "gpuscope_gpu_pcie_bytes_total
 def test_gpu_links_are_asked_over_a_floor_from_the_settings() -> None:
     """Both directions' increase of the GPUs whose link, either direction, carried more
     than HOT_LINK_FLOOR of the smallest configured capacity in the bucket (bytes in 300 s),
-    and those GPUs' info (the model the detector takes the real capacity from)."""
+    each carrying its GPU's model (the detector takes the real capacity from it) from
+    gpuscope_gpu_info, joined onto the hot ones; no gpuscope_gpu_info question."""
     a = AnalyticsSettings(
         nvlink_bytes_per_second={"H100": 450e9, "A100": 300e9},
         pcie_bytes_per_second={"H100": 64e9, "L4": 16e9},
@@ -226,14 +227,18 @@ def test_gpu_links_are_asked_over_a_floor_from_the_settings() -> None:
     by_name = {q.name: q for q in summary_questions(SEL, link_floors=floors)}
     nv_hot = f"(increase({NVLINK}{{{SEL}}}[300s]) > {HOT_LINK_FLOOR * 300e9 * 300:.0f})"
     pcie_hot = f"(increase({PCIE}{{{SEL}}}[300s]) > {HOT_LINK_FLOOR * 16e9 * 300:.0f})"
-    assert (
-        by_name[NVLINK].query == f"increase({NVLINK}{{{SEL}}}[300s]) and on (node, uuid) {nv_hot}"
+    model = (
+        f"* on (node, uuid) group_left (model) group by (node, uuid, model) "
+        f'(gpuscope_gpu_info{{{SEL},mig_instance=""}})'
     )
-    assert by_name[PCIE].query == f"increase({PCIE}{{{SEL}}}[300s]) and on (node, uuid) {pcie_hot}"
-    assert by_name["gpuscope_gpu_info"].query == (
-        f"gpuscope_gpu_info{{{SEL}}} and on (node, uuid) ({nv_hot} or {pcie_hot})"
+    assert by_name[NVLINK].query == (
+        f"(increase({NVLINK}{{{SEL}}}[300s]) and on (node, uuid) {nv_hot}) {model}"
     )
-    for name in (NVLINK, PCIE, "gpuscope_gpu_info"):
+    assert by_name[PCIE].query == (
+        f"(increase({PCIE}{{{SEL}}}[300s]) and on (node, uuid) {pcie_hot}) {model}"
+    )
+    assert "gpuscope_gpu_info" not in by_name  # the model rides on the link rows
+    for name in (NVLINK, PCIE):
         q = by_name[name]
         assert not q.workload_key and not q.count_in_gpu
         assert q.query.count(SEL) == q.query.count("{") > 0
@@ -254,8 +259,8 @@ def test_a_metric_without_capacities_is_not_asked() -> None:
     floors = gpu_link_floors(AnalyticsSettings(pcie_bytes_per_second={}))
     assert list(floors) == [NVLINK]
     names = [q.name for q in summary_questions(SEL, link_floors=floors)]
-    assert NVLINK in names and PCIE not in names and "gpuscope_gpu_info" in names
-    assert "gpuscope_gpu_info" not in [q.name for q in summary_questions(SEL, link_floors={})]
+    assert NVLINK in names and PCIE not in names and "gpuscope_gpu_info" not in names
+    assert not {NVLINK, PCIE} & {q.name for q in summary_questions(SEL, link_floors={})}
 
 
 def test_a_hot_ratio_under_the_floor_is_refused() -> None:

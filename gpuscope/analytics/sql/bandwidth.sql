@@ -182,7 +182,8 @@ ORDER BY node, namespace, pod;
 -- One row per GPU link (NVLink, PCIe) seen in the window, the same way as port_stats:
 -- throughput of the busier direction as a share of the link's capacity, how much of the
 -- window it was over $hot, whether it is hot. The capacity comes from the GPU's model
--- (gpuscope_gpu_info's `model` label) matched against $cap_metric/$cap_pattern/$cap_bytes
+-- (the link series' own `model` label where it has one, as fleet summaries store it, else
+-- gpuscope_gpu_info's `model` label) matched against $cap_metric/$cap_pattern/$cap_bytes
 -- (parallel lists from the settings; the longest matching pattern wins). Whole GPUs only:
 -- MIG instances have no link counters of their own. A link series of kind 'gauge' is fleet
 -- summaries' (each sample one bucket's increase, $bucket_s long, stored only in buckets
@@ -190,29 +191,39 @@ ORDER BY node, namespace, pod;
 -- it and covers its own bucket; later ones cover the time since the sample before (a gap
 -- of cool buckets lowers the rate, never raises it).
 WITH links AS (
-    SELECT series_id, metric, kind, node, gpu, uuid, labels['direction'] AS direction
+    SELECT series_id, metric, kind, node, gpu, uuid, labels['direction'] AS direction,
+           labels['model'] AS own_model, last_seen
     FROM series
     WHERE metric IN ('gpuscope_gpu_nvlink_bytes_total', 'gpuscope_gpu_pcie_bytes_total')
       AND coalesce(mig_instance, '') = ''
       AND last_seen > $seen_lo AND first_seen <= $at
 ),
-models AS (
-    -- the model each GPU had most recently by $at
+info_models AS (
+    -- the model each GPU had most recently by $at, for links without one of their own
     SELECT node, gpu, arg_max(labels['model'], last_seen) AS model
     FROM series
     WHERE metric = 'gpuscope_gpu_info' AND coalesce(mig_instance, '') = ''
-      AND first_seen <= $at AND node IN (SELECT node FROM links)
+      AND first_seen <= $at AND node IN (SELECT node FROM links WHERE own_model IS NULL)
     GROUP BY node, gpu
+),
+models AS (
+    -- per GPU and link metric: the link series' own model (the most recent), else the info's
+    SELECT l.node, l.gpu, l.metric,
+           coalesce(arg_max(l.own_model, l.last_seen) FILTER (WHERE l.own_model IS NOT NULL),
+                    any_value(i.model)) AS model
+    FROM links AS l LEFT JOIN info_models AS i USING (node, gpu)
+    GROUP BY l.node, l.gpu, l.metric
 ),
 caps AS (
     SELECT unnest($cap_metric) AS metric, unnest($cap_pattern) AS pattern,
            unnest($cap_bytes) AS capacity
 ),
 capacity AS (
-    SELECT m.node, m.gpu, c.metric, any_value(m.model) AS model,
+    SELECT m.node, m.gpu, m.metric, any_value(m.model) AS model,
            arg_max(c.capacity, length(c.pattern)) AS capacity
-    FROM models AS m JOIN caps AS c ON contains(lower(m.model), lower(c.pattern))
-    GROUP BY m.node, m.gpu, c.metric
+    FROM models AS m
+    JOIN caps AS c ON c.metric = m.metric AND contains(lower(m.model), lower(c.pattern))
+    GROUP BY m.node, m.gpu, m.metric
 ),
 raw AS (
     SELECT series_id, ts, sum(value) AS value

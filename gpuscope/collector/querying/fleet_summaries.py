@@ -31,8 +31,9 @@ the detectors decide on, whose count grows with workloads, nodes and *problems*,
 - per GPU link (NVLink, PCIe), only GPUs whose link carried, in either direction, more
   than a floor in bytes/s in the bucket (:func:`gpu_link_floors`: :data:`HOT_LINK_FLOOR`
   of the smallest capacity configured for the metric, so one constant a metric and no
-  per-model mapping in the engine): both directions' bucket increase, and the GPU's
-  ``gpuscope_gpu_info`` (the detector reads the model, and so the real capacity, from it).
+  per-model mapping in the engine): both directions' bucket increase, each carrying its
+  GPU's ``model`` from ``gpuscope_gpu_info`` (``group_left``: the detector reads the real
+  capacity from it; no ``gpuscope_gpu_info`` series is stored for them).
 
 Increases are asked of the engine (``increase(...[300s])``) and stored as gauges under the
 counters' names: a stored counter sample is already its bucket's increase (docs/storage.md),
@@ -169,21 +170,20 @@ def _hot_links(sel: str, metric: str, floor: float) -> str:
 
 
 def _link_questions(sel: str, floors: Mapping[str, float]) -> list[SummaryQuestion]:
-    """The hot GPU links' increases, both directions, and those GPUs' info (the model)."""
-    if not floors:
-        return []
-    hot = {m: _hot_links(sel, m, f) for m, f in floors.items()}
-    out = [
-        SummaryQuestion(f"increase({m}{{{sel}}}{W}) and on (node, uuid) {h}", m)
-        for m, h in hot.items()
-    ]
-    either = " or ".join(hot.values())
-    out.append(
+    """The hot GPU links' increases, both directions, each with its GPU's ``model`` label
+    (joined on the hot ones only, after ``and``; ``group by`` on the right: one series a
+    GPU even where relabelling left several ``gpuscope_gpu_info`` series of one GPU). A
+    GPU with no info series has no model, so no capacity and no finding directly either:
+    its links are not stored."""
+    model = f'group by (node, uuid, model) (gpuscope_gpu_info{{{sel},mig_instance=""}})'
+    return [
         SummaryQuestion(
-            f"gpuscope_gpu_info{{{sel}}} and on (node, uuid) ({either})", "gpuscope_gpu_info"
+            f"(increase({m}{{{sel}}}{W}) and on (node, uuid) {_hot_links(sel, m, f)})"
+            f" * on (node, uuid) group_left (model) {model}",
+            m,
         )
-    )
-    return out
+        for m, f in floors.items()
+    ]
 
 
 def _changed(question: str, before: str, on: str) -> str:
@@ -310,7 +310,7 @@ def summary_questions(
             f"increase(gpuscope_gpu_ecc_errors_total{{{sel}}}{W}) > 0",
             "gpuscope_gpu_ecc_errors_total",
         ),
-        # per GPU link, the hot ones only: both directions, and the GPU's model
+        # per GPU link, the hot ones only: both directions, each with its GPU's model
         *_link_questions(sel, link_floors),
     ]
 
