@@ -95,3 +95,75 @@ def test_hot_link_rows_carry_the_model_and_find_what_direct_finds(
         ]
     finally:
         summed.close()
+
+
+def _two_model_gpu(t0: int) -> dict[str, list[tuple[float, int]]]:
+    """A GPU whose NVLink carries 400 GB/s each way and that has two ``gpuscope_gpu_info``
+    series of different models (a driver that renamed its model within the look-back):
+    series text -> (value, Unix second) samples over one bucket."""
+    nv = "gpuscope_gpu_nvlink_bytes_total"
+    gpu = 'node="n1",gpu="0",uuid="GPU-A"'
+    out: dict[str, list[tuple[float, int]]] = {}
+    for k in range(0, 301, 30):
+        for d in ("rx", "tx"):
+            out.setdefault(f'{nv}{{{gpu},direction="{d}"}}', []).append((k * 400e9, t0 + k))
+        for model in ("H100 80GB", "H100 80GB v2"):
+            info = f'gpuscope_gpu_info{{{gpu},model="{model}",mig_instance=""}}'
+            out.setdefault(info, []).append((1.0, t0 + k))
+    return out
+
+
+@pytest.mark.parametrize("engine", ["victoriametrics", "prometheus"])
+def test_a_gpu_with_two_info_series_of_two_models_gets_one_link_row_a_direction(
+    engine: str, tmp_path: Path
+) -> None:
+    """The link question joins one model a GPU: with two info series of two models,
+    Prometheus refused the join (many-to-many: the shard's question failed) and
+    VictoriaMetrics answered each direction twice, which the detector would add up."""
+    import time
+
+    from gpuscope.collector.querying.fleet_summaries import gpu_link_floors, summary_questions
+    from gpuscope.core.settings import AnalyticsSettings
+    from tests import loopback
+
+    nv = "gpuscope_gpu_nvlink_bytes_total"
+    question = {
+        q.name: q.query
+        for q in summary_questions('node=~"n1"', link_floors=gpu_link_floors(AnalyticsSettings()))
+    }[nv]
+    t0 = (int(time.time()) // 300 - 30) * 300
+    series = _two_model_gpu(t0)
+
+    def ask(base: str) -> Any:
+        got = loopback.post(
+            base + "/api/v1/query", data={"query": question, "time": str(t0 + 299)}, timeout=60
+        )
+        assert got.status_code == 200, got.text[:300]
+        return got.json()["data"]["result"]
+
+    if engine == "victoriametrics":
+        lines = [f"{name} {v:.0f} {ts * 1000}" for name, vs in series.items() for v, ts in vs]
+        with victoria_metrics(tmp_path) as vm:
+            loopback.post(
+                vm + "/api/v1/import/prometheus", content="\n".join(lines), timeout=60
+            ).raise_for_status()
+            vm_flush(vm)
+            result = ask(vm)
+    else:
+        text = ""
+        for family in ("gpuscope_gpu_info", nv):
+            base = family.removesuffix("_total")
+            text += f"# TYPE {base} {'counter' if family == nv else 'gauge'}\n"
+            text += "".join(
+                f"{name} {v:.0f} {ts}\n"
+                for name, vs in series.items()
+                if name.startswith(family + "{")
+                for v, ts in vs
+            )
+        om = tmp_path / "two-models.om"
+        om.write_text(text + "# EOF\n")
+        with prometheus_on_blocks(tmp_path, om) as prom:
+            result = ask(prom)
+    rows = sorted((r["metric"]["direction"], r["metric"].get("model")) for r in result)
+    assert [d for d, _ in rows] == ["rx", "tx"], rows  # one row a direction
+    assert {m for _, m in rows} <= {"H100 80GB", "H100 80GB v2"} and len({m for _, m in rows}) == 1

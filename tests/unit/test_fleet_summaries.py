@@ -228,8 +228,8 @@ def test_gpu_links_are_asked_over_a_floor_from_the_settings() -> None:
     nv_hot = f"(increase({NVLINK}{{{SEL}}}[300s]) > {HOT_LINK_FLOOR * 300e9 * 300:.0f})"
     pcie_hot = f"(increase({PCIE}{{{SEL}}}[300s]) > {HOT_LINK_FLOOR * 16e9 * 300:.0f})"
     model = (
-        f"* on (node, uuid) group_left (model) group by (node, uuid, model) "
-        f'(gpuscope_gpu_info{{{SEL},mig_instance=""}})'
+        f"* on (node, uuid) group_left (model) topk by (node, uuid) (1, group by "
+        f'(node, uuid, model) (gpuscope_gpu_info{{{SEL},mig_instance=""}}))'
     )
     assert by_name[NVLINK].query == (
         f"(increase({NVLINK}{{{SEL}}}[300s]) and on (node, uuid) {nv_hot}) {model}"

@@ -171,11 +171,16 @@ def _hot_links(sel: str, metric: str, floor: float) -> str:
 
 def _link_questions(sel: str, floors: Mapping[str, float]) -> list[SummaryQuestion]:
     """The hot GPU links' increases, both directions, each with its GPU's ``model`` label
-    (joined on the hot ones only, after ``and``; ``group by`` on the right: one series a
-    GPU even where relabelling left several ``gpuscope_gpu_info`` series of one GPU). A
-    GPU with no info series has no model, so no capacity and no finding directly either:
-    its links are not stored."""
-    model = f'group by (node, uuid, model) (gpuscope_gpu_info{{{sel},mig_instance=""}})'
+    (joined on the hot ones only, after ``and``). The right side is one series a GPU even
+    where a GPU has several ``gpuscope_gpu_info`` series, with one model or two (relabelled,
+    or a driver that renamed the model within the look-back): ``group by`` alone left one a
+    model, and then Prometheus refused the join (many-to-many) and VictoriaMetrics answered
+    each link twice, which the detector would add up. A GPU with no info series has no
+    model, so no capacity and no finding directly either: its links are not stored."""
+    model = (
+        f"topk by (node, uuid) (1, group by (node, uuid, model) "
+        f'(gpuscope_gpu_info{{{sel},mig_instance=""}}))'
+    )
     return [
         SummaryQuestion(
             f"(increase({m}{{{sel}}}{W}) and on (node, uuid) {_hot_links(sel, m, f)})"
