@@ -124,19 +124,54 @@ def test_a_gpu_with_two_info_series_of_two_models_gets_one_link_row_a_direction(
 
     from gpuscope.collector.querying.fleet_summaries import gpu_link_floors, summary_questions
     from gpuscope.core.settings import AnalyticsSettings
-    from tests import loopback
 
     nv = "gpuscope_gpu_nvlink_bytes_total"
-    question = {
-        q.name: q.query
-        for q in summary_questions('node=~"n1"', link_floors=gpu_link_floors(AnalyticsSettings()))
-    }[nv]
+    floors = gpu_link_floors(AnalyticsSettings())
+    question = {q.name: q.query for q in summary_questions('node=~"n1"', link_floors=floors)}[nv]
     t0 = (int(time.time()) // 300 - 30) * 300
-    series = _two_model_gpu(t0)
+    result = _ask_engine(engine, tmp_path, _two_model_gpu(t0), question, t0 + 299)
+    rows = sorted((r["metric"]["direction"], r["metric"].get("model")) for r in result)
+    assert [d for d, _ in rows] == ["rx", "tx"], rows  # one row a direction
+    assert {m for _, m in rows} <= {"H100 80GB", "H100 80GB v2"} and len({m for _, m in rows}) == 1
+
+
+@pytest.mark.parametrize("engine", ["victoriametrics", "prometheus"])
+def test_a_port_with_two_line_rate_series_is_still_asked(engine: str, tmp_path: Path) -> None:
+    """The hot-port filter compares a port's increase with one line rate a port: with two
+    rate series for one port (relabelled, or renamed within the look-back), Prometheus
+    refused the one-to-one comparison and the shard's question failed."""
+    import time
+
+    from gpuscope.collector.querying.fleet_summaries import summary_questions
+
+    tx = "gpuscope_ib_transmit_bytes_total"
+    question = {q.name: q.query for q in summary_questions('node=~"n1"')}[tx]
+    t0 = (int(time.time()) // 300 - 30) * 300
+    port = 'node="n1",device="mlx5_0",port="1"'
+    series: dict[str, list[tuple[float, int]]] = {}
+    for k in range(0, 301, 30):
+        for name in (tx, "gpuscope_ib_receive_bytes_total"):  # 45 of 50 GB/s one way
+            series.setdefault(f"{name}{{{port}}}", []).append((k * 45e9, t0 + k))
+        for extra in ("", ',link_layer="InfiniBand"'):
+            rate = f"gpuscope_ib_port_rate_bytes_per_second{{{port}{extra}}}"
+            series.setdefault(rate, []).append((50e9, t0 + k))
+    result = _ask_engine(engine, tmp_path, series, question, t0 + 299)
+    assert [r["metric"].get("device") for r in result] == ["mlx5_0"], result
+
+
+def _ask_engine(
+    engine: str,
+    tmp_path: Path,
+    series: dict[str, list[tuple[float, int]]],
+    question: str,
+    at: int,
+) -> Any:
+    """``question``'s answer at ``at`` from a real ``engine`` holding ``series``."""
+    from tests import loopback
 
     def ask(base: str) -> Any:
         got = loopback.post(
-            base + "/api/v1/query", data={"query": question, "time": str(t0 + 299)}, timeout=60
+            base + "/api/v1/query", data={"query": question, "time": str(at)}, timeout=60
         )
         assert got.status_code == 200, got.text[:300]
         return got.json()["data"]["result"]
@@ -148,22 +183,18 @@ def test_a_gpu_with_two_info_series_of_two_models_gets_one_link_row_a_direction(
                 vm + "/api/v1/import/prometheus", content="\n".join(lines), timeout=60
             ).raise_for_status()
             vm_flush(vm)
-            result = ask(vm)
-    else:
-        text = ""
-        for family in ("gpuscope_gpu_info", nv):
-            base = family.removesuffix("_total")
-            text += f"# TYPE {base} {'counter' if family == nv else 'gauge'}\n"
-            text += "".join(
-                f"{name} {v:.0f} {ts}\n"
-                for name, vs in series.items()
-                if name.startswith(family + "{")
-                for v, ts in vs
-            )
-        om = tmp_path / "two-models.om"
-        om.write_text(text + "# EOF\n")
-        with prometheus_on_blocks(tmp_path, om) as prom:
-            result = ask(prom)
-    rows = sorted((r["metric"]["direction"], r["metric"].get("model")) for r in result)
-    assert [d for d, _ in rows] == ["rx", "tx"], rows  # one row a direction
-    assert {m for _, m in rows} <= {"H100 80GB", "H100 80GB v2"} and len({m for _, m in rows}) == 1
+            return ask(vm)
+    text = ""
+    for family in sorted({name.split("{")[0] for name in series}):
+        counter = family.endswith("_total")
+        text += f"# TYPE {family.removesuffix('_total')} {'counter' if counter else 'gauge'}\n"
+        text += "".join(
+            f"{name} {v:.0f} {ts}\n"
+            for name, vs in series.items()
+            if name.startswith(family + "{")
+            for v, ts in vs
+        )
+    om = tmp_path / "series.om"
+    om.write_text(text + "# EOF\n")
+    with prometheus_on_blocks(tmp_path, om) as prom:
+        return ask(prom)

@@ -132,8 +132,14 @@ def _held(sel: str, off: str = "") -> str:
 def _hot(sel: str, floor: float) -> str:
     """Ports over ``floor`` of their line rate in the bucket, either direction (labels
     node, device, port). One selector a direction: Prometheus refuses ``increase()`` over
-    both at once (the name dropped, two series of one label set), VictoriaMetrics does not."""
-    line = f"{floor * 300:g} * gpuscope_ib_port_rate_bytes_per_second{{{sel}}}"
+    both at once (the name dropped, two series of one label set), VictoriaMetrics does not.
+    The line rate is one series a port (``min by``: a port with two rate series, relabelled
+    or renamed within the look-back, made Prometheus refuse the one-to-one comparison and
+    the shard's question fail; the lower rate keeps a port rather than leaving it out)."""
+    line = (
+        f"{floor * 300:g} * min by (node, device, port) "
+        f"(gpuscope_ib_port_rate_bytes_per_second{{{sel}}})"
+    )
 
     def over(metric: str) -> str:
         return (
