@@ -115,10 +115,6 @@ class Utilization(BaseModel):
     note: str = ""
 
 
-def _naive(ts: datetime) -> datetime:
-    return ts.astimezone(UTC).replace(tzinfo=None)
-
-
 def _json(value: Any) -> Any:
     return json.loads(value) if isinstance(value, str) else value
 
@@ -227,8 +223,8 @@ def create_app(state: ApiState) -> FastAPI:
         if (t_end - t_start).total_seconds() / step > MAX_POINTS:
             raise HTTPException(400, f"more than {MAX_POINTS} points per series; raise step")
         params = {
-            "start": _naive(t_start),
-            "end": _naive(t_end),
+            "start": U.naive(t_start),
+            "end": U.naive(t_end),
             "step": step,
             "node": node,
             "namespace": namespace,

@@ -14,7 +14,8 @@ from gpuscope.collector.http_api import api_node_summaries as NS
 from gpuscope.collector.http_api import api_queries as Q
 
 
-def _naive(ts: datetime) -> datetime:
+def naive(ts: datetime) -> datetime:
+    """``ts`` as the store's naive UTC (the views' bound parameters)."""
     return ts.astimezone(UTC).replace(tzinfo=None)
 
 
@@ -22,7 +23,7 @@ def frontier(cur: duckdb.DuckDBPyConnection, resolution: str) -> datetime:
     """How far ``resolution``'s roll-up is complete (naive UTC; the epoch when never)."""
     got = cur.execute(Q.FRONTIER, {"key": Q.FRONTIER_KEYS[resolution]}).fetchall()
     ts = datetime.fromisoformat(got[0][0]) if got else datetime(1970, 1, 1)
-    return _naive(ts.replace(tzinfo=ts.tzinfo or UTC))
+    return naive(ts.replace(tzinfo=ts.tzinfo or UTC))
 
 
 def _has(cur: duckdb.DuckDBPyConnection, sql: str, params: dict[str, Any]) -> bool:
