@@ -21,6 +21,7 @@ from fastapi.testclient import TestClient
 from bench.fleet_sim import push_to_victoriametrics
 from gpuscope.collector.http_api.api import create_app
 from gpuscope.collector.service import CollectorService
+from gpuscope.core.errors import ConfigError
 from gpuscope.core.settings import Settings
 from tests.conftest import free_port
 from tests.integration.engines import victoria_metrics, vm_flush
@@ -223,5 +224,5 @@ def test_fleet_summaries_take_the_gpu_link_floors_from_the_analytics_settings(
         assert floors["gpuscope_gpu_nvlink_bytes_total"] == HOT_LINK_FLOOR * 450e9
     finally:
         svc.store.close()
-    with pytest.raises(ValueError, match="gpu_link_hot_ratio"):
+    with pytest.raises(ConfigError, match="gpu_link_hot_ratio"):
         CollectorService(settings(HOT_LINK_FLOOR / 2), clock=lambda: 0.0)

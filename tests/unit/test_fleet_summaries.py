@@ -21,6 +21,7 @@ from gpuscope.collector.querying.fleet_summaries import (
     workload_key,
 )
 from gpuscope.collector.storage.store_sql import series_kind
+from gpuscope.core.errors import ConfigError
 from gpuscope.core.settings import AnalyticsSettings
 
 SEL = 'node=~"a|b"'
@@ -266,7 +267,7 @@ def test_a_metric_without_capacities_is_not_asked() -> None:
 
 
 def test_a_hot_ratio_under_the_floor_is_refused() -> None:
-    with pytest.raises(ValueError, match="gpu_link_hot_ratio"):
+    with pytest.raises(ConfigError, match="gpu_link_hot_ratio"):
         gpu_link_floors(AnalyticsSettings(gpu_link_hot_ratio=HOT_LINK_FLOOR - 0.1))
 
 

@@ -46,6 +46,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from gpuscope.core.errors import ConfigError
 from gpuscope.core.settings import AnalyticsSettings
 
 #: A port is kept in a bucket when either direction carried at least this share of its
@@ -157,7 +158,7 @@ def gpu_link_floors(analytics: AnalyticsSettings) -> dict[str, float]:
     configured gets no ratio from the detector and is not asked). Refuses a detector hot
     line under the floor share: links it would call hot would then be left out."""
     if analytics.gpu_link_hot_ratio < HOT_LINK_FLOOR:
-        raise ValueError(
+        raise ConfigError(
             f"analytics.gpu_link_hot_ratio {analytics.gpu_link_hot_ratio:g} is under fleet "
             f"summaries' GPU-link floor {HOT_LINK_FLOOR:g}: hot links would not be stored"
         )
