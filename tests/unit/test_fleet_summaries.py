@@ -269,6 +269,10 @@ def test_a_metric_without_capacities_is_not_asked() -> None:
 def test_a_hot_ratio_under_the_floor_is_refused() -> None:
     with pytest.raises(ConfigError, match="gpu_link_hot_ratio"):
         gpu_link_floors(AnalyticsSettings(gpu_link_hot_ratio=HOT_LINK_FLOOR - 0.1))
+    # the ports' line likewise: under HOT_PORT_FLOOR, hot ports would go unstored silently
+    with pytest.raises(ConfigError, match="ib_hot_ratio"):
+        gpu_link_floors(AnalyticsSettings(ib_hot_ratio=HOT_PORT_FLOOR - 0.1))
+    assert gpu_link_floors(AnalyticsSettings(ib_hot_ratio=HOT_PORT_FLOOR))  # at it: kept
 
 
 def test_query_ingest_passes_the_settings_floors_to_the_fleet(tmp_path: Path) -> None:

@@ -156,7 +156,13 @@ def gpu_link_floors(analytics: AnalyticsSettings) -> dict[str, float]:
     """Per GPU link counter, the floor in bytes/s over which a link is kept in a bucket:
     :data:`HOT_LINK_FLOOR` of the smallest capacity configured for it (a metric with none
     configured gets no ratio from the detector and is not asked). Refuses a detector hot
-    line under the floor share: links it would call hot would then be left out."""
+    line under the floor share, for links and for ports (:data:`HOT_PORT_FLOOR`): what it
+    would call hot would then be left out, silently. Called where summaries are on."""
+    if analytics.ib_hot_ratio < HOT_PORT_FLOOR:
+        raise ConfigError(
+            f"analytics.ib_hot_ratio {analytics.ib_hot_ratio:g} is under fleet summaries' "
+            f"port floor {HOT_PORT_FLOOR:g}: hot ports would not be stored"
+        )
     if analytics.gpu_link_hot_ratio < HOT_LINK_FLOOR:
         raise ConfigError(
             f"analytics.gpu_link_hot_ratio {analytics.gpu_link_hot_ratio:g} is under fleet "
