@@ -146,7 +146,7 @@ signals AS (
     )
     GROUP BY gid, bucket
 ),
-peak_series AS (
+mean_series AS (
     -- fleet summaries: a workload's GPUs' mean NVML utilization in the bucket (over the
     -- bucket and its GPUs: collector/querying/fleet_summaries.py, UTILIZATION_MEAN),
     -- which "used" takes for each GPU it holds, so their sum is the GPUs' own (its busy
@@ -156,16 +156,16 @@ peak_series AS (
     WHERE x.metric = 'gpuscope:workload_utilization_mean'
       AND x.last_seen >= $seen_lo AND x.first_seen < $end
 ),
-peaks AS (
+summary_means AS (
     -- one sample a bucket (a summary): its roll-up's max is the sample
-    SELECT gid * 1048576 + (epoch(bucket) // 300)::BIGINT % 1048576 AS k, max(m) AS used_peak
+    SELECT gid * 1048576 + (epoch(bucket) // 300)::BIGINT % 1048576 AS k, max(m) AS used_mean
     FROM (
         SELECT i.gid, r.bucket, r.max AS m
-        FROM samples_5m AS r JOIN peak_series AS i USING (series_id)
+        FROM samples_5m AS r JOIN mean_series AS i USING (series_id)
         WHERE r.bucket >= $r0 AND r.bucket < $r1 AND r.bucket < $frontier
         UNION ALL
         SELECT i.gid, time_bucket(INTERVAL 5 MINUTE, x.ts), x.value
-        FROM samples AS x JOIN peak_series AS i USING (series_id)
+        FROM samples AS x JOIN mean_series AS i USING (series_id)
         WHERE x.ts >= $r0 AND x.ts < $r1 AND x.ts >= $frontier
     )
     GROUP BY gid, bucket
@@ -211,7 +211,7 @@ pieces AS (
     -- gap margin beyond) are there as a gap's neighbours, and per_pod never sums them;
     -- a fleet summary's workload key counts every GPU it holds (`gpus`), each judged by
     -- the workload's busy peak: idle when the peak is under $threshold (every GPU it
-    -- holds is then idle); used is its GPUs' utilization peak for each (peaks, below)
+    -- holds is then idle); used is its GPUs' mean utilization for each (summary_means)
     SELECT pid, gid, bucket, share,
            gid * 1048576 + (epoch(bucket) // 300)::BIGINT % 1048576 AS k,
            share * gpus * greatest(0, epoch(least(e, $end, bucket + INTERVAL 5 MINUTE))
@@ -219,7 +219,7 @@ pieces AS (
     FROM spans
 ),
 judged AS (
-    SELECT p.pid, p.gid, p.bucket, p.gpu_hours, coalesce(pk.used_peak, u.mean) AS mean,
+    SELECT p.pid, p.gid, p.bucket, p.gpu_hours, coalesce(pk.used_mean, u.mean) AS mean,
            u.k IS NULL AND b.k IS NULL AND w.k IS NULL AS gap,
            CASE WHEN p.share < 1 AND w.peak IS NOT NULL THEN w.peak / p.share
                 ELSE greatest(coalesce(b.sm_peak, u.peak), b.memory_peak) END AS busy
@@ -227,7 +227,7 @@ judged AS (
     LEFT JOIN util AS u USING (k)
     LEFT JOIN signals AS b USING (k)
     LEFT JOIN share_util AS w ON w.pid = p.pid AND w.k = p.k
-    LEFT JOIN peaks AS pk ON pk.k = p.k
+    LEFT JOIN summary_means AS pk ON pk.k = p.k
 ),
 gap_parts AS (
     -- the (pod, GPU) pairs with a bucket without data: only their rows need the
