@@ -44,20 +44,34 @@ GROUP BY ALL
 #: in the lists ($rule, $metric, $lo, $seen_lo: one element a rule). The samples are read
 #: once, over the longest window ($min_lo, a constant, so that DuckDB skips the row groups
 #: before it by their min/max statistics), and each rule takes those in its own window.
+#: The samples are aggregated by series first and labelled after: grouped by the ten label
+#: columns, the hour of every GPU's ECC counters that GpuUncorrectedEccErrors reads (92,672
+#: rows at 8 agents) cost 53 ms of a 73 ms query; by series id, the query takes 47 ms.
 SERIES_WINDOWS = """
 WITH rules AS (
     SELECT unnest($rule) AS rule, unnest($metric) AS metric, unnest($lo) AS lo,
            unnest($seen_lo) AS seen_lo
+),
+chosen AS (
+    SELECT r.rule, r.lo, s.series_id
+    FROM rules AS r
+    JOIN series AS s ON s.metric = r.metric AND s.last_seen > r.seen_lo AND s.first_seen <= $now
+),
+per_series AS (
+    SELECT c.rule, c.series_id, count(x.value) AS n, sum(x.value) AS total,
+           min(x.value) AS least_v, max(x.value) AS most_v,
+           arg_max(x.value, x.ts) AS last_v, max(x.ts) AS last_ts
+    FROM chosen AS c
+    LEFT JOIN samples AS x ON x.series_id = c.series_id AND x.ts > c.lo AND x.ts <= $now
+                              AND x.ts > $min_lo
+    GROUP BY c.rule, c.series_id
 )
-SELECT r.rule, s.node, s.gpu, s.uuid, s.mig_instance, s.device, s.port,
+SELECT p.rule, s.node, s.gpu, s.uuid, s.mig_instance, s.device, s.port,
        s.namespace, s.pod, s.container, s.labels,
-       count(x.value), coalesce(sum(x.value), 0), min(x.value), max(x.value),
-       arg_max(x.value, x.ts),
-       epoch(CAST($now AS TIMESTAMP) - greatest(max(s.last_seen), max(x.ts)))
-FROM rules AS r
-JOIN series AS s ON s.metric = r.metric AND s.last_seen > r.seen_lo AND s.first_seen <= $now
-LEFT JOIN samples AS x ON x.series_id = s.series_id AND x.ts > r.lo AND x.ts <= $now
-                          AND x.ts > $min_lo
+       sum(p.n), coalesce(sum(p.total), 0), min(p.least_v), max(p.most_v),
+       arg_max(p.last_v, p.last_ts),
+       epoch(CAST($now AS TIMESTAMP) - greatest(max(s.last_seen), max(p.last_ts)))
+FROM per_series AS p JOIN series AS s USING (series_id)
 GROUP BY ALL
 """
 
