@@ -32,6 +32,13 @@ import pyarrow.compute  # type: ignore[import-untyped]
 
 from gpuscope.analytics.base import Analysis
 from gpuscope.analytics.detectors.idle_gaps import gap_note, with_rule
+from gpuscope.analytics.detectors.idle_reads import (
+    BOUND_KEY,
+    SET_METAS,
+    next_bound,
+    read_from,
+    saved_bound,
+)
 from gpuscope.collector.storage.held_gpus import with_held_gpus
 from gpuscope.collector.storage.schema import GET_META, SET_META, begin
 from gpuscope.collector.storage.store import Store, utc
@@ -63,6 +70,7 @@ _STATE_SCHEMA = pa.schema([
     ("uuid", pa.string()), ("last_busy_ts", pa.timestamp("us")),
     ("last_busy_value", pa.float64()), ("last_sample_ts", pa.timestamp("us")),
     ("covered_since", pa.timestamp("us")), ("signal", pa.string()), ("spacing", pa.float64()),
+    ("lookback_from", pa.timestamp("us")),
 ])  # fmt: skip
 
 
@@ -104,13 +112,16 @@ def _fold(
     lo: datetime,
     hi: datetime,
     params: dict[str, Any],
+    bound: datetime | None = None,
 ) -> pa.Table:
-    """``prior`` folded with the samples in (lo, hi]."""
+    """``prior`` folded with the samples in (lo, hi]; the look-back read from ``bound``
+    on (gpuscope/analytics/detectors/idle_reads.py; None: whole)."""
     if hi <= lo:
         return prior
     cur.register("prior", prior)
     try:
-        return _state_rows(cur, Q["fold"], {**params, "lo": lo, "hi": hi})
+        start = read_from(bound, lo, LOOKBACK)
+        return _state_rows(cur, Q["fold"], {**params, "lo": lo, "hi": hi, "read_from": start})
     finally:
         cur.unregister("prior")
 
@@ -128,7 +139,8 @@ def _state_rows(
     rows = result.fetchall()
     columns = list(zip(*rows, strict=True)) if rows else [()] * len(names)
     by_name = dict(zip(names, columns, strict=True))
-    arrays = [pa.array(by_name[f.name], f.type) for f in _STATE_SCHEMA]
+    none = [None] * len(rows)  # a column the query does not give (lookback_from) is null
+    arrays = [pa.array(by_name.get(f.name, none), f.type) for f in _STATE_SCHEMA]
     return pa.Table.from_arrays(arrays, schema=_STATE_SCHEMA)
 
 
@@ -173,10 +185,12 @@ def activity_state(
         saved_config = _meta(cur, CONFIG_KEY)
         watermark = utc(saved_until) if saved_until else None
         incremental = watermark is not None and watermark <= at and saved_config == config
+        bound = None
         if incremental:
             assert watermark is not None
             lo = watermark
             prior = _state_rows(cur, Q["load_state"])
+            bound = saved_bound(cur, prior, _meta(cur, BOUND_KEY), Q["unfolded_keys"], params)
         else:
             rolled = _meta(cur, "rollup_5m_until")
             lo = _floor(at - RAW_HORIZON, 300)
@@ -190,8 +204,9 @@ def activity_state(
                 prior = _empty_state()
         keep = persist and not store.read_only and (watermark is None or watermark <= at)
         until = max(lo, at - LATE_DELAY)
-        saved = _fold(cur, prior, lo, until, params)
-        state = _fold(cur, saved, until, at, params)
+        saved = _fold(cur, prior, lo, until, params, bound)
+        bound = next_bound(saved, until, LOOKBACK)
+        state = _fold(cur, saved, until, at, params, bound)
         if keep:
             with begin(cur):
                 cur.execute("DELETE FROM gpu_activity_state")
@@ -200,7 +215,8 @@ def activity_state(
                     cur.execute("INSERT OR REPLACE INTO gpu_activity_state SELECT * FROM saved")
                 finally:
                     cur.unregister("saved")
-                cur.execute(SET_META, [WATERMARK_KEY, until.isoformat()])
+                cur.execute(SET_METAS, [WATERMARK_KEY, until.isoformat(),
+                                        BOUND_KEY, bound.isoformat() if bound else ""])  # fmt: skip
                 if saved_config != config:  # as read above: unchanged, one statement less
                     cur.execute(SET_META, [CONFIG_KEY, config])  # (~1.5 ms a run, issue 39)
     finally:

@@ -50,7 +50,9 @@ busy_series AS (
 -- with no earlier gap to compare with is judged by the next eight gaps where there are
 -- some, else taken as the spacing unless it is longer than a third of the look-back (then
 -- it is missing data). The samples of the
--- $lookback before $lo are read for those earlier gaps only. A missing-data gap is judged
+-- $lookback before $lo are read for those earlier gaps only, and of those only from
+-- $read_from on: each key's last nine sample times at $lo are all its earlier gaps can
+-- need (idle.py's read bound), so a fold reads minutes of samples, not the whole look-back. A missing-data gap is judged
 -- by the samples on both sides ({bridged}, the rule analytics/detectors/idle_gaps.py shares with the
 -- report): idle on both sides, the key was idle through it; otherwise it restarts
 -- covered_since, so data missing next to a busy sample is unknown, never idle.
@@ -59,7 +61,7 @@ WITH {busy_series},
 new_samples AS (
     SELECT b.key AS uuid, s.ts, s.value / b.share AS value
     FROM samples AS s JOIN busy_series AS b USING (series_id)
-    WHERE s.ts > $lo - $lookback AND s.ts <= $hi
+    WHERE s.ts > $lo - $lookback AND s.ts >= $read_from AND s.ts <= $hi
 ),
 per_time AS (
     SELECT uuid, ts, max(value) AS value, max(value) >= $threshold AS busy
@@ -117,8 +119,10 @@ folded AS (
     FROM judged WHERE ts > $lo GROUP BY uuid
 ),
 context AS (
-    -- keys with samples in the look-back only: their spacing still tells how fresh they are
-    SELECT uuid, max(spacing_s) AS spacing FROM judged GROUP BY uuid
+    -- keys with samples in the look-back only: their spacing still tells how fresh they are;
+    -- and the earliest of each key's last nine sample times (the next fold's read bound)
+    SELECT uuid, max(spacing_s) AS spacing, min(ts) FILTER (WHERE rn >= n - 8) AS lookback_from
+    FROM judged GROUP BY uuid
 ),
 signals AS (SELECT DISTINCT key AS uuid, signal FROM busy_series)
 SELECT uuid,
@@ -130,7 +134,9 @@ SELECT uuid,
             WHEN p.covered_since IS NOT NULL THEN p.covered_since
             ELSE f.first_ts END AS covered_since,
        coalesce(g.signal, p.signal) AS signal,
-       coalesce(f.spacing, c.spacing, p.spacing) AS spacing
+       coalesce(f.spacing, c.spacing, p.spacing) AS spacing,
+       CASE WHEN c.uuid IS NOT NULL THEN c.lookback_from ELSE p.lookback_from END
+           AS lookback_from
 FROM folded AS f FULL JOIN prior AS p USING (uuid)
 LEFT JOIN context AS c USING (uuid) LEFT JOIN signals AS g USING (uuid);
 
@@ -138,6 +144,14 @@ LEFT JOIN context AS c USING (uuid) LEFT JOIN signals AS g USING (uuid);
 SELECT uuid, last_busy_ts, last_busy_value, last_sample_ts, covered_since, signal,
        NULL::DOUBLE AS spacing
 FROM gpu_activity_state;
+
+-- name: unfolded_keys
+-- Busy keys the state `prior` does not hold (a fractional pod's key whose inventory record
+-- came after its first samples): the look-back's samples are then read whole, since the
+-- read bound speaks only for the keys folded before.
+WITH {busy_series}
+SELECT count(*) FROM (SELECT DISTINCT key FROM busy_series) AS b
+WHERE b.key NOT IN (SELECT uuid FROM prior);
 
 -- name: rollup_prior
 -- The state before $lo from the 5-minute roll-ups (buckets in [$since, $lo)), for a full
