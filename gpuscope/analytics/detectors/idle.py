@@ -32,13 +32,7 @@ import pyarrow.compute  # type: ignore[import-untyped]
 
 from gpuscope.analytics.base import Analysis
 from gpuscope.analytics.detectors.idle_gaps import gap_note, with_rule
-from gpuscope.analytics.detectors.idle_reads import (
-    BOUND_KEY,
-    SET_METAS,
-    next_bound,
-    read_from,
-    saved_bound,
-)
+from gpuscope.analytics.detectors.idle_reads import next_bound, read_from, saved_bound
 from gpuscope.collector.storage.held_gpus import with_held_gpus
 from gpuscope.collector.storage.schema import GET_META, SET_META, begin
 from gpuscope.collector.storage.store import Store, utc
@@ -64,7 +58,8 @@ _EPOCH = datetime(1970, 1, 1)
 #: Columns persisted in gpu_activity_state; ``spacing`` (the learned sample spacing in
 #: seconds) rides along in memory only and is learned again from the look-back.
 _PERSISTED = (
-    "uuid", "last_busy_ts", "last_busy_value", "last_sample_ts", "covered_since", "signal"
+    "uuid", "last_busy_ts", "last_busy_value", "last_sample_ts", "covered_since", "signal",
+    "lookback_from",
 )  # fmt: skip
 _STATE_SCHEMA = pa.schema([
     ("uuid", pa.string()), ("last_busy_ts", pa.timestamp("us")),
@@ -190,7 +185,7 @@ def activity_state(
             assert watermark is not None
             lo = watermark
             prior = _state_rows(cur, Q["load_state"])
-            bound = saved_bound(cur, prior, _meta(cur, BOUND_KEY), Q["unfolded_keys"], params)
+            bound = saved_bound(cur, prior, lo, Q["unfolded_keys"], params, LOOKBACK)
         else:
             rolled = _meta(cur, "rollup_5m_until")
             lo = _floor(at - RAW_HORIZON, 300)
@@ -215,8 +210,7 @@ def activity_state(
                     cur.execute("INSERT OR REPLACE INTO gpu_activity_state SELECT * FROM saved")
                 finally:
                     cur.unregister("saved")
-                cur.execute(SET_METAS, [WATERMARK_KEY, until.isoformat(),
-                                        BOUND_KEY, bound.isoformat() if bound else ""])  # fmt: skip
+                cur.execute(SET_META, [WATERMARK_KEY, until.isoformat()])
                 if saved_config != config:  # as read above: unchanged, one statement less
                     cur.execute(SET_META, [CONFIG_KEY, config])  # (~1.5 ms a run, issue 39)
     finally:

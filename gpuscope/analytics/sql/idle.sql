@@ -50,9 +50,10 @@ busy_series AS (
 -- with no earlier gap to compare with is judged by the next eight gaps where there are
 -- some, else taken as the spacing unless it is longer than a third of the look-back (then
 -- it is missing data). The samples of the
--- $lookback before $lo are read for those earlier gaps only, and of those only from
--- $read_from on: each key's last nine sample times at $lo are all its earlier gaps can
--- need (idle.py's read bound), so a fold reads minutes of samples, not the whole look-back. A missing-data gap is judged
+-- $lookback before $lo are read for those earlier gaps only, and of those only from each
+-- key's `lookback_from` on (its last nine sample times at $lo are all its earlier gaps
+-- can need: analytics/detectors/idle_reads.py); $read_from, the earliest of them, lets
+-- DuckDB skip the row groups before it. A missing-data gap is judged
 -- by the samples on both sides ({bridged}, the rule analytics/detectors/idle_gaps.py shares with the
 -- report): idle on both sides, the key was idle through it; otherwise it restarts
 -- covered_since, so data missing next to a busy sample is unknown, never idle.
@@ -61,7 +62,9 @@ WITH {busy_series},
 new_samples AS (
     SELECT b.key AS uuid, s.ts, s.value / b.share AS value
     FROM samples AS s JOIN busy_series AS b USING (series_id)
+    LEFT JOIN prior AS p ON p.uuid = b.key
     WHERE s.ts > $lo - $lookback AND s.ts >= $read_from AND s.ts <= $hi
+      AND s.ts >= coalesce(p.lookback_from, $lo - $lookback)
 ),
 per_time AS (
     SELECT uuid, ts, max(value) AS value, max(value) >= $threshold AS busy
@@ -142,7 +145,7 @@ LEFT JOIN context AS c USING (uuid) LEFT JOIN signals AS g USING (uuid);
 
 -- name: load_state
 SELECT uuid, last_busy_ts, last_busy_value, last_sample_ts, covered_since, signal,
-       NULL::DOUBLE AS spacing
+       NULL::DOUBLE AS spacing, lookback_from
 FROM gpu_activity_state;
 
 -- name: unfolded_keys

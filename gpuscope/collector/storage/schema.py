@@ -238,6 +238,13 @@ MIGRATION_8_WRITER_LOG: tuple[str, ...] = (
     )""",
 )
 
+#: v9: each idle key's read bound (gpuscope/analytics/detectors/idle_reads.py): the earliest
+#: of its last nine sample times, so that an incremental fold reads of the 45 minutes
+#: before its range only what each key's earlier gaps need (null: the whole look-back).
+MIGRATION_9_IDLE_READ_BOUND: tuple[str, ...] = (
+    "ALTER TABLE gpu_activity_state ADD COLUMN lookback_from TIMESTAMP",
+)
+
 #: Version -> statements that bring a database at version - 1 to it.
 MIGRATIONS: dict[int, tuple[str, ...]] = {
     1: MIGRATION_1_TABLES,
@@ -248,6 +255,7 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
     6: MIGRATION_6_PACKED_ROLLUPS,
     7: MIGRATION_7_PDBS,
     8: MIGRATION_8_WRITER_LOG,
+    9: MIGRATION_9_IDLE_READ_BOUND,
 }
 LATEST_VERSION: int = max(MIGRATIONS)
 
