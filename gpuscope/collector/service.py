@@ -72,6 +72,7 @@ class CollectorService:
                 rollup_delay=timedelta(seconds=cs.late_batch_seconds),
             ),
             memory_limit=cs.db_memory_limit,
+            threads=cs.db_threads,
         )
         self.metrics = CollectorMetrics()
         self.metrics.registry.register(InventoryGauges(self.store.cursor))

@@ -152,6 +152,8 @@ class CollectorSettings(Section):
     #: such as ``25%``): its buffer pool, which beyond this spills to ``<db>.tmp``. DuckDB's
     #: own default is 80 % of RAM, which a roll-up of a week takes (1.3 GB for the demo's).
     db_memory_limit: str = Field(default="1GB", pattern=DB_MEMORY_LIMIT)
+    #: DuckDB's threads for the database (None: DuckDB's default, one a core).
+    db_threads: int | None = Field(default=None, ge=1, le=256)
     #: The database's maintenance (roll-ups, retention, compaction, giving space back) runs
     #: this often: hourly at minute 7 by default; another value runs it every so many
     #: seconds from the start (a test or a benchmark's short window).

@@ -34,3 +34,17 @@ def test_the_memory_limit_outlives_a_file_rewrite(tmp_path: Path) -> None:
         assert store.reclaim_space(min_free_ratio=0).rewritten
         limit = store.cursor().execute("SELECT current_setting('memory_limit')").fetchone()
     assert limit == ("95.3 MiB",)
+
+
+def test_the_store_opens_duckdb_with_the_threads_given(tmp_path: Path) -> None:
+    """collector.db_threads: DuckDB's threads for the database, kept across a reconnect."""
+    with Store.open(tmp_path / "a.duckdb", threads=1) as store:
+        assert store.cursor().execute("SELECT current_setting('threads')").fetchone() == (1,)
+        cur = store.cursor()
+        cur.execute("CREATE TABLE a AS SELECT random() AS x FROM range(300000)")
+        cur.execute("CHECKPOINT")
+        cur.execute("DROP TABLE a")
+        assert store.reclaim_space(min_free_ratio=0).rewritten
+        assert store.cursor().execute("SELECT current_setting('threads')").fetchone() == (1,)
+    with pytest.raises(ConfigError, match="db_threads"):
+        load_settings(env={}, overrides={"collector": {"db_threads": 0}})

@@ -86,6 +86,7 @@ class Store(BulkMixin, TicksMixin, MaintenanceMixin, ReclaimMixin, RecordsMixin,
         read_only: bool = False,
         retention: Retention | None = None,
         memory_limit: str | None = None,
+        threads: int | None = None,
     ) -> Store:
         """Open (creating it if absent, unless read-only) and migrate the database at ``path``.
 
@@ -106,6 +107,8 @@ class Store(BulkMixin, TicksMixin, MaintenanceMixin, ReclaimMixin, RecordsMixin,
             }
             if memory_limit is not None:
                 config["memory_limit"] = memory_limit
+            if threads is not None:
+                config["threads"] = threads
             con = duckdb.connect(str(path), read_only=read_only, config=config)
         except duckdb.Error as exc:
             raise UserError(f"cannot open database {path}: {str(exc).splitlines()[0]}") from None
