@@ -35,6 +35,7 @@ BENCHMARKS: tuple[Benchmark, ...] = (
     Benchmark("ingest", "Collector"),
     Benchmark("collector_process", "Collector"),
     Benchmark("collector_sizes", "Collector"),
+    Benchmark("analytics_job", "Collector"),
     Benchmark("store", "Collector"),
     Benchmark("api", "Collector"),
     Benchmark("hostile_targets", "Collector"),
