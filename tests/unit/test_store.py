@@ -747,3 +747,20 @@ def test_a_v6_database_gains_the_budgets_table_and_keeps_its_inventory(db: Path)
         assert rows(store, "SELECT key FROM inventory_pdbs WHERE valid_to IS NULL") == [
             ("ml/keep",)
         ]
+
+
+def test_a_v8_idle_state_gains_a_read_bound_of_none(db: Path) -> None:
+    """v9 adds gpu_activity_state.lookback_from; a state saved before it has none, so its
+    next fold reads the whole look-back (gpuscope/analytics/detectors/idle_reads.py)."""
+    con = duckdb.connect(str(db))
+    assert migrate(con, target=8) == 8
+    con.execute(
+        "INSERT INTO gpu_activity_state VALUES ('GPU-1', ?, 0.5, ?, ?, 'utilization')",
+        [T0, T0, T0],
+    )
+    con.close()
+    with Store.open(db) as store:
+        assert store.schema_version == 9
+        assert rows(store, "SELECT uuid, lookback_from FROM gpu_activity_state") == [
+            ("GPU-1", None)
+        ]
