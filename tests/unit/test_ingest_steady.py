@@ -7,6 +7,7 @@ through the product's path twice, with the per-target caches and without any, an
 what the two databases hold.
 """
 
+import gc
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -189,3 +190,36 @@ def test_a_steady_targets_cache_is_kept_between_scrapes() -> None:
         again = page_to_outcome(target, body, T0 + k, cache=cache)
         assert again.batch is not None and first.batch is not None
         assert again.batch.labels is first.batch.labels
+
+
+def _tracked_reachable(root: object) -> int:
+    """Objects the garbage collector tracks among those reachable from ``root``, not
+    counting classes and what is reachable through them only (the code's, not the data's)."""
+    seen, todo, tracked = {id(root)}, [root], 0
+    while todo:
+        obj = todo.pop()
+        tracked += gc.is_tracked(obj)
+        for ref in gc.get_referents(obj):
+            if id(ref) not in seen and not isinstance(ref, type):
+                seen.add(id(ref))
+                todo.append(ref)
+    return tracked
+
+
+def test_a_churning_targets_cache_holds_no_tracked_object_per_line() -> None:
+    """What a churning target's parses leave in its cache must not be objects that Python's
+    garbage collector tracks, one per line: 20,000 slices a page (the steady-page shape's
+    value cuts) survived into the oldest generation and set off full collections, each of
+    which, on a starved CPU, held every thread of the collector for a second or more (every
+    healthy target lost a tick in CI's starved-CPU isolation test). Counted after a
+    collection, so what the collector untracks by itself (tuples of strings) is not counted.
+    """
+    target, cache, n = Target(url="http://churn:9100/metrics"), TargetCache(), 5_000
+    for scrape in range(3):
+        out = page_to_outcome(target, churning_page(scrape, n), T0 + scrape, cache=cache)
+        assert out.batch is not None and len(out.batch) == n
+    del out
+    gc.collect()
+    assert cache.series.page is not None  # a shape was kept: what it holds is counted
+    assert len(cache.series) >= n  # and the page's label sets
+    assert _tracked_reachable(cache) < 100

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from itertools import compress, repeat
-from operator import getitem, itemgetter, ne
+from operator import is_, itemgetter, ne
 from typing import TypeVar
 
 from gpuscope.collector.scraping.batch import Labels
@@ -60,14 +60,20 @@ class PageShape:
     with its last blank, ``line.rpartition(" ")[0] + " "``) and end in a value without a
     blank that the full parser takes as it is, parses to ``names`` and ``labels`` (the
     very same lists, so later stages can recognise the page by identity; never change
-    them) with the new values. Nothing is split off a line but its value (``cuts``: where
-    each value starts), so a steady page costs a split into lines and a float per value.
+    them) with the new values. Nothing is split off a line but its value (the line less
+    its prefix), so a steady page costs a split into lines and a float per value.
+
+    A shape holds no object per line that Python's garbage collector tracks (strings and
+    floats are not tracked; tuples of them are untracked at the first collection): a
+    churning target's page of 20,000 lines once left 20,000 slices here, which survived
+    into the oldest generation and set off full collections that, on a starved CPU, held
+    every thread of the collector for a second or more and cost every healthy target a
+    tick (the suite's starved-CPU isolation test, seen in CI).
     """
 
     size: int
     samples_at: tuple[int, ...]
     prefixes: tuple[str, ...]
-    cuts: tuple[slice, ...]
     others_at: tuple[int, ...]
     others: tuple[str, ...]
     names: list[str]
@@ -99,16 +105,17 @@ def parse_same_shape(lines: list[str], shape: PageShape, limit: int) -> ParseRes
     if _pick(lines, shape.others_at) != shape.others:
         return None
     sample_lines = _pick(lines, shape.samples_at)
-    prefixes, cuts = shape.prefixes, shape.cuts
+    prefixes = shape.prefixes
     changed: list[int] | None = None
     if shape.last:  # only the lines that changed since the last page are looked at
         before, before_values = shape.last[0]
         changed = list(compress(range(len(sample_lines)), map(ne, sample_lines, before)))
         at = tuple(changed)
-        sample_lines, prefixes, cuts = _pick(sample_lines, at), _pick(prefixes, at), _pick(cuts, at)
-    if not all(map(str.startswith, sample_lines, prefixes)):
+        sample_lines, prefixes = _pick(sample_lines, at), _pick(prefixes, at)
+    tokens: list[str] = list(map(str.removeprefix, sample_lines, prefixes))
+    # a line not starting with its (never empty) prefix comes back as the very same object
+    if any(map(is_, tokens, sample_lines)):
         return None
-    tokens: list[str] = list(map(getitem, sample_lines, cuts))
     joined = "".join(tokens)
     # a blank in a value: the line's last blank is further on; Go's floats have no "_"
     if " " in joined or "_" in joined or not joined.isascii():
@@ -149,7 +156,6 @@ def shape_of(lines: list[str], result: ParseResult, cache: SeriesCache) -> PageS
         return None
     at = tuple(samples_at)
     prefixes = tuple(h + " " for h in _pick(heads, at))
-    cuts = tuple(slice(len(p), None) for p in prefixes)
     others = tuple(others_at)
-    return PageShape(len(lines), at, prefixes, cuts, others, _pick(lines, others), result.names,
+    return PageShape(len(lines), at, prefixes, others, _pick(lines, others), result.names,
                      result.labels, dict(result.types), dict(result.helps))  # fmt: skip
