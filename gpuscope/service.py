@@ -102,18 +102,24 @@ def alerts_job(service: CollectorService, engine: AlertsEngine | None) -> None:
         log.exception("alerts run failed")
 
 
+def scheduled_run(service: CollectorService, engine: AlertsEngine | None) -> None:
+    """The scheduled run: the detectors, then the alert rules over what they stored, on
+    ``collector.job_db_threads`` of DuckDB's threads (its queries are small: a second
+    thread costs more CPU than it saves time; gpuscope/collector/storage/thread_scope.py)."""
+    with service.store.thread_scope.lowered(service.settings.collector.job_db_threads):
+        analytics_job(service)
+        alerts_job(service, engine)
+
+
 def add_analytics(service: CollectorService) -> None:
     minutes = service.settings.analytics.interval_minutes
     engine = add_alerts(service)
     load_scheduled()  # the detectors' imports at start, not in the first run
 
-    def job() -> None:
-        analytics_job(service)
-        alerts_job(service, engine)
-
     service.scheduler.add_job(
-        job,
+        scheduled_run,
         "interval",
+        args=(service, engine),
         minutes=minutes,
         id="analytics",
         max_instances=1,

@@ -154,6 +154,10 @@ class CollectorSettings(Section):
     db_memory_limit: str = Field(default="1GB", pattern=DB_MEMORY_LIMIT)
     #: DuckDB's threads for the database (None: DuckDB's default, one a core).
     db_threads: int | None = Field(default=None, ge=1, le=256)
+    #: DuckDB's threads while the scheduled analytics and alert rules run (null: as
+    #: ``db_threads``): their queries are small, and a second thread costs more CPU than
+    #: it saves time (gpuscope/collector/storage/thread_scope.py).
+    job_db_threads: int | None = Field(default=1, ge=1, le=256)
     #: The database's maintenance (roll-ups, retention, compaction, giving space back) runs
     #: this often: hourly at minute 7 by default; another value runs it every so many
     #: seconds from the start (a test or a benchmark's short window).

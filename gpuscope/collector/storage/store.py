@@ -48,6 +48,7 @@ from gpuscope.collector.storage.store_sql import (
     utc,
 )
 from gpuscope.collector.storage.store_ticks import TicksMixin
+from gpuscope.collector.storage.thread_scope import ThreadScope
 from gpuscope.core.errors import UserError
 
 __all__ = ["BadBatch", "Retention", "Store", "series_kind", "utc"]
@@ -76,6 +77,8 @@ class Store(BulkMixin, TicksMixin, MaintenanceMixin, ReclaimMixin, RecordsMixin,
         self._rewriting = threading.Event()
         #: Writes (scrape batches, records) that waited for a rewrite of the file.
         self.writes_waited = 0
+        #: DuckDB's threads lowered while a scheduled job runs (thread_scope.py).
+        self.thread_scope = ThreadScope(self.cursor)
         self._load_writer_state(con, read_only)
 
     @classmethod
