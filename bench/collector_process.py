@@ -24,8 +24,9 @@ Measured over each window after a warm-up:
   window is twelve segments, a day at this scale; the UTC day itself does not close): the
   collector's segment (``compact_segment_seconds``, two hours by default) is ``--segment``
   seconds and its maintenance runs twice a segment (``maintenance_interval_seconds``,
-  hourly by default) and waits a 120th of a segment for late batches
-  (``late_batch_seconds``, 60 by default), and Prometheus cuts blocks of the segment's
+  hourly by default), waits a 120th of a segment for late batches
+  (``late_batch_seconds``, 60 by default) and leaves the last 39/72 of a segment as
+  scraped (``compact_recent_seconds``, 65 minutes by default), and Prometheus cuts blocks of the segment's
   length (its hidden ``--storage.tsdb.min-block-duration``, 2 h by default, and
   ``max-block-duration`` three times it, so it also merges blocks once);
 - the ticks each accounted for: the collector's status (scrapes, failures, skipped) per
@@ -147,6 +148,7 @@ def phase(root: Path, urls: list[str], step: float, window: float, seg: int | No
         config = root / "collector.yaml"
         settings = {} if seg is None else {
             "compact_segment_seconds": seg, "maintenance_interval_seconds": seg // 2,
+            "compact_recent_seconds": seg * 3900 // 7200,
             "late_batch_seconds": max(1, round(seg / 120)),
         }  # fmt: skip
         config.write_text(yaml.safe_dump({"collector": settings}))

@@ -15,9 +15,9 @@ builder makes it as a collector does:
   bench/parse.py, bench/ingest.py and bench/agent_scrape.py, not here);
 - the inventory (nodes, pods, quotas) is recorded every 6 hours, as the API server lists it;
 - the product's own maintenance, :meth:`~gpuscope.collector.storage.store.Store.apply_retention`
-(roll-ups,
-  retention, daily compaction), runs every simulated hour as the service's retention job
-  does, and once more at the end; its time is summed apart from the ingest's and reported
+  (roll-ups, retention, compaction of segments and days as a collector as shipped does
+  it: :data:`SHIPPED`, the last 65 minutes left as scraped), runs every simulated hour as
+  the service's retention job does, and once more at the end; its time is summed apart from the ingest's and reported
   as a row of its own. No roll-up table is ever written here.
 
 Which series: ``families="analysis"`` (the default) keeps the families the detectors and
@@ -76,10 +76,12 @@ from gpuscope.collector.cluster.inventory_records import (
 )
 from gpuscope.collector.cluster.queue_records import quota_from_clusterqueue
 from gpuscope.collector.scraping.batch import Batch, Labels
+from gpuscope.collector.service import retention_of
 from gpuscope.collector.storage.store import Store
 from gpuscope.core.catalogue import AGENT_METRICS
 from gpuscope.core.collector_settings import WorkloadSettings
 from gpuscope.core.series import node_series
+from gpuscope.core.settings import load_settings
 from gpuscope.demo.history import KEPT
 from gpuscope.sim import SimulatedCluster, default_scenario
 from gpuscope.sim.kube import nodes_json, quotas_json
@@ -94,6 +96,10 @@ INVENTORY_EVERY_S = 6 * 3600
 #: 1 GB by default): DuckDB's own default, 80 % of RAM, took 18 GB compacting a day of
 #: 10,000 GPUs on a machine other work shares
 BUILD_MEMORY = "3GB"
+#: The retention and compaction of a collector as shipped (segments of two hours, the last
+#: 65 minutes left as scraped): a history's layout is then what a running collector's file
+#: holds at its end, so a benchmark's windowed reads skip what a collector's skip.
+SHIPPED = retention_of(load_settings(env={}).collector)
 MAINTENANCE_EVERY_S = 3600
 #: the families the analytics read: the demo history's, and the IB error counters the
 #: bandwidth detector's link_errors rule reads
@@ -280,7 +286,7 @@ def build(size: HistorySize, path: Path) -> History:
     counts: dict[str, int] = {}
     stored = cycles = vectorised = 0
     t = start
-    store = Store.open(path, memory_limit=BUILD_MEMORY)
+    store = Store.open(path, memory_limit=BUILD_MEMORY, retention=SHIPPED)
     if size.tail_s is not None:  # the span before the tail: bench/history_fast.py
         split = max(start, end - size.tail_s)
         a = time.perf_counter()
@@ -294,7 +300,7 @@ def build(size: HistorySize, path: Path) -> History:
         vectorised_s = time.perf_counter() - a
         store.close()
         # series ids and open intervals read back, as at a restart
-        store = Store.open(path, memory_limit=BUILD_MEMORY)
+        store = Store.open(path, memory_limit=BUILD_MEMORY, retention=SHIPPED)
     try:
         last_report = time.monotonic()
         while t < end:

@@ -41,6 +41,7 @@ from gpuscope.collector.scraping.scrape import Scraper
 from gpuscope.collector.scraping.scrape_loop import ScrapeLoop, commit_ticks
 from gpuscope.collector.scraping.targets import TargetRegistry, discover_targets
 from gpuscope.collector.storage.store import Retention, Store
+from gpuscope.core.collector_settings import CollectorSettings
 from gpuscope.core.errors import SourceError, UserError
 from gpuscope.core.settings import Settings
 
@@ -56,6 +57,18 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
+def retention_of(cs: CollectorSettings) -> Retention:
+    """The store's retention and compaction as the collector's settings give them."""
+    return Retention(
+        raw_days=cs.raw_retention_days,
+        rollup_5m_days=cs.rollup_5m_retention_days,
+        rollup_1h_days=cs.rollup_1h_retention_days,
+        compact_segment_s=cs.compact_segment_seconds,
+        compact_recent_s=cs.compact_recent_seconds,
+        rollup_delay=timedelta(seconds=cs.late_batch_seconds),
+    )
+
+
 class CollectorService:
     def __init__(self, settings: Settings, *, clock: Callable[[], float] = time.time) -> None:
         cs = settings.collector
@@ -64,13 +77,7 @@ class CollectorService:
         self.clock = clock
         self.store = Store.open(
             cs.db,
-            retention=Retention(
-                raw_days=cs.raw_retention_days,
-                rollup_5m_days=cs.rollup_5m_retention_days,
-                rollup_1h_days=cs.rollup_1h_retention_days,
-                compact_segment_s=cs.compact_segment_seconds,
-                rollup_delay=timedelta(seconds=cs.late_batch_seconds),
-            ),
+            retention=retention_of(cs),
             memory_limit=cs.db_memory_limit,
             threads=cs.db_threads,
         )

@@ -168,6 +168,11 @@ class CollectorSettings(Section):
     #: The day being written is compacted in closed segments this long (docs/storage.md);
     #: a divisor of a day, or 0 to compact closed days only.
     compact_segment_seconds: int = Field(default=7200, ge=0, le=DAY_SECONDS)
+    #: The last this many seconds of samples are left in scrape order, never compacted
+    #: (docs/storage.md, "The day being written"): the scheduled jobs' windows (an alert
+    #: rule's hour, the idle look-back) then read their own minutes, not every row of a
+    #: compacted span. 65 minutes: the shipped rules' longest window and a run's 5.
+    compact_recent_seconds: int = Field(default=3900, ge=0, le=DAY_SECONDS)
     #: After its maintenance the running collector rewrites its file without free blocks
     #: when they are at least this share of it; ``null`` never (``gpuscope db compact``).
     db_reclaim_free_ratio: float | None = Field(default=0.2, gt=0, le=1)

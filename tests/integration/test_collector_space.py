@@ -91,6 +91,7 @@ def test_maintenance_gives_space_back_while_scrapes_and_reads_go_on(
                     "targets": [{"url": u} for u in urls],
                     "api_token": TOKEN,
                     "compact_segment_seconds": 60,
+                    "compact_recent_seconds": 0,  # the closed segments, not the last hour
                     "db_reclaim_free_ratio": 0.01,
                 }
             },

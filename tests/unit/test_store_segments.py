@@ -3,6 +3,7 @@ readers and writers go on (docs/storage.md, "The day being written", "Giving spa
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from datetime import date, datetime, timedelta
@@ -14,7 +15,7 @@ import pytest
 from gpuscope.collector.storage.store import Retention, Store
 from gpuscope.core.errors import ConfigError
 from gpuscope.core.settings import load_settings
-from tests.unit.test_store import ENERGY, GPU0, GPU1, UTIL, batch, rows
+from tests.unit.test_store import ENERGY, GPU0, GPU1, UTIL, batch, labels, rows
 from tests.unit.test_store_rollups import DAY, cycle, dump, filled
 
 START = datetime(2025, 3, 4, 0, 0)
@@ -267,8 +268,80 @@ def test_the_collector_opens_its_store_with_these_settings(tmp_path: Path) -> No
     try:
         assert service.store.retention.compact_segment_s == 600
         assert service.store.retention.rollup_delay == timedelta(seconds=5)
+        assert service.store.retention.compact_recent_s == 3900  # the shipped default
     finally:
         service.stop()
+
+
+RECENT = Retention(compact_segment_s=3600, compact_recent_s=3900)
+
+
+def scanned(store: Store, sql: str, *params: object) -> int:
+    """Rows DuckDB read from the table to answer ``sql`` (its profiler's count)."""
+    cur = store.cursor()
+    try:
+        cur.execute("PRAGMA enable_profiling = 'no_output'")
+        cur.execute(sql, list(params)).fetchall()
+        info = json.loads(cur.get_profiling_information(format="json"))
+        return int(info["query"]["total_rows_scanned"])
+    finally:
+        cur.close()
+
+
+def test_the_last_65_minutes_are_left_in_scrape_order(tmp_path: Path) -> None:
+    """With ``compact_recent_s`` (the collector's 65 minutes), a segment is compacted only
+    once it ended that long ago (and the late-batch minute): at 05:30 with hour segments,
+    00:00-04:00 is compacted, 04:00-05:30 stays as scraped, so its row groups are in
+    time order; an hour later 04:00-05:00 follows. The day's prefix and the closed day
+    wait alike (the next test's clock is the closed day's)."""
+    with Store.open(tmp_path / "r.duckdb", retention=RECENT) as store:
+        fill(store, 330)  # 00:00 .. 05:29
+        before = every(store)
+        assert store.compact(START + timedelta(hours=5, minutes=30)) == 4 * 60 * 3
+        meta = "SELECT value FROM meta WHERE key = 'segments_compacted_until'"
+        assert rows(store, meta) == [("2025-03-04T04:00:00",)]
+        recent = order(store, START + timedelta(hours=4), START + timedelta(hours=6))
+        assert [t for _, t in recent] == sorted(t for _, t in recent)  # as scraped
+        assert store.compact(START + timedelta(hours=6, minutes=5)) == 0  # 65 min + 1 not yet
+        assert store.compact(START + timedelta(hours=6, minutes=6)) == 60 * 3
+        assert every(store) == before
+
+
+def test_the_closed_day_waits_for_its_last_65_minutes_too(tmp_path: Path) -> None:
+    with Store.open(tmp_path / "d.duckdb", retention=RECENT) as store:
+        fill(store, 24 * 60)
+        store.compact(START + timedelta(days=1, minutes=30))
+        assert rows(store, "SELECT count(*) FROM compactions") == [(0,)]
+        store.compact(START + timedelta(days=1, hours=1, minutes=6))
+        assert rows(store, "SELECT count(*) FROM compactions") == [(1,)]
+
+
+def test_a_read_of_the_last_hour_skips_the_compacted_span(tmp_path: Path) -> None:
+    """What the recent span is for. At 06:02, with hour segments, the maintenance has just
+    rewritten the day so far (00:00-06:00) as one run a series; a read of the last hour
+    (an alert rule's window) then reads every row of those six hours, since sorted by
+    series each of their row groups reaches across all of them. With the recent 65
+    minutes left as scraped (compacted to 04:00 only), it reads the row groups of its own
+    minutes (122,880 rows each: about an hour of the 2,000 series here), not the
+    compacted hours."""
+    window = "SELECT count(*) FROM samples WHERE ts > ? AND ts <= ?"
+    at = START + timedelta(hours=6, minutes=2)
+    gpus = [labels(node="n1", gpu=str(g), uuid=f"GPU-{g}", mig_instance="") for g in range(2000)]
+    counts = {}
+    for name, retention in (("recent", RECENT), ("none", HOURS)):
+        with Store.open(tmp_path / f"{name}.duckdb", retention=retention) as store:
+            for hour in range(7):
+                cycles = []
+                for minute in range(60 if hour < 6 else 3):
+                    when = START + timedelta(hours=hour, minutes=minute)
+                    cycles.append([(batch(when, *((UTIL, g, 0.5) for g in gpus)), 0.0)])
+                store.append_cycles(cycles)
+            store.compact(at)
+            store.checkpoint()
+            counts[name] = scanned(store, window, at - timedelta(hours=1), at)
+    assert counts["none"] >= 6 * 60 * 2000  # the six compacted hours, every row
+    assert counts["recent"] <= 2 * 122_880  # 120,240 here: the hour and a few minutes
+    assert counts["recent"] * 4 < counts["none"]
 
 
 def wait_for(condition: object, limit: float = 60.0) -> None:

@@ -98,7 +98,7 @@ class MaintenanceMixin(StoreParts):
         """
         if self.read_only:
             raise UserError(f"database {self.path} is open read-only")
-        before = floor_to(utc(now) - self.retention.rollup_delay, 86400)
+        before = self._closed(now, 86400)
         rows, cur = 0, self.cursor()
         with self._maintenance:
             try:
@@ -150,8 +150,12 @@ class MaintenanceMixin(StoreParts):
         return rows
 
     def _closed(self, now: datetime, span: int) -> datetime:
-        """The end of the last closed ``span`` (seconds): late batches waited for."""
-        return floor_to(utc(now) - self.retention.rollup_delay, span)
+        """The end of the last ``span`` (seconds) that may be compacted: closed, late
+        batches waited for, and older than the recent samples left in scrape order
+        (``retention.compact_recent_s``: time-ordered row groups, which a read of the last
+        hour skips to its own minutes; docs/storage.md, "The day being written")."""
+        r = self.retention
+        return floor_to(utc(now) - r.rollup_delay - timedelta(seconds=r.compact_recent_s), span)
 
     @staticmethod
     def _rewrite_sorted(

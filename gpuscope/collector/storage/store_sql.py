@@ -98,6 +98,12 @@ class Retention:
     #: The day being written is compacted in closed segments of this many seconds (a
     #: divisor of a day; 0: only closed days), see MaintenanceMixin.compact_segments.
     compact_segment_s: int = 7200
+    #: Samples of the last this many seconds are never compacted (segments, the day's
+    #: prefix, the closed day wait until they are older): the scheduled jobs read windows
+    #: of up to an hour, and a span rewritten sorted by series has every row group reach
+    #: across all of it, so such a read scanned the whole span. 0 (the library's
+    #: default) compacts what has closed; the collector sets ``compact_recent_seconds``.
+    compact_recent_s: int = 0
 
 
 def utc(ts: datetime | float | str) -> datetime:
