@@ -133,3 +133,63 @@ def test_a_window_inside_the_held_time_counts_only_its_own_hours(tmp_path: Path)
     assert row["allocated"] == pytest.approx((hi - lo).total_seconds() / 3600)
     assert row["no_data"] == pytest.approx(0)
     assert row["idle"] == pytest.approx(row["allocated"])
+
+
+def test_each_idle_notebook_is_told_its_own_gap(tmp_path: Path) -> None:
+    """Several idle notebooks in one run (their gaps are found by one query): each finding
+    names the gap in its own data after its own idle-since, never another notebook's.
+    Three notebooks, each on a node of its own (a gap is its agent's: no scrape), idle
+    from 11:00, 11:40 and 13:00, with a 21-minute gap at 12:29, a 35-minute gap at 13:20,
+    and a 30-minute gap at 11:50 for the last one, before it went idle (it was not idle
+    through that one)."""
+    end = T0 + timedelta(hours=5)
+    specs = [  # (idle from, gap)
+        (T0 + timedelta(hours=1), (T0 + timedelta(hours=2, minutes=29), T0 + timedelta(hours=2, minutes=50))),
+        (T0 + timedelta(hours=1, minutes=40), (T0 + timedelta(hours=3, minutes=20), T0 + timedelta(hours=3, minutes=55))),
+        (T0 + timedelta(hours=3), (T0 + timedelta(hours=1, minutes=50), T0 + timedelta(hours=2, minutes=20))),
+    ]  # fmt: skip
+    nodes = [
+        NodeInfo(name=f"n{g}", gpu_model="H100", allocatable_gpus=1, cpu_milli=64000)
+        for g in range(len(specs))
+    ]
+    pods = [
+        PodInfo(
+            namespace="research",
+            name=f"nb-{g}",
+            uid=f"u{g}",
+            node=f"n{g}",
+            phase="Running",
+            start_time=(T0 - EPOCH).total_seconds(),
+            gpu_request=1,
+            gpu_fraction=None,
+            project="research",
+            owner_kind="Notebook",
+            owner_name=f"nb-{g}",
+            pending_reason="",
+        )
+        for g in range(len(specs))
+    ]
+    with Store.open(tmp_path / "m.duckdb") as store:
+        store.record_inventory(T0, nodes=nodes, pods=pods, quotas=[])
+        t = T0
+        while t <= end:
+            batches = []
+            for g, (idle_from, gap) in enumerate(specs):
+                if gap[0] < t < gap[1]:
+                    continue
+                gpu = {"node": f"n{g}", "gpu": "0", "uuid": f"GPU-n{g}-0", "mig_instance": ""}
+                who = gpu | {"namespace": "research", "pod": f"nb-{g}", "container": "main"}
+                info = who | {"workload_kind": "interactive", "project": "research",
+                              "interactive": "true"}  # fmt: skip
+                labels = [tuple(sorted(gpu.items())), tuple(sorted(info.items()))]
+                value = 0.6 if t < idle_from else 0.01
+                ms = int(t.replace(tzinfo=UTC).timestamp() * 1000)
+                batches.append((Batch(f"n{g}", ms, [UTIL, INFO], labels, [value, 1.0], {}), 0.01))
+            store.append_cycle(batches)
+            t += timedelta(seconds=60)
+        idle = run_on_store(store, end, _cfg(), ["idle"], persist=False)["idle"]
+    found = {f.subject["pod"]: f for f in idle.findings if f.kind == "idle_session"}
+    assert sorted(found) == ["nb-0", "nb-1", "nb-2"]
+    assert found["nb-0"].evidence["data_gap_minutes"] == pytest.approx(21, abs=1.1)
+    assert found["nb-1"].evidence["data_gap_minutes"] == pytest.approx(35, abs=1.1)
+    assert "note" not in found["nb-2"].evidence  # its gap came before it went idle

@@ -257,10 +257,10 @@ def _workload_rows(
             cur.unregister("state")
         gap_params = {"at": at, "declared_s": float(scrape_interval_s),
                       "memory": settings.idle_include_memory_activity}  # fmt: skip
+        idle = [row for row in rows if row["status"] == "idle"]
+        longest = _bridged_gaps(cur, idle, gap_params)
         for row in rows:
-            row["bridged_gap_s"] = (
-                _bridged_gap(cur, row, gap_params) if row["status"] == "idle" else None
-            )
+            row["bridged_gap_s"] = longest.get(id(row)) if row["status"] == "idle" else None
     finally:
         cur.close()
     for row in rows:
@@ -270,16 +270,26 @@ def _workload_rows(
     return rows
 
 
-def _bridged_gap(
-    cur: duckdb.DuckDBPyConnection, row: dict[str, Any], params: dict[str, Any]
-) -> float | None:
-    """The longest gap in data an idle workload was judged idle through (seconds), if any:
-    the finding says so, since its idle time runs across data it did not see."""
-    own = f"{row['namespace']}/{row['pod']}/{row['container']}"
-    keys = [*row["gpu_uuids"], *(f"{u}|{own}" for u in row["gpu_uuids"])]
-    found = cur.execute(Q["bridged_gaps"], {**params, "keys": keys, "since": row["idle_since"]})
-    longest = found.fetchall()[0][0]
-    return float(longest) if longest is not None else None
+def _bridged_gaps(
+    cur: duckdb.DuckDBPyConnection, idle: Sequence[dict[str, Any]], params: dict[str, Any]
+) -> dict[int, float]:
+    """The longest gap in data each idle workload was judged idle through (seconds), by
+    its ``id()``, where there was one: the finding says so, since its idle time runs
+    across data it did not see. One query for all of them."""
+    asked = [row for row in idle if row["idle_since"] is not None]
+    if not asked:
+        return {}
+    keys = []
+    for row in asked:
+        own = f"{row['namespace']}/{row['pod']}/{row['container']}"
+        keys.append([*row["gpu_uuids"], *(f"{u}|{own}" for u in row["gpu_uuids"])])
+    since = [row["idle_since"] for row in asked]
+    found = cur.execute(
+        Q["bridged_gaps"],
+        {**params, "wid": list(range(len(asked))), "keys": keys, "since": since,
+         "lo": min(since)},
+    ).fetchall()  # fmt: skip
+    return {id(asked[wid]): float(gap) for wid, gap in found if gap is not None}
 
 
 def _findings(

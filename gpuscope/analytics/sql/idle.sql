@@ -314,23 +314,38 @@ FROM per_workload
 ORDER BY namespace, pod, container;
 
 -- name: bridged_gaps
--- The longest gap in data an idle workload was judged idle through: the longest gap over
--- three sample spacings (the key's median gap, at least $declared_s) between consecutive
--- samples of its keys ($keys: its GPUs' uuids and its own fractional keys) in
--- [$since, $at]. NULL when there was none.
+-- For each idle workload asked ($wid, with $keys: its GPUs' uuids and its own fractional
+-- keys, and $since: its idle-since), the longest gap in data it was judged idle through:
+-- the longest gap over three sample spacings (the key's median gap, at least $declared_s)
+-- between consecutive samples of one of its keys in [since, $at]; NULL when there was
+-- none. One query for every workload of a run, not one each (~20 ms apiece on 8 nodes, a
+-- second a run with fifty idle notebooks); $lo, the earliest since, lets DuckDB skip the
+-- row groups before it. A key two workloads share (a GPU's uuid) is judged per workload,
+-- from its own since.
 WITH {busy_series},
+asked AS (
+    SELECT unnest($wid) AS wid, unnest($keys) AS keys, unnest($since) AS since
+),
+wanted AS (
+    SELECT wid, unnest(keys) AS key, since FROM asked
+),
 points AS (
-    SELECT b.key, s.ts
-    FROM samples AS s JOIN busy_series AS b USING (series_id)
-    WHERE list_contains($keys, b.key) AND s.ts >= $since AND s.ts <= $at
+    SELECT w.wid, b.key, s.ts
+    FROM samples AS s
+    JOIN busy_series AS b USING (series_id)
+    JOIN wanted AS w ON w.key = b.key AND s.ts >= w.since
+    WHERE s.ts >= $lo AND s.ts <= $at
     GROUP BY ALL
 ),
 gaps AS (
-    SELECT key, epoch(ts) - epoch(lag(ts) OVER (PARTITION BY key ORDER BY ts)) AS gap_s
+    SELECT wid, key,
+           epoch(ts) - epoch(lag(ts) OVER (PARTITION BY wid, key ORDER BY ts)) AS gap_s
     FROM points
 ),
 spaced AS (
-    SELECT gap_s, greatest($declared_s, median(gap_s) OVER (PARTITION BY key)) AS spacing_s
+    SELECT wid, gap_s, greatest($declared_s, median(gap_s) OVER (PARTITION BY wid, key)) AS spacing_s
     FROM gaps
 )
-SELECT max(gap_s) FROM spaced WHERE gap_s > 3 * spacing_s;
+SELECT a.wid, max(s.gap_s) FILTER (WHERE s.gap_s > 3 * s.spacing_s) AS longest
+FROM asked AS a LEFT JOIN spaced AS s USING (wid)
+GROUP BY a.wid
