@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from gpuscope.analytics.base import Analysis
+from gpuscope.analytics.inventory import InventoryReads
 from gpuscope.analytics.runner import DETECTORS, load_scheduled, run_on_store
 from gpuscope.collector.service import CollectorService
 from gpuscope.collector.serving import run_collector
@@ -50,12 +51,14 @@ def analytics_job(service: CollectorService) -> dict[str, Analysis]:
     done: dict[str, Analysis] = {}
     at = datetime.fromtimestamp(service.clock(), UTC)
     newest: dict[datetime, str | None] = {}  # the data's end, read once for the run
+    inventory = InventoryReads()  # the state at `at`, read once for the run
     for name in DETECTORS:
         started = time.perf_counter()
         try:
             ran = run_on_store(
-                service.store, at, settings, [name], persist=True, record=False, newest=newest
-            )
+                service.store, at, settings, [name], persist=True, record=False,
+                newest=newest, inventory=inventory,
+            )  # fmt: skip
             result = ran[name]
         except Exception:
             service.metrics.job_errors.labels(f"analytics-{name}").inc()

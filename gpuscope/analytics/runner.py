@@ -12,7 +12,7 @@ import logging
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from gpuscope.analytics.base import Analysis
 from gpuscope.collector.cluster.pdb_records import blocked_by_budgets, budgets_of, stored_budgets
@@ -22,6 +22,9 @@ from gpuscope.core.errors import UserError
 from gpuscope.core.kube_objects import ObjectSet
 from gpuscope.core.settings import Settings
 from gpuscope.core.timefmt import api_times, rfc3339
+
+if TYPE_CHECKING:
+    from gpuscope.analytics.inventory import InventoryReads
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +63,7 @@ def run_on_store(
     persist: bool,
     record: bool = True,
     newest: dict[datetime, str | None] | None = None,
+    inventory: InventoryReads | None = None,
 ) -> dict[str, Analysis]:
     """Run the named detectors over the store as of ``at``.
 
@@ -70,16 +74,19 @@ def run_on_store(
     the analyses that do not state their own, by ``at``, read once and kept there for the
     next call (the collector's analytics job runs its detectors one call each, all as of
     one ``at``: one read of :func:`newest_data` a run, not one a detector, issue 39).
+    ``inventory``: the inventory read at ``at``, kept for the next call likewise (the
+    fragmentation, quota and topology detectors read the same state).
     """
     from gpuscope.analytics.detectors.bandwidth import run_bandwidth
     from gpuscope.analytics.detectors.idle import run_idle
-    from gpuscope.analytics.inventory import analysis_at
+    from gpuscope.analytics.inventory import InventoryReads
     from gpuscope.analytics.placement.allocation import state_from_records
     from gpuscope.analytics.placement.fragmentation import analyze_fragmentation
     from gpuscope.analytics.queueing.quota import run_quota
 
     out: dict[str, Analysis] = {}
     a = settings.analytics
+    inventory = inventory if inventory is not None else InventoryReads()
     for name in which:
         cur = store.cursor()
         try:
@@ -91,18 +98,18 @@ def run_on_store(
             elif name == "fragmentation":
                 # the inventory state valid at `at` (not the latest: an analysis of the
                 # past must not present today's allocation as then)
-                found = analysis_at(cur, utc(at), a)
+                found = inventory.analysis(cur, utc(at), a)
                 if found is None:
                     found = analyze_fragmentation(state_from_records([], []), at=at, settings=a)
                 out[name] = found
             elif name == "consolidation":
                 out[name] = _consolidation_from_store(cur, at, settings)
             elif name == "quota":
-                out[name] = run_quota(cur, at, a)
+                out[name] = run_quota(cur, at, a, inventory=inventory)
             elif name == "bandwidth":
                 out[name] = run_bandwidth(cur, at, a)
             elif name == "topology":
-                out[name] = topology_from_store(cur, at, settings)
+                out[name] = topology_from_store(cur, at, settings, inventory=inventory)
             else:
                 raise UserError(f"unknown analysis {name!r}")
             # the data-age rule: every analysis states how far its data reaches
@@ -241,16 +248,21 @@ def _with_blocked(plan: Analysis, blocked: dict[str, str]) -> Analysis:
 
 
 def topology_from_store(
-    cur: Any, at: datetime, settings: Settings, objects: Any = None
+    cur: Any,
+    at: datetime,
+    settings: Settings,
+    objects: Any = None,
+    *,
+    inventory: InventoryReads | None = None,
 ) -> Analysis:
     """Topology of the inventory state valid at ``at``, levels from the node labels unless
     ``objects`` (an ObjectSet: the store keeps no Topology objects, ``gpuscope analyze
-    topology --objects`` reads them from files) define them."""
+    topology --objects`` reads them from files) define them; ``inventory``: a run's reads."""
     from gpuscope.analytics.domains.topology_inputs import topology_analysis
-    from gpuscope.analytics.inventory import inventory_at
+    from gpuscope.analytics.inventory import InventoryReads
     from gpuscope.core.kube_objects import ObjectSet
 
-    nodes, pods, indices = inventory_at(cur, utc(at))
+    nodes, pods, indices = (inventory or InventoryReads()).records(cur, utc(at))
     return topology_analysis(
         nodes, pods, objects or ObjectSet(), at=at, settings=settings, gpu_indices=indices
     )

@@ -32,7 +32,7 @@ import re
 from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime, timedelta
 from importlib.resources import files
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import duckdb
 
@@ -44,6 +44,9 @@ from gpuscope.collector.storage.held_gpus import with_held_gpus
 from gpuscope.collector.storage.store import utc
 from gpuscope.core.records import Finding, finding_id
 from gpuscope.core.settings import AnalyticsSettings
+
+if TYPE_CHECKING:
+    from gpuscope.analytics.inventory import InventoryReads
 
 KINDS: tuple[str, ...] = ("quota_overuse",)
 #: GPU amounts below this are rounding noise of fractional sums, not over-use.
@@ -70,12 +73,15 @@ def _gpus(value: float) -> float | int:
 
 
 def _placement_blocker(
-    con: duckdb.DuckDBPyConnection, at: datetime, settings: AnalyticsSettings
+    con: duckdb.DuckDBPyConnection,
+    at: datetime,
+    settings: AnalyticsSettings,
+    inventory: InventoryReads | None,
 ) -> dict[str, Any]:
     """The placement view at ``at``: what the fragmentation analysis says is free."""
-    from gpuscope.analytics.inventory import analysis_at
+    from gpuscope.analytics.inventory import InventoryReads
 
-    found = analysis_at(con, at, settings)
+    found = (inventory or InventoryReads()).analysis(con, at, settings)
     return dict(found.summary) if found is not None else {}
 
 
@@ -101,12 +107,14 @@ def run_quota(
     settings: AnalyticsSettings,
     *,
     window: timedelta = timedelta(days=7),
+    inventory: InventoryReads | None = None,
 ) -> Analysis:
     """Quota use per project as of ``at`` and ``quota_overuse`` findings.
 
     ``con`` is a cursor on the store (read-only use); ``window`` is the span of the
     fairness view (GPU-hours over ``[at - window, at]``). Pure: the same store and time
-    give the same answer. ``settings`` serve the placement view of a waiting job.
+    give the same answer. ``settings`` serve the placement view of a waiting job;
+    ``inventory``, a run's reads of the state at ``at``, shares it with the other readers.
     """
     at = utc(at)
     pods = _records(con, "pods_at", at)
@@ -143,7 +151,7 @@ def run_quota(
 
     def placement() -> Mapping[str, Any]:
         if "p" not in cache:
-            cache["p"] = _placement_blocker(con, at, settings)
+            cache["p"] = _placement_blocker(con, at, settings, inventory)
         return dict(cache["p"])
 
     return quota_analysis(state, at, placement, hours=hours, window=window)
