@@ -26,9 +26,9 @@ Measured over each window after a warm-up:
   seconds and its maintenance runs twice a segment (``maintenance_interval_seconds``,
   hourly by default), waits a 120th of a segment for late batches
   (``late_batch_seconds``, 60 by default) and leaves the last 39/72 of a segment as
-  scraped (``compact_recent_seconds``, 65 minutes by default), and Prometheus cuts blocks of the segment's
-  length (its hidden ``--storage.tsdb.min-block-duration``, 2 h by default, and
-  ``max-block-duration`` three times it, so it also merges blocks once);
+  scraped (``compact_recent_seconds``, 65 minutes by default), and Prometheus cuts
+  blocks of the segment's length (its hidden ``--storage.tsdb.min-block-duration``, 2 h
+  by default, and ``max-block-duration`` three times it, so it also merges blocks once);
 - the ticks each accounted for: the collector's status (scrapes, failures, skipped) per
   target against the ticks of the first window.
 

@@ -17,8 +17,8 @@ builder makes it as a collector does:
 - the product's own maintenance, :meth:`~gpuscope.collector.storage.store.Store.apply_retention`
   (roll-ups, retention, compaction of segments and days as a collector as shipped does
   it: :data:`SHIPPED`, the last 65 minutes left as scraped), runs every simulated hour as
-  the service's retention job does, and once more at the end; its time is summed apart from the ingest's and reported
-  as a row of its own. No roll-up table is ever written here.
+  the service's retention job does, and once more at the end; its time is summed apart
+  from the ingest's and reported as a row of its own. No roll-up table is ever written here.
 
 Which series: ``families="analysis"`` (the default) keeps the families the detectors and
 the report read (:data:`ANALYSED`: :data:`gpuscope.demo.history.KEPT` and the IB error
