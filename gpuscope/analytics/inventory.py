@@ -57,23 +57,7 @@ def analysis_at(
 ) -> Analysis | None:
     """The fragmentation analysis of the inventory state valid at ``at`` (None: no nodes
     then). What the scheduled detector and ``gpuscope analyze`` report for that time."""
-    nodes = [node_record(r[0]) for r in run(con, Q["nodes_at"], at=at).fetchall()]
-    if not nodes:
-        return None
-    pods = [pod_record(r[0]) for r in run(con, Q["pods_at"], at=at).fetchall()]
-    indices = {k: sorted(g) for k, g in run(con, Q["gpu_indices_at"], at=at).fetchall()}
-    return _analysis(nodes, pods, indices, at, settings)
-
-
-def _analysis(
-    nodes: list[NodeInfo],
-    pods: list[PodInfo],
-    indices: dict[str, list[int]],
-    at: datetime,
-    settings: AnalyticsSettings,
-) -> Analysis:
-    state = state_from_records(nodes, pods, indices)
-    return analyze_fragmentation(state, at=at, settings=settings)
+    return InventoryReads().analysis(con, at, settings)
 
 
 class InventoryReads:
@@ -104,7 +88,10 @@ class InventoryReads:
         made = self._analyses.get(at)
         if made is None or made[0] is not settings:
             nodes, pods, indices = self.records(con, at)
-            found = _analysis(nodes, pods, indices, at, settings) if nodes else None
+            found = None
+            if nodes:
+                state = state_from_records(nodes, pods, indices)
+                found = analyze_fragmentation(state, at=at, settings=settings)
             made = self._analyses[at] = (settings, found)
         return made[1]
 

@@ -20,7 +20,8 @@ from gpuscope.collector.cluster.inventory_records import NodeInfo, PodInfo
 from gpuscope.collector.storage import store as store_module
 from gpuscope.collector.storage.store import Store, utc
 from gpuscope.core.settings import Settings
-from tests.integration.test_idle import END, T0, Gpu, Work, fill
+from tests.integration.test_idle import END, T0
+from tests.integration.test_idle_job_record import idle_store
 
 pytestmark = pytest.mark.integration
 
@@ -43,12 +44,10 @@ class Counting:
 
 
 def cluster_store(path: Path) -> Store:
-    """Two nodes of 8 GPUs: a notebook and a training pod running, a job of 16 GPUs
-    waiting (so the quota view asks where it could be placed), an hour of samples."""
-    a, b = Gpu("n1", 0), Gpu("n2", 0)
-    store = Store.open(path)
-    works = [Work("team-a", "nb-1", "interactive", (a,)), Work("team-b", "train-1", "batch", (b,))]
-    fill(store, [a, b], works, lambda g, ts: 0.0 if g is a else 0.8)
+    """test_idle_job_record's hour of a notebook and a training pod on n1, with the
+    inventory: two nodes of 8 GPUs, and a job of 16 GPUs waiting (so the quota view asks
+    where it could be placed)."""
+    store = idle_store(path)
     nodes = [NodeInfo(name=n, gpu_model="H100", allocatable_gpus=8, cpu_milli=64000)
              for n in ("n1", "n2")]  # fmt: skip
 
@@ -59,7 +58,7 @@ def cluster_store(path: Path) -> Store:
             owner_name=name, pending_reason="Unschedulable" if node is None else "",
         )  # fmt: skip
 
-    pods = [pod("team-a", "nb-1", "n1", 1, "Running"), pod("team-b", "train-1", "n2", 1, "Running"),
+    pods = [pod("team-a", "nb-1", "n1", 1, "Running"), pod("team-b", "train-1", "n1", 1, "Running"),
             pod("team-b", "big-1", None, 16, "Pending")]  # fmt: skip
     store.record_inventory(T0, nodes=nodes, pods=pods, quotas=[])
     return store

@@ -257,10 +257,9 @@ def _workload_rows(
             cur.unregister("state")
         gap_params = {"at": at, "declared_s": float(scrape_interval_s),
                       "memory": settings.idle_include_memory_activity}  # fmt: skip
-        idle = [row for row in rows if row["status"] == "idle"]
-        longest = _bridged_gaps(cur, idle, gap_params)
         for row in rows:
-            row["bridged_gap_s"] = longest.get(id(row)) if row["status"] == "idle" else None
+            row["bridged_gap_s"] = None
+        _bridged_gaps(cur, [row for row in rows if row["status"] == "idle"], gap_params)
     finally:
         cur.close()
     for row in rows:
@@ -272,13 +271,13 @@ def _workload_rows(
 
 def _bridged_gaps(
     cur: duckdb.DuckDBPyConnection, idle: Sequence[dict[str, Any]], params: dict[str, Any]
-) -> dict[int, float]:
-    """The longest gap in data each idle workload was judged idle through (seconds), by
-    its ``id()``, where there was one: the finding says so, since its idle time runs
-    across data it did not see. One query for all of them."""
+) -> None:
+    """Set ``bridged_gap_s`` of each idle workload to the longest gap in data it was
+    judged idle through (seconds), where there was one: the finding says so, since its
+    idle time runs across data it did not see. One query for all of them."""
     asked = [row for row in idle if row["idle_since"] is not None]
     if not asked:
-        return {}
+        return
     keys = []
     for row in asked:
         own = f"{row['namespace']}/{row['pod']}/{row['container']}"
@@ -289,7 +288,9 @@ def _bridged_gaps(
         {**params, "wid": list(range(len(asked))), "keys": keys, "since": since,
          "lo": min(since)},
     ).fetchall()  # fmt: skip
-    return {id(asked[wid]): float(gap) for wid, gap in found if gap is not None}
+    for wid, gap in found:
+        if gap is not None:
+            asked[wid]["bridged_gap_s"] = float(gap)
 
 
 def _findings(
