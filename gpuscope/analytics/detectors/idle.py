@@ -69,19 +69,32 @@ _STATE_SCHEMA = pa.schema([
 ])  # fmt: skip
 
 
+#: The queries that read the run's resolved busy series (the registered table ``busy``)
+#: instead of resolving them again.
+_READS_RESOLVED = frozenset({"fold"})
+_RESOLVED = "busy_series AS (SELECT series_id, key, signal, share FROM busy)"
+
+
 def _load_queries() -> dict[str, str]:
     text = files("gpuscope.analytics").joinpath("sql", "idle.sql").read_text(encoding="utf-8")
     parts = re.split(r"^-- name: (\w+)\n", text, flags=re.MULTILINE)
     named = {name: body.strip() for name, body in zip(parts[1::2], parts[2::2], strict=True)}
     busy = named.pop("busy_series")
     return {
-        name: with_rule(with_held_gpus(body.replace("{busy_series}", busy)))
+        name: with_rule(
+            with_held_gpus(
+                body.replace("{busy_series}", _RESOLVED if name in _READS_RESOLVED else busy)
+            )
+        )
         for name, body in named.items()
     }
 
 
 #: Named queries from gpuscope/analytics/sql/idle.sql.
 Q = _load_queries()
+#: The parameters the fold binds (DuckDB refuses any it does not use: the run's ``at`` and
+#: ``memory`` are the busy series', resolved before it).
+_FOLD_PARAMS = frozenset(re.findall(r"\$(\w+)", Q["fold"]))
 
 
 def _floor(ts: datetime, seconds: int) -> datetime:
@@ -110,13 +123,15 @@ def _fold(
     bound: datetime | None = None,
 ) -> pa.Table:
     """``prior`` folded with the samples in (lo, hi]; the look-back read from ``bound``
-    on (gpuscope/analytics/detectors/idle_reads.py; None: whole)."""
+    on (gpuscope/analytics/detectors/idle_reads.py; None: whole). The busy series are the
+    table ``busy`` registered on ``cur`` (:func:`_busy`)."""
     if hi <= lo:
         return prior
     cur.register("prior", prior)
     try:
         start = read_from(bound, lo, LOOKBACK)
-        return _state_rows(cur, Q["fold"], {**params, "lo": lo, "hi": hi, "read_from": start})
+        bound_params = {**params, "lo": lo, "hi": hi, "read_from": start}
+        return _state_rows(cur, Q["fold"], {k: bound_params[k] for k in _FOLD_PARAMS})
     finally:
         cur.unregister("prior")
 
@@ -137,6 +152,22 @@ def _state_rows(
     none = [None] * len(rows)  # a column the query does not give (lookback_from) is null
     arrays = [pa.array(by_name.get(f.name, none), f.type) for f in _STATE_SCHEMA]
     return pa.Table.from_arrays(arrays, schema=_STATE_SCHEMA)
+
+
+_BUSY_SCHEMA = pa.schema([
+    ("series_id", pa.uint32()), ("key", pa.string()), ("signal", pa.string()),
+    ("share", pa.float64()),
+])  # fmt: skip
+
+
+def _busy(cur: duckdb.DuckDBPyConnection, params: dict[str, Any]) -> pa.Table:
+    """The busy series at the run's instant (series_id, key, signal, share), resolved once
+    for the run's folds and its look for keys the saved state lacks. Fetched as rows (a
+    few a GPU): an Arrow fetch of a DB-API result copies them once more, and warns."""
+    rows = cur.execute(Q["busy"], {"at": params["at"], "memory": params["memory"]}).fetchall()
+    columns = list(zip(*rows, strict=True)) if rows else [()] * len(_BUSY_SCHEMA)
+    arrays = [pa.array(c, f.type) for c, f in zip(columns, _BUSY_SCHEMA, strict=True)]
+    return pa.Table.from_arrays(arrays, schema=_BUSY_SCHEMA)
 
 
 def _meta(cur: duckdb.DuckDBPyConnection, key: str) -> str | None:
@@ -176,6 +207,8 @@ def activity_state(
     config = _config(settings, float(scrape_interval_s))
     cur = store.cursor()
     try:
+        busy = _busy(cur, params)
+        cur.register("busy", busy)
         saved_until = _meta(cur, WATERMARK_KEY)
         saved_config = _meta(cur, CONFIG_KEY)
         watermark = utc(saved_until) if saved_until else None
@@ -185,7 +218,7 @@ def activity_state(
             assert watermark is not None
             lo = watermark
             prior = _state_rows(cur, Q["load_state"])
-            bound = saved_bound(cur, prior, lo, Q["unfolded_keys"], params, LOOKBACK)
+            bound = saved_bound(prior, lo, busy.column("key").to_pylist(), LOOKBACK)
         else:
             rolled = _meta(cur, "rollup_5m_until")
             lo = _floor(at - RAW_HORIZON, 300)

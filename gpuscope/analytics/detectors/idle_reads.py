@@ -19,10 +19,9 @@ tests/integration/test_idle_read_bound.py holds the two equal over random histor
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import datetime, timedelta
-from typing import Any
 
-import duckdb
 import pyarrow as pa  # type: ignore[import-untyped]
 import pyarrow.compute as pc  # type: ignore[import-untyped]
 
@@ -40,26 +39,16 @@ def next_bound(state: pa.Table, at: datetime, lookback: timedelta) -> datetime |
 
 
 def saved_bound(
-    cur: duckdb.DuckDBPyConnection,
-    prior: pa.Table,
-    lo: datetime,
-    unfolded_sql: str,
-    params: dict[str, Any],
-    lookback: timedelta,
+    prior: pa.Table, lo: datetime, busy_keys: Iterable[str], lookback: timedelta
 ) -> datetime | None:
     """The earliest sample time a fold after ``lo`` with ``prior`` (the saved state) must
-    read: :func:`next_bound` of it, unless a busy key is missing from ``prior`` (then None:
-    the look-back's start)."""
+    read: :func:`next_bound` of it, unless one of ``busy_keys`` (the run's busy keys) is
+    missing from ``prior`` (then None: the look-back's start)."""
     bound = next_bound(prior, lo, lookback)
     if bound is None:
         return None
-    cur.register("prior", prior)
-    try:
-        rows = cur.execute(unfolded_sql, {"at": params["at"], "memory": params["memory"]})
-        missing = rows.fetchall()[0][0]
-    finally:
-        cur.unregister("prior")
-    return None if missing else bound
+    held = set(prior.column("uuid").to_pylist())
+    return None if any(key not in held for key in busy_keys) else bound
 
 
 def read_from(bound: datetime | None, lo: datetime, lookback: timedelta) -> datetime:

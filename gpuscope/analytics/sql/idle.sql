@@ -1,6 +1,7 @@
 -- Named queries of analytics/detectors/idle.py. Each query follows its own name line.
 -- Parameters are bound ($name); `prior` is an Arrow table of gpu_activity_state rows that
--- idle.py registers. {busy_series} is filled in from the block of that name at load.
+-- idle.py registers. {busy_series} is filled in from the block of that name at load (in
+-- `fold`, from the registered table `busy` the `busy` query gave).
 
 -- name: busy_series
 -- The busy signal of each activity key. A GPU (or MIG device) uuid: DCGM SM activity
@@ -148,13 +149,13 @@ SELECT uuid, last_busy_ts, last_busy_value, last_sample_ts, covered_since, signa
        NULL::DOUBLE AS spacing, lookback_from
 FROM gpu_activity_state;
 
--- name: unfolded_keys
--- Busy keys the state `prior` does not hold (a fractional pod's key whose inventory record
--- came after its first samples): the look-back's samples are then read whole, since the
--- read bound speaks only for the keys folded before.
+-- name: busy
+-- The busy series at $at, resolved once a run: the run's two folds read them from `busy`
+-- (the Arrow table of this answer, which idle.py registers), and idle.py looks among
+-- their keys for one the saved state does not hold. Each fold resolving them
+-- itself, and a query of its own for that look, were ~30 ms of a run at 8 nodes (issue 39).
 WITH {busy_series}
-SELECT count(*) FROM (SELECT DISTINCT key FROM busy_series) AS b
-WHERE b.key NOT IN (SELECT uuid FROM prior);
+SELECT series_id, key, signal, share FROM busy_series;
 
 -- name: rollup_prior
 -- The state before $lo from the 5-minute roll-ups (buckets in [$since, $lo)), for a full
