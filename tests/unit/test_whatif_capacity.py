@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import random
 from typing import Any
 
@@ -195,6 +196,86 @@ def test_bisection_to_a_resolution_meets_the_target_close_to_the_least_count() -
         if want < 100:
             assert got == want
         assert len(set(coarse)) <= len(set(exact))
+
+
+def test_a_queue_that_rose_between_two_gallop_steps_is_probed_between_them() -> None:
+    """The demo's week under leastallocated (queued GPU-hours replayed with --add-nodes,
+    2026-12-07): 8 nodes just miss the 90 % cut, 16 to 32 queue twice as much (the new
+    nodes take small pods), 64 meet it; 10 is the least count that does, and galloping on
+    from 8 to 16, 32 and 64 then bisecting between 32 and 64 answered 36."""
+    known = {0: 26669.3, 1: 25115.9, 2: 10104.4, 3: 4970.8, 4: 4499.5, 8: 2748.3, 9: 2700.0,
+             10: 2562.4, 11: 2500.0, 12: 2426.5, 13: 2400.0, 14: 2296.8, 15: 2300.0,
+             16: 5241.6, 32: 5198.1, 34: 5187.2, 35: 4341.6, 36: 2474.2, 40: 2140.6,
+             48: 1866.8, 64: 330.1}  # fmt: skip
+
+    def queued(k: int) -> float:  # the counts not replayed: as the nearest below
+        return known[max(x for x in known if x <= k)]
+
+    half = _least(queued, 26669.3 * 0.5, 64)
+    assert half == 2  # a falling queue: as before
+    # the deeper cut's search starts from one below the first cut's answer, as
+    # fewest_gpus runs it: 2, 4, 8 (just over), 16 (twice as much), ...
+    assert _least(queued, 26669.3 * 0.1, 64, half - 1) == 10
+    assert _galloping_bisection(queued, 26669.3 * 0.1, 64, half - 1) == 36  # as it was
+
+
+def _galloping_bisection(queued: Any, target: float, bound: int, lo: int = 0) -> int | None:
+    """The search before it probed between gallop steps (the reference it must never do
+    worse than)."""
+    if queued(lo) <= target:
+        return lo
+    step, hi = 1, min(bound, lo + 1)
+    while queued(hi) > target:
+        if hi >= bound:
+            return None
+        lo, step = hi, step * 2
+        hi = min(bound, hi + step)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if queued(mid) <= target:
+            hi = mid
+        else:
+            lo = mid
+    return hi
+
+
+def test_a_queue_that_is_not_falling_gets_an_answer_that_meets_the_cut_never_a_larger_one() -> None:
+    """Random queues falling with bumps (a spreading policy queuing more with more nodes):
+    the answer meets the target, is never above the plain galloping bisection's, and is the
+    least count meeting it whenever that count lies between two gallop steps the queue
+    rose across with at most SCAN counts between them."""
+    rng = random.Random(7)
+    found_lower = 0
+    for _ in range(300):
+        bound = rng.choice([20, 64, 200])
+        values = [100.0 * 0.93**k for k in range(bound + 1)]
+        for _ in range(rng.randint(1, 3)):  # bumps: a stretch of counts queuing more
+            a = rng.randint(1, bound)
+            for k in range(a, min(bound + 1, a + rng.randint(1, 40))):
+                values[k] += rng.uniform(5, 60)
+        target = rng.uniform(0.5, 60.0)
+        calls: list[int] = []
+
+        def queued(k: int, values: list[float] = values, calls: list[int] = calls) -> float:
+            calls.append(k)
+            return values[k]
+
+        got = _least(queued, target, bound)
+        plain = _galloping_bisection(lambda k, v=values: v[k], target, bound)
+        if plain is None:
+            continue  # the plain search found none; a found one must still meet it
+        assert got is not None and values[got] <= target
+        assert got <= plain
+        found_lower += got < plain
+        least = next(k for k in range(bound + 1) if values[k] <= target)
+        steps = [0, 1]
+        while steps[-1] < bound:
+            steps.append(min(bound, steps[-1] + 2 ** (len(steps) - 1)))
+        for lo, hi in itertools.pairwise(steps):
+            rose_across = lo < least < hi and hi - lo - 1 <= 8 and values[hi] > values[lo]
+            if rose_across and all(values[s] > target for s in steps if s <= lo):
+                assert got == least
+    assert found_lower > 0  # the probing between steps mattered somewhere
 
 
 def test_search_stops_at_its_replay_budget() -> None:
