@@ -311,6 +311,14 @@ def _least(
             return None
         lo, step = hi, step * 2
         hi = min(bound, hi + step)
+    return _bisect(queued, target, lo, hi, resolution)
+
+
+def _bisect(
+    queued: Callable[[int], float], target: float, lo: int, hi: int, resolution: float = 0.0
+) -> int:
+    """From ``lo`` (over the target) and ``hi`` (meeting it), the count meeting it that
+    bisection narrows to, within ``max(1, resolution * hi)`` of the one before it."""
     while hi - lo > max(1, int(hi * resolution)):
         mid = (lo + hi) // 2
         if queued(mid) <= target:
@@ -334,14 +342,7 @@ def _between(
     before = lo
     for k in probes:
         if queued(k) <= target:
-            found = k
-            while found - before > 1:
-                mid = (before + found) // 2
-                if queued(mid) <= target:
-                    found = mid
-                else:
-                    before = mid
-            return found
+            return _bisect(queued, target, before, k)
         before = k
     return None
 
