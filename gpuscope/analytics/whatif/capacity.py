@@ -303,13 +303,13 @@ def _least(
     much, and 10 met it, which galloping on to 32 and 64 never tried."""
     if queued(lo) <= target:
         return lo
-    step, hi = 1, min(bound, lo + 1)
+    step, hi, before = 1, min(bound, lo + 1), queued(lo)
     while (value := queued(hi)) > target:
-        if value > queued(lo) and (found := _between(queued, target, lo, hi)) is not None:
+        if value > before and (found := _between(queued, target, lo, hi)) is not None:
             return found
         if hi >= bound:
             return None
-        lo, step = hi, step * 2
+        lo, step, before = hi, step * 2, value
         hi = min(bound, hi + step)
     return _bisect(queued, target, lo, hi, resolution)
 
