@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import bisect
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Generator, Sequence
 
 import numpy as np
 
@@ -49,7 +49,7 @@ Key = tuple[str, tuple[str, ...]]
 
 def fast_frames(
     cluster: SimulatedCluster, nodes: Sequence[str], times: Sequence[float], run: int = RUN
-) -> Iterator[list[NodeFrame]]:
+) -> Generator[list[NodeFrame], None, None]:
     """Each time's frame, one :data:`NodeFrame` per node in ``nodes`` order; ``times`` are
     the scenario's own (seconds since its origin)."""
     layouts = Layouts()

@@ -44,6 +44,7 @@ from gpuscope.demo.parts import (
     start_agents,
     stop_agents,
 )
+from gpuscope.demo.readings_process import frames_in_helper
 from gpuscope.service import add_analytics, analytics_job
 from gpuscope.sim import SimulatedCluster, default_scenario
 
@@ -285,7 +286,9 @@ def _fill_week(
 ) -> None:
     """The history, each 30-minute piece after the inventory as the API server would have
     listed it then (jobs come and go all week: the what-if replays their arrivals and
-    departures; none runs shorter than a piece, so each is listed)."""
+    departures; none runs shorter than a piece, so each is listed). The readings are
+    computed in a helper process while this one stores them and the inventory
+    (gpuscope/demo/readings_process.py)."""
     start = end - days * 86_400
     piece = 1800.0
     bar = _Bar()
@@ -297,6 +300,7 @@ def _fill_week(
     fill_history(
         service.store, cluster, dict(zip(cluster.node_names, urls, strict=True)),
         start=start, end=end, origin=origin, before=inventory, progress=bar,
+        readings=frames_in_helper,
     )  # fmt: skip
 
 
