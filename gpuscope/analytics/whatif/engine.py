@@ -126,7 +126,9 @@ def replay(
             return None
         if min(priorities) >= event.priority:  # nothing running is of a lower priority
             return None
-        choice = preemption.choose(cluster, event.request, event.priority, on_node, running)
+        trial = cluster.trial()
+        choice = preemption.choose(trial, event.request, event.priority, on_node, running)
+        trial.settle()
         if choice is None:
             return None
         for k in choice.victims:

@@ -231,6 +231,11 @@ class ReplayCluster:
     def fits(self, i: int, req: Request) -> bool:
         return self.score(self.node_sid[i], req, request_key(req)) is not None
 
+    def trial(self) -> TrialView:
+        """A view for preemption's trials (release and restore, then
+        :meth:`TrialView.settle`)."""
+        return TrialView(self)
+
     def release(self, placed: Placed) -> None:
         node = self.nodes[placed.node]
         share = placed.request.share_milli
@@ -243,6 +248,29 @@ class ReplayCluster:
             node.mig[profile] += count
         self.allocated -= share * len(placed.gpus)
         self._move(placed.node)
+
+    def _adjust(self, placed: Placed, sign: int) -> bool:
+        """The node's free resources moved by ``sign`` times what ``placed`` holds, its
+        groups left as they were (a trial's step: :class:`TrialView`); whether anything
+        of its signature changed."""
+        node = self.nodes[placed.node]
+        template = self.templates[node.kind]
+        share = placed.request.share_milli
+        for g in placed.gpus:
+            node.gpus[g] += sign * share
+        task = placed.request.task
+        node.cpu += sign * task.cpu_milli
+        memory = task.memory_mib if template.memory_mib_total else 0
+        node.memory += sign * memory
+        for profile, count in placed.request.mig:
+            node.mig[profile] += sign * count
+        self.allocated -= sign * share * len(placed.gpus)
+        return bool(
+            (share and placed.gpus)
+            or task.cpu_milli
+            or memory
+            or any(count for _, count in placed.request.mig)
+        )
 
     def fgd_ratio(self) -> float:
         """The cluster's FGD fragmentation ratio (fragmented / free GPU on open nodes)."""
@@ -266,3 +294,47 @@ class ReplayCluster:
             if self.templates[n.kind].schedulable and n.gpus
         ]
         return tuple((k, node_placements(free, k)[0]) for k in HEADROOM_SIZES)
+
+
+class TrialView:
+    """Preemption's trials on a :class:`ReplayCluster` (the ``Trial`` protocol of
+    :mod:`~gpuscope.analytics.whatif.preemption`) without regrouping a node at each step.
+
+    Why: a trial releases a node's candidates, restores them one by one and puts the node
+    back as it was, and each step moved the node between signature groups (a signature
+    computed, a list searched): a third of a replay's time on the demo's week. Here a step
+    only changes the node's numbers, :meth:`fits` reads the node's signature as it is then,
+    and :meth:`settle` leaves the groups as the steps one by one would have: a node a step
+    changed ends last in its group, and a group it was alone in joins again last (its place
+    in the order random ties follow). The groups a node passed through in between kept no
+    trace of it, so the replay's choices and figures are the same (tested).
+    """
+
+    def __init__(self, cluster: ReplayCluster) -> None:
+        self._cluster = cluster
+        #: the nodes a step changed, in the order of their first change
+        self._moved: dict[int, None] = {}
+
+    def release(self, placed: Placed) -> None:
+        if self._cluster._adjust(placed, 1):
+            self._moved.setdefault(placed.node, None)
+
+    def restore(self, placed: Placed) -> None:
+        if self._cluster._adjust(placed, -1):
+            self._moved.setdefault(placed.node, None)
+
+    def fits(self, i: int, req: Request) -> bool:
+        c = self._cluster
+        return c.score(c._sid(c.nodes[i].signature()), req, request_key(req)) is not None
+
+    def settle(self) -> None:
+        """The groups as the trials' steps would have left them; every node must be back
+        as it was."""
+        c = self._cluster
+        for i in self._moved:
+            if c.nodes[i].signature() != c.sigs[i]:
+                raise AssertionError(f"a preemption trial left node {i} changed")
+            sid = c.node_sid[i]
+            c._leave(sid, i)
+            c._join(sid, i)
+        self._moved.clear()
