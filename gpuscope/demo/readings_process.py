@@ -50,8 +50,14 @@ def frames_in_helper(
         assert proc.stdout is not None
         try:
             # the helper reads its whole input before it writes, so this cannot block on it
-            pickle.dump((cluster, list(nodes), list(times), run), proc.stdin, protocol=5)
-            proc.stdin.close()
+            try:
+                pickle.dump((cluster, list(nodes), list(times), run), proc.stdin, protocol=5)
+                proc.stdin.close()
+            except BrokenPipeError:  # it ended before reading it (it could not start)
+                proc.wait()
+                raise RuntimeError(
+                    f"the readings' helper process ended early: {_last_line(err)}"
+                ) from None
             for _ in range(runs):
                 yield from _next_run(proc.stdout, err)
             if proc.wait() != 0:

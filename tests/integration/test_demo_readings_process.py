@@ -4,8 +4,11 @@ stops early."""
 
 from __future__ import annotations
 
+import shutil
+
 import pytest
 
+from gpuscope.demo import readings_process
 from gpuscope.demo.readings import NodeFrame
 from gpuscope.demo.readings_fast import fast_frames
 from gpuscope.demo.readings_process import frames_in_helper
@@ -46,6 +49,15 @@ def test_a_failing_helper_is_one_error_with_its_last_line() -> None:
     cluster = _cluster()
     with pytest.raises(RuntimeError, match=r"helper process ended early: .*no-such-node"):
         list(frames_in_helper(cluster, ["no-such-node"], [0.0, 300.0], 2))
+
+
+def test_a_helper_that_cannot_start_is_one_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An interpreter that exits at once without reading the cluster (here ``false``): the
+    caller's write meets a closed pipe and gets the same one error, not BrokenPipeError."""
+    monkeypatch.setattr(readings_process.sys, "executable", shutil.which("false"))
+    cluster = _cluster()
+    with pytest.raises(RuntimeError, match="helper process ended early"):
+        list(frames_in_helper(cluster, cluster.node_names, [0.0, 300.0], 2))
 
 
 def test_stopping_early_ends_the_helper() -> None:
