@@ -8,8 +8,8 @@ the frames a run of times at a time and hands each run over a pipe while this pr
 stores the run before it, so the fill takes about as long as the longer of the two.
 
 The helper gets the simulated cluster itself (pickled: pods removed by an action included)
-and computes exactly what :func:`fast_frames` computes here (tests/unit/
-test_demo_readings.py compares them). Runs are pickled one at a time and the pipe holds
+and computes exactly what :func:`fast_frames` computes here (tests/integration/
+test_demo_readings_process.py compares them). Runs are pickled one at a time and the pipe holds
 less than one, so at most about two runs of frames exist at once, as in one process. Its
 imports are numpy and the simulator's (some 35 MB resident); it ends with the last run,
 and is killed when the caller stops iterating early.
@@ -22,7 +22,7 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Generator, Sequence
-from typing import IO, Any
+from typing import IO
 
 from gpuscope.demo.readings import NodeFrame
 from gpuscope.demo.readings_fast import fast_frames
@@ -87,7 +87,7 @@ def _last_line(err: IO[bytes]) -> str:
 def _serve(source: IO[bytes], sink: IO[bytes]) -> None:
     """The helper's side: read the cluster and the times, write each run's frames."""
     cluster, nodes, times, run = pickle.load(source)  # noqa: S301 (the parent's pipe)
-    batch: list[Any] = []
+    batch: list[list[NodeFrame]] = []
     for frame in fast_frames(cluster, nodes, times, run):
         batch.append(frame)
         if len(batch) == run:

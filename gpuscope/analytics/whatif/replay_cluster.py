@@ -216,16 +216,7 @@ class ReplayCluster:
 
     def restore(self, placed: Placed) -> None:
         """Take back exactly what ``placed`` held (a preemption's trial undone)."""
-        node = self.nodes[placed.node]
-        share = placed.request.share_milli
-        for g in placed.gpus:
-            node.gpus[g] -= share
-        node.cpu -= placed.request.task.cpu_milli
-        if self.templates[node.kind].memory_mib_total:
-            node.memory -= placed.request.task.memory_mib
-        for profile, count in placed.request.mig:
-            node.mig[profile] -= count
-        self.allocated += share * len(placed.gpus)
+        self._adjust(placed, -1)
         self._move(placed.node)
 
     def fits(self, i: int, req: Request) -> bool:
@@ -237,22 +228,14 @@ class ReplayCluster:
         return TrialView(self)
 
     def release(self, placed: Placed) -> None:
-        node = self.nodes[placed.node]
-        share = placed.request.share_milli
-        for g in placed.gpus:
-            node.gpus[g] += share
-        node.cpu += placed.request.task.cpu_milli
-        if self.templates[node.kind].memory_mib_total:
-            node.memory += placed.request.task.memory_mib
-        for profile, count in placed.request.mig:
-            node.mig[profile] += count
-        self.allocated -= share * len(placed.gpus)
+        self._adjust(placed, 1)
         self._move(placed.node)
 
     def _adjust(self, placed: Placed, sign: int) -> bool:
-        """The node's free resources moved by ``sign`` times what ``placed`` holds, its
-        groups left as they were (a trial's step: :class:`TrialView`); whether anything
-        of its signature changed."""
+        """The node's free resources moved by ``sign`` times what ``placed`` holds (1: its
+        release, -1: its restoring), its groups left as they were (:meth:`release` and
+        :meth:`restore` then regroup it; a trial's step, :class:`TrialView`, does not);
+        whether anything of its signature changed."""
         node = self.nodes[placed.node]
         template = self.templates[node.kind]
         share = placed.request.share_milli
