@@ -54,3 +54,14 @@ def free_port() -> int:
 #: How often a test's loopback HTTP server looks for its shutdown (socketserver's default is
 #: 0.5 s, which every ``shutdown()`` waited for: about 0.3 s a test that starts one).
 SHUTDOWN_POLL_S = 0.02
+
+
+# --cpu-time=N: the test files that used the most CPU (tests/cpu_time.py)
+from tests.cpu_time import (  # noqa: E402,F401
+    pytest_addoption,
+    pytest_configure,
+    pytest_runtest_call,
+    pytest_runtest_makereport,
+    pytest_runtest_setup,
+    pytest_runtest_teardown,
+)
