@@ -59,7 +59,6 @@ def add_report_parser(sub: Any) -> None:
 def cmd_report(args: argparse.Namespace) -> int:
     """Write the report and print its chat summary (which names the HTML file)."""
     from gpuscope.analytics.report.week import Week
-    from gpuscope.analytics.report.weekly import weekly_report
     from gpuscope.cli.common import FIRST_YEAR, LAST_YEAR, open_store
     from gpuscope.core.errors import UserError
 
@@ -78,6 +77,10 @@ def cmd_report(args: argparse.Namespace) -> int:
         return report_through(collector, label, out_dir, args.json)
     if not Path(db).exists():
         raise UserError(f"database {db} does not exist")
+    # the report's modules (matplotlib, the templates: ~0.5 s of imports) only once the
+    # inputs are good: a refused command answers in the time the settings take to load
+    from gpuscope.analytics.report.weekly import weekly_report
+
     with open_store(db, memory_limit=settings.collector.db_memory_limit) as store:
         cur = store.cursor()
         try:
