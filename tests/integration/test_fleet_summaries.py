@@ -359,14 +359,15 @@ def test_summaries_store_no_per_gpu_series(run: SimRun, tmp_path: Path) -> None:
 
 
 def test_summaries_on_prometheus_find_what_direct_scraping_finds(
-    run: SimRun, tmp_path: Path
+    run: SimRun, stores: tuple[Store, ...], tmp_path: Path
 ) -> None:
     """The same questions are plain PromQL: Prometheus answers them as VictoriaMetrics does,
-    the change-only node summaries' too."""
+    the change-only node summaries' too. Against the module's direct store (the same run
+    scraped directly: read here, never written)."""
     from bench.fleet_sim import write_openmetrics
     from tests.integration.engines import prometheus_on_blocks
 
-    direct = scrape_directly(run, tmp_path / "d.duckdb", SETTINGS)
+    direct = stores[0]
     om = tmp_path / "fleet.om"
     write_openmetrics(run.pages(), run.times(), om)
     changes_only = SUMMARIES.model_copy(update={"changes_only": True})
