@@ -62,7 +62,7 @@ def db(tmp_path: Path) -> Path:
 def test_migrates_an_empty_file_to_the_latest_version(db: Path) -> None:
     """A new file gets every table of every migration, the version recorded in meta."""
     with Store.open(db) as store:
-        assert store.schema_version == schema.LATEST_VERSION == 9
+        assert store.schema_version == schema.LATEST_VERSION == 10
         tables = {r[0] for r in rows(store, "SELECT table_name FROM duckdb_tables()")}
         assert {
             "series",
@@ -93,7 +93,7 @@ def test_upgrades_a_v1_database_keeping_its_data(db: Path) -> None:
     con.execute("UPDATE meta SET value = '1' WHERE key = 'samples_stored'")
     con.close()
     with Store.open(db) as store:
-        assert store.schema_version == schema.LATEST_VERSION == 9
+        assert store.schema_version == schema.LATEST_VERSION == 10
         assert rows(store, "SELECT count(*) FROM samples_5m") == [(0,)]
         assert store.samples_stored() == 1
         assert store.series_id("m", labels(node="n1")) == 0
@@ -739,7 +739,7 @@ def test_a_v6_database_gains_the_budgets_table_and_keeps_its_inventory(db: Path)
     con.execute("INSERT INTO inventory_nodes VALUES ('n1', '{\"name\": \"n1\"}', ?, NULL)", [T0])
     con.close()
     with Store.open(db) as store:
-        assert store.schema_version == 9
+        assert store.schema_version == 10
         assert rows(store, "SELECT key FROM inventory_nodes") == [("n1",)]
         store.record_inventory(
             T0, pdbs=[{"namespace": "ml", "name": "keep", "disruptions_allowed": 0}]
@@ -760,7 +760,24 @@ def test_a_v8_idle_state_gains_a_read_bound_of_none(db: Path) -> None:
     )
     con.close()
     with Store.open(db) as store:
-        assert store.schema_version == 9
+        assert store.schema_version == 10
         assert rows(store, "SELECT uuid, lookback_from FROM gpu_activity_state") == [
             ("GPU-1", None)
+        ]
+
+
+def test_a_v9_idle_state_gains_a_spacing_of_none(db: Path) -> None:
+    """v10 adds gpu_activity_state.spacing; a state saved before it has none, so the next
+    fold reads that key's look-back as before (gpuscope/analytics/detectors/idle_reads.py)."""
+    con = duckdb.connect(str(db))
+    assert migrate(con, target=9) == 9
+    con.execute(
+        "INSERT INTO gpu_activity_state VALUES ('GPU-1', ?, 0.5, ?, ?, 'utilization', ?)",
+        [T0, T0, T0, T0],
+    )
+    con.close()
+    with Store.open(db) as store:
+        assert store.schema_version == 10
+        assert rows(store, "SELECT uuid, lookback_from, spacing FROM gpu_activity_state") == [
+            ("GPU-1", T0, None)
         ]

@@ -203,8 +203,8 @@ def test_a_v5_database_converts_its_roll_ups(tmp_path: Path) -> None:
     con.close()
     with Store.open(path) as store:
         assert (
-            store.schema_version == 9
-        )  # v6 packs them; v7 inventory_pdbs; v8 writer_log; v9 idle bound
+            store.schema_version == 10
+        )  # v6 packs them; v7 inventory_pdbs; v8 writer_log; v9 idle bound; v10 idle spacing
         cur = store.cursor()
         kept = [(sid, b, mx, s, n) for sid, b, _mn, mx, s, n, _last in rows]
         got = cur.execute("SELECT * FROM samples_5m ORDER BY series_id, bucket").fetchall()

@@ -32,7 +32,7 @@ import pyarrow.compute  # type: ignore[import-untyped]
 
 from gpuscope.analytics.base import Analysis
 from gpuscope.analytics.detectors.idle_gaps import gap_note, with_rule
-from gpuscope.analytics.detectors.idle_reads import next_bound, read_from, saved_bound
+from gpuscope.analytics.detectors.idle_reads import fold_bound, fresh_keys, read_from
 from gpuscope.collector.storage.held_gpus import with_held_gpus
 from gpuscope.collector.storage.schema import GET_META, SET_META, begin
 from gpuscope.collector.storage.store import Store, utc
@@ -55,11 +55,11 @@ LOOKBACK = timedelta(minutes=45)
 WATERMARK_KEY = "idle_state_until"
 CONFIG_KEY = "idle_state_config"
 _EPOCH = datetime(1970, 1, 1)
-#: Columns persisted in gpu_activity_state; ``spacing`` (the learned sample spacing in
-#: seconds) rides along in memory only and is learned again from the look-back.
+#: Columns persisted in gpu_activity_state, in the table's order (``spacing``, the learned
+#: sample spacing in seconds, since schema v10).
 _PERSISTED = (
     "uuid", "last_busy_ts", "last_busy_value", "last_sample_ts", "covered_since", "signal",
-    "lookback_from",
+    "lookback_from", "spacing",
 )  # fmt: skip
 _STATE_SCHEMA = pa.schema([
     ("uuid", pa.string()), ("last_busy_ts", pa.timestamp("us")),
@@ -156,14 +156,15 @@ def _state_rows(
 
 _BUSY_SCHEMA = pa.schema([
     ("series_id", pa.uint32()), ("key", pa.string()), ("signal", pa.string()),
-    ("share", pa.float64()),
+    ("share", pa.float64()), ("last_seen", pa.timestamp("us")),
 ])  # fmt: skip
 
 
 def _busy(cur: duckdb.DuckDBPyConnection, params: dict[str, Any]) -> pa.Table:
-    """The busy series at the run's instant (series_id, key, signal, share), resolved once
-    for the run's folds and its look for keys the saved state lacks. Fetched as rows (a
-    few a GPU): an Arrow fetch of a DB-API result copies them once more, and warns."""
+    """The busy series at the run's instant (series_id, key, signal, share, last_seen),
+    resolved once for the run's folds and their read bounds (which keys can have new
+    samples). Fetched as rows (a few a GPU): an Arrow fetch of a DB-API result copies them
+    once more, and warns."""
     rows = cur.execute(Q["busy"], {"at": params["at"], "memory": params["memory"]}).fetchall()
     columns = list(zip(*rows, strict=True)) if rows else [()] * len(_BUSY_SCHEMA)
     arrays = [pa.array(c, f.type) for c, f in zip(columns, _BUSY_SCHEMA, strict=True)]
@@ -218,7 +219,7 @@ def activity_state(
             assert watermark is not None
             lo = watermark
             prior = _state_rows(cur, Q["load_state"])
-            bound = saved_bound(prior, lo, busy.column("key").to_pylist(), LOOKBACK)
+            bound = fold_bound(prior, lo, fresh_keys(busy, lo), LOOKBACK)
         else:
             rolled = _meta(cur, "rollup_5m_until")
             lo = _floor(at - RAW_HORIZON, 300)
@@ -233,7 +234,7 @@ def activity_state(
         keep = persist and not store.read_only and (watermark is None or watermark <= at)
         until = max(lo, at - LATE_DELAY)
         saved = _fold(cur, prior, lo, until, params, bound)
-        bound = next_bound(saved, until, LOOKBACK)
+        bound = fold_bound(saved, until, fresh_keys(busy, until), LOOKBACK)
         state = _fold(cur, saved, until, at, params, bound)
         if keep:
             with begin(cur):

@@ -58,7 +58,10 @@ busy_series AS (
 -- by the samples on both sides ({bridged}, the rule analytics/detectors/idle_gaps.py shares with the
 -- report): idle on both sides, the key was idle through it; otherwise it restarts
 -- covered_since, so data missing next to a busy sample is unknown, never idle.
--- `spacing` (seconds, not persisted) is the median of the last eight gaps at the end.
+-- `spacing` (seconds) is the median of the last eight gaps at the end. A key without
+-- samples in the range keeps the prior's spacing and `lookback_from` (its last nine sample
+-- times are the same as when they were learned), so its look-back is read only where the
+-- prior lacks them: idle_reads.py leaves such keys out of $read_from (schema v10).
 WITH {busy_series},
 new_samples AS (
     SELECT b.key AS uuid, s.ts, s.value / b.share AS value
@@ -123,8 +126,9 @@ folded AS (
     FROM judged WHERE ts > $lo GROUP BY uuid
 ),
 context AS (
-    -- keys with samples in the look-back only: their spacing still tells how fresh they are;
-    -- and the earliest of each key's last nine sample times (the next fold's read bound)
+    -- keys with samples in the look-back only, where the prior has no spacing: their spacing
+    -- still tells how fresh they are; and the earliest of each key's last nine sample times
+    -- (the next fold's read bound)
     SELECT uuid, max(spacing_s) AS spacing, min(ts) FILTER (WHERE rn >= n - 8) AS lookback_from
     FROM judged GROUP BY uuid
 ),
@@ -138,15 +142,15 @@ SELECT uuid,
             WHEN p.covered_since IS NOT NULL THEN p.covered_since
             ELSE f.first_ts END AS covered_since,
        coalesce(g.signal, p.signal) AS signal,
-       coalesce(f.spacing, c.spacing, p.spacing) AS spacing,
-       CASE WHEN c.uuid IS NOT NULL THEN c.lookback_from ELSE p.lookback_from END
-           AS lookback_from
+       coalesce(f.spacing, p.spacing, c.spacing) AS spacing,
+       CASE WHEN f.uuid IS NULL AND p.lookback_from IS NOT NULL THEN p.lookback_from
+            ELSE c.lookback_from END AS lookback_from
 FROM folded AS f FULL JOIN prior AS p USING (uuid)
 LEFT JOIN context AS c USING (uuid) LEFT JOIN signals AS g USING (uuid);
 
 -- name: load_state
 SELECT uuid, last_busy_ts, last_busy_value, last_sample_ts, covered_since, signal,
-       NULL::DOUBLE AS spacing, lookback_from
+       spacing, lookback_from
 FROM gpu_activity_state;
 
 -- name: busy
@@ -154,8 +158,11 @@ FROM gpu_activity_state;
 -- (the Arrow table of this answer, which idle.py registers), and idle.py looks among
 -- their keys for one the saved state does not hold. Each fold resolving them
 -- itself, and a query of its own for that look, were ~30 ms of a run at 8 nodes (issue 39).
+-- With each series' `last_seen`: which keys can have samples after a fold's start
+-- (idle_reads.py's read bound).
 WITH {busy_series}
-SELECT series_id, key, signal, share FROM busy_series;
+SELECT b.series_id, b.key, b.signal, b.share, s.last_seen
+FROM busy_series AS b JOIN series AS s USING (series_id);
 
 -- name: rollup_prior
 -- The state before $lo from the 5-minute roll-ups (buckets in [$since, $lo)), for a full

@@ -245,6 +245,15 @@ MIGRATION_9_IDLE_READ_BOUND: tuple[str, ...] = (
     "ALTER TABLE gpu_activity_state ADD COLUMN lookback_from TIMESTAMP",
 )
 
+#: v10: each idle key's learned sample spacing (the median of its last eight gaps), so that a
+#: key without new samples keeps it and the fold need not read its look-back again: one
+#: key sampled last 30 minutes ago (a workload that ended) made every fold read 30 minutes
+#: of every busy series (issue 39). Null in a state saved before it: such a key's
+#: look-back is read as before.
+MIGRATION_10_IDLE_SPACING: tuple[str, ...] = (
+    "ALTER TABLE gpu_activity_state ADD COLUMN spacing DOUBLE",
+)
+
 #: Version -> statements that bring a database at version - 1 to it.
 MIGRATIONS: dict[int, tuple[str, ...]] = {
     1: MIGRATION_1_TABLES,
@@ -256,6 +265,7 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
     7: MIGRATION_7_PDBS,
     8: MIGRATION_8_WRITER_LOG,
     9: MIGRATION_9_IDLE_READ_BOUND,
+    10: MIGRATION_10_IDLE_SPACING,
 }
 LATEST_VERSION: int = max(MIGRATIONS)
 
