@@ -30,7 +30,7 @@ from prometheus_client import CollectorRegistry
 
 from gpuscope.analytics.base import Analysis
 from gpuscope.analytics.queueing.quota import over_quota_hours, run_quota
-from gpuscope.analytics.report.data import build_report, pod_usage
+from gpuscope.analytics.report.data import WeeklyReport, build_report, pod_usage
 from gpuscope.analytics.report.fragmentation import COLUMNS, change_points, fragmentation_at
 from gpuscope.analytics.report.week import Week
 from gpuscope.analytics.runner import run_on_store
@@ -291,6 +291,16 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return demo_copy(tmp_path_factory, tmp_path_factory.mktemp("demo") / "run").out
 
 
+@pytest.fixture(scope="module")
+def demo_report(demo: Path) -> WeeklyReport:
+    """The weekly report of the demo's last complete week, built once for the tests that
+    read it (each built it anew: about 1.5 s of CPU each, issue 39); only read."""
+    cfg = _demo_settings(demo)
+    week = Week.last_complete(_demo_at(demo))
+    with Store.open(demo / "gpuscope.duckdb", read_only=True) as store:
+        return build_report(store.cursor(), week, cfg, now=_demo_at(demo))
+
+
 def _demo_at(out: Path) -> datetime:
     findings = json.loads((out / "findings.json").read_text())["findings"]
     return datetime.fromisoformat(max(f["observed_at"] for f in findings))
@@ -327,7 +337,7 @@ def test_demo_analyze_without_flags_finds_what_the_demo_printed(demo: Path) -> N
         assert summary["data_until"] is not None, name
 
 
-def test_demo_idle_notebooks_agree_with_the_report(demo: Path) -> None:
+def test_demo_idle_notebooks_agree_with_the_report(demo: Path, demo_report: WeeklyReport) -> None:
     """Regression (issue 12): every idle notebook was "idle since" the last live minute
     (0.055 GPU-hours in all) while the report said 167.8 GPU-hours for one of them. At
     the end of the reported week, each idle notebook's idle-since and GPU-hours agree with
@@ -346,8 +356,7 @@ def test_demo_idle_notebooks_agree_with_the_report(demo: Path) -> None:
             row = usage.filter(usage["pod"] == f.subject["pod"]).to_dicts()[0]
             wasted = f.evidence["gpu_hours_wasted"]
             assert abs(wasted - row["idle"]) <= max(0.05 * wasted, BUCKET_H + 1e-6), f.subject
-        report = build_report(store.cursor(), week, cfg, now=_demo_at(demo))
-    table = {r["pod"]: r for r in report.tables["idle_sessions"].to_dicts()}
+    table = {r["pod"]: r for r in demo_report.tables["idle_sessions"].to_dicts()}
     for f in sessions:
         if f.subject["pod"] in table:
             week_idle = table[f.subject["pod"]]["idle_gpu_hours"]
@@ -364,14 +373,15 @@ def test_demo_dry_run_quotes_the_idle_time_in_hours_not_seconds(demo: Path) -> N
     assert reasons and min(float(m) for m in reasons) > 60
 
 
-def test_demo_report_worst_fragmentation_is_the_worst_state(demo: Path) -> None:
+def test_demo_report_worst_fragmentation_is_the_worst_state(
+    demo: Path, demo_report: WeeklyReport
+) -> None:
     """The report's worst fragmentation is the worst any state of the week had: checked
     against the detector at every inventory change and every 5 minutes of the week."""
     cfg = _demo_settings(demo)
     week = Week.last_complete(_demo_at(demo))
     with Store.open(demo / "gpuscope.duckdb", read_only=True) as store:
-        report = build_report(store.cursor(), week, cfg, now=_demo_at(demo))
-        frag = report.tables["fragmentation"]
+        frag = demo_report.tables["fragmentation"]
         instants = set(change_points(store.cursor(), week.start, week.end))
         t = week.start
         while t < week.end:
@@ -387,14 +397,14 @@ def test_demo_report_worst_fragmentation_is_the_worst_state(demo: Path) -> None:
         check_over_quota(store, week.start, week.end, cfg)
 
 
-def test_demo_report_whatif_names_what_gpuscope_whatif_finds(demo: Path) -> None:
+def test_demo_report_whatif_names_what_gpuscope_whatif_finds(
+    demo: Path, demo_report: WeeklyReport
+) -> None:
     """The demo's report ranks, in its What-if section, the policies as `gpuscope whatif
     --db` does for the same week (one replay, shared by both), and headlines the same
     verdict (issue 21: a policy only beyond the spread across seeds, never the ranking)."""
-    cfg = _demo_settings(demo)
     week = Week.last_complete(_demo_at(demo))
-    with Store.open(demo / "gpuscope.duckdb", read_only=True) as store:
-        report = build_report(store.cursor(), week, cfg, now=_demo_at(demo))
+    report = demo_report
     table = report.tables["whatif"]
     assert table.height > 1, report.whatif_note
     top = table.row(0, named=True)
