@@ -30,10 +30,16 @@ from gpuscope.sim.cluster import SimulatedCluster
 
 
 class FleetPages:
-    """Renders the agents' pages of ``nodes`` at any scenario time."""
+    """Renders the agents' pages of ``nodes`` at any scenario time. With ``keep`` each
+    time's pages (in each format) are rendered once and kept: the tests hand the same run
+    to direct scraping and to one engine or more (a page of 8 GPUs is ~43 KB; a fleet
+    benchmark keeps none)."""
 
-    def __init__(self, cluster: SimulatedCluster, nodes: Sequence[str], origin: float) -> None:
+    def __init__(
+        self, cluster: SimulatedCluster, nodes: Sequence[str], origin: float, *, keep: bool = False
+    ) -> None:
         self.cluster, self.nodes, self.origin = cluster, list(nodes), origin
+        self._kept: dict[tuple[float, bool], list[tuple[str, bytes]]] | None = {} if keep else None
         self._t = 0.0
         clock = self._scenario_time
         self._agents = [
@@ -51,6 +57,15 @@ class FleetPages:
 
     def pages(self, unix_t: float, *, openmetrics: bool = False) -> Iterator[tuple[str, bytes]]:
         """``(node, page)`` for every node at ``unix_t``."""
+        if self._kept is None:
+            yield from self._render(unix_t, openmetrics)
+            return
+        key = (unix_t, openmetrics)
+        if key not in self._kept:
+            self._kept[key] = list(self._render(unix_t, openmetrics))
+        yield from self._kept[key]
+
+    def _render(self, unix_t: float, openmetrics: bool) -> Iterator[tuple[str, bytes]]:
         self._t = unix_t - self.origin
         for node, agent in zip(self.nodes, self._agents, strict=True):
             yield node, agent.render(openmetrics=openmetrics)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -33,6 +33,7 @@ class SimRun:
     origin: float  # scenario time 0, Unix seconds
     start: float  # first sample (a multiple of 300)
     minutes: int
+    _kept: FleetPages | None = field(default=None, init=False, repr=False, compare=False)
 
     @property
     def end(self) -> float:
@@ -45,7 +46,16 @@ class SimRun:
         return [self.start + k * BUCKET_S for k in range(self.minutes * 60 // BUCKET_S)]
 
     def pages(self) -> FleetPages:
-        return FleetPages(self.cluster, self.cluster.node_names, self.origin)
+        """The run's pages, each time's rendered once for every use of this run (direct
+        scraping, each engine's push): rendering was most of a fleet module's CPU, the
+        same pages up to five times (issue 39)."""
+        if self._kept is None:
+            self._kept = self.render()
+        return self._kept
+
+    def render(self) -> FleetPages:
+        """What renders the run's pages, keeping them (a subclass plants its own)."""
+        return FleetPages(self.cluster, self.cluster.node_names, self.origin, keep=True)
 
 
 def sim_run(nodes: int = 8, minutes: int = 30, hours_ago: float = 3.0) -> SimRun:

@@ -44,7 +44,7 @@ class LinkPages(FleetPages):
     simulator's (the same pages for direct scraping and for the engine)."""
 
     def __init__(self, run: SimRun) -> None:
-        super().__init__(run.cluster, run.cluster.node_names, run.origin)
+        super().__init__(run.cluster, run.cluster.node_names, run.origin, keep=True)
         self.start = run.start
 
     def pages(self, unix_t: float, *, openmetrics: bool = False) -> Iterator[tuple[str, bytes]]:
@@ -67,7 +67,7 @@ class LinkPages(FleetPages):
 
 @dataclass
 class LinkRun(SimRun):
-    def pages(self) -> FleetPages:
+    def render(self) -> FleetPages:
         return LinkPages(self)
 
 
