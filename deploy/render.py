@@ -119,18 +119,20 @@ def render(
 
 
 def objects(rendered: dict[str, str]) -> list[dict[str, Any]]:
-    """Every Kubernetes object in a render, in template order (NOTES.txt left out)."""
+    """Every Kubernetes object in a render, in template order (NOTES.txt left out). Parsed
+    by libyaml (``CSafeLoader``: the safe loader's constructor on libyaml's parser): the
+    pure-Python parser took 0.65 s a render, most of tests/unit/test_helm_chart.py."""
     docs = []
     for name in sorted(rendered):
         if name.endswith(".yaml"):
-            docs += [d for d in yaml.safe_load_all(rendered[name]) if d]
+            docs += [d for d in yaml.load_all(rendered[name], Loader=yaml.CSafeLoader) if d]
     return docs
 
 
 def _documents(text: str) -> list[str]:
     """A template's YAML documents, each stripped, the empty ones left out."""
     parts = [p.strip("\n") for p in ("\n" + text).split("\n---\n")]
-    return [p + "\n" for p in parts if yaml.safe_load(p) is not None]
+    return [p + "\n" for p in parts if yaml.load(p, Loader=yaml.CSafeLoader) is not None]
 
 
 def manifests(values: dict[str, Any] | None = None) -> dict[Path, str]:
