@@ -174,6 +174,10 @@ def steady_workloads(
     for e in (e for e in loop.planted if e[0] < start):
         loop.planted_event(e)
     placed: list[tuple[Job, Holder, float]] = []  # (job, where, start)
+    # the placed that may still run, in placing order: a holder gone or ended stays so
+    # (``gone`` is never unset, ``end`` only moves earlier), so each tick sums these
+    # instead of every pod placed so far (most of the background's CPU was that sum)
+    live: list[Holder] = []
     queue: list[Job] = []  # waiting, in queue order (one priority: creation time)
     ends: list[tuple[float, int, Holder]] = []
     made = 0
@@ -184,6 +188,7 @@ def steady_workloads(
         h.spec = len(placed)
         h.end = min(h.end, cutoff)
         placed.append((job, h, now))
+        live.append(h)
         seq += 1
         heapq.heappush(ends, (h.end, seq, h))
 
@@ -245,7 +250,8 @@ def steady_workloads(
         # jobs that have waited over an hour no longer count: a big job stuck behind
         # fragmentation must not stop the others from arriving
         fresh = sum(j.demand for j in queue if j.arrival > t - HOUR)
-        running = sum(h.share * len(h.gpus) for _, h, _ in placed if not h.gone and h.end > t)
+        live[:] = [h for h in live if not h.gone and h.end > t]
+        running = sum(h.share * len(h.gpus) for h in live)
         have = running + fresh + sum(j.demand for j in arrivals)
         while have < want:
             job = _training(rng, made, t, weighted)
