@@ -108,6 +108,7 @@ class SimulatedCluster:
         # (start, end, pod) per node, for the readings' "who runs here now" (a steady-state
         # week has a hundred pods a node over time, a handful at once)
         self._spans: dict[str, list[tuple[float, float, SimPod]]] = {}
+        self._ib_cache: dict[tuple[str, int], list[tuple[float, SimPod]]] = {}
         # per GPU (node, index, MIG instance): the work of the pods that held it and ended,
         # by end time, so energy and traffic counters keep it after they leave
         done: dict[tuple[str, int, str], list[tuple[float, float, float]]] = {}
@@ -425,6 +426,20 @@ class SimulatedCluster:
                 )
         return out
 
+    def _ib_spans(self, node_name: str, port: int) -> list[tuple[float, SimPod]]:
+        """(start, pod) of the pods on a node that load InfiniBand rail ``port``, in span
+        order: the node's spans filtered once (a steady-state week has a hundred pods a
+        node, every port of every reading walked them all), summed in the same order."""
+        key = (node_name, port)
+        found = self._ib_cache.get(key)
+        if found is None:
+            found = self._ib_cache[key] = [
+                (start, pod)
+                for start, _, pod in self._spans.get(node_name, ())
+                if pod.workload.ib_load > 0 and any(a.gpu_index == port for a in pod.assignments)
+            ]
+        return found
+
     def ib_readings(self, node_name: str, t: float) -> list[IbPortReading]:
         """What /sys/class/infiniband would show on a node at time t (rail i = GPU i)."""
         node = self._nodes[node_name]
@@ -434,10 +449,8 @@ class SimulatedCluster:
         for port in range(node.ib_ports):
             sent = 0.0
             wait = 0.0
-            for start, _, pod in self._spans.get(node_name, ()):
-                if start > t or pod.workload.ib_load <= 0:
-                    continue
-                if not any(a.gpu_index == port for a in pod.assignments):
+            for start, pod in self._ib_spans(node_name, port):
+                if start > t:
                     continue
                 end = self._end(pod)
                 stop = t if end is None else min(t, end)
