@@ -38,22 +38,17 @@ Fired = dict[float, set[tuple[str, str]]]
 
 class Stopping(FleetPages):
     """The agents' pages, but ``dead``'s agent stops at ``at`` (its node gone). Each time's
-    pages are rendered once: direct mode scrapes them and VictoriaMetrics is pushed them."""
+    pages are rendered once (``keep``): direct mode scrapes them and VictoriaMetrics is
+    pushed them."""
 
     def __init__(self, run: SimRun, dead: str, at: float) -> None:
-        super().__init__(run.cluster, run.cluster.node_names, run.origin)
+        super().__init__(run.cluster, run.cluster.node_names, run.origin, keep=True)
         self.dead, self.at = dead, at
-        self.rendered: dict[tuple[float, bool], list[tuple[str, bytes]]] = {}
 
     def pages(self, unix_t: float, *, openmetrics: bool = False) -> Iterator[tuple[str, bytes]]:
-        key = (unix_t, openmetrics)
-        if key not in self.rendered:
-            self.rendered[key] = [
-                (node, page)
-                for node, page in super().pages(unix_t, openmetrics=openmetrics)
-                if node != self.dead or unix_t < self.at
-            ]
-        yield from self.rendered[key]
+        for node, page in super().pages(unix_t, openmetrics=openmetrics):
+            if node != self.dead or unix_t < self.at:
+                yield node, page
 
 
 def fired(engine: AlertsEngine, t: float) -> set[tuple[str, str]]:

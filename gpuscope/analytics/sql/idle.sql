@@ -126,9 +126,9 @@ folded AS (
     FROM judged WHERE ts > $lo GROUP BY uuid
 ),
 context AS (
-    -- keys with samples in the look-back only, where the prior has no spacing: their spacing
-    -- still tells how fresh they are; and the earliest of each key's last nine sample times
-    -- (the next fold's read bound)
+    -- each key read: the earliest of its last nine sample times (the next fold's read
+    -- bound), and its spacing, which a key with samples in the look-back only keeps where
+    -- the prior has none (it still tells how fresh the key is)
     SELECT uuid, max(spacing_s) AS spacing, min(ts) FILTER (WHERE rn >= n - 8) AS lookback_from
     FROM judged GROUP BY uuid
 ),
