@@ -162,10 +162,11 @@ def test_fleet_mode_reads_the_shipped_recording_rules(
     settings = SETTINGS
     rules = Path(__file__).resolve().parents[2] / "dashboards/rules/gpuscope-fleet-rules.yaml"
     # pages rendered afresh, not the run's kept ones: with those (pushed at once, no render
-    # between steps) this test failed about once in twelve runs (2026-12-07: every GPU's
-    # gpuscope_gpu_utilization_ratio in 4 of the 6 buckets, every other family in all 6;
-    # the engine, probed alone the same way 12 times, held every rule result): cause not
-    # found, so it pushes as it did before the pages were kept (issue 39)
+    # between steps) this test failed once in 21 runs (2026-12-07: every GPU's
+    # gpuscope_gpu_utilization_ratio in 4 of the 6 buckets, the store's samples as a whole
+    # in all 6, no cycle in error; the engine, probed alone the same way 12 times, held
+    # every rule result): cause not found, so it pushes as it did before the pages were
+    # kept (issue 39; docs/scale.md, "Recording rules")
     fresh = FleetPages(run.cluster, run.cluster.node_names, run.origin)
     with victoria_metrics(tmp_path, "-search.disableCache") as vm:
         push_to_victoriametrics(vm, fresh, run.times())

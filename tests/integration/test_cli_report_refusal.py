@@ -13,6 +13,8 @@ import pytest
 
 from tests.integration.helpers import ENV
 
+pytestmark = pytest.mark.integration
+
 PROGRAM = """
 import sys
 from gpuscope.cli.main import main
