@@ -40,7 +40,8 @@ class QuerySettings(BaseModel):
     #: Fleet mode: buckets further behind than this are skipped (counted).
     max_lag_buckets: int = Field(default=288, ge=1)
     #: Fleet mode: read the engine's ``gpuscope:*`` recording rules
-    #: (dashboards/rules/gpuscope-fleet-rules.yaml) instead of asking ``*_over_time``.
+    #: (dashboards/rules/gpuscope-fleet-rules.yaml) instead of asking ``*_over_time``
+    #: (still asked for a node's bucket the rules did not reach: docs/scale.md).
     recording_rules: bool = False
     #: Fleet mode: store per-workload, per-node and hot-port summaries the engine
     #: aggregates instead of every GPU's series (docs/scale.md, "Fleet summaries"): the

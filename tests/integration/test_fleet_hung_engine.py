@@ -28,7 +28,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from gpuscope.collector.http_api.api import create_app
-from gpuscope.collector.querying.fleet import shard_of
+from gpuscope.collector.querying.fleet_questions import shard_of
 from gpuscope.collector.service import CollectorService
 from gpuscope.core.settings import Settings
 from tests.integration.helpers import http_server, send

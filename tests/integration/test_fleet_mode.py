@@ -6,6 +6,7 @@ cluster scraped directly."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -48,9 +49,17 @@ def findings(store: Store, at: float, settings: Settings) -> dict[str, set[tuple
     }
 
 
-def run_fleet(base: str, run: SimRun, db: Path, settings: Settings, q: QuerySettings) -> Store:
+def run_fleet(
+    base: str,
+    run: SimRun,
+    db: Path,
+    settings: Settings,
+    q: QuerySettings,
+    status: dict[str, Any] | None = None,
+) -> Store:
     """Fleet mode's cycles every simulated minute until the last bucket is past the
-    engine's latency offset; returns the store they wrote."""
+    engine's latency offset; returns the store they wrote (``status``: filled with the
+    source's status at the end)."""
     store = Store.open(db)
     record_inventory(store, run, run.start, settings.workloads)
     ingest = QueryIngest(base, q, 15.0, store, store.append_scrape)
@@ -63,8 +72,10 @@ def run_fleet(base: str, run: SimRun, db: Path, settings: Settings, q: QuerySett
         last = ingest.last
         assert last is not None and not last.error, last
         now += 60
-    status = ingest.status(now)
-    assert status["steps_skipped"] == 0 and status["last_error"] is None
+    shown = ingest.status(now)
+    assert shown["steps_skipped"] == 0 and shown["last_error"] is None
+    if status is not None:
+        status.update(shown)
     ingest.client.close()
     return store
 
@@ -133,9 +144,16 @@ def test_fleet_mode_on_prometheus_equals_direct(run: SimRun, direct: Store, tmp_
     compare(direct, fleet, run, settings)
 
 
-def evaluate_rules_into(vm: str, rules: Path, start: float, end: float) -> int:
+def evaluate_rules_into(
+    vm: str,
+    rules: Path,
+    start: float,
+    end: float,
+    missed: Callable[[str, float], bool] = lambda node, t: False,
+) -> int:
     """Do what vmalert (or Prometheus' rule manager) does with the shipped recording rules:
-    evaluate each every 30 s over ``[start, end]`` and write the result under its name."""
+    evaluate each every 30 s over ``[start, end]`` and write the result under its name,
+    but for the evaluations ``missed(node, t)`` says it never made."""
     groups = yaml.safe_load(rules.read_text())["groups"]
     lines: list[str] = []
     for group in groups:
@@ -144,10 +162,15 @@ def evaluate_rules_into(vm: str, rules: Path, start: float, end: float) -> int:
             r = loopback.post(vm + "/api/v1/query_range", data={
                 "query": rule["expr"], "start": start, "end": end, "step": step}, timeout=120)  # fmt: skip
             for series in r.json()["data"]["result"]:
+                node = series["metric"].get("node", "")
+                made = [(float(t), float(v)) for t, v in series["values"]
+                        if not missed(node, float(t))]  # fmt: skip
+                if not made:
+                    continue
                 lines.append(json.dumps({
                     "metric": {**series["metric"], "__name__": rule["record"]},
-                    "values": [float(v) for _, v in series["values"]],
-                    "timestamps": [int(float(t) * 1000) for t, _ in series["values"]],
+                    "values": [v for _, v in made],
+                    "timestamps": [round(t * 1000) for t, _ in made],
                 }))  # fmt: skip
     loopback.post(vm + "/api/v1/import", content="\n".join(lines), timeout=300).raise_for_status()
     return len(lines)
@@ -194,11 +217,43 @@ def test_fleet_mode_reads_the_shipped_recording_rules(
     compare(direct, fleet, run, settings)
 
 
+def test_fleet_mode_asks_the_buckets_the_recording_rules_missed(
+    run: SimRun, direct: Store, tmp_path: Path
+) -> None:
+    """A rule evaluator never makes up an evaluation it missed (vmalert restarted, behind
+    the latency offset, down), and fleet mode asks each bucket once: a node's bucket the
+    rules did not reach is asked as ``*_over_time`` instead. Here the evaluator is down for
+    buckets 2 and 3 and misses one node in bucket 1: every GPU still has every bucket's
+    busy peak, those 17 node buckets (8 nodes twice, and one) are counted, and the findings
+    are direct scraping's. Before, those buckets were stored without them (no data to the
+    idle detector), with every cycle answered."""
+    settings = SETTINGS
+    rules = Path(__file__).resolve().parents[2] / "dashboards/rules/gpuscope-fleet-rules.yaml"
+    b = run.buckets()
+    lone = run.cluster.node_names[1]
+
+    def missed(node: str, t: float) -> bool:
+        return b[2] <= t < b[4] or (node == lone and b[1] <= t < b[2])
+
+    with victoria_metrics(tmp_path, "-search.disableCache") as vm:
+        push_to_victoriametrics(vm, FleetPages(run.cluster, run.cluster.node_names, run.origin),
+                                run.times())  # fmt: skip
+        vm_flush(vm)
+        assert evaluate_rules_into(vm, rules, run.start, run.end + BUCKET_S, missed) > 0
+        vm_flush(vm)
+        q = FLEET.model_copy(update={"recording_rules": True})
+        status: dict[str, Any] = {}
+        fleet = run_fleet(vm, run, tmp_path / "f.duckdb", settings, q, status)
+    assert_every_bucket_once(fleet, run)
+    compare(direct, fleet, run, settings)
+    assert status["rule_gaps_filled"] == 2 * len(run.cluster.node_names) + 1
+
+
 def test_the_shipped_recording_rules_are_valid_and_complete() -> None:
     """promtool accepts them, and they record exactly the series fleet mode reads."""
     import subprocess
 
-    from gpuscope.collector.querying.fleet import RULE_NAMES
+    from gpuscope.collector.querying.fleet_questions import RULE_NAMES
 
     rules = Path(__file__).resolve().parents[2] / "dashboards/rules/gpuscope-fleet-rules.yaml"
     records = {r["record"] for g in yaml.safe_load(rules.read_text())["groups"] for r in g["rules"]}

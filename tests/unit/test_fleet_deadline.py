@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import threading
 
-from gpuscope.collector.querying.fleet import BUCKET_S, FleetSource, shard_of
+from gpuscope.collector.querying.fleet import FleetSource
+from gpuscope.collector.querying.fleet_questions import BUCKET_S, shard_of
 from gpuscope.collector.querying.query_client import DeadlinePassed
 
 NOW = 1_800_000_000.0

@@ -134,7 +134,7 @@ def test_fleet_source_asks_the_summaries_when_set() -> None:
 def test_a_shards_node_regex_matches_exactly_its_nodes() -> None:
     import re
 
-    from gpuscope.collector.querying.fleet import node_regex
+    from gpuscope.collector.querying.fleet_questions import node_regex
 
     cases = [
         ["gpu-node-10", "gpu-node-02", "gpu-node-100"],
@@ -160,7 +160,7 @@ def test_every_question_fits_victoriametrics_query_length_at_100k_gpus() -> None
     """12,500 nodes in 40 shards (the default): each question under 16 KB
     (``-search.maxQueryLen``), with room to spare: the selector written six times at most
     (the GPUs a node holds, change-only: itself and the bucket before, 0 where none)."""
-    from gpuscope.collector.querying.fleet import node_regex
+    from gpuscope.collector.querying.fleet_questions import node_regex
 
     nodes = [f"gpu-node-{i:05d}" for i in range(0, 12_500, 40)]  # one shard's 313 nodes
     sel = f'node=~"{node_regex(nodes)}"'

@@ -63,7 +63,7 @@ import duckdb
 
 from gpuscope.analytics.base import Analysis
 from gpuscope.analytics.detectors.sample_steps import with_steps
-from gpuscope.collector.querying.fleet import BUCKET_S
+from gpuscope.collector.querying.fleet_questions import BUCKET_S
 from gpuscope.collector.storage.held_gpus import with_held_gpus
 from gpuscope.collector.storage.store import utc
 from gpuscope.collector.storage.writer_log import seen_bound

@@ -23,7 +23,7 @@ from gpuscope.analytics.detectors.bandwidth import (
     read_lookback,
 )
 from gpuscope.analytics.rollups import rollup_5m_frontier
-from gpuscope.collector.querying.fleet import BUCKET_S
+from gpuscope.collector.querying.fleet_questions import BUCKET_S
 from gpuscope.collector.storage.store import utc
 from gpuscope.collector.storage.writer_log import seen_bound
 from gpuscope.core.settings import AnalyticsSettings

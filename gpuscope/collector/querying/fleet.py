@@ -29,7 +29,9 @@ regex), so none returns the whole fleet; each shard has its own
 failed is asked again alone, nothing is stored twice) and its own timeouts and retries
 (:class:`~gpuscope.collector.querying.query_client.QueryClient`). With ``recording_rules`` the
 engine's precomputed ``gpuscope:*`` series (dashboards/rules/gpuscope-fleet-rules.yaml)
-are read instead of the ``*_over_time`` questions.
+are read instead of the ``*_over_time`` questions, which are still asked for a node's
+bucket the rules did not reach (:mod:`~gpuscope.collector.querying.rule_gaps`). What is
+asked, and the shards, are :mod:`~gpuscope.collector.querying.fleet_questions`.
 """
 
 from __future__ import annotations
@@ -37,11 +39,19 @@ from __future__ import annotations
 import logging
 import re
 import time
-import zlib
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 
+from gpuscope.collector.querying.fleet_questions import (
+    BUCKET_S,
+    LAST,
+    NODES_QUERY,
+    RULE_NAMES,
+    node_regex,
+    over_time_questions,
+    shard_of,
+)
 from gpuscope.collector.querying.fleet_summaries import (
     GAUGE_TYPES,
     reshape,
@@ -49,69 +59,13 @@ from gpuscope.collector.querying.fleet_summaries import (
 )
 from gpuscope.collector.querying.promql import LabelCache, batches_from_matrix, matrix_result
 from gpuscope.collector.querying.query_client import DeadlinePassed, QueryClient, QueryRefused
+from gpuscope.collector.querying.rule_gaps import fill_rule_gaps, rule_gaps
 from gpuscope.collector.querying.shard_state import ShardState
 from gpuscope.collector.querying.step_window import StepWindow
 from gpuscope.collector.scraping.batch import Batch
 from gpuscope.core.errors import SourceError
 
 log = logging.getLogger(__name__)
-
-BUCKET_S = 300
-#: What is asked is what the detectors, the report, the API and the alerts read (a series
-#: nothing reads would cost the collector ~1 KB of memory each and the engine a query);
-#: the engine keeps the rest for dashboards.
-#: The busy signals: stored as each bucket's peak.
-PEAK = (
-    "gpuscope_gpu_utilization_ratio", "gpuscope_gpu_memory_utilization_ratio",
-    "gpuscope_gpu_sm_active_ratio", "gpuscope_gpu_workload_utilization_ratio",
-)  # fmt: skip
-#: Levels: stored as each bucket's mean.
-MEAN = ("gpuscope_gpu_memory_used_bytes", "gpuscope_gpu_workload_memory_used_bytes")
-#: Inventory gauges and counters: stored as their value at the bucket's end.
-LAST = (
-    "gpuscope_gpu_info", "gpuscope_gpu_up", "gpuscope_gpu_workload_info",
-    "gpuscope_gpu_ecc_errors_total", "gpuscope_gpu_nvlink_bytes_total",
-    "gpuscope_gpu_pcie_bytes_total", "gpuscope_ib_transmit_bytes_total",
-    "gpuscope_ib_receive_bytes_total", "gpuscope_ib_transmit_wait_total",
-    "gpuscope_ib_errors_total", "gpuscope_ib_port_rate_bytes_per_second",
-    "gpuscope_agent_info", "gpuscope_agent_source_up",
-)  # fmt: skip
-#: The node list each cycle's shards are built from.
-NODES_QUERY = "count by (node) (last_over_time(gpuscope_agent_info[{w}s]))"
-
-
-def rule_name(metric: str, how: str) -> str:
-    """The recording rule's series for a metric's bucket summary (``gpuscope:*``)."""
-    return f"gpuscope:{metric.removeprefix('gpuscope_')}:{how}5m"
-
-
-RULE_NAMES = {rule_name(m, "max"): m for m in PEAK} | {rule_name(m, "avg"): m for m in MEAN}
-
-
-def shard_of(node: str, shards: int) -> int:
-    """A node's shard: a stable hash of its name (the same in every process and run)."""
-    return zlib.crc32(node.encode()) % shards
-
-
-def node_regex(nodes: Sequence[str]) -> str:
-    """A PromQL string literal's content matching exactly these nodes (regex escaped, then
-    backslashes doubled for the string literal). Their common prefix is written once
-    (``gpu-node-(0012|0047)``): a shard of 300 nodes named alike is then a third as long,
-    and engines bound a query's length (VictoriaMetrics ``-search.maxQueryLen``, 16 KB)."""
-    names = sorted(set(nodes))
-    # the common prefix of sorted names is that of the first and the last
-    first, last = (names[0], names[-1]) if len(names) > 1 else ("", "")
-    size = next(
-        (i for i, (a, b) in enumerate(zip(first, last, strict=False)) if a != b),
-        min(len(first), len(last)),
-    )
-    prefix = first[:size]
-    if len(prefix) < 4:
-        text = "|".join(re.escape(n) for n in names)
-    else:
-        rest = "|".join(re.escape(n[len(prefix) :]) for n in names)
-        text = f"{re.escape(prefix)}({rest})"
-    return text.replace("\\", "\\\\")
 
 
 @dataclass
@@ -136,6 +90,9 @@ class FleetSource:
     state: dict[int, ShardState] = field(default_factory=dict)
     labels: LabelCache = field(default_factory=LabelCache)
     cycles: int = 0
+    #: With ``recording_rules``: (node, bucket) pairs whose rule results the engine did not
+    #: have when asked, and which were asked as ``*_over_time`` instead (:func:`rule_gaps`).
+    rule_gaps_filled: int = 0
     #: The clock a cycle's ``deadline`` is on (``time.monotonic``; injected in tests).
     monotonic: Callable[[], float] = time.monotonic
 
@@ -318,9 +275,7 @@ class FleetSource:
             names = "|".join(re.escape(n) for n in RULE_NAMES).replace("\\", "\\\\")
             out.append((f'{{__name__=~"{names}",{sel}}}', None))
             return out
-        out += [(f"max_over_time({m}{{{sel}}}[{BUCKET_S}s])", m) for m in PEAK]
-        out += [(f"avg_over_time({m}{{{sel}}}[{BUCKET_S}s])", m) for m in MEAN]
-        return out
+        return out + over_time_questions(sel)
 
     def target(self, shard: int) -> str:
         """The target a shard's batches are stored under: the store keeps workload
@@ -339,8 +294,23 @@ class FleetSource:
         """Every question for one shard over buckets ``start..end``: one batch a bucket."""
         if self.summaries:
             return self._ask_summaries(nodes, start, end, target, deadline)
+        buckets = self._ask_questions(self.questions(nodes), start, end, target, deadline)
+        if self.recording_rules:
+            self._fill_rule_gaps(buckets, target, deadline)
+        return buckets
+
+    def _ask_questions(
+        self,
+        questions: Sequence[tuple[str, str | None]],
+        start: float,
+        end: float,
+        target: str,
+        deadline: float | None,
+    ) -> list[Batch]:
+        """``questions`` (as :meth:`questions` gives them) over buckets ``start..end``: one
+        batch a bucket."""
         merged: dict[int, Batch] = {}
-        for query, name in self.questions(nodes):
+        for query, name in questions:
             params = self._range(query, start, end)
             data = self.client.query("/api/v1/query_range", params, deadline=deadline)
             result = matrix_result(data, self.shown_url)
@@ -355,6 +325,28 @@ class FleetSource:
                 into.labels.extend(b.labels)
                 into.values.extend(b.values)
         return [merged[ts] for ts in sorted(merged)]
+
+    def _fill_rule_gaps(self, buckets: list[Batch], target: str, deadline: float | None) -> None:
+        """Where a bucket has a node's GPUs but no rule result for them (the engine's rule
+        evaluator was behind, restarted or down for that bucket: its evaluations are never
+        made up afterwards), that node's summaries are asked as ``*_over_time`` over the
+        raw series, as without recording rules, so no bucket is stored without them."""
+        gaps = rule_gaps(buckets)
+        if not gaps:
+            return
+        nodes = sorted(set().union(*gaps.values()))
+        starts = [ts / 1000 - (BUCKET_S - 1) for ts in gaps]
+        sel = f'node=~"{node_regex(nodes)}"'
+        asked = self._ask_questions(
+            over_time_questions(sel), min(starts), max(starts), target, deadline
+        )
+        fill_rule_gaps(buckets, gaps, asked)
+        filled = sum(len(v) for v in gaps.values())
+        self.rule_gaps_filled += filled
+        log.warning(
+            "recording rules missing for %d node buckets (nodes=%d, buckets=%d); asked as "
+            "*_over_time instead target=%s", filled, len(nodes), len(gaps), target,
+        )  # fmt: skip
 
     def _ask_summaries(
         self,
@@ -391,6 +383,7 @@ class FleetSource:
             "lag_seconds": lag,
             "buckets_skipped": sum(w.skipped for w in self.windows.values()),
             "buckets_empty": sum(w.empty for w in self.windows.values()),
+            "rule_gaps_filled": self.rule_gaps_filled,
             "shard_states": [st.shown(s, self.windows[s].cursor) for s, st in self.state.items()],
         }
 

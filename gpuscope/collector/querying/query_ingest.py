@@ -20,7 +20,8 @@ from typing import Any, Protocol
 
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from gpuscope.collector.querying.fleet import BUCKET_S, FleetSource
+from gpuscope.collector.querying.fleet import FleetSource
+from gpuscope.collector.querying.fleet_questions import BUCKET_S
 from gpuscope.collector.querying.fleet_summaries import gpu_link_floors
 from gpuscope.collector.querying.promql import PrometheusQuerySource
 from gpuscope.collector.querying.query_client import (
@@ -271,6 +272,8 @@ class QueryIngest:
             "lag_seconds": self.lag(now),
             "steps_skipped": self.skipped(),
             "steps_empty": sum(w.empty for w in self._windows().values()),
+            "rule_gaps_filled": self.fleet.rule_gaps_filled
+            if self.mode == "fleet" and self.settings.recording_rules else None,
             "cycles": self.cycles,
             "failed_cycles": self.errors,
             "cycle_in_flight_since": rfc3339(self.in_flight_since)
@@ -343,3 +346,8 @@ class QueryIngestMetrics:
             for state, n in sorted(states.items()):
                 shards.add_metric([*values, state], n)
             yield shards
+            if q.fleet.recording_rules:
+                yield counter("gpuscope_collector_query_rule_gaps_filled",
+                              "Node buckets the engine's recording rules had not reached, "
+                              "asked as *_over_time instead.",
+                              q.fleet.rule_gaps_filled)  # fmt: skip
