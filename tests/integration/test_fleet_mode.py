@@ -176,57 +176,19 @@ def evaluate_rules_into(
     return len(lines)
 
 
-def test_fleet_mode_reads_the_shipped_recording_rules(
+def test_fleet_mode_reads_the_shipped_recording_rules_and_asks_what_they_missed(
     run: SimRun, direct: Store, tmp_path: Path
 ) -> None:
     """With ``recording_rules: true`` fleet mode reads the engine's ``gpuscope:*`` series
-    (dashboards/rules/gpuscope-fleet-rules.yaml) instead of asking ``*_over_time``: every
-    bucket once, the same findings."""
-    settings = SETTINGS
-    rules = Path(__file__).resolve().parents[2] / "dashboards/rules/gpuscope-fleet-rules.yaml"
-    # pages rendered afresh, not the run's kept ones: with those (pushed at once, no render
-    # between steps) this test failed once in 21 runs (2026-12-07: every GPU's
-    # gpuscope_gpu_utilization_ratio in 4 of the 6 buckets, the store's samples as a whole
-    # in all 6, no cycle in error; the engine, probed alone the same way 12 times, held
-    # every rule result): cause not found, so it pushes as it did before the pages were
-    # kept (issue 39; docs/scale.md, "Recording rules")
-    fresh = FleetPages(run.cluster, run.cluster.node_names, run.origin)
-    with victoria_metrics(tmp_path, "-search.disableCache") as vm:
-        push_to_victoriametrics(vm, fresh, run.times())
-        vm_flush(vm)
-        assert evaluate_rules_into(vm, rules, run.start, run.end + BUCKET_S) > 0
-        vm_flush(vm)
-        q = FLEET.model_copy(update={"recording_rules": True})
-        spy: list[str] = []
-        original = QueryClient.query
-
-        def recorded(
-            self: QueryClient, path: str, params: dict[str, str], **kw: Any
-        ) -> dict[str, Any]:
-            spy.append(params["query"])
-            return original(self, path, params, **kw)
-
-        QueryClient.query = recorded  # type: ignore[method-assign]
-        try:
-            fleet = run_fleet(vm, run, tmp_path / "f.duckdb", settings, q)
-        finally:
-            QueryClient.query = original  # type: ignore[method-assign]
-    assert not any("_over_time(" in s for s in spy if "agent_info" not in s)
-    assert any("gpuscope:gpu_utilization_ratio:max5m" in s for s in spy)
-    assert_every_bucket_once(fleet, run)
-    compare(direct, fleet, run, settings)
-
-
-def test_fleet_mode_asks_the_buckets_the_recording_rules_missed(
-    run: SimRun, direct: Store, tmp_path: Path
-) -> None:
-    """A rule evaluator never makes up an evaluation it missed (vmalert restarted, behind
-    the latency offset, down), and fleet mode asks each bucket once: a node's bucket the
-    rules did not reach is asked as ``*_over_time`` instead. Here the evaluator is down for
-    buckets 2 and 3 and misses one node in bucket 1: every GPU still has every bucket's
-    busy peak, those 17 node buckets (8 nodes twice, and one) are counted, and the findings
-    are direct scraping's. Before, those buckets were stored without them (no data to the
-    idle detector), with every cycle answered."""
+    (dashboards/rules/gpuscope-fleet-rules.yaml) instead of asking ``*_over_time``, in every
+    bucket the rules reached. A rule evaluator never makes up an evaluation it missed
+    (vmalert restarted, behind the latency offset, down) and fleet mode asks each bucket
+    once, so a node's bucket the rules did not reach is asked as ``*_over_time`` instead.
+    Here the evaluator is down for buckets 2 and 3 and misses one node in bucket 1: raw
+    questions for buckets 1-3 only, every GPU still has every bucket's busy peak, those 17
+    node buckets (8 nodes twice, and one) are counted, and the findings are direct
+    scraping's. Before, those buckets were stored without them (each GPU had 3 or 4 of its
+    6 buckets: no data to the idle detector), with every cycle answered."""
     settings = SETTINGS
     rules = Path(__file__).resolve().parents[2] / "dashboards/rules/gpuscope-fleet-rules.yaml"
     b = run.buckets()
@@ -235,15 +197,41 @@ def test_fleet_mode_asks_the_buckets_the_recording_rules_missed(
     def missed(node: str, t: float) -> bool:
         return b[2] <= t < b[4] or (node == lone and b[1] <= t < b[2])
 
+    # pages rendered afresh, not the run's kept ones: with those (pushed at once, no render
+    # between steps) the rules test failed once in 21 runs (2026-12-07: every GPU's
+    # gpuscope_gpu_utilization_ratio in 4 of the 6 buckets, the raw samples in all 6, no
+    # cycle in error); not seen again in 88 runs of the same flow with kept pages, so the
+    # cause is not known (docs/scale.md, "Recording rules"); such buckets are now filled
+    fresh = FleetPages(run.cluster, run.cluster.node_names, run.origin)
     with victoria_metrics(tmp_path, "-search.disableCache") as vm:
-        push_to_victoriametrics(vm, FleetPages(run.cluster, run.cluster.node_names, run.origin),
-                                run.times())  # fmt: skip
+        push_to_victoriametrics(vm, fresh, run.times())
         vm_flush(vm)
         assert evaluate_rules_into(vm, rules, run.start, run.end + BUCKET_S, missed) > 0
         vm_flush(vm)
         q = FLEET.model_copy(update={"recording_rules": True})
+        spy: list[dict[str, str]] = []
+        original = QueryClient.query
+
+        def recorded(
+            self: QueryClient, path: str, params: dict[str, str], **kw: Any
+        ) -> dict[str, Any]:
+            spy.append(params)
+            return original(self, path, params, **kw)
+
         status: dict[str, Any] = {}
-        fleet = run_fleet(vm, run, tmp_path / "f.duckdb", settings, q, status)
+        QueryClient.query = recorded  # type: ignore[method-assign]
+        try:
+            fleet = run_fleet(vm, run, tmp_path / "f.duckdb", settings, q, status)
+        finally:
+            QueryClient.query = original  # type: ignore[method-assign]
+    assert any("gpuscope:gpu_utilization_ratio:max5m" in p["query"] for p in spy)
+    raw = [p for p in spy if "_over_time(" in p["query"] and "agent_info" not in p["query"]]
+    # asked of the raw series only where the rules missed: buckets 1 to 3 (each evaluated
+    # at its last second)
+    assert raw and all(
+        b[1] + BUCKET_S - 1 <= float(p["start"]) <= float(p["end"]) <= b[3] + BUCKET_S - 1
+        for p in raw
+    ), sorted({(p["start"], p["end"]) for p in raw})
     assert_every_bucket_once(fleet, run)
     compare(direct, fleet, run, settings)
     assert status["rule_gaps_filled"] == 2 * len(run.cluster.node_names) + 1
