@@ -48,6 +48,7 @@ from gpuscope.collector.querying.fleet_questions import (
     LAST,
     NODES_QUERY,
     RULE_NAMES,
+    SUMMARIZED,
     node_regex,
     over_time_questions,
     shard_of,
@@ -327,11 +328,11 @@ class FleetSource:
         return [merged[ts] for ts in sorted(merged)]
 
     def _fill_rule_gaps(self, buckets: list[Batch], target: str, deadline: float | None) -> None:
-        """Where a bucket has a node's GPUs but no rule result for them (the engine's rule
-        evaluator was behind, restarted or down for that bucket: its evaluations are never
-        made up afterwards), that node's summaries are asked as ``*_over_time`` over the
-        raw series, as without recording rules, so no bucket is stored without them."""
-        gaps = rule_gaps(buckets)
+        """Where a bucket has a node's GPUs but no result of the rules for it (the engine's
+        rule evaluator was behind, restarted or down for that bucket: its evaluations are
+        never made up afterwards), that node's summaries are asked as ``*_over_time`` over
+        the raw series, as without recording rules, so no bucket is stored without them."""
+        gaps = rule_gaps(buckets, SUMMARIZED)
         if not gaps:
             return
         nodes = sorted(set().union(*gaps.values()))
@@ -340,13 +341,13 @@ class FleetSource:
         asked = self._ask_questions(
             over_time_questions(sel), min(starts), max(starts), target, deadline
         )
-        fill_rule_gaps(buckets, gaps, asked)
-        filled = sum(len(v) for v in gaps.values())
-        self.rule_gaps_filled += filled
-        log.warning(
-            "recording rules missing for %d node buckets (nodes=%d, buckets=%d); asked as "
-            "*_over_time instead target=%s", filled, len(nodes), len(gaps), target,
-        )  # fmt: skip
+        filled = fill_rule_gaps(buckets, gaps, asked)
+        if filled:
+            self.rule_gaps_filled += filled
+            log.warning(
+                "recording rules missing for %d node buckets (buckets=%d); asked as "
+                "*_over_time instead target=%s", filled, len(gaps), target,
+            )  # fmt: skip
 
     def _ask_summaries(
         self,

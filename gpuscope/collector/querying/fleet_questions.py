@@ -42,6 +42,8 @@ def rule_name(metric: str, how: str) -> str:
 
 
 RULE_NAMES = {rule_name(m, "max"): m for m in PEAK} | {rule_name(m, "avg"): m for m in MEAN}
+#: The metrics the recording rules summarize, under the names they are stored as.
+SUMMARIZED = frozenset((*PEAK, *MEAN))
 
 
 def over_time_questions(sel: str) -> list[tuple[str, str]]:

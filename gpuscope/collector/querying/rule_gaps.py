@@ -15,59 +15,56 @@ from collections.abc import Sequence
 
 from gpuscope.collector.scraping.batch import Batch, Labels
 
-#: A node's GPUs in a bucket (an inventory gauge every agent sends each GPU), and the
-#: summary every GPU gets from the rules (NVML utilization: every GPU source has it).
+#: A node's GPUs in a bucket: an inventory gauge the agent sends for each GPU.
 _GPU_PRESENT = "gpuscope_gpu_info"
-_RULE_PRESENT = "gpuscope_gpu_utilization_ratio"
 
 
 def _node(labels: Labels) -> str | None:
     return next((v for k, v in labels if k == "node"), None)
 
 
-def rule_gaps(buckets: Sequence[Batch]) -> dict[int, set[str]]:
+def rule_gaps(buckets: Sequence[Batch], summarized: frozenset[str]) -> dict[int, set[str]]:
     """Per bucket (``ts_ms``), the nodes with GPUs there (``gpuscope_gpu_info``) and no
-    utilization summary from the recording rules: the buckets the rules' evaluations did
-    not reach for them."""
+    result at all of the recording rules (``summarized``: the metrics they summarize, as
+    stored): the buckets the rules' evaluations did not reach for them. A rule group is
+    evaluated as one, so a node with any of its results was reached; which metrics a node
+    has depends on its GPUs (a MIG-enabled GPU has no NVML utilization), so none is
+    required in particular."""
     gaps: dict[int, set[str]] = {}
     for b in buckets:
         gpus: set[str] = set()
-        summarized: set[str] = set()
+        reached: set[str] = set()
         for name, labels in zip(b.names, b.labels, strict=True):
-            if name in (_GPU_PRESENT, _RULE_PRESENT):
+            if name == _GPU_PRESENT or name in summarized:
                 node = _node(labels)
                 if node is not None:
-                    (gpus if name == _GPU_PRESENT else summarized).add(node)
-        if missing := gpus - summarized:
+                    (gpus if name == _GPU_PRESENT else reached).add(node)
+        if missing := gpus - reached:
             gaps[b.ts_ms] = missing
     return gaps
 
 
 def fill_rule_gaps(
     buckets: Sequence[Batch], gaps: dict[int, set[str]], asked: Sequence[Batch]
-) -> None:
+) -> int:
     """Into each bucket of ``gaps``, its missing nodes' summaries from ``asked`` (the same
-    buckets asked as ``*_over_time``); a series the rules did give there (a rule group
-    evaluated in part) takes the asked value instead: one value a series and bucket."""
+    buckets asked as ``*_over_time``); returns the (bucket, node) pairs filled. A pair the
+    raw series do not answer either (a node whose agent sends none of those metrics) stays
+    as it was and is not counted."""
     answers = {b.ts_ms: b for b in asked}
+    filled = 0
     for b in buckets:
         missing = gaps.get(b.ts_ms)
         a = answers.get(b.ts_ms)
         if not missing or a is None:
             continue
-        new = [
-            row for row in zip(a.names, a.labels, a.values, strict=True)
-            if _node(row[1]) in missing
-        ]  # fmt: skip
-        replaced = {(name, labels) for name, labels, _ in new}
-        keep = [
-            i for i, key in enumerate(zip(b.names, b.labels, strict=True)) if key not in replaced
-        ]  # fmt: skip
-        if len(keep) < len(b.names):
-            b.names[:] = [b.names[i] for i in keep]
-            b.labels[:] = [b.labels[i] for i in keep]
-            b.values[:] = [b.values[i] for i in keep]
-        for name, labels, value in new:
-            b.names.append(name)
-            b.labels.append(labels)
-            b.values.append(value)
+        got: set[str] = set()
+        for name, labels, value in zip(a.names, a.labels, a.values, strict=True):
+            node = _node(labels)
+            if node in missing:
+                b.names.append(name)
+                b.labels.append(labels)
+                b.values.append(value)
+                got.add(node)
+        filled += len(got)
+    return filled
