@@ -66,3 +66,17 @@ def test_no_file_holds_merge_conflict_markers() -> None:
             if line.startswith(starts):
                 offenders.append(f"{name}:{number}")
     assert offenders == []
+
+
+def test_no_file_is_a_link_out_of_the_checkout() -> None:
+    """Seen (2026-12-07): a worktree's ``.venv``, a symlink to the main checkout's virtual
+    environment, was committed (``.venv/`` in .gitignore matched only a directory); the
+    merge then replaced that environment with a link to itself, and a clone would point at
+    a folder of the machine it was made on. A link in the repository stays inside it."""
+    root = REPO.resolve()
+    offenders = [
+        name
+        for name in _files()
+        if (REPO / name).is_symlink() and not (REPO / name).resolve().is_relative_to(root)
+    ]
+    assert offenders == []
