@@ -201,7 +201,8 @@ def test_fleet_mode_reads_the_shipped_recording_rules_and_asks_what_they_missed(
     # between steps) the rules test failed once in 21 runs (2026-12-07: every GPU's
     # gpuscope_gpu_utilization_ratio in 4 of the 6 buckets, the raw samples in all 6, no
     # cycle in error); not seen again in 88 runs of the same flow with kept pages, so the
-    # cause is not known (docs/scale.md, "Recording rules"); such buckets are now filled
+    # cause is not known; fleet mode now fills a node's bucket only when every rule family
+    # of it is missing, not one family alone (docs/scale.md, "Recording rules")
     fresh = FleetPages(run.cluster, run.cluster.node_names, run.origin)
     with victoria_metrics(tmp_path, "-search.disableCache") as vm:
         push_to_victoriametrics(vm, fresh, run.times())

@@ -91,8 +91,8 @@ class FleetSource:
     state: dict[int, ShardState] = field(default_factory=dict)
     labels: LabelCache = field(default_factory=LabelCache)
     cycles: int = 0
-    #: With ``recording_rules``: (node, bucket) pairs whose rule results the engine did not
-    #: have when asked, and which were asked as ``*_over_time`` instead (:func:`rule_gaps`).
+    #: With ``recording_rules``: (node, bucket) pairs with no rule result when asked that
+    #: the raw series filled, asked as ``*_over_time`` (:func:`rule_gaps`).
     rule_gaps_filled: int = 0
     #: The clock a cycle's ``deadline`` is on (``time.monotonic``; injected in tests).
     monotonic: Callable[[], float] = time.monotonic
