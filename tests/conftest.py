@@ -1,5 +1,6 @@
 """Shared fixtures: the third-party reference data (tests/fixtures), free loopback ports."""
 
+import gc
 import itertools
 import os
 import random
@@ -9,6 +10,16 @@ from pathlib import Path
 import pytest
 
 from tests.paths import FIXTURES
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Every object alive once the tests are collected (the modules, the test items) lives
+    to the end of the run: moved out of the collector's sight, so that each full collection
+    (thousands in a run of the suite's in-process tests) no longer walks them. Measured
+    (``gc.callbacks``): the time in collections of test_report.py 1.13 -> 0.75 s, of
+    test_idle_read_bound.py 0.43 -> 0.20 s, test_consolidation_budgets_checked.py
+    1.47 -> 1.20 s (issue 39)."""
+    gc.freeze()
 
 
 @pytest.fixture(scope="session")
