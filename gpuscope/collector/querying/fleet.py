@@ -375,19 +375,6 @@ class FleetSource:
                 into.values.extend(b.values)
         return [merged[ts] for ts in sorted(merged)]
 
-    def status(self, now: float) -> dict[str, object]:
-        cursors = [w.cursor for w in self.windows.values() if w.cursor is not None]
-        lag = max(0.0, now - min(cursors)) if cursors else None
-        return {
-            "shards": self.shards,
-            "next_bucket": min(cursors) if cursors else None,
-            "lag_seconds": lag,
-            "buckets_skipped": sum(w.skipped for w in self.windows.values()),
-            "buckets_empty": sum(w.empty for w in self.windows.values()),
-            "rule_gaps_filled": self.rule_gaps_filled,
-            "shard_states": [st.shown(s, self.windows[s].cursor) for s, st in self.state.items()],
-        }
-
 
 @dataclass
 class FleetCycle:
