@@ -5,7 +5,9 @@ window's ``sum`` is the counter's increase; ``series.last_seen`` says when a ser
 scraped (``stale``). One query for every metric rule of a run (:func:`metric_windows`): a
 statement costs ~9 ms of CPU on a small store whatever it reads, four shipped rules were
 four (issue 39); one query per rule when that one fails, so that a failing rule fails
-alone.
+alone. That query reads only the series a rule's first ``label="value"`` matcher selects
+(:func:`equality_filter`): the shipped GpuUncorrectedEccErrors rule's hour of samples is
+then its uncorrected counters', half of every ECC counter's.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from gpuscope.alerts.config import MetricRule, TargetDownRule
+from gpuscope.alerts.matchers import parse_matchers
 from gpuscope.alerts.model import Candidate
 from gpuscope.alerts.rules import SeriesWindow, metric_candidates, target_candidates
 from gpuscope.collector.storage.schema import GET_META, QUERY_CURSOR_KEY
@@ -40,8 +43,21 @@ WHERE s.metric = $metric AND s.last_seen > $seen_lo AND s.first_seen <= $now
 GROUP BY ALL
 """
 
+_LABEL_COLS = (
+    LABEL_COLUMNS  # node, gpu, uuid, mig_instance, device, port, namespace, pod, container
+)
+#: A series' value of the label named ``r.eq_label``, as :func:`_window` builds its labels:
+#: the ``labels`` map's entry over the column's, "" where it has neither (a matcher reads a
+#: missing label as ""). The column names are the store's own, not input.
+_LABEL_VALUE = (
+    "coalesce(map_extract_value(s.labels, r.eq_label), CASE r.eq_label "
+    + " ".join(f"WHEN '{c}' THEN s.{c}" for c in _LABEL_COLS)
+    + " END, '')"
+)
+
 #: :data:`SERIES_WINDOW` for several rules at once, each row tagged with its rule's place
-#: in the lists ($rule, $metric, $lo, $seen_lo: one element a rule). The samples are read
+#: in the lists ($rule, $metric, $lo, $seen_lo, and $eq_label and $eq_value, a rule's
+#: :func:`equality_filter` or nulls: one element a rule). The samples are read
 #: once, over the longest window ($min_lo, a constant, so that DuckDB skips the row groups
 #: before it by their min/max statistics), and each rule takes those in its own window.
 #: The samples are aggregated by series first and labelled after: grouped by the ten label
@@ -50,12 +66,14 @@ GROUP BY ALL
 SERIES_WINDOWS = """
 WITH rules AS (
     SELECT unnest($rule) AS rule, unnest($metric) AS metric, unnest($lo) AS lo,
-           unnest($seen_lo) AS seen_lo
+           unnest($seen_lo) AS seen_lo, unnest(CAST($eq_label AS VARCHAR[])) AS eq_label,
+           unnest(CAST($eq_value AS VARCHAR[])) AS eq_value
 ),
 chosen AS (
     SELECT r.rule, r.lo, s.series_id
     FROM rules AS r
     JOIN series AS s ON s.metric = r.metric AND s.last_seen > r.seen_lo AND s.first_seen <= $now
+    WHERE r.eq_label IS NULL OR {label_value} = r.eq_value
 ),
 per_series AS (
     SELECT c.rule, c.series_id, count(x.value) AS n, sum(x.value) AS total,
@@ -73,7 +91,7 @@ SELECT p.rule, s.node, s.gpu, s.uuid, s.mig_instance, s.device, s.port,
        epoch(CAST($now AS TIMESTAMP) - greatest(max(s.last_seen), max(p.last_ts)))
 FROM per_series AS p JOIN series AS s USING (series_id)
 GROUP BY ALL
-"""
+""".replace("{label_value}", _LABEL_VALUE)
 
 #: Targets scraped since $recent whose last scrape failed; how long since they were last up
 #: (or since their first failure in the last day).
@@ -89,9 +107,20 @@ SELECT target, error,
 FROM t WHERE NOT up AND last_ts > $recent
 ORDER BY target
 """
-_LABEL_COLS = (
-    LABEL_COLUMNS  # node, gpu, uuid, mig_instance, device, port, namespace, pod, container
-)
+
+
+def equality_filter(rule: MetricRule) -> tuple[str, str] | None:
+    """The (label, value) of the rule's first ``label="value"`` matcher with a value, which
+    the one query for all rules applies to the series it reads (the rule's matchers are
+    all applied again to what it returns: :func:`~gpuscope.alerts.rules.metric_candidates`);
+    None for a rule without one, and for a ``stale`` rule, whose groups are judged fresh by
+    any of their series."""
+    if rule.aggregate == "stale":
+        return None
+    for m in parse_matchers(rule.matchers):
+        if m.op == "=" and m.value:
+            return m.name, m.value
+    return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,15 +207,19 @@ def series_windows(
 def metric_windows(
     con: Any, rules: Sequence[MetricRule], now: datetime, view: DataView = DIRECT
 ) -> list[list[SeriesWindow]]:
-    """:func:`series_windows` of each of ``rules`` (in their order), in one query."""
+    """:func:`series_windows` of each of ``rules`` (in their order), in one query, less
+    the series a rule's :func:`equality_filter` leaves out (its matchers would drop them)."""
     if not rules:
         return []
     bounds = [_bounds(rule, now, view) for rule in rules]
+    filters = [equality_filter(rule) for rule in rules]
     params = {
         "rule": list(range(len(rules))),
         "metric": [b["metric"] for b in bounds],
         "lo": [b["lo"] for b in bounds],
         "seen_lo": [b["seen_lo"] for b in bounds],
+        "eq_label": [eq[0] if eq else None for eq in filters],
+        "eq_value": [eq[1] if eq else None for eq in filters],
         "now": view.at(now),
         "min_lo": min(b["lo"] for b in bounds),
     }

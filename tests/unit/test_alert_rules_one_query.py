@@ -12,10 +12,10 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from gpuscope.alerts import engine as engine_module
-from gpuscope.alerts.conditions import DataView, metric_windows, series_windows
+from gpuscope.alerts.conditions import DataView, equality_filter, metric_windows, series_windows
 from gpuscope.alerts.config import AlertsConfig, MetricRule
 from gpuscope.alerts.engine import AlertsEngine
-from gpuscope.alerts.rules import SeriesWindow
+from gpuscope.alerts.rules import SeriesWindow, metric_candidates
 from gpuscope.collector.scraping.batch import Batch
 from gpuscope.collector.storage.store import Store
 
@@ -35,13 +35,14 @@ def gpu(node: str, i: int) -> tuple[tuple[str, str], ...]:
 
 
 def batch(node: str, t: int) -> Batch:
-    """Two GPUs of ``node``: the first falls off the bus at 600 s, the second's ECC
-    counter rises every minute; the agent's info series."""
-    labels = [gpu(node, 0), gpu(node, 1), gpu(node, 1), (("node", node),)]
-    ecc = [*labels[2], ("type", "uncorrected")]
-    labels[2] = tuple(sorted(ecc))
-    values = [0.0 if t >= 600 else 1.0, 1.0, float(t // 60), 1.0]
-    return Batch(node, ms(t), [UP, UP, ECC, INFO], labels, values, TYPES)
+    """Two GPUs of ``node``: the first falls off the bus at 600 s, the second's uncorrected
+    ECC counter rises every minute and its corrected one every 30 s; the agent's info
+    series."""
+    labels = [gpu(node, 0), gpu(node, 1), gpu(node, 1), gpu(node, 1), (("node", node),)]
+    labels[2] = tuple(sorted([*labels[2], ("type", "uncorrected")]))
+    labels[3] = tuple(sorted([*labels[3], ("type", "corrected")]))
+    values = [0.0 if t >= 600 else 1.0, 1.0, float(t // 60), float(t // 30), 1.0]
+    return Batch(node, ms(t), [UP, UP, ECC, ECC, INFO], labels, values, TYPES)
 
 
 @pytest.fixture
@@ -74,6 +75,23 @@ RULES = [
     ),
     MetricRule(name="none", metric="gpuscope_no_such_metric", aggregate="max", window=60),
 ]
+#: Rules whose first ``label="value"`` matcher the one query applies to the series it reads:
+#: a label of the series' map, one of its columns, one no series has; and rules it must not
+#: filter by (a matcher of "", which a missing label matches; a regex; a stale rule).
+MATCHING = [
+    MetricRule(name="ecc_uncorrected", metric=ECC, matchers=['type="uncorrected"'],
+               aggregate="increase", window=3600, op=">", threshold=0, by=["node", "gpu"]),
+    MetricRule(name="lost_on_n1", metric=UP, matchers=['gpu!="1"', 'node="n1"'],
+               aggregate="max", window=300, op="<", threshold=1, by=["node", "gpu"]),
+    MetricRule(name="ecc_in_zone", metric=ECC, matchers=['zone="a"'], aggregate="increase",
+               window=3600, op=">", threshold=0),
+    MetricRule(name="ecc_untyped", metric=ECC, matchers=['type=""'], aggregate="increase",
+               window=3600, op=">=", threshold=0),
+    MetricRule(name="ecc_regex", metric=ECC, matchers=['type=~"unc.*"'], aggregate="increase",
+               window=3600, op=">", threshold=0),
+    MetricRule(name="down_n1", metric=INFO, matchers=['node="n1"'], aggregate="stale",
+               window=120, op=">", threshold=0, by=["node"]),
+]  # fmt: skip
 
 
 def at(t: float) -> datetime:
@@ -92,9 +110,32 @@ def test_one_query_reads_what_each_rule_reads_alone(store: Store, t: int, view: 
     together = [ordered(w) for w in metric_windows(cur, RULES, at(t), view)]
     assert together == alone
     # not vacuous: the windows differ by rule, and a metric no series has reads nothing
-    assert [len(w) for w in alone[:4]] == [4, 4, 2, 2]
+    assert [len(w) for w in alone[:4]] == [4, 4, 4, 2]
     assert alone[0] != alone[1] and alone[-1] == []
     assert metric_windows(cur, [], at(t), view) == []
+
+
+@pytest.mark.parametrize("t", [END, END - 250])
+def test_one_query_reads_only_the_series_a_rules_equality_matcher_selects(
+    store: Store, t: int
+) -> None:
+    """Each rule's windows are those its own query reads less the series whose label fails
+    the rule's first ``label="value"`` matcher (a missing label is ""), and what each rule
+    finds is the same from both."""
+    cur = store.cursor()
+    alone = [ordered(series_windows(cur, rule, at(t))) for rule in MATCHING]
+    together = [ordered(w) for w in metric_windows(cur, MATCHING, at(t))]
+    filters = [equality_filter(rule) for rule in MATCHING]
+    assert filters == [("type", "uncorrected"), ("node", "n1"), ("zone", "a")] + [None] * 3
+    for rule, one, all_, eq in zip(MATCHING, alone, together, filters, strict=True):
+        kept = [w for w in one if eq is None or w.labels.get(eq[0], "") == eq[1]]
+        assert all_ == kept, rule.name
+        assert metric_candidates(rule, all_) == metric_candidates(rule, one), rule.name
+    # not vacuous: the filtered rules read fewer series (none at all for a missing label),
+    # and still find what they find alone
+    assert [len(w) for w in alone[:3]] == [4, 4, 4] and [len(w) for w in together[:3]] == [2, 2, 0]
+    assert [len(w) for w in together[3:]] == [4, 4, 2]
+    assert metric_candidates(MATCHING[0], together[0])  # n1's and n2's uncorrected errors
 
 
 def _candidates(engine: AlertsEngine) -> list[tuple[str, list[tuple[str, str]], float | None]]:
