@@ -12,7 +12,13 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from gpuscope.alerts import engine as engine_module
-from gpuscope.alerts.conditions import DataView, equality_filter, metric_windows, series_windows
+from gpuscope.alerts.conditions import (
+    DataView,
+    equality_filter,
+    evaluate_metric,
+    metric_windows,
+    series_windows,
+)
 from gpuscope.alerts.config import AlertsConfig, MetricRule
 from gpuscope.alerts.engine import AlertsEngine
 from gpuscope.alerts.rules import SeriesWindow, metric_candidates
@@ -77,7 +83,7 @@ RULES = [
 ]
 #: Rules whose first ``label="value"`` matcher the one query applies to the series it reads:
 #: a label of the series' map, one of its columns, one no series has; and rules it must not
-#: filter by (a matcher of "", which a missing label matches; a regex; a stale rule).
+#: filter by (a matcher of "", which a missing label matches; a regex); a stale rule.
 MATCHING = [
     MetricRule(name="ecc_uncorrected", metric=ECC, matchers=['type="uncorrected"'],
                aggregate="increase", window=3600, op=">", threshold=0, by=["node", "gpu"]),
@@ -126,7 +132,8 @@ def test_one_query_reads_only_the_series_a_rules_equality_matcher_selects(
     alone = [ordered(series_windows(cur, rule, at(t))) for rule in MATCHING]
     together = [ordered(w) for w in metric_windows(cur, MATCHING, at(t))]
     filters = [equality_filter(rule) for rule in MATCHING]
-    assert filters == [("type", "uncorrected"), ("node", "n1"), ("zone", "a")] + [None] * 3
+    assert filters == [("type", "uncorrected"), ("node", "n1"), ("zone", "a"), None, None,
+                       ("node", "n1")]  # fmt: skip
     for rule, one, all_, eq in zip(MATCHING, alone, together, filters, strict=True):
         kept = [w for w in one if eq is None or w.labels.get(eq[0], "") == eq[1]]
         assert all_ == kept, rule.name
@@ -134,8 +141,31 @@ def test_one_query_reads_only_the_series_a_rules_equality_matcher_selects(
     # not vacuous: the filtered rules read fewer series (none at all for a missing label),
     # and still find what they find alone
     assert [len(w) for w in alone[:3]] == [4, 4, 4] and [len(w) for w in together[:3]] == [2, 2, 0]
-    assert [len(w) for w in together[3:]] == [4, 4, 2]
+    assert [len(w) for w in together[3:]] == [4, 4, 1]
     assert metric_candidates(MATCHING[0], together[0])  # n1's and n2's uncorrected errors
+
+
+def test_a_stale_rule_judges_only_the_series_its_matchers_select(tmp_path: Path) -> None:
+    """A node's DCGM source stops reporting while its NVML source goes on: a stale rule over
+    the DCGM series (``source="dcgm"``, by node) fires for that node. A fresh series the
+    rule's matchers leave out kept its group fresh before (no alert); read in one query for
+    every rule or alone, the same."""
+    src = "gpuscope_agent_source_up"
+    with Store.open(tmp_path / "s.duckdb") as s:
+        for t in range(0, END + 1, STEP):
+            sources = ["nvml", "dcgm"] if t <= 600 else ["nvml"]
+            labels = [(("node", "n1"), ("source", x)) for x in sources]
+            s.append_cycle([(Batch("n1", ms(t), [src] * len(labels), labels,
+                                   [1.0] * len(labels), {src: "gauge"}), 0.01)])  # fmt: skip
+        rule = MetricRule(name="dcgm_gone", metric=src, matchers=['source="dcgm"'],
+                          aggregate="stale", window=120, op=">", threshold=0, by=["node"])  # fmt: skip
+        cur = s.cursor()
+        alone = evaluate_metric(cur, rule, at(END))
+        (windows,) = metric_windows(cur, [rule], at(END))
+        assert [(c.labels["node"], round(c.value or 0)) for c in alone] == [("n1", END - 600)]
+        assert evaluate_metric(cur, rule, at(END), windows=windows) == alone
+        # and while both report, nothing
+        assert evaluate_metric(cur, rule, at(500)) == []
 
 
 def _candidates(engine: AlertsEngine) -> list[tuple[str, list[tuple[str, str]], float | None]]:
