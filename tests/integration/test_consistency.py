@@ -385,18 +385,25 @@ def test_demo_report_worst_fragmentation_is_the_worst_state(
     week = Week.last_complete(_demo_at(demo))
     with Store.open(demo / "gpuscope.duckdb", read_only=True) as store:
         frag = demo_report.tables["fragmentation"]
+        asked: dict[datetime, dict[str, Any] | None] = {}
+
+        def state_at(t: datetime) -> dict[str, Any] | None:  # each instant asked once
+            if t not in asked:
+                asked[t] = fragmentation_at(store.cursor(), t, cfg.analytics)
+            return asked[t]
+
         instants = set(change_points(store.cursor(), week.start, week.end))
         t, step, found = week.start, timedelta(hours=1), False
         while t < week.end:
             instants.add(t)
-            if not found and fragmentation_at(store.cursor(), t, cfg.analytics):
+            if not found and state_at(t):
                 # the first state began within the hour before: 5 minutes from there on
                 found, t, step = True, t - timedelta(hours=1), timedelta(minutes=5)
             t += step
         assert found
         worst, states, empty_after = 0.0, 0, []
         for t in sorted(instants):
-            row = fragmentation_at(store.cursor(), t, cfg.analytics)
+            row = state_at(t)
             if row is None and states:
                 empty_after.append(t)
             if row is not None:
