@@ -70,8 +70,9 @@ _STATE_SCHEMA = pa.schema([
 
 
 #: The queries that read the run's resolved busy series (the registered table ``busy``)
-#: instead of resolving them again.
-_READS_RESOLVED = frozenset({"fold"})
+#: instead of resolving them again (the bridged gaps' own resolution was ~10 ms of a run
+#: on 8 nodes, issue 39).
+_READS_RESOLVED = frozenset({"fold", "bridged_gaps"})
 _RESOLVED = "busy_series AS (SELECT series_id, key, signal, share FROM busy)"
 
 
@@ -171,6 +172,16 @@ def _busy(cur: duckdb.DuckDBPyConnection, params: dict[str, Any]) -> pa.Table:
     return pa.Table.from_arrays(arrays, schema=_BUSY_SCHEMA)
 
 
+def _register_busy(
+    cur: duckdb.DuckDBPyConnection, at: datetime, settings: AnalyticsSettings
+) -> pa.Table:
+    """The busy series at ``at`` (:func:`_busy`), registered on ``cur`` as ``busy`` for the
+    run's folds and bridged gaps."""
+    busy = _busy(cur, {"at": at, "memory": settings.idle_include_memory_activity})
+    cur.register("busy", busy)
+    return busy
+
+
 def _meta(cur: duckdb.DuckDBPyConnection, key: str) -> str | None:
     rows = cur.execute(GET_META, [key]).fetchall()  # fetched whole: the cursor is reused
     return str(rows[0][0]) if rows else None
@@ -197,6 +208,25 @@ def activity_state(
     a look into the past must not move the scheduled run's state back).
     """
     at = utc(at).replace(microsecond=0)
+    cur = store.cursor()
+    try:
+        busy = _register_busy(cur, at, settings)
+        return _activity_state(cur, busy, store, at, settings, scrape_interval_s, persist)
+    finally:
+        cur.close()
+
+
+def _activity_state(
+    cur: duckdb.DuckDBPyConnection,
+    busy: pa.Table,
+    store: Store,
+    at: datetime,
+    settings: AnalyticsSettings,
+    scrape_interval_s: float,
+    persist: bool,
+) -> tuple[pa.Table, bool, bool]:
+    """:func:`activity_state` on ``cur``, where ``busy`` (the run's busy series at ``at``)
+    is registered: the run's later queries (the bridged gaps) read it too."""
     params: dict[str, Any] = {
         "at": at,
         "threshold": settings.idle_utilization_below,
@@ -206,49 +236,43 @@ def activity_state(
         "lookback_s": LOOKBACK.total_seconds(),
     }
     config = _config(settings, float(scrape_interval_s))
-    cur = store.cursor()
-    try:
-        busy = _busy(cur, params)
-        cur.register("busy", busy)
-        saved_until = _meta(cur, WATERMARK_KEY)
-        saved_config = _meta(cur, CONFIG_KEY)
-        watermark = utc(saved_until) if saved_until else None
-        incremental = watermark is not None and watermark <= at and saved_config == config
-        bound = None
-        if incremental:
-            assert watermark is not None
-            lo = watermark
-            prior = _state_rows(cur, Q["load_state"])
-            bound = fold_bound(prior, lo, fresh_keys(busy, lo), LOOKBACK)
+    saved_until = _meta(cur, WATERMARK_KEY)
+    saved_config = _meta(cur, CONFIG_KEY)
+    watermark = utc(saved_until) if saved_until else None
+    incremental = watermark is not None and watermark <= at and saved_config == config
+    bound = None
+    if incremental:
+        assert watermark is not None
+        lo = watermark
+        prior = _state_rows(cur, Q["load_state"])
+        bound = fold_bound(prior, lo, fresh_keys(busy, lo), LOOKBACK)
+    else:
+        rolled = _meta(cur, "rollup_5m_until")
+        lo = _floor(at - RAW_HORIZON, 300)
+        lo = min(lo, utc(rolled)) if rolled else _EPOCH
+        if lo > _EPOCH:
+            history = {k: v for k, v in params.items() if k != "lookback"}
+            history |= {"lo": lo, "since": at - HISTORY}
+            prior = _state_rows(cur, Q["rollup_prior"], history)
+            lo -= timedelta(seconds=1)  # raw samples from lo on: (lo - 1 s, ...]
         else:
-            rolled = _meta(cur, "rollup_5m_until")
-            lo = _floor(at - RAW_HORIZON, 300)
-            lo = min(lo, utc(rolled)) if rolled else _EPOCH
-            if lo > _EPOCH:
-                history = {k: v for k, v in params.items() if k != "lookback"}
-                history |= {"lo": lo, "since": at - HISTORY}
-                prior = _state_rows(cur, Q["rollup_prior"], history)
-                lo -= timedelta(seconds=1)  # raw samples from lo on: (lo - 1 s, ...]
-            else:
-                prior = _empty_state()
-        keep = persist and not store.read_only and (watermark is None or watermark <= at)
-        until = max(lo, at - LATE_DELAY)
-        saved = _fold(cur, prior, lo, until, params, bound)
-        bound = fold_bound(saved, until, fresh_keys(busy, until), LOOKBACK)
-        state = _fold(cur, saved, until, at, params, bound)
-        if keep:
-            with begin(cur):
-                cur.execute("DELETE FROM gpu_activity_state")
-                cur.register("saved", saved.select(list(_PERSISTED)))
-                try:
-                    cur.execute("INSERT OR REPLACE INTO gpu_activity_state SELECT * FROM saved")
-                finally:
-                    cur.unregister("saved")
-                cur.execute(SET_META, [WATERMARK_KEY, until.isoformat()])
-                if saved_config != config:  # as read above: unchanged, one statement less
-                    cur.execute(SET_META, [CONFIG_KEY, config])  # (~1.5 ms a run, issue 39)
-    finally:
-        cur.close()
+            prior = _empty_state()
+    keep = persist and not store.read_only and (watermark is None or watermark <= at)
+    until = max(lo, at - LATE_DELAY)
+    saved = _fold(cur, prior, lo, until, params, bound)
+    bound = fold_bound(saved, until, fresh_keys(busy, until), LOOKBACK)
+    state = _fold(cur, saved, until, at, params, bound)
+    if keep:
+        with begin(cur):
+            cur.execute("DELETE FROM gpu_activity_state")
+            cur.register("saved", saved.select(list(_PERSISTED)))
+            try:
+                cur.execute("INSERT OR REPLACE INTO gpu_activity_state SELECT * FROM saved")
+            finally:
+                cur.unregister("saved")
+            cur.execute(SET_META, [WATERMARK_KEY, until.isoformat()])
+            if saved_config != config:  # as read above: unchanged, one statement less
+                cur.execute(SET_META, [CONFIG_KEY, config])  # (~1.5 ms a run, issue 39)
     return state, incremental, keep
 
 
@@ -263,7 +287,7 @@ def _recommendation(row: dict[str, Any]) -> dict[str, Any]:
 
 
 def _workload_rows(
-    store: Store,
+    cur: duckdb.DuckDBPyConnection,
     state: pa.Table,
     at: datetime,
     settings: AnalyticsSettings,
@@ -280,22 +304,17 @@ def _workload_rows(
         "stale": at - max(4 * window, timedelta(hours=1)),
         "protected": list(workloads.protected_namespaces),
     }
-    cur = store.cursor()
+    cur.register("state", state)
     try:
-        cur.register("state", state)
-        try:
-            result = cur.execute(Q["workloads"], params)
-            names = [d[0] for d in result.description or ()]
-            rows = [dict(zip(names, r, strict=True)) for r in result.fetchall()]
-        finally:
-            cur.unregister("state")
-        gap_params = {"at": at, "declared_s": float(scrape_interval_s),
-                      "memory": settings.idle_include_memory_activity}  # fmt: skip
-        for row in rows:
-            row["bridged_gap_s"] = None
-        _bridged_gaps(cur, [row for row in rows if row["status"] == "idle"], gap_params)
+        result = cur.execute(Q["workloads"], params)
+        names = [d[0] for d in result.description or ()]
+        rows = [dict(zip(names, r, strict=True)) for r in result.fetchall()]
     finally:
-        cur.close()
+        cur.unregister("state")
+    for row in rows:
+        row["bridged_gap_s"] = None
+    gap_params = {"at": at, "declared_s": float(scrape_interval_s)}
+    _bridged_gaps(cur, [row for row in rows if row["status"] == "idle"], gap_params)
     for row in rows:
         row["owner"] = pod_owner(row.pop("pod_labels"), workloads.owner_label_keys,
                                  row.pop("owner_kind"), row.pop("owner_name"))  # fmt: skip
@@ -308,7 +327,8 @@ def _bridged_gaps(
 ) -> None:
     """Set ``bridged_gap_s`` of each idle workload to the longest gap in data it was
     judged idle through (seconds), where there was one: the finding says so, since its
-    idle time runs across data it did not see. One query for all of them."""
+    idle time runs across data it did not see. One query for all of them, over the run's
+    busy series (the table ``busy`` registered on ``cur``)."""
     asked = [row for row in idle if row["idle_since"] is not None]
     if not asked:
         return
@@ -443,10 +463,15 @@ def run_idle(
     A gap over three ``scrape_interval_s`` in a GPU's samples is missing data.
     """
     at = utc(at).replace(microsecond=0)
-    state, _, saved = activity_state(
-        store, at, settings, scrape_interval_s=scrape_interval_s, persist=persist
-    )
-    rows = _workload_rows(store, state, at, settings, workloads, scrape_interval_s)
+    cur = store.cursor()
+    try:  # one cursor and one resolution of the busy series for the whole run
+        busy = _register_busy(cur, at, settings)
+        state, _, saved = _activity_state(
+            cur, busy, store, at, settings, scrape_interval_s, persist
+        )
+        rows = _workload_rows(cur, state, at, settings, workloads, scrape_interval_s)
+    finally:
+        cur.close()
     findings, summary = _findings(rows, at, settings)
     newest = data_until(state)
     summary["data_until"] = newest.isoformat() if newest else None
