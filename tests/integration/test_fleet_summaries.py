@@ -119,12 +119,10 @@ def _workloads(store: Store, at: float) -> dict[str, tuple[float, str]]:
     """Every workload the idle detector judged: the GPUs it holds and its status."""
     from datetime import UTC, datetime
 
-    from gpuscope.analytics.detectors.idle import _workload_rows, activity_state
+    from gpuscope.analytics.detectors.idle import judged_workloads
 
     when = datetime.fromtimestamp(at, UTC)
-    a = SETTINGS.analytics
-    state, _, _ = activity_state(store, when, a, persist=False)
-    rows = _workload_rows(store, state, when, a, SETTINGS.workloads, 15.0)
+    rows = judged_workloads(store, when, SETTINGS.analytics, SETTINGS.workloads)
     return {f"{r['namespace']}/{r['pod']}": (float(r["gpus"]), r["status"]) for r in rows}
 
 

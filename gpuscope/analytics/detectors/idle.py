@@ -442,6 +442,44 @@ def data_until(state: pa.Table) -> datetime | None:
     return newest if isinstance(newest, datetime) else None
 
 
+def _judge(
+    store: Store,
+    at: datetime,
+    settings: AnalyticsSettings,
+    workloads: WorkloadSettings,
+    scrape_interval_s: float,
+    persist: bool,
+) -> tuple[pa.Table, list[dict[str, Any]], bool]:
+    """The activity state at ``at``, every workload judged on it, and whether the state
+    was saved: on one cursor, with one resolution of the busy series for the whole run."""
+    cur = store.cursor()
+    try:
+        busy = _register_busy(cur, at, settings)
+        state, _, saved = _activity_state(
+            cur, busy, store, at, settings, scrape_interval_s, persist
+        )
+        rows = _workload_rows(cur, state, at, settings, workloads, scrape_interval_s)
+    finally:
+        cur.close()
+    return state, rows, saved
+
+
+def judged_workloads(
+    store: Store,
+    at: datetime,
+    settings: AnalyticsSettings,
+    workloads: WorkloadSettings,
+    *,
+    scrape_interval_s: float = 15.0,
+) -> list[dict[str, Any]]:
+    """Every workload holding GPUs at ``at`` as the detector judges it (the GPUs it holds,
+    its status: starting, active, unknown or idle, its idle since), nothing saved: the rows
+    the findings are made from, for a check that the judgement, not only the findings,
+    agrees between two stores."""
+    at = utc(at).replace(microsecond=0)
+    return _judge(store, at, settings, workloads, scrape_interval_s, persist=False)[1]
+
+
 def run_idle(
     store: Store,
     at: datetime,
@@ -463,15 +501,7 @@ def run_idle(
     A gap over three ``scrape_interval_s`` in a GPU's samples is missing data.
     """
     at = utc(at).replace(microsecond=0)
-    cur = store.cursor()
-    try:  # one cursor and one resolution of the busy series for the whole run
-        busy = _register_busy(cur, at, settings)
-        state, _, saved = _activity_state(
-            cur, busy, store, at, settings, scrape_interval_s, persist
-        )
-        rows = _workload_rows(cur, state, at, settings, workloads, scrape_interval_s)
-    finally:
-        cur.close()
+    state, rows, saved = _judge(store, at, settings, workloads, scrape_interval_s, persist)
     findings, summary = _findings(rows, at, settings)
     newest = data_until(state)
     summary["data_until"] = newest.isoformat() if newest else None
