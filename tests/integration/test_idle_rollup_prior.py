@@ -158,3 +158,26 @@ def test_numbered_keys_answer_as_the_named_keys_did(store: Store, threshold: flo
         assert keys["GPU-b"]["covered_since"] == T0 + timedelta(hours=5.5)
         # p1's two processes: the larger reading over its share (0.3 / 0.5) wins
         assert keys["GPU-c|ml/p1/main"]["last_busy_value"] == pytest.approx(0.6)
+
+
+def test_the_busy_series_take_each_pods_fraction_from_its_latest_version(store: Store) -> None:
+    """A fractional pod's own key, and the share its readings are divided by, come from
+    its inventory version at the instant asked: p2's share doubles when its fraction
+    does, and p1, made whole in its latest version, has no key of its own any more,
+    though an older version had a fraction (an aggregate that skipped a missing fraction
+    would take that older one)."""
+    later = T0 + timedelta(hours=1)
+    node = NodeInfo(name="n1", gpu_model="H100", allocatable_gpus=3, cpu_milli=64000)
+    pods = [_pod("p1", None), _pod("p2", 0.5)]
+    store.record_inventory(later, nodes=[node], pods=pods, quotas=[])
+
+    def own_keys(at: datetime) -> dict[str, float]:
+        cur = store.cursor()
+        try:
+            rows = cur.execute(Q["busy"], {"at": at, "memory": False}).fetchall()
+        finally:
+            cur.close()
+        return {key: share for _, key, signal, share, _ in rows if signal == "share_utilization"}
+
+    assert own_keys(T0 + 30 * MIN) == {"GPU-c|ml/p1/main": 0.5, "GPU-c|ml/p2/main": 0.25}
+    assert own_keys(later + 30 * MIN) == {"GPU-c|ml/p2/main": 0.5}

@@ -11,10 +11,12 @@
 -- that GPU divided by its share: a 0.25-GPU pod at 4.8 % of the whole GPU is at 19 % of
 -- what it holds, and is judged on that (its GPU's signal stays its fallback).
 fractions AS (
-    -- each pod's latest version by $at (an aggregate: a window over the versions cost
-    -- ~2.5 ms more a resolution on 8 nodes, issue 39)
-    SELECT key AS pod_key, TRY_CAST(arg_max(record, valid_from)->>'gpu_fraction' AS DOUBLE)
-               AS share
+    -- each pod's latest version by $at: an aggregate (a window over the versions cost
+    -- ~2.5 ms more a resolution on 8 nodes, issue 39) of the fraction alone, not of the
+    -- record (a week of versions' JSON held in the aggregate); arg_max_null, as the
+    -- latest version without a fraction has none (arg_max would take an older one's)
+    SELECT key AS pod_key,
+           arg_max_null(TRY_CAST(record->>'gpu_fraction' AS DOUBLE), valid_from) AS share
     FROM inventory_pods WHERE valid_from <= $at GROUP BY key
 ),
 busy_candidates AS (
