@@ -13,8 +13,9 @@
 fractions AS (
     -- each pod's latest version by $at: an aggregate (a window over the versions cost
     -- ~2.5 ms more a resolution on 8 nodes, issue 39) of the fraction alone, not of the
-    -- record (a week of versions' JSON held in the aggregate); arg_max_null, as the
-    -- latest version without a fraction has none (arg_max would take an older one's)
+    -- whole record (the aggregate would copy each newer version's JSON; the idle what-if
+    -- resolves these over a week of versions); arg_max_null, as a latest version without
+    -- a fraction has none (arg_max would take an older one's)
     SELECT key AS pod_key,
            arg_max_null(TRY_CAST(record->>'gpu_fraction' AS DOUBLE), valid_from) AS share
     FROM inventory_pods WHERE valid_from <= $at GROUP BY key
