@@ -20,9 +20,9 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from gpuscope.alerts.config import MetricRule, TargetDownRule
-from gpuscope.alerts.matchers import match_all, parse_matchers
+from gpuscope.alerts.matchers import parse_matchers
 from gpuscope.alerts.model import Candidate
-from gpuscope.alerts.rules import SeriesWindow, metric_candidates, target_candidates
+from gpuscope.alerts.rules import SeriesWindow, grouped_candidates, selected, target_candidates
 from gpuscope.collector.storage.schema import GET_META, QUERY_CURSOR_KEY
 from gpuscope.collector.storage.store_sql import LABEL_COLUMNS, utc
 from gpuscope.collector.storage.writer_log import seen_bound
@@ -112,9 +112,8 @@ ORDER BY target
 def equality_filter(rule: MetricRule) -> tuple[str, str] | None:
     """The (label, value) of the rule's first ``label="value"`` matcher with a value, which
     the one query for all rules applies to the series it reads (the rule's matchers are
-    all applied again to what it returns: :func:`~gpuscope.alerts.rules.metric_candidates`,
-    and before a ``stale`` rule's groups are judged fresh: :func:`evaluate_metric`); None for
-    a rule without one."""
+    all applied to what it returns, once, by :func:`evaluate_metric`); None for a rule
+    without one."""
     for m in parse_matchers(rule.matchers):
         if m.op == "=" and m.value:
             return m.name, m.value
@@ -239,13 +238,11 @@ def evaluate_metric(
     :func:`series_windows`, when :func:`metric_windows` has read them already."""
     if view.window(rule.window) != rule.window:
         rule = rule.model_copy(update={"window": view.window(rule.window)})
-    rows = series_windows(con, rule, now, view) if windows is None else windows
+    # the matchers first, for every aggregate: a fresh series they leave out keeps no
+    # stale rule's group fresh
+    rows = selected(rule, series_windows(con, rule, now, view) if windows is None else windows)
     if rule.aggregate == "stale":
-        # a group is stale only if none of its series is fresh: keep every series seen of
-        # those the rule selects (as a PromQL selector picks series before `absent`): a
-        # fresh series its matchers leave out keeps no group fresh
-        matchers = parse_matchers(rule.matchers)
-        rows = [r for r in rows if match_all(matchers, r.labels)]
+        # a group is stale only if none of its series is fresh: keep every series seen
         fresh = [r for r in rows if r.age_seconds < rule.window]
         stale = [r for r in rows if r.age_seconds >= rule.window]
         groups_fresh = {tuple(r.labels.get(k, "") for k in rule.by) for r in fresh}
@@ -253,7 +250,7 @@ def evaluate_metric(
                 not in groups_fresh]  # fmt: skip
     else:
         rows = [r for r in rows if r.count > 0]
-    return metric_candidates(rule, rows)
+    return grouped_candidates(rule, rows)
 
 
 def evaluate_targets(con: Any, rule: TargetDownRule, now: datetime) -> list[Candidate]:

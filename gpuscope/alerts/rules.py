@@ -122,14 +122,26 @@ def aggregate(rule: MetricRule, rows: Sequence[SeriesWindow]) -> float:
     return total / rule.window if agg == "rate" else total
 
 
-def metric_candidates(rule: MetricRule, rows: Iterable[SeriesWindow]) -> list[Candidate]:
-    """Group the rule's series by its ``by`` labels and keep the groups over threshold."""
+def selected(rule: MetricRule, rows: Iterable[SeriesWindow]) -> list[SeriesWindow]:
+    """The series the rule's matchers select, as a PromQL selector picks them before any
+    function (``absent`` included) sees them."""
     matchers = parse_matchers(rule.matchers)
+    return [row for row in rows if match_all(matchers, row.labels)]
+
+
+def metric_candidates(rule: MetricRule, rows: Iterable[SeriesWindow]) -> list[Candidate]:
+    """The series the rule selects (:func:`selected`), grouped by its ``by`` labels; the
+    groups over threshold."""
+    return grouped_candidates(rule, selected(rule, rows))
+
+
+def grouped_candidates(rule: MetricRule, rows: Iterable[SeriesWindow]) -> list[Candidate]:
+    """``rows`` (series the rule selects already) grouped by the rule's ``by`` labels; the
+    groups over threshold."""
     groups: dict[tuple[str, ...], list[SeriesWindow]] = {}
     for row in rows:
-        if match_all(matchers, row.labels):
-            key = tuple(row.labels.get(k, "") for k in rule.by)
-            groups.setdefault(key, []).append(row)
+        key = tuple(row.labels.get(k, "") for k in rule.by)
+        groups.setdefault(key, []).append(row)
     out: list[Candidate] = []
     compare = OPS[rule.op]
     for key, members in sorted(groups.items()):

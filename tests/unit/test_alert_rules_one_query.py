@@ -197,3 +197,23 @@ def test_the_engine_reads_them_once_and_each_alone_when_that_fails(
     monkeypatch.setattr(engine_module, "metric_windows", fails)
     assert _candidates(engine) == together
     assert len(calls) == len(RULES)
+
+
+def test_a_rules_matchers_select_its_series_for_every_aggregate(store: Store) -> None:
+    """A regex matcher, which the query does not apply, still leaves the corrected ECC
+    counters out of an increase rule's groups: it finds what the equality rule (filtered in
+    the query) finds, and less than the same rule without matchers."""
+    cur = store.cursor()
+    by = {"by": ["node", "gpu"]}
+    regex = MATCHING[4].model_copy(update=by)
+    unmatched = regex.model_copy(update={"matchers": []})
+
+    def found(rule: MetricRule) -> list[tuple[str, str, float | None]]:
+        return [(c.labels["node"], c.labels["gpu"], c.value)
+                for c in evaluate_metric(cur, rule, at(END))]  # fmt: skip
+
+    assert found(regex) == found(MATCHING[0]) != []
+    assert all(
+        a[:2] == b[:2] and (b[2] or 0) > (a[2] or 0)
+        for a, b in zip(found(regex), found(unmatched), strict=True)
+    )
