@@ -22,6 +22,12 @@ def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedPr
     )  # fmt: skip
 
 
+def fresh_interpreter(code: str) -> subprocess.CompletedProcess[str]:
+    """``code`` run by a new interpreter: what it imports is what its path imports."""
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60)  # fmt: skip
+
+
 def test_a_real_node_agent_loads_no_pydantic_yaml_or_kubernetes(tmp_path: Path) -> None:
     """A node agent without pod metadata from the API server (a GPU source stood in for
     NVML, which this machine lacks) runs without pydantic, PyYAML, the Kubernetes client, the
@@ -71,7 +77,7 @@ def test_the_sim_agent_loads_no_pydantic_and_prints_its_page() -> None:
             "else 0)",
         ]
     )
-    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    res = fresh_interpreter(code)
     assert res.returncode == 0, res.stdout + res.stderr
 
 
@@ -114,7 +120,7 @@ def formatter_after(args: list[str]) -> str:
         f"    rc = main({args!r})\n"
         "print(rc, type(logging.getLogger().handlers[0].formatter).__name__)"
     )
-    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    res = fresh_interpreter(code)
     return res.stdout.strip()
 
 
@@ -152,5 +158,20 @@ def test_agent_help_loads_no_settings_model() -> None:
         "print(sorted(heavy))\n"
         "sys.exit(1 if heavy or '--gpu-source' not in out.getvalue() else 0)"
     )
-    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    res = fresh_interpreter(code)
+    assert res.returncode == 0, res.stdout + res.stderr
+
+
+def test_a_simulated_node_loads_no_pydantic() -> None:
+    """Building a node's share of the default scenario (the sim agent's path) loads none of
+    pydantic's machinery (about 20 MiB of the agent's memory)."""
+    code = (
+        "import sys\n"
+        "from gpuscope.sim import SimulatedCluster\n"
+        "from gpuscope.sim.one_node import default_node_scenario\n"
+        "_, s = default_node_scenario('gpu-node-30', 42)\n"
+        "assert SimulatedCluster(s).gpu_readings('gpu-node-30', 22000.0)\n"
+        "sys.exit(1 if 'pydantic' in sys.modules else 0)"
+    )
+    res = fresh_interpreter(code)
     assert res.returncode == 0, res.stdout + res.stderr

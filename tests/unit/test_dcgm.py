@@ -9,21 +9,17 @@ types. DCGM's bindings are replaced by a reader double with the one method we ca
 
 from __future__ import annotations
 
-import http.server
 import logging
 import re
-import socket
 import sys
-import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
 from gpuscope.agent.devices.dcgm import WATCH_FIELD_IDS, DcgmSource, load_dcgm_bindings
-from gpuscope.agent.devices.dcgm_exporter import DcgmExporterSource, parse_page
+from gpuscope.agent.devices.dcgm_exporter import parse_page
 from gpuscope.core.dcgm import (
     FIELDS,
     FIELDS_BY_NAME,
@@ -266,94 +262,6 @@ def test_field_table_ids_and_names_are_unique() -> None:
     assert len({f.name for f in FIELDS}) == len(FIELDS)
     assert FIELDS_BY_NAME["DCGM_FI_PROF_SM_ACTIVE"].field_id == 1002
     assert FIELDS_BY_NAME["DCGM_FI_DEV_UUID"].field_id == 54
-
-
-# --- gpuscope.agent.devices.dcgm_exporter against a real local HTTP server ---------------------------------
-
-
-class _Handler(http.server.BaseHTTPRequestHandler):
-    pages: Mapping[str, tuple[int, str]] = {
-        "/metrics": (200, SAMPLE.read_text()),
-        "/html": (200, "<!DOCTYPE html>\n<html><body>Login</body></html>\n"),
-        "/error": (500, "boom"),
-        "/node": (200, "# TYPE node_load1 gauge\nnode_load1 0.5\n"),
-    }
-
-    def do_GET(self) -> None:
-        status, body = self.pages.get(self.path, (404, "not found"))
-        data = body.encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "text/plain; version=0.0.4")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def log_message(self, format: str, *args: Any) -> None:
-        pass
-
-
-@pytest.fixture(scope="module")
-def server_url() -> Iterator[str]:
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
-
-
-def test_exporter_source_reads_the_sample_over_http(server_url: str) -> None:
-    """A real GET of the sample page gives the same three GPUs as the translation."""
-    source = DcgmExporterSource(f"{server_url}/metrics")
-    try:
-        readings = {r.uuid: r for r in source.read()}
-    finally:
-        source.close()
-    assert source.name == "dcgm-exporter"
-    assert set(readings) == {T4_A, T4_B, A10G}
-    assert readings[T4_A].power_watts == pytest.approx(8.969)
-
-
-@pytest.mark.parametrize(
-    ("path", "reason"),
-    [
-        ("/html", "not a Prometheus text page"),
-        ("/error", "HTTP 500"),
-        ("/node", "no DCGM_FI_"),
-    ],
-)
-def test_exporter_source_bad_pages_raise_source_error(
-    server_url: str, path: str, reason: str
-) -> None:
-    """An HTML page, a 500 or a non-DCGM page is a one-line SourceError naming the URL."""
-    source = DcgmExporterSource(f"{server_url}{path}")
-    with pytest.raises(SourceError) as info:
-        source.read()
-    message = str(info.value)
-    assert f"{server_url}{path}" in message
-    assert reason in message
-    assert "\n" not in message
-    source.close()
-
-
-def test_exporter_source_unreachable_raises_source_error() -> None:
-    """A refused connection is a SourceError, not an httpx exception."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    source = DcgmExporterSource(f"http://127.0.0.1:{port}/metrics", timeout=1.0)
-    with pytest.raises(SourceError, match=f"127.0.0.1:{port}"):
-        source.read()
-    source.close()
-
-
-def test_exporter_source_leaves_a_borrowed_client_open(server_url: str) -> None:
-    """close() does not close a client the caller passed in."""
-    with httpx.Client() as client:
-        source = DcgmExporterSource(f"{server_url}/metrics", client=client)
-        source.close()
-        assert not client.is_closed
-        assert len(source.read()) == 3
 
 
 # --- gpuscope.agent.devices.dcgm with a reader double -------------------------------------------------------

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import os
-import shlex
-import subprocess
 import sys
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
@@ -50,28 +48,6 @@ def test_api_times_rewrites_time_fields_only() -> None:
     assert got["evidence"] == {"idle_since": "2026-11-23T00:10:26Z", "gpus": 2,
                                "window_minutes": 30}  # fmt: skip
     assert (got["ts"], got["name"], got["start"]) == (None, body["name"], 5)
-
-
-def test_the_demo_prints_a_time_and_commands_that_can_be_pasted(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """``--at`` takes the printed time, and the printed command runs from a shell whose
-    PATH does not hold the virtual environment (the demo run from such a shell too: with
-    the venv on PATH, as scripts/test has it, the bare name is right)."""
-    monkeypatch.setenv("PATH", "/usr/bin:/bin")
-    lines = follow_up_lines(tmp_path / "g.duckdb", tmp_path, tmp_path / "s.yaml",
-                            tmp_path / "r.html", AT)  # fmt: skip
-    assert lines[0] == "simulated time: 2026-11-23T00:10:26Z (history ends there)"
-    act = next(line for line in lines if " act --db " in line)
-    assert act.split(": ", 1)[1].startswith(gpuscope_command() + " act ")
-    assert act.endswith("--at 2026-11-23T00:10:26Z")
-    cmd = shlex.split(gpuscope_command())
-    env = {k: v for k, v in os.environ.items() if k != "VIRTUAL_ENV"}
-    env["PATH"] = "/usr/bin:/bin"
-    done = subprocess.run([*cmd, "analyze", "--help"], capture_output=True, text=True,
-                          env=env, timeout=60)  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    assert "--at" in done.stdout
 
 
 def test_the_bare_name_is_used_only_when_path_finds_this_installation(
