@@ -114,28 +114,42 @@ def crowded(draw: st.DrawFn) -> tuple[list[dict[str, Any]], list[dict[str, Any]]
         )  # fmt: skip
         left = 8
         while left:
-            size = min(left, draw(st.sampled_from([2, 4, 4])))
+            size = min(left, draw(st.sampled_from((2, 4, 4))))
             left -= size
             movable = draw(st.integers(0, 4)) > 0
             want = {"cpu": 4000, "mem": 16, GPU: size}
             pods.append(_pod(f"r{next(serial)}", name, want, movable=movable, tolerate=False))
     for _ in range(draw(st.integers(1, 3))):
-        want = {"cpu": 4000, "mem": 16, GPU: draw(st.sampled_from([4, 8, 8]))}
+        want = {"cpu": 4000, "mem": 16, GPU: draw(st.sampled_from((4, 8, 8)))}
         pods.append(_pod(f"job{next(serial)}", None, want, movable=True, tolerate=False))
     return nodes, pods
+
+
+#: Built once: a strategy made inside a draw is a new object each time, which hypothesis
+#: validates and works out the properties of again; so is ``sampled_from`` of a list (a
+#: tuple is hashable, so hypothesis hands back the strategy it built before). Drawing the
+#: 500 cases took 9.5 s of CPU so and 6.4 s now, the same cases (their JSON hashed alike);
+#: this module 27.1 -> 23.3 s, test_consolidation_checked's 5.1 -> 4.2 s (issue 39).
+CLUSTERS = st.one_of(instances(), crowded())
+RULES = st.one_of(
+    st.builds(lambda n: {"minAvailable": n}, st.integers(0, 3)),
+    st.builds(lambda n: {"minAvailable": f"{n}%"}, st.sampled_from((25, 50, 75))),
+    st.builds(lambda n: {"maxUnavailable": n}, st.integers(1, 2)),
+    st.builds(lambda n: {"maxUnavailable": f"{n}%"}, st.sampled_from((25, 50))),
+)
 
 
 @st.composite
 def with_budgets(
     draw: st.DrawFn,
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
-    nodes, pods = draw(st.one_of(instances(), crowded()))
+    nodes, pods = draw(CLUSTERS)
     pods = copy.deepcopy(pods)
     replicas: dict[str, int] = {}
     for p in pods:
         if p["spec"].get("nodeName") is None:
             continue
-        app = draw(st.sampled_from([*APPS, *APPS, None]))
+        app = draw(st.sampled_from((*APPS, *APPS, None)))
         if app is None:
             continue
         p["metadata"]["labels"]["app"] = app
@@ -153,14 +167,7 @@ def with_budgets(
             selector: dict[str, Any] = {"matchLabels": {"app": apps[0]}}
         else:
             selector = {"matchExpressions": [{"key": "app", "operator": "In", "values": apps}]}
-        rule = draw(
-            st.one_of(
-                st.builds(lambda n: {"minAvailable": n}, st.integers(0, 3)),
-                st.builds(lambda n: {"minAvailable": f"{n}%"}, st.sampled_from([25, 50, 75])),
-                st.builds(lambda n: {"maxUnavailable": n}, st.integers(1, 2)),
-                st.builds(lambda n: {"maxUnavailable": f"{n}%"}, st.sampled_from([25, 50])),
-            )
-        )
+        rule = draw(RULES)
         stale = draw(st.integers(0, 9)) == 0
         pdb: dict[str, Any] = {
             "apiVersion": "policy/v1",

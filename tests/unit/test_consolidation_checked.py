@@ -300,17 +300,17 @@ def instances(draw: st.DrawFn) -> tuple[list[dict[str, Any]], list[dict[str, Any
     serial = iter(range(10_000))
     for i in range(draw(st.integers(2, 5))):
         name = f"n{i}"
-        kind = draw(st.sampled_from(["gpu", "gpu", "gpu", "mig", "cpu"]))
-        cpu = draw(st.sampled_from([16, 32, 64]))
-        mem_gi = draw(st.sampled_from([96, 256]))
+        kind = draw(st.sampled_from(("gpu", "gpu", "gpu", "mig", "cpu")))
+        cpu = draw(st.sampled_from((16, 32, 64)))
+        mem_gi = draw(st.sampled_from((96, 256)))
         alloc = {"cpu": str(cpu), "memory": f"{mem_gi}Gi", "pods": "110"}
-        labels = {"kubernetes.io/hostname": name, "pool": draw(st.sampled_from(["a", "b"]))}
+        labels = {"kubernetes.io/hostname": name, "pool": draw(st.sampled_from(("a", "b")))}
         if kind == "gpu":
-            alloc[GPU] = str(draw(st.sampled_from([2, 4, 8])))
-            labels[MODEL_LABEL] = draw(st.sampled_from(["A100", "H100"]))
+            alloc[GPU] = str(draw(st.sampled_from((2, 4, 8))))
+            labels[MODEL_LABEL] = draw(st.sampled_from(("A100", "H100")))
         elif kind == "mig":
             labels[MODEL_LABEL] = "A100"
-            alloc[MIG_PREFIX + "1g.10gb"] = str(draw(st.sampled_from([3, 7])))
+            alloc[MIG_PREFIX + "1g.10gb"] = str(draw(st.sampled_from((3, 7))))
             if draw(st.booleans()):
                 alloc[MIG_PREFIX + "3g.40gb"] = "2"
         taints = []
@@ -336,13 +336,13 @@ def instances(draw: st.DrawFn) -> tuple[list[dict[str, Any]], list[dict[str, Any
             **{p: int(alloc.get(MIG_PREFIX + p, "0")) for p in MIG_PROFILES},
         }
         for _ in range(draw(st.integers(2, 8))):
-            what = draw(st.sampled_from(["gpu", "gpu", "cpu", "mig"]))
+            what = draw(st.sampled_from(("gpu", "gpu", "cpu", "mig")))
             want: dict[str, int] = {
-                "cpu": draw(st.sampled_from([1000, 4000, 8000, 16000])),
-                "mem": draw(st.sampled_from([4, 16, 32])),
+                "cpu": draw(st.sampled_from((1000, 4000, 8000, 16000))),
+                "mem": draw(st.sampled_from((4, 16, 32))),
             }
             if what == "gpu":
-                want[GPU] = draw(st.sampled_from([1, 1, 2, 4]))
+                want[GPU] = draw(st.sampled_from((1, 1, 2, 4)))
             elif what == "mig":
                 want[draw(st.sampled_from(MIG_PROFILES))] = 1
             if any(room[name].get(r, 0) < n for r, n in want.items()):
@@ -355,14 +355,14 @@ def instances(draw: st.DrawFn) -> tuple[list[dict[str, Any]], list[dict[str, Any
             )
     for _ in range(draw(st.integers(1, 3))):
         want = {
-            "cpu": draw(st.sampled_from([1000, 8000, 14000])),
-            "mem": draw(st.sampled_from([8, 64])),
+            "cpu": draw(st.sampled_from((1000, 8000, 14000))),
+            "mem": draw(st.sampled_from((8, 64))),
         }
         if draw(st.integers(0, 3)) == 0:
             want[draw(st.sampled_from(MIG_PROFILES))] = 1
         else:
-            want[GPU] = draw(st.sampled_from([1, 2, 2, 4, 4, 8]))
-        pin = draw(st.sampled_from(["", "", "", "selector", "affinity", "notin", "pool"]))
+            want[GPU] = draw(st.sampled_from((1, 2, 2, 4, 4, 8)))
+        pin = draw(st.sampled_from(("", "", "", "selector", "affinity", "notin", "pool")))
         pods.append(
             _pod(
                 f"job{next(serial)}",
@@ -371,7 +371,7 @@ def instances(draw: st.DrawFn) -> tuple[list[dict[str, Any]], list[dict[str, Any
                 movable=True,
                 tolerate=draw(st.integers(0, 3)) > 0,
                 pin=pin,
-                model=draw(st.sampled_from(["A100", "H100"])),
+                model=draw(st.sampled_from(("A100", "H100"))),
             )
         )
     return nodes, pods
