@@ -131,9 +131,37 @@ def series_kind(name: str, types: Mapping[str, str]) -> str:
     return "counter" if family in ("histogram", "summary") and cumulative else "gauge"
 
 
+#: Each record class's field names, read once (``dataclasses.fields`` is slow per call).
+_FIELD_NAMES: dict[type, tuple[str, ...]] = {}
+_LEAVES = frozenset({str, int, float, bool, type(None)})
+
+
+def _plain(value: Any) -> Any:
+    """``value`` with every dataclass in it made a dict, at any depth, and lists, tuples and
+    dicts rebuilt around them, as ``dataclasses.asdict`` makes them, but without its deep
+    copy of every other value: written as JSON, the two are the same text. asdict's copies
+    were most of an inventory listing's cost to record (``record_inventory``, issue 39)."""
+    cls = type(value)
+    if cls in _LEAVES:
+        return value
+    names = _FIELD_NAMES.get(cls)
+    if names is None and dataclasses.is_dataclass(cls):
+        names = _FIELD_NAMES[cls] = tuple(f.name for f in dataclasses.fields(cls))
+    if names is not None:
+        return {name: _plain(getattr(value, name)) for name in names}
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    return value
+
+
 def as_dict(row: Any) -> dict[str, Any]:
+    """A record as a new dict: a dataclass's fields (nested ones as dicts), or a mapping's
+    items (a shallow copy)."""
     if dataclasses.is_dataclass(row) and not isinstance(row, type):
-        return dataclasses.asdict(row)
+        out: dict[str, Any] = _plain(row)
+        return out
     return dict(row)
 
 
