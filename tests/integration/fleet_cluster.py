@@ -79,16 +79,20 @@ def record_inventory(store: Store, run: SimRun, at: float, workloads: WorkloadSe
 
 
 def scrape_directly(run: SimRun, db: Path, settings: Settings) -> Store:
-    """Direct mode: every node's page every 15 s through parse and ``append_cycle``."""
+    """Direct mode: every node's page every 15 s through parse and the store's cycles,
+    written in one transaction (``append_cycles``, held equal to ``append_cycle`` of each
+    in turn by tests/unit/test_store_bulk.py)."""
     store = Store.open(db)
     record_inventory(store, run, run.start, settings.workloads)
     pages = run.pages()
+    cycles = []
     for t in run.times():
         outcomes = [
             page_to_outcome(Target(f"http://{node}:9835/metrics", "agent", node), page, t)
             for node, page in pages.pages(t)
         ]
-        store.append_cycle([(o.batch, 0.0) for o in outcomes if o.batch is not None])
+        cycles.append([(o.batch, 0.0) for o in outcomes if o.batch is not None])
+    store.append_cycles(cycles)
     return store
 
 

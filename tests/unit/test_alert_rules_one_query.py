@@ -53,12 +53,14 @@ def batch(node: str, t: int) -> Batch:
 
 @pytest.fixture
 def store(tmp_path: Path) -> Iterator[Store]:
-    """Two nodes every STEP s to END; the second stops at 700 s (its series go stale)."""
+    """Two nodes every STEP s to END; the second stops at 700 s (its series go stale).
+    Written in one transaction (the store's bulk path, held equal to a cycle at a time by
+    tests/unit/test_store_bulk.py): 181 transactions were most of this module's CPU."""
     with Store.open(tmp_path / "a.duckdb") as s:
-        for t in range(0, END + 1, STEP):
-            s.append_cycle(
-                [(batch("n1", t), 0.01)] + ([(batch("n2", t), 0.01)] if t <= 700 else [])
-            )
+        s.append_cycles([
+            [(batch("n1", t), 0.01)] + ([(batch("n2", t), 0.01)] if t <= 700 else [])
+            for t in range(0, END + 1, STEP)
+        ])  # fmt: skip
         yield s
 
 
@@ -152,11 +154,13 @@ def test_a_stale_rule_judges_only_the_series_its_matchers_select(tmp_path: Path)
     every rule or alone, the same."""
     src = "gpuscope_agent_source_up"
     with Store.open(tmp_path / "s.duckdb") as s:
+        cycles = []
         for t in range(0, END + 1, STEP):
             sources = ["nvml", "dcgm"] if t <= 600 else ["nvml"]
             labels = [(("node", "n1"), ("source", x)) for x in sources]
-            s.append_cycle([(Batch("n1", ms(t), [src] * len(labels), labels,
-                                   [1.0] * len(labels), {src: "gauge"}), 0.01)])  # fmt: skip
+            cycles.append([(Batch("n1", ms(t), [src] * len(labels), labels,
+                                  [1.0] * len(labels), {src: "gauge"}), 0.01)])  # fmt: skip
+        s.append_cycles(cycles)
         rule = MetricRule(name="dcgm_gone", metric=src, matchers=['source="dcgm"'],
                           aggregate="stale", window=120, op=">", threshold=0, by=["node"])  # fmt: skip
         cur = s.cursor()
