@@ -129,12 +129,6 @@ def selected(rule: MetricRule, rows: Iterable[SeriesWindow]) -> list[SeriesWindo
     return [row for row in rows if match_all(matchers, row.labels)]
 
 
-def metric_candidates(rule: MetricRule, rows: Iterable[SeriesWindow]) -> list[Candidate]:
-    """The series the rule selects (:func:`selected`), grouped by its ``by`` labels; the
-    groups over threshold."""
-    return grouped_candidates(rule, selected(rule, rows))
-
-
 def grouped_candidates(rule: MetricRule, rows: Iterable[SeriesWindow]) -> list[Candidate]:
     """``rows`` (series the rule selects already) grouped by the rule's ``by`` labels; the
     groups over threshold."""

@@ -21,7 +21,7 @@ from gpuscope.alerts.conditions import (
 )
 from gpuscope.alerts.config import AlertsConfig, MetricRule
 from gpuscope.alerts.engine import AlertsEngine
-from gpuscope.alerts.rules import SeriesWindow, metric_candidates
+from gpuscope.alerts.rules import SeriesWindow, grouped_candidates, selected
 from gpuscope.collector.scraping.batch import Batch
 from gpuscope.collector.storage.store import Store
 
@@ -139,12 +139,16 @@ def test_one_query_reads_only_the_series_a_rules_equality_matcher_selects(
     for rule, one, all_, eq in zip(MATCHING, alone, together, filters, strict=True):
         kept = [w for w in one if eq is None or w.labels.get(eq[0], "") == eq[1]]
         assert all_ == kept, rule.name
-        assert metric_candidates(rule, all_) == metric_candidates(rule, one), rule.name
+        assert grouped_candidates(rule, selected(rule, all_)) == grouped_candidates(
+            rule, selected(rule, one)
+        ), rule.name
     # not vacuous: the filtered rules read fewer series (none at all for a missing label),
     # and still find what they find alone
     assert [len(w) for w in alone[:3]] == [4, 4, 4] and [len(w) for w in together[:3]] == [2, 2, 0]
     assert [len(w) for w in together[3:]] == [4, 4, 1]
-    assert metric_candidates(MATCHING[0], together[0])  # n1's and n2's uncorrected errors
+    assert grouped_candidates(
+        MATCHING[0], selected(MATCHING[0], together[0])
+    )  # n1's and n2's uncorrected errors
 
 
 def test_a_stale_rule_judges_only_the_series_its_matchers_select(tmp_path: Path) -> None:

@@ -15,7 +15,13 @@ from gpuscope.alerts.config import (
 from gpuscope.alerts.lifecycle import advance, from_record, to_record
 from gpuscope.alerts.matchers import parse_matcher
 from gpuscope.alerts.model import Candidate
-from gpuscope.alerts.rules import SeriesWindow, finding_candidates, metric_candidates, render
+from gpuscope.alerts.rules import (
+    SeriesWindow,
+    finding_candidates,
+    grouped_candidates,
+    render,
+    selected,
+)
 from gpuscope.core.errors import ConfigError
 
 T0 = datetime(2026, 3, 2, 9, 0)
@@ -138,7 +144,7 @@ def test_metric_rules_group_by_labels_and_compare() -> None:
         _window(0, node="n1", gpu="1", type="uncorrected"),
         _window(9, node="n2", gpu="0", type="corrected"),
     ]
-    found = metric_candidates(rule, rows)
+    found = grouped_candidates(rule, selected(rule, rows))
     assert [(c.labels["node"], c.labels["gpu"], c.value) for c in found] == [("n1", "0", 5.0)]
     assert found[0].annotations["summary"] == "n1/0: 5"
     assert found[0].labels["severity"] == "warning"
